@@ -1,0 +1,53 @@
+"""The DATABASES entry: the server named by DATABASE_URL, or else the embedded PostgreSQL."""
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+from psycopg import ProgrammingError
+from psycopg.conninfo import conninfo_to_dict
+
+EMBEDDED_DATABASE = "loop"
+_SCHEMES = {"postgres", "postgresql"}
+
+
+def database_settings(url: str, var_dir: Path) -> dict[str, Any]:
+    if not url:
+        return embedded_settings(var_dir)
+    return url_settings(url)
+
+
+def embedded_settings(var_dir: Path) -> dict[str, Any]:
+    return {
+        "ENGINE": "loopsite.embedded_postgres",
+        "NAME": EMBEDDED_DATABASE,
+        "EMBEDDED": {"DATA_DIR": str(var_dir / "postgres"), "DATABASE": EMBEDDED_DATABASE},
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+
+def url_settings(url: str) -> dict[str, Any]:
+    """Parse a postgres:// URL with libpq's own parser; query parameters become OPTIONS."""
+    if urlsplit(url).scheme not in _SCHEMES:
+        raise ImproperlyConfigured("DATABASE_URL must be a postgres:// or postgresql:// URL.")
+    try:
+        params: dict[str, Any] = conninfo_to_dict(url)
+    except ProgrammingError as error:
+        raise ImproperlyConfigured(f"DATABASE_URL is malformed: {error}") from None
+    name = params.pop("dbname", "")
+    port = params.pop("port", "")
+    if port and not port.isdigit():
+        raise ImproperlyConfigured(f"DATABASE_URL has a malformed port: {port!r}.")
+    if not name:
+        raise ImproperlyConfigured("DATABASE_URL must name a database, e.g. postgres://host/loop.")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": params.pop("user", ""),
+        "PASSWORD": params.pop("password", ""),
+        "HOST": params.pop("host", ""),
+        "PORT": port,
+        "OPTIONS": params,
+        "CONN_HEALTH_CHECKS": True,
+    }

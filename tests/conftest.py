@@ -1,0 +1,41 @@
+"""Shared helpers: running manage.py in a separate process, as an operator or a worker would."""
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+
+# Variables that would leak the caller's configuration into a child process under test.
+_CONFIG_VARIABLES = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL")
+
+
+def child_environment(**overrides: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _CONFIG_VARIABLES}
+    env["DJANGO_SETTINGS_MODULE"] = "loopsite.settings"
+    env.update(overrides)
+    return env
+
+
+ManageCommand = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def manage() -> ManageCommand:
+    """Run `manage.py ARGS` in a child process with the given environment overrides."""
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=PROJECT_DIR,
+            env=child_environment(**(env or {})),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    return run

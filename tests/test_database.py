@@ -1,0 +1,81 @@
+"""The database is PostgreSQL with pgvector, embedded and shared by every process of the project."""
+
+import subprocess
+import sys
+
+import pytest
+from django.db import connection
+
+from tests.conftest import PROJECT_DIR, child_environment
+
+# Printed by a child process: which server it reached, and since when that server has been up.
+SERVER_IDENTITY = """
+from django.db import connection
+with connection.cursor() as cursor:
+    cursor.execute("SELECT current_setting('data_directory'), pg_postmaster_start_time()")
+    print(*cursor.fetchone(), sep="|")
+"""
+
+
+def server_identity() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('data_directory'), pg_postmaster_start_time()")
+        return "|".join(str(value) for value in cursor.fetchone())
+
+
+def start_shell(code: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
+        cwd=PROJECT_DIR,
+        env=child_environment(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    return stdout.strip()
+
+
+@pytest.mark.django_db
+def test_database_is_postgresql_with_the_vector_extension():
+    assert connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        assert cursor.fetchone() is not None
+        cursor.execute("SELECT '[1, 0]'::vector <=> '[0, 1]'::vector")
+        assert cursor.fetchone()[0] == pytest.approx(1.0)
+
+
+@pytest.mark.django_db
+def test_a_second_process_joins_the_running_server_without_restarting_it():
+    before = server_identity()
+    assert finish(start_shell(SERVER_IDENTITY)) == before
+    assert server_identity() == before  # the child's exit did not stop the server
+
+
+def test_processes_starting_together_share_one_server_whose_data_survives_restarts(tmp_path):
+    var = {"LOOP_VAR_DIR": str(tmp_path)}
+    first, second = start_shell(SERVER_IDENTITY, **var), start_shell(SERVER_IDENTITY, **var)
+    identities = {finish(first), finish(second)}
+    assert len(identities) == 1
+    assert not (tmp_path / "postgres" / "postmaster.pid").exists()  # the last one out stopped it
+
+    write = "CREATE TABLE note (body text); INSERT INTO note VALUES ('kept')"
+    read = "SELECT body FROM note"
+    finish(
+        start_shell(
+            f"from django.db import connection; connection.cursor().execute({write!r})", **var
+        )
+    )
+    stored = finish(
+        start_shell(
+            "from django.db import connection\n"
+            f"with connection.cursor() as c: c.execute({read!r}); print(c.fetchone()[0])",
+            **var,
+        )
+    )
+    assert stored == "kept"
