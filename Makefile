@@ -5,7 +5,29 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8095
 
-.PHONY: run test lint format migrate
+SANDBOX_USER ?= loop-sandbox
+
+.PHONY: run test lint format migrate system-deps
+
+# run_code's sandbox needs bubblewrap, a system Python under /usr, and (when the worker runs as
+# root) an unprivileged user to run snippets as. As root on Debian we install them; elsewhere we
+# say exactly what is missing. `make run` carries on without them (run_code then refuses);
+# `make test` does not.
+system-deps:
+	@missing=""; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	test -x /usr/bin/python3 || missing="$$missing python3"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else \
+	    echo "Missing system packages:$$missing. Install them, e.g.: sudo apt-get install$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+	@if [ "$$(id -u)" = 0 ] && ! id $(SANDBOX_USER) >/dev/null 2>&1; then \
+	  useradd --system --no-create-home --shell /usr/sbin/nologin $(SANDBOX_USER); \
+	fi
 
 # The stamp is rebuilt whenever a requirements file changes, so a second `make` installs nothing.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -18,6 +40,7 @@ migrate: $(VENV)/.installed
 	$(BIN)/python manage.py migrate --noinput
 
 run: migrate
+	-@$(MAKE) --no-print-directory system-deps
 	@echo
 	@echo "Loop is starting on http://$(HOST):$(PORT)/  (Ctrl-C stops it; data stays in var/)"
 	@echo "No login yet? Create one with:  $(BIN)/python manage.py createsuperuser"
@@ -25,7 +48,7 @@ run: migrate
 	@echo
 	$(BIN)/daphne --bind $(HOST) --port $(PORT) loopsite.asgi:application
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed system-deps
 	$(BIN)/pytest
 
 lint: $(VENV)/.installed

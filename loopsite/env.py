@@ -23,6 +23,16 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, not {raw!r}.")
 
 
+def env_int(name: str, default: int) -> int:
+    raw = env_str(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}.") from None
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = env_str(name)
     if not raw:

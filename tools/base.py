@@ -1,0 +1,196 @@
+"""The tool protocol: a tool is a name, a description, a pydantic argument model and a function.
+
+`ToolRegistry.dispatch` turns a model's raw call (a name and a JSON string) into a `ToolResult`.
+Whatever goes wrong, an unknown tool, bad JSON, invalid arguments, a raising or hung tool, becomes
+an error result the model can read and act on; nothing escapes the dispatcher as an exception.
+"""
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+logger = logging.getLogger(__name__)
+
+
+class ToolStatus(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    DENIED = "denied"
+
+
+class ToolError(Exception):
+    """A failure the model should see as the tool's result (not a crash)."""
+
+    status = ToolStatus.ERROR
+
+    def __init__(self, message: str, *, policy: str = "") -> None:
+        super().__init__(message)
+        self.policy = policy
+
+
+class ToolTimeout(ToolError):
+    status = ToolStatus.TIMEOUT
+
+
+class ToolDenied(ToolError):
+    """A request refused on purpose: outside the workspace, no safe sandbox, and the like."""
+
+    status = ToolStatus.DENIED
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Whom a call acts for. Set by server code from the run's owner, never by the model."""
+
+    user_id: int
+    username: str
+    workspace: Path
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool function returns: its text, and the sandbox policy that produced it, if any."""
+
+    text: str
+    policy: str = ""
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    status: ToolStatus
+    text: str
+    duration: float
+    policy: str = ""
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ToolStatus.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "text": self.text,
+            "duration": round(self.duration, 6),
+            "policy": self.policy,
+            "truncated": self.truncated,
+        }
+
+
+ToolFunction = Callable[[Any, ToolContext], ToolOutput | str]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    arguments: type[BaseModel]
+    function: ToolFunction
+    timeout: float = 60.0
+
+    def spec(self) -> dict[str, Any]:
+        """The function-calling spec (OpenAI / Groq format) the model sees."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.arguments.model_json_schema(),
+            },
+        }
+
+
+def truncate(text: str, limit: int) -> tuple[str, bool]:
+    """Keep the head and the tail of a long text, with a note saying how much was cut."""
+    if len(text) <= limit:
+        return text, False
+    head = limit * 3 // 4
+    tail = limit - head
+    cut = len(text) - limit
+    note = f"\n[... truncated: {cut} of {len(text)} characters omitted ...]\n"
+    return text[:head] + note + text[len(text) - tail :], True
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool], *, max_result_chars: int = 16_000) -> None:
+        self.tools = {tool.name: tool for tool in tools}
+        self.max_result_chars = max_result_chars
+
+    def specs(self) -> list[dict[str, Any]]:
+        return [tool.spec() for tool in self.tools.values()]
+
+    def dispatch(self, name: str, raw_arguments: str, context: ToolContext) -> ToolResult:
+        started = time.monotonic()
+        try:
+            tool = self._tool(name)
+            output = _call_with_deadline(
+                tool, tool.arguments.model_validate(_parse(raw_arguments)), context
+            )
+            status = ToolStatus.OK
+        except ValidationError as error:
+            output, status = ToolOutput(_describe_invalid(name, error)), ToolStatus.ERROR
+        except ToolError as error:
+            output, status = ToolOutput(str(error), error.policy), error.status
+        text, truncated = truncate(output.text, self.max_result_chars)
+        return ToolResult(status, text, time.monotonic() - started, output.policy, truncated)
+
+    def _tool(self, name: str) -> Tool:
+        if name not in self.tools:
+            known = ", ".join(sorted(self.tools))
+            raise ToolError(f"Unknown tool {name!r}. Available tools: {known}.")
+        return self.tools[name]
+
+
+def _parse(raw_arguments: str) -> Any:
+    if not raw_arguments.strip():
+        return {}
+    try:
+        return json.loads(raw_arguments)
+    except json.JSONDecodeError as error:
+        raise ToolError(f"Arguments are not valid JSON ({error}). Send a JSON object.") from None
+
+
+def _describe_invalid(name: str, error: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc']) or 'arguments'}: {problem['msg']}"
+        for problem in error.errors()
+    )
+    return f"Invalid arguments for {name}: {problems}."
+
+
+def _call_with_deadline(tool: Tool, arguments: BaseModel, context: ToolContext) -> ToolOutput:
+    """Run the tool in its own thread so a hung tool cannot hold the run past its timeout.
+
+    A thread cannot be killed: tools that can block (run_code, web_search) also enforce their own
+    deadline, and this one is the backstop that keeps the run moving.
+    """
+    box: dict[str, ToolOutput | BaseException] = {}
+
+    def call() -> None:
+        try:
+            output = tool.function(arguments, context)
+            box["result"] = output if isinstance(output, ToolOutput) else ToolOutput(output)
+        except BaseException as error:
+            box["result"] = error
+
+    worker = threading.Thread(target=call, name=f"tool-{tool.name}", daemon=True)
+    worker.start()
+    worker.join(tool.timeout)
+    if worker.is_alive():
+        raise ToolTimeout(f"{tool.name} did not finish within {tool.timeout:g} seconds.")
+    result = box["result"]
+    if isinstance(result, ToolError):
+        raise result
+    if isinstance(result, BaseException):
+        logger.exception("Tool %s raised", tool.name, exc_info=result)
+        raise ToolError(f"{tool.name} failed: {type(result).__name__}: {result}") from None
+    return result

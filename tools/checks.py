@@ -1,0 +1,58 @@
+"""Start-up checks: does the configured sandbox actually run a snippet on this machine?"""
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Warning, register
+
+from tools.sandbox import Limits, SandboxUnavailable, SubprocessSandbox, get_sandbox
+from tools.workspace import ensure_workspace
+
+PROBE = "print(6 * 7)"
+
+
+@dataclass(frozen=True)
+class SandboxReport:
+    works: bool
+    policy: str
+    detail: str
+
+
+def probe_sandbox() -> SandboxReport:
+    """Run a tiny snippet in a throwaway workspace, exactly as run_code would."""
+    sandbox = get_sandbox()
+    with tempfile.TemporaryDirectory(prefix="loop-sandbox-probe-") as directory:
+        workspace = ensure_workspace(Path(directory) / "workspace")
+        try:
+            execution = sandbox.run(PROBE, workspace, Limits(timeout=20))
+        except SandboxUnavailable as error:
+            return SandboxReport(False, sandbox.policy, str(error))
+    if execution.exit_status == 0 and execution.stdout.strip() == "42":
+        return SandboxReport(True, sandbox.policy, "ran a snippet and read its output")
+    detail = f"exit status {execution.exit_status}, stderr: {execution.stderr.strip()[:500]}"
+    return SandboxReport(False, sandbox.policy, detail)
+
+
+@register("sandbox")
+def check_sandbox(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    report = probe_sandbox()
+    if not report.works:
+        return [
+            Warning(
+                f"run_code's sandbox ({report.policy}) does not work: {report.detail}",
+                hint="Run `manage.py sandboxcheck` for details; run_code refuses until fixed.",
+                id="tools.W001",
+            )
+        ]
+    if settings.LOOP_SANDBOX == "subprocess":
+        return [
+            Warning(
+                f"LOOP_SANDBOX=subprocess: run_code runs snippets with {SubprocessSandbox.policy}.",
+                hint="Install bubblewrap and unset LOOP_SANDBOX to isolate snippets.",
+                id="tools.W002",
+            )
+        ]
+    return []

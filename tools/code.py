@@ -1,0 +1,65 @@
+"""The run_code tool: a Python snippet in the configured sandbox, in the user's workspace."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
+from tools.sandbox import WORKSPACE_MOUNT, Execution, Limits, get_sandbox
+
+MAX_TIMEOUT = 60
+MAX_CODE_CHARS = 100_000
+
+
+class RunCodeArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(
+        min_length=1,
+        max_length=MAX_CODE_CHARS,
+        description="A complete Python 3 program. Print what you want to see; stdout and stderr "
+        "come back to you.",
+    )
+    timeout: int = Field(
+        default=10,
+        ge=1,
+        le=MAX_TIMEOUT,
+        description=f"Seconds before the program is killed (1 to {MAX_TIMEOUT}).",
+    )
+
+
+def run_code(arguments: RunCodeArguments, context: ToolContext) -> ToolOutput:
+    execution = get_sandbox().run(
+        arguments.code, context.workspace, Limits.from_settings(arguments.timeout)
+    )
+    report = describe(execution)
+    if execution.timed_out:
+        raise ToolTimeout(
+            f"Killed after {arguments.timeout} seconds (timeout).\n{report}",
+            policy=execution.policy,
+        )
+    if execution.exit_status != 0:
+        raise ToolError(report, policy=execution.policy)
+    return ToolOutput(report, policy=execution.policy)
+
+
+def describe(execution: Execution) -> str:
+    status = "killed" if execution.exit_status is None else str(execution.exit_status)
+    lines = [f"exit status: {status}"]
+    for name, text in (("stdout", execution.stdout), ("stderr", execution.stderr)):
+        lines += [f"--- {name} ---", text.rstrip("\n") if text else "(empty)"]
+    if execution.output_truncated:
+        lines.append("[output over the cap was discarded]")
+    return "\n".join(lines)
+
+
+RUN_CODE = Tool(
+    name="run_code",
+    description=(
+        "Run a Python 3 program in an isolated sandbox with no network access. The working "
+        f"directory is your workspace ({WORKSPACE_MOUNT}), the same files read_file and "
+        "write_file see; only the standard library is available. Returns the exit status, "
+        "stdout and stderr."
+    ),
+    arguments=RunCodeArguments,
+    function=run_code,
+    timeout=MAX_TIMEOUT + 15,
+)

@@ -1,0 +1,460 @@
+"""Workspace-confined file tools (read_file, write_file, list_files), safe for strangers to use."""
+
+import errno
+import os
+import re
+import secrets
+import stat
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tools.base import Tool, ToolContext, ToolDenied, ToolError
+
+MAX_READ_BYTES = 1_000_000
+MAX_WRITE_BYTES = 1_000_000
+MAX_LIST_ENTRIES = 1_000
+
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK so that opening a FIFO cannot hang the worker; O_NOCTTY so a tty never becomes ours.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_TEMP_TOKEN_BYTES = 8
+# Long enough to recognise the file, short enough that the temp name stays under NAME_MAX.
+_TEMP_STEM_CHARS = 200
+_TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{16}\.tmp", re.DOTALL)
+_DRIVE_LETTER = re.compile(r"[A-Za-z]:")
+_READ_CHUNK = 64 * 1024
+_EXAMPLE = "like 'notes/todo.txt'"
+
+Owner = tuple[int, int]
+
+
+class ReadFileArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        description="Path of the file, relative to your workspace root, e.g. 'notes/todo.txt'."
+    )
+
+
+class WriteFileArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        description=(
+            "Path of the file to create or replace, relative to your workspace root, "
+            "e.g. 'notes/todo.txt'. Missing parent directories are created."
+        )
+    )
+    content: str = Field(description="The complete new text of the file (UTF-8).")
+
+
+class ListFilesArguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(
+        default=".",
+        description="Directory to list, relative to your workspace root; '.' is the root.",
+    )
+
+
+# Paths -------------------------------------------------------------------------------------------
+
+
+def _components(path: str) -> list[str]:
+    """The names along a relative path, after refusing anything that could lead outside."""
+    _refuse_hostile(path)
+    return [name for name in path.split("/") if name not in ("", ".")]
+
+
+def _refuse_hostile(path: str) -> None:
+    if "\x00" in path:
+        raise ToolDenied(f"The path contains a NUL byte. Use a plain relative path, {_EXAMPLE}.")
+    control = next((char for char in path if char < " " or char == "\x7f"), None)
+    if control is not None:
+        raise ToolDenied(
+            f"The path {path!r} contains the control character {control!r}. "
+            f"Use a plain relative path, {_EXAMPLE}."
+        )
+    if "\\" in path:
+        raise ToolDenied(
+            f"The path {path!r} contains a backslash. Separate directories with '/', {_EXAMPLE}."
+        )
+    if _DRIVE_LETTER.match(path):
+        raise ToolDenied(
+            f"The path {path!r} starts with a drive letter. Paths are relative to your "
+            f"workspace root, {_EXAMPLE}."
+        )
+    if path.startswith("/"):
+        raise ToolDenied(
+            f"The path {path!r} is absolute. Use a path relative to your workspace root, "
+            f"{_EXAMPLE}; the root itself is '.'."
+        )
+    if ".." in path.split("/"):
+        raise ToolDenied(
+            f"The path {path!r} contains '..', which is refused: file tools only reach inside "
+            f"your workspace. Use a path relative to the workspace root, {_EXAMPLE}."
+        )
+
+
+def _file_components(path: str) -> list[str]:
+    """Like _components, for a path that must name a file rather than the workspace itself."""
+    if not path:
+        raise ToolDenied(
+            f"The path is empty. Give a file path relative to your workspace, {_EXAMPLE}."
+        )
+    names = _components(path)
+    if not names:
+        raise ToolError(
+            f"{path!r} is your workspace root, not a file. Use list_files to see its contents "
+            f"and give a file path, {_EXAMPLE}."
+        )
+    return names
+
+
+def _shown(names: list[str]) -> str:
+    return "/".join(names) or "."
+
+
+def _symlink_denied(shown: str) -> ToolDenied:
+    return ToolDenied(
+        f"{shown} is a symlink. File tools never follow symlinks, not even ones that point "
+        "inside your workspace. Use the real path of the file or directory instead."
+    )
+
+
+def _is_symlink(directory: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+@contextmanager
+def _reporting_failures(verb: str, shown: str) -> Iterator[None]:
+    """Turn an unexpected OS failure into a result the model can read, without host paths."""
+    try:
+        yield
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ToolError(f"Could not {verb} {shown}: {reason}.") from None
+
+
+# Walking the workspace with file descriptors, so no symlink swapped in mid-call is ever followed --
+
+
+def _open_root(workspace: Path, stack: ExitStack) -> int:
+    try:
+        root = os.open(workspace, _ROOT_FLAGS)
+    except OSError:
+        raise ToolError("Your workspace is not available right now. Try again later.") from None
+    stack.callback(os.close, root)
+    return root
+
+
+def _owner(root: int) -> Owner | None:
+    """Whom new entries must belong to: snippets run as the workspace's owner and must edit them."""
+    if os.geteuid() != 0:
+        return None
+    info = os.fstat(root)
+    return info.st_uid, info.st_gid
+
+
+def _enter(parent: int, names: list[str], depth: int, stack: ExitStack) -> int:
+    """Open directory names[depth] inside parent, refusing it if it is a symlink."""
+    name = names[depth]
+    try:
+        directory = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent)
+    except OSError as error:
+        raise _directory_error(error, parent, name, _shown(names[: depth + 1])) from None
+    stack.callback(os.close, directory)
+    return directory
+
+
+def _directory_error(error: OSError, parent: int, name: str, shown: str) -> ToolError:
+    # With O_DIRECTORY, Linux reports a symlink as ENOTDIR rather than ELOOP.
+    if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_symlink(parent, name):
+        return _symlink_denied(shown)
+    if error.errno == errno.ENOTDIR:
+        return ToolError(
+            f"{shown} is a file, not a directory. Use read_file to read it, or list_files on "
+            "the directory that contains it."
+        )
+    if error.errno == errno.ENOENT:
+        return ToolError(
+            f"{shown} does not exist in your workspace. Use list_files to see what is there."
+        )
+    return ToolError(f"Could not open {shown}: {error.strerror}.")
+
+
+def _walk(root: int, names: list[str], stack: ExitStack) -> int:
+    """Open the directory at names below root, one component at a time."""
+    directory = root
+    for depth in range(len(names)):
+        directory = _enter(directory, names, depth, stack)
+    return directory
+
+
+def _walk_creating(root: int, names: list[str], owner: Owner | None, stack: ExitStack) -> int:
+    """Like _walk, creating missing directories (owned by owner, when given) on the way."""
+    directory = root
+    for depth, name in enumerate(names):
+        created = _make_directory(directory, name)
+        directory = _enter(directory, names, depth, stack)
+        if created and owner is not None:
+            os.fchown(directory, *owner)
+    return directory
+
+
+def _make_directory(parent: int, name: str) -> bool:
+    try:
+        os.mkdir(name, 0o755, dir_fd=parent)
+    except FileExistsError:
+        return False
+    return True
+
+
+# read_file ---------------------------------------------------------------------------------------
+
+
+def read_file(args: ReadFileArguments, context: ToolContext) -> str:
+    names = _file_components(args.path)
+    shown = _shown(names)
+    with ExitStack() as stack, _reporting_failures("read", shown):
+        directory = _walk(_open_root(context.workspace, stack), names[:-1], stack)
+        data = _read_regular(_open_for_reading(directory, names[-1], shown, stack), shown)
+    if not data:
+        return f"{shown} is empty (0 bytes)."
+    return _decode(data, shown)
+
+
+def _open_for_reading(directory: int, name: str, shown: str, stack: ExitStack) -> int:
+    try:
+        handle = os.open(name, _READ_FLAGS, dir_fd=directory)
+    except FileNotFoundError:
+        raise ToolError(
+            f"{shown} does not exist in your workspace. Use list_files to see what is there, "
+            "or write_file to create it."
+        ) from None
+    except OSError as error:
+        if error.errno == errno.ELOOP and _is_symlink(directory, name):
+            raise _symlink_denied(shown) from None
+        raise
+    stack.callback(os.close, handle)
+    return handle
+
+
+def _read_regular(handle: int, shown: str) -> bytes:
+    info = os.fstat(handle)
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolError(
+            f"{shown} is a directory. Use list_files with path {shown!r} to see what it contains."
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolDenied(f"{shown} is {_kind(info.st_mode)}; read_file only reads regular files.")
+    _check_read_size(info.st_size, shown)
+    # The file may grow after fstat: read one byte past the cap to notice.
+    data = _read_at_most(handle, MAX_READ_BYTES + 1)
+    _check_read_size(len(data), shown)
+    return data
+
+
+def _check_read_size(size: int, shown: str) -> None:
+    if size > MAX_READ_BYTES:
+        raise ToolError(
+            f"{shown} is {size:,} bytes, over the {MAX_READ_BYTES:,}-byte limit of read_file. "
+            "Process it with code instead, or read a smaller file."
+        )
+
+
+def _read_at_most(handle: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    remaining = limit
+    while remaining > 0:
+        chunk = os.read(handle, min(_READ_CHUNK, remaining))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _decode(data: bytes, shown: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ToolError(
+            f"{shown} is not UTF-8 text: the byte at offset {error.start} cannot be decoded. "
+            "read_file only reads text files; inspect binary files with code instead."
+        ) from None
+
+
+# write_file --------------------------------------------------------------------------------------
+
+
+def write_file(args: WriteFileArguments, context: ToolContext) -> str:
+    names = _file_components(args.path)
+    shown = _shown(names)
+    if args.path.endswith("/"):
+        raise ToolError(
+            f"{args.path!r} ends with '/', so it names a directory. Give a file name, "
+            f"like '{shown}/file.txt'."
+        )
+    data = _encode(args.content)
+    with ExitStack() as stack, _reporting_failures("write", shown):
+        root = _open_root(context.workspace, stack)
+        owner = _owner(root)
+        directory = _walk_creating(root, names[:-1], owner, stack)
+        _check_replaceable(directory, names[-1], shown)
+        _write_atomically(directory, names[-1], data, owner)
+    return f"Wrote {len(data):,} bytes to {shown}."
+
+
+def _encode(content: str) -> bytes:
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ToolError(
+            f"The content cannot be encoded as UTF-8: character {error.start} is a lone "
+            "surrogate. Send valid Unicode text."
+        ) from None
+    if len(data) > MAX_WRITE_BYTES:
+        raise ToolError(
+            f"The content is {len(data):,} bytes as UTF-8, over the {MAX_WRITE_BYTES:,}-byte "
+            "limit of write_file. Split it into several smaller files."
+        )
+    return data
+
+
+def _check_replaceable(directory: int, name: str, shown: str) -> None:
+    """Refuse to replace anything but a regular file.
+
+    Checking before the rename is racy, but the rename is the backstop: it replaces a symlink
+    itself rather than writing through it, and fails on a directory.
+    """
+    try:
+        mode = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise _symlink_denied(shown)
+    if stat.S_ISDIR(mode):
+        raise ToolError(
+            f"{shown} is a directory; write_file will not replace a directory. Write to a file "
+            f"inside it, like '{shown}/file.txt', or choose another name."
+        )
+    if not stat.S_ISREG(mode):
+        raise ToolDenied(f"{shown} is {_kind(mode)}; write_file only replaces regular files.")
+
+
+def _write_atomically(directory: int, name: str, data: bytes, owner: Owner | None) -> None:
+    """Write a temp file beside the target, then rename it over: a crash leaves old or new."""
+    temp = f".{name[:_TEMP_STEM_CHARS]}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
+    handle = os.open(temp, _TEMP_FLAGS, 0o644, dir_fd=directory)
+    try:
+        try:
+            if owner is not None:
+                os.fchown(handle, *owner)
+            _write_all(handle, data)
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+        os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temp, dir_fd=directory)
+        raise
+
+
+def _write_all(handle: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(handle, view) :]
+
+
+# list_files --------------------------------------------------------------------------------------
+
+
+def list_files(args: ListFilesArguments, context: ToolContext) -> str:
+    names = _components(args.path)
+    shown = _shown(names)
+    with ExitStack() as stack, _reporting_failures("list", shown):
+        directory = _walk(_open_root(context.workspace, stack), names, stack)
+        entries = sorted(name for name in os.listdir(directory) if not _TEMP_NAME.fullmatch(name))
+        lines = [_describe_entry(directory, name) for name in entries[:MAX_LIST_ENTRIES]]
+    return _listing(shown, lines, len(entries))
+
+
+def _describe_entry(directory: int, name: str) -> str:
+    # A name with newlines or other unprintables could forge lines of the listing: quote it.
+    label = name if name.isprintable() else repr(name)
+    try:
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except OSError:
+        return f"{label} (could not be inspected)"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{label} -> (symlink, not followed)"
+    if stat.S_ISDIR(info.st_mode):
+        return f"{label}/"
+    if stat.S_ISREG(info.st_mode):
+        return f"{label} ({info.st_size:,} bytes)"
+    return f"{label} ({_kind(info.st_mode)})"
+
+
+def _listing(shown: str, lines: list[str], total: int) -> str:
+    place = "Your workspace" if shown == "." else f"{shown}/"
+    if total == 0:
+        return f"{place} is empty."
+    noun = "entry" if total == 1 else "entries"
+    text = "\n".join([f"{place} contains {total:,} {noun}:", *lines])
+    if total > len(lines):
+        text += f"\n[Only the first {len(lines):,} of {total:,} entries are shown.]"
+    return text
+
+
+READ_FILE = Tool(
+    name="read_file",
+    description=(
+        "Read a UTF-8 text file from your workspace and return its contents. Paths are relative "
+        "to the workspace root, e.g. 'notes/todo.txt'. Absolute paths, '..' and symlinks are "
+        f"refused, and so are files over {MAX_READ_BYTES:,} bytes."
+    ),
+    arguments=ReadFileArguments,
+    function=read_file,
+)
+
+WRITE_FILE = Tool(
+    name="write_file",
+    description=(
+        "Create or replace a UTF-8 text file in your workspace with the given content, creating "
+        "missing parent directories. The whole file is replaced at once. Paths are relative to "
+        "the workspace root, e.g. 'notes/todo.txt'. Absolute paths, '..' and symlinks are "
+        f"refused, and so is content over {MAX_WRITE_BYTES:,} bytes."
+    ),
+    arguments=WriteFileArguments,
+    function=write_file,
+)
+
+LIST_FILES = Tool(
+    name="list_files",
+    description=(
+        "List one directory of your workspace (the root by default). Directories end with '/', "
+        "files show their size, and symlinks are shown but never followed."
+    ),
+    arguments=ListFilesArguments,
+    function=list_files,
+)
