@@ -43,6 +43,14 @@ def manage() -> ManageCommand:
     return run
 
 
+@pytest.fixture(autouse=True)
+def _no_warm_sandbox_outlives_its_test() -> Iterator[None]:
+    yield
+    from tools.sandbox import WARM
+
+    WARM.drain()
+
+
 @pytest.fixture
 def workspaces(settings) -> Iterator[Path]:
     """A workspaces directory the unprivileged sandbox user can traverse (pytest's tmp is 0700)."""

@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
 from tools.code import RUN_CODE
-from tools.sandbox import sandbox_identity
+from tools.sandbox import WARM, BubblewrapSandbox, Limits, WarmSandboxes, sandbox_identity
 from tools.workspace import ensure_workspace
 
 from .conftest import PROJECT_DIR
@@ -50,8 +50,10 @@ def sandbox_processes() -> list[psutil.Process]:
 
 
 def settle(seconds: float = 0.5) -> None:
-    """Give the kernel a moment to reap what a killed namespace leaves."""
+    """Give the kernel a moment to reap what a killed namespace leaves, then retire the warm
+    sandbox started for the next call, which is not the snippet's doing."""
     time.sleep(seconds)
+    WARM.drain()
 
 
 def test_runs_a_snippet_and_returns_its_output_and_policy(context):
@@ -175,7 +177,9 @@ def test_fork_bomb_is_bounded_and_leaves_nothing_running(context):
     result = run(context, code, timeout=3)
     assert result.status in {ToolStatus.TIMEOUT, ToolStatus.ERROR}
     settle()
-    assert sandbox_processes() == []
+    assert sandbox_processes() == [], [
+        (p.pid, p.ppid(), p.cmdline()[:4]) for p in sandbox_processes()
+    ][:5]
 
 
 def test_memory_bomb_gets_memory_error(context):
@@ -208,7 +212,9 @@ def test_endless_loop_times_out_and_is_killed(context):
     assert result.status is ToolStatus.TIMEOUT
     assert "Killed after 2 seconds" in result.text
     settle()
-    assert sandbox_processes() == []
+    assert sandbox_processes() == [], [
+        (p.pid, p.ppid(), p.cmdline()[:4]) for p in sandbox_processes()
+    ][:5]
 
 
 def test_sleep_past_the_timeout_is_killed(context):
@@ -237,7 +243,9 @@ def test_double_forked_background_process_does_not_outlive_the_call(context):
     size = (context.workspace / "beat").stat().st_size
     settle()
     assert (context.workspace / "beat").stat().st_size == size
-    assert sandbox_processes() == []
+    assert sandbox_processes() == [], [
+        (p.pid, p.ppid(), p.cmdline()[:4]) for p in sandbox_processes()
+    ][:5]
 
 
 def test_stdout_flood_is_capped_and_the_worker_stays_small(context):
@@ -250,7 +258,9 @@ def test_stdout_flood_is_capped_and_the_worker_stays_small(context):
     assert len(result.text) < 100_000
     assert worker.memory_info().rss - before < 50 * 1024 * 1024
     settle()
-    assert sandbox_processes() == []
+    assert sandbox_processes() == [], [
+        (p.pid, p.ppid(), p.cmdline()[:4]) for p in sandbox_processes()
+    ][:5]
 
 
 def test_missing_bubblewrap_fails_closed_saying_how_to_fix_it(context, monkeypatch):
@@ -266,8 +276,6 @@ def test_missing_bubblewrap_fails_closed_saying_how_to_fix_it(context, monkeypat
 
 
 def test_a_sandbox_bubblewrap_cannot_build_fails_closed(context, monkeypatch):
-    from tools.sandbox import BubblewrapSandbox
-
     build = BubblewrapSandbox.bwrap_arguments
 
     def broken(self, workspace, limits):
@@ -302,3 +310,39 @@ def test_subprocess_mode_is_opt_in_and_marks_every_result(context):
     assert ok.status is ToolStatus.OK
     assert str(context.workspace) in ok.text
     assert ok.policy == failed.policy == "subprocess (no isolation)"
+
+
+def test_the_next_call_gets_a_fresh_sandbox_started_ahead(context):
+    first = run(context, "open('/tmp/left-behind', 'w').write('x'); import os; print(os.getpid())")
+    time.sleep(0.5)  # the model's turn: time for the next sandbox to start
+    assert (context.workspace, Limits.from_settings(10)) in WARM.idle
+    second = run(context, "import os; print(os.path.exists('/tmp/left-behind'))")
+    assert first.status is second.status is ToolStatus.OK
+    assert "False" in second.text  # a new sandbox: nothing of the last snippet survives
+
+
+def test_a_warm_sandbox_serves_only_its_own_workspace(workspaces):
+    alice = ToolContext(user_id=1, username="alice", workspace=ensure_workspace(workspaces / "1"))
+    bob = ToolContext(user_id=2, username="bob", workspace=ensure_workspace(workspaces / "2"))
+    (alice.workspace / "alice.txt").write_text("private")
+    run(alice, "print('warming alice')")
+    time.sleep(0.5)
+    result = run(bob, "import os; print(os.listdir('.'))")
+    assert "alice.txt" not in result.text
+    assert "[]" in result.text
+
+
+def test_an_unused_warm_sandbox_expires(context):
+    pool = WarmSandboxes(idle_seconds=0.2)
+    pool._add(context.workspace, Limits(), BubblewrapSandbox().launch)
+    [(sandbox, _)] = pool.idle.values()
+    sandbox.process.wait(timeout=5)
+    assert pool.idle == {}
+
+
+def test_warm_sandboxes_can_be_turned_off(context, settings):
+    settings.LOOP_SANDBOX_WARM = False
+    WARM.drain()
+    run(context, "print(1)")
+    time.sleep(0.5)
+    assert WARM.idle == {}

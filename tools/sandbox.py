@@ -7,6 +7,8 @@ uid only, so when the worker is root the snippet runs as LOOP_SANDBOX_USER. A wa
 kills the whole tree, and output is read with a byte cap.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import pwd
@@ -15,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +50,7 @@ class Limits:
     output_bytes: int = 64 * 1024
 
     @classmethod
-    def from_settings(cls, timeout: float) -> "Limits":
+    def from_settings(cls, timeout: float) -> Limits:
         return cls(
             timeout=timeout,
             # One second over the wall clock, so a busy loop ends as a timeout, not a CPU kill.
@@ -135,15 +138,20 @@ class BubblewrapSandbox:
     policy = "bubblewrap"
 
     def run(self, code: str, workspace: Path, limits: Limits) -> Execution:
+        sandbox = WARM.take(workspace, limits) or self.launch(workspace, limits)
+        execution = sandbox.finish(code, limits, self.policy)
+        _raise_if_bwrap_failed(execution)
+        WARM.prepare(workspace, limits, self.launch)
+        return execution
+
+    def launch(self, workspace: Path, limits: Limits) -> Launched:
         argv = [
             *identity_prefix(),
             *limits_prefix(limits),
             *self.bwrap_arguments(workspace, limits),
             *interpreter_arguments(),
         ]
-        execution = execute(argv, code, limits, self.policy, cwd=None)
-        _raise_if_bwrap_failed(execution)
-        return execution
+        return launch(argv, limits, cwd=None)
 
     def bwrap_arguments(self, workspace: Path, limits: Limits) -> list[str]:
         return [
@@ -210,6 +218,78 @@ def get_sandbox() -> Sandbox:
         ) from None
 
 
+class WarmSandboxes:
+    """One sandbox per recently used workspace, started ahead and idling on stdin.
+
+    An agent calls run_code again and again in a run; starting the next sandbox while the model
+    thinks takes the namespace and interpreter start-up off the call's latency. A warm sandbox
+    serves only the workspace and limits it was built for, runs nothing until it gets a program,
+    dies with the worker, and is killed after `idle_seconds` unused.
+    """
+
+    def __init__(self, idle_seconds: float = 120.0, capacity: int = 16) -> None:
+        self.idle_seconds, self.capacity = idle_seconds, capacity
+        self.idle: dict[tuple[Path, Limits], tuple[Launched, threading.Timer]] = {}
+        self.lock = threading.Lock()
+
+    def take(self, workspace: Path, limits: Limits) -> Launched | None:
+        with self.lock:
+            entry = self.idle.pop((workspace, limits), None)
+        if entry is None:
+            return None
+        sandbox, expiry = entry
+        expiry.cancel()
+        return sandbox if sandbox.alive() else None
+
+    def prepare(
+        self, workspace: Path, limits: Limits, start: Callable[[Path, Limits], Launched]
+    ) -> None:
+        if settings.LOOP_SANDBOX_WARM:
+            threading.Thread(target=self._add, args=(workspace, limits, start), daemon=True).start()
+
+    def _add(
+        self, workspace: Path, limits: Limits, start: Callable[[Path, Limits], Launched]
+    ) -> None:
+        try:
+            sandbox = start(workspace, limits)
+        except SandboxUnavailable:
+            return
+        expiry = threading.Timer(self.idle_seconds, self._expire, args=((workspace, limits),))
+        expiry.daemon = True
+        with self.lock:
+            evicted = [self.idle.pop((workspace, limits), None)]
+            if len(self.idle) >= self.capacity:
+                evicted.append(self.idle.pop(next(iter(self.idle))))
+            self.idle[(workspace, limits)] = (sandbox, expiry)
+        expiry.start()
+        for entry in filter(None, evicted):
+            _discard(entry)
+
+    def _expire(self, key: tuple[Path, Limits]) -> None:
+        with self.lock:
+            entry = self.idle.pop(key, None)
+        if entry is not None:
+            _discard(entry)
+
+    def drain(self) -> None:
+        """Kill every idle sandbox (tests, shutdown)."""
+        with self.lock:
+            entries = list(self.idle.values())
+            self.idle.clear()
+        for entry in entries:
+            _discard(entry)
+
+
+def _discard(entry: tuple[Launched, threading.Timer]) -> None:
+    sandbox, expiry = entry
+    expiry.cancel()
+    sandbox.kill()
+    sandbox.process.wait()
+
+
+WARM = WarmSandboxes()
+
+
 def interpreter_arguments() -> list[str]:
     # -I: ignore PYTHON* variables and the user's site-packages; the code itself comes on stdin.
     return [settings.LOOP_SANDBOX_PYTHON, "-I", "-"]
@@ -217,6 +297,46 @@ def interpreter_arguments() -> list[str]:
 
 def execute(argv: list[str], code: str, limits: Limits, policy: str, cwd: Path | None) -> Execution:
     """Run argv with the code on stdin; kill its whole process group at the deadline."""
+    return launch(argv, limits, cwd).finish(code, limits, policy)
+
+
+@dataclass
+class Launched:
+    """An interpreter started and waiting for its program on stdin, its output being drained."""
+
+    process: subprocess.Popen[bytes]
+    stdout: CappedReader
+    stderr: CappedReader
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def finish(self, code: str, limits: Limits, policy: str) -> Execution:
+        _feed(self.process, code)
+        timed_out = not _exited_within(self.process, limits.timeout)
+        if timed_out:
+            self.kill()
+        self.process.wait()
+        self.stdout.join()
+        self.stderr.join()
+        return Execution(
+            exit_status=None if timed_out else self.process.returncode,
+            stdout=self.stdout.text(),
+            stderr=self.stderr.text(),
+            timed_out=timed_out,
+            output_truncated=self.stdout.truncated or self.stderr.truncated,
+            policy=policy,
+        )
+
+    def kill(self) -> None:
+        # The group is setpriv/prlimit/bwrap (one exec chain) and anything sharing it. bwrap's
+        # --die-with-parent and its pid namespace take everything inside down with it. The
+        # process is not reaped yet, so its pid (and group id) cannot have been reused.
+        with suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def launch(argv: list[str], limits: Limits, cwd: Path | None) -> Launched:
     process = subprocess.Popen(  # noqa: S603 (argv is built above, never by a shell)
         argv,
         stdin=subprocess.PIPE,
@@ -226,24 +346,10 @@ def execute(argv: list[str], code: str, limits: Limits, policy: str, cwd: Path |
         env=_environment_for_host_process(),
         start_new_session=True,
     )
-    stdout, stderr = (
+    return Launched(
+        process,
         CappedReader(process.stdout, limits.output_bytes),
         CappedReader(process.stderr, limits.output_bytes),
-    )
-    _feed(process, code)
-    timed_out = not _exited_within(process, limits.timeout)
-    if timed_out:
-        _kill_group(process)
-    process.wait()
-    stdout.join()
-    stderr.join()
-    return Execution(
-        exit_status=None if timed_out else process.returncode,
-        stdout=stdout.text(),
-        stderr=stderr.text(),
-        timed_out=timed_out,
-        output_truncated=stdout.truncated or stderr.truncated,
-        policy=policy,
     )
 
 
@@ -296,14 +402,6 @@ def _exited_within(process: subprocess.Popen[bytes], timeout: float) -> bool:
         return bool(select.select([pidfd], [], [], timeout)[0])
     finally:
         os.close(pidfd)
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    # The group is setpriv/prlimit/bwrap (one exec chain) and anything sharing it. bwrap's
-    # --die-with-parent and its pid namespace take everything inside down with it. The process
-    # is not reaped yet, so its pid (and group id) cannot have been reused.
-    with suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _environment() -> list[str]:
