@@ -1,6 +1,7 @@
 """Operators' entry points: calltool, sandboxcheck and the start-up check."""
 
 import json
+import time
 
 import pytest
 from django.contrib.auth.models import User
@@ -93,3 +94,12 @@ def test_an_unknown_sandbox_setting_is_a_configuration_error():
         pytest.raises(ImproperlyConfigured, match="LOOP_SANDBOX"),
     ):
         get_sandbox()
+
+
+def test_the_start_up_probe_leaves_no_sandbox_idling():
+    from tools.sandbox import WARM
+
+    WARM.drain()
+    assert check_sandbox() == []
+    time.sleep(0.5)  # a sandbox started ahead would have appeared by now
+    assert WARM.idle == {}

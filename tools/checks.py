@@ -27,7 +27,8 @@ def probe_sandbox() -> SandboxReport:
     with tempfile.TemporaryDirectory(prefix="loop-sandbox-probe-") as directory:
         workspace = ensure_workspace(Path(directory) / "workspace")
         try:
-            execution = sandbox.run(PROBE, workspace, Limits(timeout=20))
+            # A throwaway workspace gets no sandbox started ahead for a next call.
+            execution = sandbox.run(PROBE, workspace, Limits(timeout=20), start_next=False)
         except SandboxUnavailable as error:
             return SandboxReport(False, sandbox.policy, str(error))
     if execution.exit_status == 0 and execution.stdout.strip() == "42":

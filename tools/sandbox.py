@@ -82,7 +82,9 @@ class Identity:
 class Sandbox(Protocol):
     policy: str
 
-    def run(self, code: str, workspace: Path, limits: Limits) -> Execution: ...
+    def run(
+        self, code: str, workspace: Path, limits: Limits, *, start_next: bool = True
+    ) -> Execution: ...
 
 
 def sandbox_identity() -> Identity | None:
@@ -137,11 +139,14 @@ def limits_prefix(limits: Limits) -> list[str]:
 class BubblewrapSandbox:
     policy = "bubblewrap"
 
-    def run(self, code: str, workspace: Path, limits: Limits) -> Execution:
+    def run(
+        self, code: str, workspace: Path, limits: Limits, *, start_next: bool = True
+    ) -> Execution:
         sandbox = WARM.take(workspace, limits) or self.launch(workspace, limits)
         execution = sandbox.finish(code, limits, self.policy)
         _raise_if_bwrap_failed(execution)
-        WARM.prepare(workspace, limits, self.launch)
+        if start_next:
+            WARM.prepare(workspace, limits, self.launch)
         return execution
 
     def launch(self, workspace: Path, limits: Limits) -> Launched:
@@ -197,7 +202,9 @@ class SubprocessSandbox:
 
     policy = "subprocess (no isolation)"
 
-    def run(self, code: str, workspace: Path, limits: Limits) -> Execution:
+    def run(
+        self, code: str, workspace: Path, limits: Limits, *, start_next: bool = True
+    ) -> Execution:
         argv = [*identity_prefix(), *limits_prefix(limits), *interpreter_arguments()]
         return execute(argv, code, limits, self.policy, cwd=workspace)
 
