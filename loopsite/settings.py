@@ -102,7 +102,23 @@ else:
 
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
+# The model (see agent/llm/ and the README's Configuration). No key: the keyless mock model.
 GROQ_API_KEY = env_str("GROQ_API_KEY")
+GROQ_BASE_URL = env_str("GROQ_BASE_URL")
+LOOP_MODEL = env_str("LOOP_MODEL")
+LOOP_GROQ_MODEL = env_str("LOOP_GROQ_MODEL", "llama-3.3-70b-versatile")
+LOOP_GROQ_TIMEOUT = env_int("LOOP_GROQ_TIMEOUT", 60)
+LOOP_GROQ_MAX_RETRIES = env_int("LOOP_GROQ_MAX_RETRIES", 2)
+
+# The bounds on every run (agent.loop.Limits).
+LOOP_TASK_MAX_CHARS = env_int("LOOP_TASK_MAX_CHARS", 10_000)
+LOOP_MAX_ITERATIONS = env_int("LOOP_MAX_ITERATIONS", 10)
+LOOP_RUN_SECONDS = env_int("LOOP_RUN_SECONDS", 600)
+LOOP_RUN_TOKENS = env_int("LOOP_RUN_TOKENS", 200_000)
+LOOP_RUN_TOOL_CALLS = env_int("LOOP_RUN_TOOL_CALLS", 50)
+LOOP_BREAKER_FAILURES = env_int("LOOP_BREAKER_FAILURES", 3)
+LOOP_BREAKER_IDENTICAL_CALLS = env_int("LOOP_BREAKER_IDENTICAL_CALLS", 3)
+LOOP_PARALLEL_TOOL_CALLS = env_int("LOOP_PARALLEL_TOOL_CALLS", 4)
 
 # Tools (see tools/ and the README's Configuration).
 LOOP_WORKSPACES_DIR = Path(env_str("LOOP_WORKSPACES_DIR") or VAR_DIR / "workspaces").resolve()

@@ -25,6 +25,8 @@ class ToolStatus(StrEnum):
     ERROR = "error"
     TIMEOUT = "timeout"
     DENIED = "denied"
+    # Never ran: the run was cancelled or halted before this call's turn came.
+    SKIPPED = "skipped"
 
 
 class ToolError(Exception):
@@ -96,6 +98,9 @@ class Tool:
     arguments: type[BaseModel]
     function: ToolFunction
     timeout: float = 60.0
+    # A tool that enforces its own hard deadline (run_code, web_search) runs in the caller's
+    # thread; any other runs in a backstop thread that gives up on it after `timeout`.
+    own_deadline: bool = False
 
     def spec(self) -> dict[str, Any]:
         """The function-calling spec (OpenAI / Groq format) the model sees."""
@@ -128,13 +133,18 @@ class ToolRegistry:
     def specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools.values()]
 
+    def bind(self, context: ToolContext) -> "BoundTools":
+        return BoundTools(self, context)
+
     def dispatch(self, name: str, raw_arguments: str, context: ToolContext) -> ToolResult:
         started = time.monotonic()
         try:
             tool = self._tool(name)
-            output = _call_with_deadline(
-                tool, tool.arguments.model_validate(_parse(raw_arguments)), context
-            )
+            arguments = tool.arguments.model_validate(_parse(raw_arguments))
+            if tool.own_deadline:
+                output = _call(tool, arguments, context)
+            else:
+                output = _call_with_deadline(tool, arguments, context)
             status = ToolStatus.OK
         except ValidationError as error:
             output, status = ToolOutput(_describe_invalid(name, error)), ToolStatus.ERROR
@@ -148,6 +158,21 @@ class ToolRegistry:
             known = ", ".join(sorted(self.tools))
             raise ToolError(f"Unknown tool {name!r}. Available tools: {known}.")
         return self.tools[name]
+
+
+class BoundTools:
+    """The registry as one run sees it: every call acts for the run's user."""
+
+    def __init__(self, registry: ToolRegistry, context: ToolContext) -> None:
+        self.registry = registry
+        self.context = context
+        self._specs = registry.specs()
+
+    def specs(self) -> list[dict[str, Any]]:
+        return self._specs
+
+    def dispatch(self, name: str, raw_arguments: str) -> ToolResult:
+        return self.registry.dispatch(name, raw_arguments, self.context)
 
 
 def _parse(raw_arguments: str) -> Any:
@@ -167,18 +192,28 @@ def _describe_invalid(name: str, error: ValidationError) -> str:
     return f"Invalid arguments for {name}: {problems}."
 
 
+def _call(tool: Tool, arguments: BaseModel, context: ToolContext) -> ToolOutput:
+    try:
+        output = tool.function(arguments, context)
+    except ToolError:
+        raise
+    except Exception as error:
+        logger.exception("Tool %s raised", tool.name)
+        raise ToolError(f"{tool.name} failed: {type(error).__name__}: {error}") from None
+    return output if isinstance(output, ToolOutput) else ToolOutput(output)
+
+
 def _call_with_deadline(tool: Tool, arguments: BaseModel, context: ToolContext) -> ToolOutput:
     """Run the tool in its own thread so a hung tool cannot hold the run past its timeout.
 
-    A thread cannot be killed: tools that can block (run_code, web_search) also enforce their own
-    deadline, and this one is the backstop that keeps the run moving.
+    A thread cannot be killed: this backstop keeps the run moving, and the abandoned thread ends
+    when the tool does.
     """
     box: dict[str, ToolOutput | BaseException] = {}
 
     def call() -> None:
         try:
-            output = tool.function(arguments, context)
-            box["result"] = output if isinstance(output, ToolOutput) else ToolOutput(output)
+            box["result"] = _call(tool, arguments, context)
         except BaseException as error:
             box["result"] = error
 
@@ -188,9 +223,6 @@ def _call_with_deadline(tool: Tool, arguments: BaseModel, context: ToolContext) 
     if worker.is_alive():
         raise ToolTimeout(f"{tool.name} did not finish within {tool.timeout:g} seconds.")
     result = box["result"]
-    if isinstance(result, ToolError):
-        raise result
     if isinstance(result, BaseException):
-        logger.exception("Tool %s raised", tool.name, exc_info=result)
-        raise ToolError(f"{tool.name} failed: {type(result).__name__}: {result}") from None
+        raise result
     return result

@@ -1,0 +1,154 @@
+"""One dataclass per thing that happens in a run.
+
+The loop reports every event to a sink: the Django recorder persists it (then publishes it), the
+CLI prints it, tests assert on it. `as_dict()` is the JSON stored on the run's event log.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar, Protocol
+
+
+class RunStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    HALTED = "halted"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class HaltReason(StrEnum):
+    TOOL_FAILURES = "tool_failures"
+    REPEATED_FAILED_CALL = "repeated_failed_call"
+    IDENTICAL_CALLS = "identical_calls"
+    ITERATION_CAP = "iteration_cap"
+    DEADLINE = "deadline"
+    TOKEN_BUDGET = "token_budget"  # noqa: S105 (a reason, not a secret)
+    TOOL_CALL_BUDGET = "tool_call_budget"
+
+    @property
+    def is_breaker(self) -> bool:
+        return self in BREAKER_REASONS
+
+
+BREAKER_REASONS = frozenset(
+    {HaltReason.TOOL_FAILURES, HaltReason.REPEATED_FAILED_CALL, HaltReason.IDENTICAL_CALLS}
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    kind = "run_started"
+    task: str
+    provider: str
+    model: str
+    messages: list[dict[str, Any]]
+    limits: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MemoriesRecalled(Event):
+    kind = "memories_recalled"
+    memories: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ModelReplied(Event):
+    kind = "model_replied"
+    step: int
+    text: str
+    tool_calls: list[dict[str, str]]
+    prompt_tokens: int
+    completion_tokens: int
+    recovered_error: str = ""
+
+
+@dataclass(frozen=True)
+class ToolCallStarted(Event):
+    kind = "tool_call_started"
+    step: int
+    call_id: str
+    tool: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ToolCallFinished(Event):
+    kind = "tool_call_finished"
+    step: int
+    call_id: str
+    tool: str
+    arguments: str
+    status: str
+    text: str
+    duration: float
+    policy: str = ""
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class BreakerTripped(Event):
+    kind = "breaker_tripped"
+    step: int
+    tool: str
+    reason: str
+    failures: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class RunHalted(Event):
+    """A guard stopped the run. `summary_prompt` is what the model was asked for its last turn."""
+
+    kind = "run_halted"
+    step: int
+    reason: str
+    detail: str
+    summary_prompt: str = ""
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    kind = "run_finished"
+    status: str
+    answer: str
+    halt_reason: str = ""
+    error: str = ""
+    iterations: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    duration: float = 0.0
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        RunStarted,
+        MemoriesRecalled,
+        ModelReplied,
+        ToolCallStarted,
+        ToolCallFinished,
+        BreakerTripped,
+        RunHalted,
+        RunFinished,
+    )
+}
+
+
+def event_from_dict(kind: str, data: dict[str, Any]) -> Event:
+    return EVENT_TYPES[kind](**data)
+
+
+class EventSink(Protocol):
+    def __call__(self, event: Event) -> None: ...

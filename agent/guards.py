@@ -1,0 +1,89 @@
+"""The guards that stop a run: a halt with its reason, and the circuit breaker."""
+
+import json
+from collections import Counter, defaultdict
+
+from agent.events import HaltReason
+from agent.llm.base import ToolCall
+from tools.base import ToolResult
+
+
+class Halt(Exception):
+    """A guard ends the run as `halted`. With `summarise`, the model gets one last turn."""
+
+    def __init__(self, reason: HaltReason, detail: str, *, summarise: bool) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.summarise = summarise
+
+
+class BreakerTrip(Halt):
+    def __init__(
+        self, reason: HaltReason, detail: str, tool: str, failures: list[dict[str, str]]
+    ) -> None:
+        super().__init__(reason, detail, summarise=True)
+        self.tool = tool
+        self.failures = failures
+
+
+class Cancelled(Exception):
+    """Someone asked the run to stop."""
+
+
+def call_identity(call: ToolCall) -> tuple[str, str]:
+    """Same tool, same arguments: key order and whitespace in the JSON do not make a call new."""
+    try:
+        arguments = json.dumps(json.loads(call.arguments), sort_keys=True)
+    except ValueError:
+        arguments = call.arguments
+    return call.name, arguments
+
+
+class Breaker:
+    """Trips when calling on is pointless.
+
+    Three ways: the same tool failing `max_failures` times in a row; the model repeating a call
+    identical to one that already failed; the model asking for one identical call
+    `max_identical` times. Repeats are caught before they run, failures after.
+    """
+
+    def __init__(self, max_failures: int, max_identical: int) -> None:
+        self.max_failures = max_failures
+        self.max_identical = max_identical
+        self.failures: defaultdict[str, list[dict[str, str]]] = defaultdict(list)
+        self.failed: dict[tuple[str, str], str] = {}
+        self.seen: Counter[tuple[str, str]] = Counter()
+
+    def before(self, call: ToolCall) -> None:
+        identity = call_identity(call)
+        if identity in self.failed:
+            raise BreakerTrip(
+                HaltReason.REPEATED_FAILED_CALL,
+                f"{call.name} was called again with the same arguments after that call failed.",
+                call.name,
+                [{"arguments": call.arguments, "error": self.failed[identity]}],
+            )
+        self.seen[identity] += 1
+        if self.seen[identity] >= self.max_identical:
+            raise BreakerTrip(
+                HaltReason.IDENTICAL_CALLS,
+                f"{call.name} was called {self.seen[identity]} times with the same arguments.",
+                call.name,
+                [],
+            )
+
+    def after(self, call: ToolCall, result: ToolResult) -> None:
+        if result.ok:
+            self.failures.pop(call.name, None)
+            return
+        self.failed[call_identity(call)] = result.text
+        failures = self.failures[call.name]
+        failures.append({"arguments": call.arguments, "error": result.text})
+        if len(failures) >= self.max_failures:
+            raise BreakerTrip(
+                HaltReason.TOOL_FAILURES,
+                f"{call.name} failed {len(failures)} times in a row.",
+                call.name,
+                list(failures),
+            )

@@ -1,0 +1,69 @@
+"""The one interface every model speaks: chat(messages, tools) -> text and/or tool calls, usage.
+
+Messages use the OpenAI / Groq chat format (plain dicts), so the history is a plain list that can be
+logged, persisted, replayed and sent to a provider unchanged.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+ToolSpec = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call the model asked for. `arguments` is the raw JSON text exactly as the model sent it."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def as_message_part(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    # A provider-side failure the client already fed back to the model once (Groq's
+    # tool_use_failed); kept so the run's record shows it happened.
+    recovered_error: str = ""
+
+
+class LLMError(Exception):
+    """The provider could not give a reply (down, out of retries, rejected the request).
+
+    It ends the run as `failed` with this message; it is never fed back to the model.
+    """
+
+
+class LLM(Protocol):
+    provider: str
+    model: str
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+        """One model turn. `tools=None` means the model must answer in text."""
+        ...

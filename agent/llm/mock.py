@@ -1,0 +1,224 @@
+"""The keyless default model: deterministic, and able to work a documented set of task shapes.
+
+It reads the task and the tool results so far from the messages, the way a real model would, and
+plans the next tool call or the answer. The README lists the task shapes it understands; for any
+other task it says plainly that it is a mock.
+"""
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agent.llm.base import Message, Reply, ToolCall, ToolSpec, Usage
+from agent.llm.tokens import count_prompt_tokens, count_tokens
+
+FAILURE_PREFIXES = ("ERROR:", "TIMEOUT:", "DENIED:", "SKIPPED:")
+FILE_NAME = r"([\w\-/]+\.\w+)"
+RANGE_SUM = re.compile(r"sum of (\d+)\s*(?:\.\.|to|through|-)\s*(\d+)", re.I)
+LISTED_SUM = re.compile(r"(?:sum|add|total) (?:of )?(\d+(?:\s*(?:,|and|\+)\s*\d+)+)", re.I)
+EXPRESSION = re.compile(r"[\d(][\d\s.()+\-*/%^]*[+\-*/%^][\d\s.()+\-*/%^]*[\d)]")
+SAVE_SUM = re.compile(r"\b(?:save|write|store)\b", re.I)
+NAMED_FILE = re.compile(rf"(?:to|in|into|as|named|called)\s+(?:a\s+)?(?:file\s+)?{FILE_NAME}", re.I)
+KEEP_READING = re.compile(rf"keep (?:reading|trying to read|checking) {FILE_NAME}", re.I)
+WRITE_TEXT = re.compile(
+    rf"(?:save|write|store|put)\s+[\"'“](.+?)[\"'”]\s+(?:to|in|into)\s+(?:a\s+)?(?:file\s+)?"
+    rf"{FILE_NAME}",
+    re.I | re.S,
+)
+READ_FILE = re.compile(
+    rf"(?:read|show|open|cat|print|what(?:'s| is) in)\s+(?:me\s+)?(?:the\s+)?(?:file\s+)?"
+    rf"{FILE_NAME}",
+    re.I,
+)
+LIST_FILES = re.compile(r"\b(?:list|show)\b.*\bfiles\b|\bwhat files\b", re.I)
+SEARCH = re.compile(
+    r"(?:search(?: the web)?(?: for)?|look up|find (?:information|info) (?:on|about))\s+(.+)",
+    re.I | re.S,
+)
+
+TASK_SHAPES = """\
+- arithmetic: "What is 17 * 23?", "Compute (2 + 3) ** 4", "Sum of 1..100", "Add 3, 4 and 5"
+- the demo: "Compute the sum of 1..100 and save it to a file" (optionally "to total.txt")
+- saving text: "Save 'buy milk' to notes.txt"
+- reading a file: "Read notes.txt", "What's in notes.txt?"
+- listing files: "List my files"
+- web search: "Search the web for pgvector HNSW"
+- a task that keeps failing: "Keep reading missing.txt until it exists\""""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One tool call from the history, with its result."""
+
+    tool: str
+    arguments: dict[str, Any]
+    text: str
+
+    @property
+    def ok(self) -> bool:
+        return not self.text.startswith(FAILURE_PREFIXES)
+
+    @property
+    def stdout(self) -> str:
+        """run_code's standard output, as its report shows it."""
+        match = re.search(r"--- stdout ---\n(.*?)\n--- stderr ---", self.text, re.S)
+        return match.group(1).strip() if match else self.text.strip()
+
+
+Move = tuple[str, dict[str, Any]] | str  # a tool call to make, or the answer
+Plan = Callable[[re.Match[str], list[Observation]], Move]
+
+
+class MockLLM:
+    provider = "mock"
+    model = "mock"
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+        task = next(m["content"] for m in messages if m["role"] == "user")
+        seen = observations(messages)
+        if tools is None:
+            move: Move = summary(seen, messages[-1]["content"])
+        else:
+            move = next_move(task, seen)
+        return reply(move, len(seen) + 1, count_prompt_tokens(messages, tools))
+
+
+def observations(messages: list[Message]) -> list[Observation]:
+    results = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
+    return [
+        Observation(
+            call["function"]["name"],
+            _arguments(call["function"]["arguments"]),
+            results.get(call["id"], ""),
+        )
+        for message in messages
+        for call in message.get("tool_calls") or ()
+    ]
+
+
+def _arguments(raw: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def reply(move: Move, call_number: int, prompt_tokens: int) -> Reply:
+    if isinstance(move, str):
+        return Reply(text=move, usage=Usage(prompt_tokens, count_tokens(move)))
+    name, arguments = move
+    raw = json.dumps(arguments)
+    call = ToolCall(f"call_{call_number}", name, raw)
+    return Reply(tool_calls=(call,), usage=Usage(prompt_tokens, count_tokens(name + raw)))
+
+
+def next_move(task: str, seen: list[Observation]) -> Move:
+    for pattern, plan in PLANS:
+        match = pattern.search(task)
+        if match:
+            return plan(match, seen)
+    return (
+        "I am Loop's mock model (no GROQ_API_KEY is set), so I can only work a few task "
+        f"shapes:\n{TASK_SHAPES}\nSet GROQ_API_KEY to run this task on a real model."
+    )
+
+
+def save_sum(match: re.Match[str], seen: list[Observation]) -> Move:
+    """The demo: compute, check the file, recover from its absence by writing it, answer."""
+    first, last = int(match.group(1)), int(match.group(2))
+    named = NAMED_FILE.search(match.string)
+    path = named.group(1) if named else "sum.txt"
+    if not seen:
+        return "run_code", {"code": f"print(sum(range({first}, {last} + 1)))"}
+    computed = seen[0]
+    if not computed.ok:
+        return f"I could not compute the sum: {computed.text}"
+    total = computed.stdout
+    if len(seen) == 1:
+        return "read_file", {"path": path}
+    latest = seen[-1]
+    if latest.tool == "read_file" and latest.ok and latest.text.strip() == total:
+        return f"The sum of {first}..{last} is {total}; {path} already holds it."
+    if latest.tool == "read_file":
+        return "write_file", {"path": path, "content": total + "\n"}
+    if not latest.ok:
+        return f"The sum of {first}..{last} is {total}, but saving it failed: {latest.text}"
+    return f"The sum of {first}..{last} is {total}. I saved it to {path}."
+
+
+def keep_reading(match: re.Match[str], seen: list[Observation]) -> Move:
+    """Retries a missing file under another spelling each time, as models do."""
+    path = match.group(1)
+    if seen and seen[-1].ok:
+        return f"{path} exists now. It says:\n{seen[-1].text}"
+    return "read_file", {"path": "./" * len(seen) + path}
+
+
+def compute(code: str, shown: str) -> Plan:
+    def plan(match: re.Match[str], seen: list[Observation]) -> Move:
+        if not seen:
+            return "run_code", {"code": code}
+        result = seen[-1]
+        if not result.ok:
+            return f"I could not compute {shown}: {result.text}"
+        return f"{shown} = {result.stdout}"
+
+    return plan
+
+
+def range_sum(match: re.Match[str], seen: list[Observation]) -> Move:
+    first, last = int(match.group(1)), int(match.group(2))
+    code = f"print(sum(range({first}, {last} + 1)))"
+    return compute(code, f"The sum of {first}..{last}")(match, seen)
+
+
+def listed_sum(match: re.Match[str], seen: list[Observation]) -> Move:
+    numbers = re.findall(r"\d+", match.group(1))
+    shown = " + ".join(numbers)
+    return compute(f"print({shown})", shown)(match, seen)
+
+
+def expression(match: re.Match[str], seen: list[Observation]) -> Move:
+    shown = " ".join(match.group(0).split())
+    return compute(f"print({shown.replace('^', '**')})", shown)(match, seen)
+
+
+def one_call(tool: str, arguments: Callable[[re.Match[str]], dict[str, Any]]) -> Plan:
+    """A task done by one tool call, answered with its result."""
+
+    def plan(match: re.Match[str], seen: list[Observation]) -> Move:
+        if not seen:
+            return tool, arguments(match)
+        result = seen[-1]
+        if not result.ok:
+            return f"{tool} failed: {result.text}"
+        return result.text
+
+    return plan
+
+
+def summary(seen: list[Observation], request: str) -> str:
+    """The last turn of a halted run: what was done, from the history."""
+    reason = re.search(r"The run is stopping: (.*?) No more tool calls", request, re.S)
+    lines = [f"I had to stop: {reason.group(1) if reason else 'the run was halted.'}"]
+    for number, observation in enumerate(seen, 1):
+        outcome = "ok" if observation.ok else "failed"
+        excerpt = " ".join(observation.text.split())[:120]
+        lines.append(f"{number}. {observation.tool} {outcome}: {excerpt}")
+    return "\n".join(lines)
+
+
+PLANS: list[tuple[re.Pattern[str], Plan]] = [
+    (KEEP_READING, keep_reading),
+    (re.compile(RANGE_SUM.pattern + r"(?=.*" + SAVE_SUM.pattern + ")", re.I | re.S), save_sum),
+    (WRITE_TEXT, one_call("write_file", lambda m: {"path": m.group(2), "content": m.group(1)})),
+    (READ_FILE, one_call("read_file", lambda m: {"path": m.group(1)})),
+    (LIST_FILES, one_call("list_files", lambda m: {})),
+    (SEARCH, one_call("web_search", lambda m: {"query": m.group(1).strip(" .?!")})),
+    (RANGE_SUM, range_sum),
+    (LISTED_SUM, listed_sum),
+    (EXPRESSION, expression),
+]

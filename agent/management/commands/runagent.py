@@ -1,0 +1,168 @@
+"""`manage.py runagent "task"`: run one task from the terminal, printing each step as it happens."""
+
+import json
+import signal
+import threading
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agent.events import (
+    BreakerTripped,
+    Event,
+    MemoriesRecalled,
+    ModelReplied,
+    RunFinished,
+    RunHalted,
+    RunStarted,
+    RunStatus,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from agent.llm.factory import ModelUnavailable
+from agent.models import AgentRun
+from agent.services import InvalidTask, default_limits, execute_run, start_run
+
+CLI_USER = "cli"
+USAGE_ERROR = 2
+EXIT_CODES = {
+    RunStatus.SUCCEEDED: 0,
+    RunStatus.FAILED: 1,
+    RunStatus.HALTED: 3,
+    RunStatus.CANCELLED: 4,
+}
+
+
+class Command(BaseCommand):
+    help = (
+        "Run one task through the agent, printing each step live. Exit status: 0 succeeded, "
+        "1 failed, 2 bad usage, 3 halted (breaker, cap or budget), 4 cancelled (Ctrl-C)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("task", help="What the agent should do.")
+        parser.add_argument(
+            "--user",
+            help=f"The user the run acts for (default: {CLI_USER!r}, created on first use).",
+        )
+        parser.add_argument(
+            "--model", default="", help="'mock', or a Groq model name (default: from settings)."
+        )
+        parser.add_argument(
+            "--max-iterations", type=int, help="Model turns before the run is halted."
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="Print one JSON object per event instead."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        user = self.user(options["user"])
+        overrides = {}
+        if options["max_iterations"] is not None:
+            if options["max_iterations"] < 1:
+                raise CommandError("--max-iterations must be at least 1.", returncode=USAGE_ERROR)
+            overrides["max_iterations"] = options["max_iterations"]
+        try:
+            run = start_run(
+                user, options["task"], model=options["model"], limits=default_limits(**overrides)
+            )
+        except (InvalidTask, ModelUnavailable) as error:
+            raise CommandError(str(error), returncode=USAGE_ERROR) from None
+        show = self.json_line(run) if options["json"] else self.show
+        run = execute_run(run, on_event=show, cancelled=cancel_on_interrupt(self.stderr.write))
+        if run.status not in EXIT_CODES:
+            raise CommandError(f"Run {run.pk} ended {run.status}.")
+        if EXIT_CODES[run.status]:
+            raise SystemExit(EXIT_CODES[run.status])
+
+    def user(self, username: str | None) -> AbstractBaseUser:
+        users = get_user_model()
+        if username is None:
+            user, created = users.objects.get_or_create(**{users.USERNAME_FIELD: CLI_USER})
+            if created:
+                user.set_unusable_password()
+                user.save()
+            return user
+        try:
+            return users.objects.get_by_natural_key(username)
+        except users.DoesNotExist:
+            raise CommandError(
+                f"No user named {username!r}. Create it (manage.py createsuperuser), or leave "
+                f"out --user to run as {CLI_USER!r}.",
+                returncode=USAGE_ERROR,
+            ) from None
+
+    def json_line(self, run: AgentRun) -> Any:
+        def write(event: Event) -> None:
+            self.stdout.write(json.dumps({"run": run.pk, "kind": event.kind, **event.as_dict()}))
+            self.stdout.flush()
+
+        return write
+
+    def show(self, event: Event) -> None:
+        for line in describe(event):
+            self.stdout.write(line)
+        self.stdout.flush()
+
+
+def describe(event: Event) -> list[str]:
+    """How an event reads in a terminal."""
+    match event:
+        case RunStarted():
+            shown = (
+                event.model if event.model == event.provider else f"{event.provider} {event.model}"
+            )
+            return [f"Task: {event.task}", f"Model: {shown}"]
+        case MemoriesRecalled():
+            return [f"Recalled {len(event.memories)} memories."]
+        case ModelReplied() if event.text and event.tool_calls:
+            return [f"step {event.step}  model: {excerpt(event.text)}"]
+        case ToolCallStarted():
+            return [f"step {event.step}  {event.tool} {excerpt(event.arguments)}"]
+        case ToolCallFinished():
+            return [f"        {event.status} in {event.duration:.3f}s: {excerpt(event.text)}"]
+        case BreakerTripped():
+            return [f"Circuit breaker tripped on {event.tool} ({event.reason})."]
+        case RunHalted():
+            return [f"Halted: {event.detail}"]
+        case RunFinished():
+            return finished(event)
+    return []
+
+
+def finished(event: RunFinished) -> list[str]:
+    lines = ["", "Answer:", event.answer or "(none)", ""]
+    if event.error:
+        lines[-1:-1] = ["", f"Error: {event.error}"]
+    tokens = event.prompt_tokens + event.completion_tokens
+    outcome = event.status + (f" ({event.halt_reason})" if event.halt_reason else "")
+    lines.append(
+        f"Outcome: {outcome} after {counted(event.iterations, 'model turn')}, "
+        f"{counted(event.tool_calls, 'tool call')}, {counted(tokens, 'token')}, "
+        f"{event.duration:.2f}s."
+    )
+    return lines
+
+
+def counted(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def excerpt(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def cancel_on_interrupt(warn: Any) -> Any:
+    """The first Ctrl-C cancels the run cleanly (it is recorded); a second one stops at once."""
+    requested = threading.Event()
+
+    def interrupt(signum: int, frame: Any) -> None:
+        requested.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        warn("Cancelling the run (Ctrl-C again to stop at once)...")
+
+    signal.signal(signal.SIGINT, interrupt)
+    return requested.is_set

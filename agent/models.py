@@ -1,0 +1,96 @@
+"""A run's records: the run itself, its append-only event log, and its breaker trips."""
+
+from enum import StrEnum
+
+from django.conf import settings
+from django.db import models
+
+from agent.events import BREAKER_REASONS, EVENT_TYPES, HaltReason, RunStatus
+
+FINISHED = (
+    RunStatus.SUCCEEDED,
+    RunStatus.HALTED,
+    RunStatus.CANCELLED,
+    RunStatus.FAILED,
+    RunStatus.INTERRUPTED,
+)
+
+
+def choices(values: list[str] | type[StrEnum]) -> list[tuple[str, str]]:
+    return [(str(value), str(value).replace("_", " ").capitalize()) for value in values]
+
+
+class AgentRun(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs"
+    )
+    task = models.TextField()
+    status = models.CharField(max_length=16, choices=choices(RunStatus), default=RunStatus.QUEUED)
+    halt_reason = models.CharField(max_length=32, choices=choices(HaltReason), blank=True)
+    answer = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    provider = models.CharField(max_length=32)
+    model = models.CharField(max_length=128)
+    limits = models.JSONField(default=dict)
+    iterations = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        indexes = (
+            models.Index(fields=["user", "-created_at"]),
+            models.Index(fields=["status"]),
+        )
+
+    def __str__(self) -> str:
+        return f"Run {self.pk} ({self.status}): {self.task[:60]}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class RunEvent(models.Model):
+    """One event of a run, numbered in the order it happened. Rows are appended, never updated."""
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=32, choices=choices(list(EVENT_TYPES)))
+    step = models.PositiveIntegerField(default=0)
+    data = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("run", "seq")
+        constraints = (models.UniqueConstraint(fields=["run", "seq"], name="run_event_seq_unique"),)
+
+    def __str__(self) -> str:
+        return f"Run {self.run_id} #{self.seq} {self.kind}"
+
+
+class BreakerTrip(models.Model):
+    """The circuit breaker stopped a run: which tool, why, and the failures that led there."""
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="breaker_trips")
+    step = models.PositiveIntegerField()
+    tool = models.CharField(max_length=64)
+    reason = models.CharField(max_length=32, choices=choices(sorted(BREAKER_REASONS)))
+    failures = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+
+    def __str__(self) -> str:
+        return f"Breaker on {self.tool} in run {self.run_id} ({self.reason})"

@@ -1,0 +1,142 @@
+"""The Django event sink: each event is appended to the run's log, then passed on.
+
+Persist first, publish second, so an event anyone has seen is never lost. Each event costs a few
+single-row writes (an append and, for some events, the run's summary row or an audit row): the
+history is never rewritten, so a step costs the same at step 200 as at step 2.
+"""
+
+import logging
+import time
+from collections.abc import Callable
+from functools import partial
+
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from agent.events import (
+    BreakerTripped,
+    Event,
+    EventSink,
+    ModelReplied,
+    RunFinished,
+    RunStarted,
+    ToolCallFinished,
+)
+from agent.llm.base import Usage
+from agent.models import AgentRun, BreakerTrip, RunEvent
+from tools.base import ToolStatus
+from tools.models import ToolExecution
+
+logger = logging.getLogger(__name__)
+
+
+# The run's summary row (iterations, tokens, heartbeat) is refreshed at most this often while it
+# runs; the event log has every step, and the final event writes the final figures.
+SUMMARY_INTERVAL = 1.0
+
+
+class RunRecorder:
+    def __init__(self, run: AgentRun, then: EventSink | None = None) -> None:
+        self.run = run
+        self.then = then
+        self.seq = run.events.aggregate(last=Max("seq"))["last"] or 0
+        self.iterations = 0
+        self.usage = Usage()
+        self.summarised = 0.0
+
+    def __call__(self, event: Event) -> None:
+        self.seq += 1
+        appended = RunEvent(
+            run_id=self.run.pk,
+            seq=self.seq,
+            kind=event.kind,
+            step=getattr(event, "step", 0),
+            data=event.as_dict(),
+        )
+        writes = self.writes_for(event)
+        if writes:
+            with transaction.atomic():
+                appended.save(force_insert=True)
+                for write in writes:
+                    write()
+        else:  # most events write one row, which needs no transaction of its own
+            appended.save(force_insert=True)
+        if self.then is not None:
+            self.publish(event)
+
+    def publish(self, event: Event) -> None:
+        """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""
+        try:
+            self.then(event)
+        except Exception:
+            logger.exception("Run %s: publishing %s failed; it stops", self.run.pk, event.kind)
+            self.then = None
+
+    def writes_for(self, event: Event) -> list[Callable[[], object]]:
+        """What an event changes besides the log: the run's summary row and the audit rows."""
+        match event:
+            case RunStarted():
+                return [partial(self.update, provider=event.provider, model=event.model)]
+            case ModelReplied():
+                self.iterations = event.step
+                self.usage += Usage(event.prompt_tokens, event.completion_tokens)
+                if time.monotonic() - self.summarised < SUMMARY_INTERVAL:
+                    return []
+                return [
+                    partial(
+                        self.update,
+                        iterations=self.iterations,
+                        prompt_tokens=self.usage.prompt_tokens,
+                        completion_tokens=self.usage.completion_tokens,
+                    )
+                ]
+            case ToolCallFinished():
+                return [partial(self.record_execution, event)]
+            case BreakerTripped():
+                return [partial(self.record_trip, event)]
+            case RunFinished():
+                return [
+                    partial(
+                        self.update,
+                        status=event.status,
+                        halt_reason=event.halt_reason,
+                        answer=event.answer,
+                        error=event.error,
+                        iterations=event.iterations,
+                        tool_calls=event.tool_calls,
+                        prompt_tokens=event.prompt_tokens,
+                        completion_tokens=event.completion_tokens,
+                        finished_at=timezone.now(),
+                    )
+                ]
+        return []
+
+    def update(self, **fields: object) -> None:
+        AgentRun.objects.filter(pk=self.run.pk).update(heartbeat_at=timezone.now(), **fields)
+        self.summarised = time.monotonic()
+
+    def record_trip(self, event: BreakerTripped) -> None:
+        BreakerTrip.objects.create(
+            run_id=self.run.pk,
+            step=event.step,
+            tool=event.tool,
+            reason=event.reason,
+            failures=event.failures,
+        )
+
+    def record_execution(self, event: ToolCallFinished) -> None:
+        ok = event.status == ToolStatus.OK
+        ToolExecution.objects.create(
+            run_id=self.run.pk,
+            step=event.step,
+            call_id=event.call_id,
+            tool=event.tool,
+            arguments=event.arguments,
+            status=event.status,
+            result=event.text if ok else "",
+            error="" if ok else event.text,
+            truncated=event.truncated,
+            duration=event.duration,
+            policy=event.policy,
+        )

@@ -1,0 +1,160 @@
+"""Run operations: the few functions the CLI, the web views and the task queue all call."""
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from agent.events import RunFinished, RunStatus, event_from_dict
+from agent.history import messages_from_events
+from agent.llm.base import LLM, Message
+from agent.llm.factory import default_model, llm_for
+from agent.loop import Limits, Tools, run_agent
+from agent.models import AgentRun
+from agent.recorder import RunRecorder
+from tools.registry import default_registry
+from tools.workspace import context_for
+
+CANCEL_POLL_INTERVAL = 0.2
+
+
+class InvalidTask(ValueError):
+    pass
+
+
+class RunNotQueued(RuntimeError):
+    pass
+
+
+def clean_task(task: str) -> str:
+    task = task.replace("\x00", "").strip()
+    if not task:
+        raise InvalidTask("The task is empty. Say what the agent should do.")
+    if len(task) > settings.LOOP_TASK_MAX_CHARS:
+        raise InvalidTask(
+            f"The task is {len(task):,} characters long; the limit is "
+            f"{settings.LOOP_TASK_MAX_CHARS:,}. Shorten it, or put the material in a file and "
+            "ask the agent to read it."
+        )
+    return task
+
+
+def default_limits(**overrides: int | float) -> Limits:
+    return Limits(
+        max_iterations=settings.LOOP_MAX_ITERATIONS,
+        max_seconds=settings.LOOP_RUN_SECONDS,
+        max_tokens=settings.LOOP_RUN_TOKENS,
+        max_tool_calls=settings.LOOP_RUN_TOOL_CALLS,
+        max_tool_failures=settings.LOOP_BREAKER_FAILURES,
+        max_identical_calls=settings.LOOP_BREAKER_IDENTICAL_CALLS,
+        max_parallel_calls=settings.LOOP_PARALLEL_TOOL_CALLS,
+        **overrides,
+    )
+
+
+def start_run(
+    user: AbstractBaseUser, task: str, *, model: str = "", limits: Limits | None = None
+) -> AgentRun:
+    """Record a new run for `user`, queued. Bad input raises before anything is stored."""
+    task = clean_task(task)
+    model = model or default_model()
+    llm = llm_for(model)
+    return AgentRun.objects.create(
+        user=user,
+        task=task,
+        provider=llm.provider,
+        model=llm.model,
+        limits=dataclasses.asdict(limits or default_limits()),
+    )
+
+
+def execute_run(
+    run: AgentRun,
+    *,
+    on_event: Callable[..., None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    llm: LLM | None = None,
+    tools: Tools | None = None,
+) -> AgentRun:
+    """Work a queued run to its end in this process; every event is recorded as it happens."""
+    claimed = AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        raise RunNotQueued(f"Run {run.pk} is not queued; it is {run.status}.")
+    recorder = RunRecorder(run, then=on_event)
+
+    cancel_requested = cancel_flag(run, cancelled)
+
+    result = run_agent(
+        run.task,
+        llm=llm or llm_for(run.model),
+        tools=tools or default_registry().bind(context_for(run.user)),
+        sink=recorder,
+        limits=Limits(**run.limits),
+        cancelled=cancel_requested,
+    )
+    # The loop reports its end as an event; should recording that have failed, record it here.
+    AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=result.status,
+        halt_reason=result.halt_reason or "",
+        answer=result.answer,
+        error=result.error,
+        finished_at=timezone.now(),
+    )
+    run.refresh_from_db()
+    return run
+
+
+def cancel_flag(run: AgentRun, local: Callable[[], bool] | None) -> Callable[[], bool]:
+    """Whether the run should stop: asked here (e.g. Ctrl-C), or by anyone through the database.
+
+    The database is read at most every CANCEL_POLL_INTERVAL seconds, so a fast run of many short
+    steps does not pay a query per check; a model turn takes longer than that anyway.
+    """
+    last_read = -math.inf
+    requested = False
+
+    def check() -> bool:
+        nonlocal last_read, requested
+        if local is not None and local():
+            return True
+        if not requested and time.monotonic() - last_read >= CANCEL_POLL_INTERVAL:
+            last_read = time.monotonic()
+            requested = AgentRun.objects.filter(
+                pk=run.pk, cancel_requested_at__isnull=False
+            ).exists()
+        return requested
+
+    return check
+
+
+def cancel_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
+    """Ask `user`'s run to stop. Another user's run does not exist, as far as this is concerned."""
+    run = runs_for(user).get(pk=run_id)
+    now = timezone.now()
+    if AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+        status=RunStatus.CANCELLED, cancel_requested_at=now, finished_at=now
+    ):
+        RunRecorder(run)(RunFinished(RunStatus.CANCELLED.value, "Cancelled before it started."))
+    else:
+        AgentRun.objects.filter(
+            pk=run.pk, status=RunStatus.RUNNING, cancel_requested_at__isnull=True
+        ).update(cancel_requested_at=now)
+    run.refresh_from_db()
+    return run
+
+
+def runs_for(user: AbstractBaseUser) -> QuerySet[AgentRun]:
+    return AgentRun.objects.filter(user=user)
+
+
+def history_of(run: AgentRun) -> list[Message]:
+    """The message history as the model saw it, rebuilt from the run's event log alone."""
+    events = run.events.order_by("seq").values_list("kind", "data")
+    return messages_from_events(event_from_dict(kind, data) for kind, data in events)

@@ -1,0 +1,120 @@
+"""The loop's own overhead per step: an instant model, a no-op tool, nothing else to wait for.
+
+    .venv/bin/python bench/loop.py [--repeats 5]
+
+Each step is one model turn asking for one tool call and that call's result. Two sinks:
+(a) events kept in memory; (b) every event persisted to PostgreSQL by the same recorder and run
+operations real runs use (cancellation checks included). Runs of 20 and 200 steps show whether a
+step's cost grows with the history; persisting appends, so it should not.
+Floors: (a) under 100 µs per step, (b) under 2 ms, and 200 steps within 1.3x of 20 per step.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopsite.settings")
+
+import django
+
+django.setup()
+
+from django.contrib.auth import get_user_model  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+from agent.events import Event, RunStatus  # noqa: E402
+from agent.llm.base import Message, Reply, ToolCall, ToolSpec  # noqa: E402
+from agent.loop import Limits, run_agent  # noqa: E402
+from agent.models import AgentRun  # noqa: E402
+from agent.services import execute_run, start_run  # noqa: E402
+from tools.base import Tool, ToolContext, ToolRegistry  # noqa: E402
+
+
+class NoopArguments(BaseModel):
+    n: int
+
+
+# It cannot hang, so it needs no backstop thread (tools.base.Tool.own_deadline).
+NOOP = Tool("noop", "Does nothing.", NoopArguments, lambda args, context: "ok", own_deadline=True)
+
+
+class InstantLLM:
+    """Replies at once from a list built ahead: `steps` calls to noop, then an answer."""
+
+    provider = "bench"
+    model = "instant"
+
+    def __init__(self, steps: int) -> None:
+        self.replies = [
+            Reply(tool_calls=(ToolCall(f"call_{n}", "noop", json.dumps({"n": n})),))
+            for n in range(steps)
+        ] + [Reply(text="done")]
+        self.turn = 0
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+        self.turn += 1
+        return self.replies[self.turn - 1]
+
+
+def limits(steps: int) -> Limits:
+    return Limits(max_iterations=steps + 1, max_tool_calls=steps, max_identical_calls=steps + 1)
+
+
+def tools() -> object:
+    return ToolRegistry([NOOP]).bind(ToolContext(0, "bench", Path("/nonexistent")))
+
+
+def in_memory(steps: int) -> float:
+    events: list[Event] = []
+    llm = InstantLLM(steps)
+    started = time.perf_counter()
+    result = run_agent("bench", llm=llm, tools=tools(), sink=events.append, limits=limits(steps))
+    elapsed = time.perf_counter() - started
+    assert result.status is RunStatus.SUCCEEDED, result
+    return elapsed / steps
+
+
+def persisted(steps: int) -> float:
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    run = start_run(user, "bench", model="mock", limits=limits(steps))
+    started = time.perf_counter()
+    run = execute_run(run, llm=InstantLLM(steps), tools=tools())
+    elapsed = time.perf_counter() - started
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.events.count() == 3 * steps + 3
+    return elapsed / steps
+
+
+def median_per_step(measure: Callable[[int], float], steps: int, repeats: int) -> float:
+    measure(steps)  # warm up: imports, caches, connections
+    return statistics.median(measure(steps) for _ in range(repeats))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    repeats = parser.parse_args().repeats
+    floors = {"in memory": 100e-6, "PostgreSQL": 2e-3}
+    print(f"{'sink':<12}{'20 steps':>14}{'200 steps':>14}{'200/20':>9}  floor")
+    try:
+        for name, measure in (("in memory", in_memory), ("PostgreSQL", persisted)):
+            short = median_per_step(measure, 20, repeats * 10)
+            long = median_per_step(measure, 200, repeats)
+            ratio = long / short
+            ok = max(short, long) < floors[name] and ratio <= 1.3
+            print(
+                f"{name:<12}{short * 1e6:>11.1f} µs{long * 1e6:>11.1f} µs{ratio:>8.2f}x  "
+                f"< {floors[name] * 1e6:g} µs/step, <= 1.3x: {'met' if ok else 'MISSED'}"
+            )
+    finally:
+        AgentRun.objects.filter(user__username="bench").delete()
+
+
+if __name__ == "__main__":
+    main()
