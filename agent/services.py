@@ -44,17 +44,17 @@ def clean_task(task: str) -> str:
     return task
 
 
-def default_limits(**overrides: int | float) -> Limits:
-    return Limits(
-        max_iterations=settings.LOOP_MAX_ITERATIONS,
-        max_seconds=settings.LOOP_RUN_SECONDS,
-        max_tokens=settings.LOOP_RUN_TOKENS,
-        max_tool_calls=settings.LOOP_RUN_TOOL_CALLS,
-        max_tool_failures=settings.LOOP_BREAKER_FAILURES,
-        max_identical_calls=settings.LOOP_BREAKER_IDENTICAL_CALLS,
-        max_parallel_calls=settings.LOOP_PARALLEL_TOOL_CALLS,
-        **overrides,
-    )
+def default_limits(**overrides: float) -> Limits:
+    configured = {
+        "max_iterations": settings.LOOP_MAX_ITERATIONS,
+        "max_seconds": settings.LOOP_RUN_SECONDS,
+        "max_tokens": settings.LOOP_RUN_TOKENS,
+        "max_tool_calls": settings.LOOP_RUN_TOOL_CALLS,
+        "max_tool_failures": settings.LOOP_BREAKER_FAILURES,
+        "max_identical_calls": settings.LOOP_BREAKER_IDENTICAL_CALLS,
+        "max_parallel_calls": settings.LOOP_PARALLEL_TOOL_CALLS,
+    }
+    return Limits(**(configured | overrides))
 
 
 def start_run(

@@ -59,3 +59,13 @@ def workspaces(settings) -> Iterator[Path]:
     settings.LOOP_WORKSPACES_DIR = root
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def child_database_url(transactional_db) -> str:
+    """A DATABASE_URL that points a child process at this test run's database."""
+    from django.db import connection
+
+    params = connection.get_connection_params()
+    name = connection.settings_dict["NAME"]
+    return f"postgresql://{params['user']}@/{name}?host={params['host']}"

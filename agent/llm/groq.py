@@ -1,7 +1,8 @@
 """Groq's chat completions with tool calling, through the official `groq` SDK.
 
-Retries live in one layer only, the SDK's own: it retries 429 (honouring Retry-After) and 5xx with
-exponential backoff, `max_retries` times. Whatever is left after that is an LLMError that ends the
+Retries live in one layer only, the SDK's own: it retries 429 (honouring Retry-After), 5xx,
+timeouts and dropped connections with exponential backoff, `max_retries` times, each attempt with
+the full timeout. Whatever is left after that is an LLMError that ends the
 run as failed. Groq's `tool_use_failed` (the model produced a malformed call) is fed back to the
 model once as an error; a second one in a row ends the run.
 """
@@ -47,7 +48,8 @@ class GroqLLM:
         try:
             reply = self._complete(retry, tools)
         except groq.BadRequestError as error:
-            raise LLMError(f"{_describe(error)} (again, after it was fed back)") from None
+            again = " again, after the first was fed back" if _tool_use_failed(error) else ""
+            raise LLMError(f"{_describe(error)}{again}") from None
         return dataclasses.replace(reply, recovered_error=failed["content"])
 
     def _complete(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
@@ -60,7 +62,7 @@ class GroqLLM:
             raise
         except groq.APITimeoutError:
             raise LLMError(
-                f"Groq did not answer within {self.timeout:g} seconds, retries included."
+                f"Groq did not answer within {self.timeout:g} seconds, on any attempt."
             ) from None
         except groq.APIConnectionError as error:
             raise LLMError(f"Could not reach Groq: {error}") from None

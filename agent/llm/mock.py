@@ -18,8 +18,8 @@ FAILURE_PREFIXES = ("ERROR:", "TIMEOUT:", "DENIED:", "SKIPPED:")
 FILE_NAME = r"([\w\-/]+\.\w+)"
 RANGE_SUM = re.compile(r"sum of (\d+)\s*(?:\.\.|to|through|-)\s*(\d+)", re.I)
 LISTED_SUM = re.compile(r"(?:sum|add|total) (?:of )?(\d+(?:\s*(?:,|and|\+)\s*\d+)+)", re.I)
-EXPRESSION = re.compile(r"[\d(][\d\s.()+\-*/%^]*[+\-*/%^][\d\s.()+\-*/%^]*[\d)]")
-SAVE_SUM = re.compile(r"\b(?:save|write|store)\b", re.I)
+EXPRESSION = re.compile(r"-?[\d(][\d\s.()+\-*/%^]*[+\-*/%^][\d\s.()+\-*/%^]*[\d)]")
+SAVE_SUM = re.compile(r"^(?=.*\b(?:save|write|store)\b).*?" + RANGE_SUM.pattern, re.I | re.S)
 NAMED_FILE = re.compile(rf"(?:to|in|into|as|named|called)\s+(?:a\s+)?(?:file\s+)?{FILE_NAME}", re.I)
 KEEP_READING = re.compile(rf"keep (?:reading|trying to read|checking) {FILE_NAME}", re.I)
 WRITE_TEXT = re.compile(
@@ -28,7 +28,7 @@ WRITE_TEXT = re.compile(
     re.I | re.S,
 )
 READ_FILE = re.compile(
-    rf"(?:read|show|open|cat|print|what(?:'s| is) in)\s+(?:me\s+)?(?:the\s+)?(?:file\s+)?"
+    rf"\b(?:read|show|open|cat|print|what(?:'s| is) in)\s+(?:me\s+)?(?:the\s+)?(?:file\s+)?"
     rf"{FILE_NAME}",
     re.I,
 )
@@ -213,11 +213,11 @@ def summary(seen: list[Observation], request: str) -> str:
 
 PLANS: list[tuple[re.Pattern[str], Plan]] = [
     (KEEP_READING, keep_reading),
-    (re.compile(RANGE_SUM.pattern + r"(?=.*" + SAVE_SUM.pattern + ")", re.I | re.S), save_sum),
+    (SAVE_SUM, save_sum),
+    (SEARCH, one_call("web_search", lambda m: {"query": m.group(1).strip(" .?!")})),
     (WRITE_TEXT, one_call("write_file", lambda m: {"path": m.group(2), "content": m.group(1)})),
     (READ_FILE, one_call("read_file", lambda m: {"path": m.group(1)})),
     (LIST_FILES, one_call("list_files", lambda m: {})),
-    (SEARCH, one_call("web_search", lambda m: {"query": m.group(1).strip(" .?!")})),
     (RANGE_SUM, range_sum),
     (LISTED_SUM, listed_sum),
     (EXPRESSION, expression),

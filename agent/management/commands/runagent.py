@@ -3,6 +3,8 @@
 import json
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -21,9 +23,10 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.llm.factory import ModelUnavailable
+from agent.llm.factory import ModelUnavailable, llm_for
+from agent.loop import Limits
 from agent.models import AgentRun
-from agent.services import InvalidTask, default_limits, execute_run, start_run
+from agent.services import InvalidTask, clean_task, default_limits, execute_run, start_run
 
 CLI_USER = "cli"
 USAGE_ERROR = 2
@@ -58,24 +61,25 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        user = self.user(options["user"])
-        overrides = {}
-        if options["max_iterations"] is not None:
-            if options["max_iterations"] < 1:
-                raise CommandError("--max-iterations must be at least 1.", returncode=USAGE_ERROR)
-            overrides["max_iterations"] = options["max_iterations"]
+        limits = self.limits(options["max_iterations"])
         try:
-            run = start_run(
-                user, options["task"], model=options["model"], limits=default_limits(**overrides)
-            )
+            task = clean_task(options["task"])
+            llm_for(options["model"])
         except (InvalidTask, ModelUnavailable) as error:
             raise CommandError(str(error), returncode=USAGE_ERROR) from None
-        show = self.json_line(run) if options["json"] else self.show
-        run = execute_run(run, on_event=show, cancelled=cancel_on_interrupt(self.stderr.write))
-        if run.status not in EXIT_CODES:
-            raise CommandError(f"Run {run.pk} ended {run.status}.")
-        if EXIT_CODES[run.status]:
-            raise SystemExit(EXIT_CODES[run.status])
+        run = start_run(self.user(options["user"]), task, model=options["model"], limits=limits)
+        show = self.json_line(run) if options["json"] else self.transcript(run)
+        with cancel_on_interrupt(self.stderr.write) as cancelled:
+            run = execute_run(run, on_event=show, cancelled=cancelled)
+        if EXIT_CODES.get(run.status, 1):
+            raise SystemExit(EXIT_CODES.get(run.status, 1))
+
+    def limits(self, max_iterations: int | None) -> Limits:
+        if max_iterations is None:
+            return default_limits()
+        if max_iterations < 1:
+            raise CommandError("--max-iterations must be at least 1.", returncode=USAGE_ERROR)
+        return default_limits(max_iterations=max_iterations)
 
     def user(self, username: str | None) -> AbstractBaseUser:
         users = get_user_model()
@@ -101,13 +105,16 @@ class Command(BaseCommand):
 
         return write
 
-    def show(self, event: Event) -> None:
-        for line in describe(event):
-            self.stdout.write(line)
-        self.stdout.flush()
+    def transcript(self, run: AgentRun) -> Any:
+        def write(event: Event) -> None:
+            for line in describe(event, run.pk):
+                self.stdout.write(line)
+            self.stdout.flush()
+
+        return write
 
 
-def describe(event: Event) -> list[str]:
+def describe(event: Event, run_id: int) -> list[str]:
     """How an event reads in a terminal."""
     match event:
         case RunStarted():
@@ -128,18 +135,18 @@ def describe(event: Event) -> list[str]:
         case RunHalted():
             return [f"Halted: {event.detail}"]
         case RunFinished():
-            return finished(event)
+            return finished(event, run_id)
     return []
 
 
-def finished(event: RunFinished) -> list[str]:
+def finished(event: RunFinished, run_id: int) -> list[str]:
     lines = ["", "Answer:", event.answer or "(none)", ""]
     if event.error:
         lines[-1:-1] = ["", f"Error: {event.error}"]
     tokens = event.prompt_tokens + event.completion_tokens
     outcome = event.status + (f" ({event.halt_reason})" if event.halt_reason else "")
     lines.append(
-        f"Outcome: {outcome} after {counted(event.iterations, 'model turn')}, "
+        f"Run {run_id} {outcome} after {counted(event.iterations, 'model turn')}, "
         f"{counted(event.tool_calls, 'tool call')}, {counted(tokens, 'token')}, "
         f"{event.duration:.2f}s."
     )
@@ -155,7 +162,8 @@ def excerpt(text: str, limit: int = 160) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def cancel_on_interrupt(warn: Any) -> Any:
+@contextmanager
+def cancel_on_interrupt(warn: Callable[[str], None]) -> Iterator[Callable[[], bool]]:
     """The first Ctrl-C cancels the run cleanly (it is recorded); a second one stops at once."""
     requested = threading.Event()
 
@@ -164,5 +172,8 @@ def cancel_on_interrupt(warn: Any) -> Any:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         warn("Cancelling the run (Ctrl-C again to stop at once)...")
 
-    signal.signal(signal.SIGINT, interrupt)
-    return requested.is_set
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield requested.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -1,0 +1,343 @@
+"""A fake of Groq's OpenAI-compatible chat completions API, as a real HTTP server on 127.0.0.1.
+
+The real `groq` client talks to it over a socket, so its retries, backoff, timeouts and error
+mapping all run for real. The server answers from a queue of scripted responses, one per request,
+and records every request it receives so tests can assert on exactly what the client sent.
+
+Use it from any test module (importing the fixture function registers the `groq_server` fixture
+there; the same import in tests/conftest.py would make it available to every module):
+
+    from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401
+
+    def test_something(groq_server):
+        groq_server.reply("Hello", usage=(12, 3))
+        llm = GroqLLM("some-model", api_key="k", base_url=groq_server.base_url)
+        ...
+        assert groq_server.requests[0].body["model"] == "some-model"
+
+Scripting (each call queues responses, answered in order):
+
+    groq_server.reply(text, tool_calls=[tool_call("name", {"a": 1})], usage=(prompt, completion))
+    groq_server.fail(429, "Rate limit reached", headers={"Retry-After": "1"})
+    groq_server.fail(500, times=5, headers={"retry-after-ms": "50"})
+    groq_server.tool_use_failed("<function=read_file>{bad json</function>")
+    groq_server.reply("late", delay=2)  # sleeps 2 s before answering: drives client timeouts
+
+A request that finds the queue empty, or hits another path, is answered 418 (which the SDK does
+not retry) and the fixture fails the test at teardown.
+"""
+
+import itertools
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+CHAT_COMPLETIONS_PATH = "/openai/v1/chat/completions"
+
+# httpx honours these; the fake must be reached directly, never through a proxy.
+_PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+
+# What Groq sends for a malformed tool call (HTTP 400).
+TOOL_USE_FAILED_MESSAGE = (
+    "Failed to call a function. Please adjust your prompt. See 'failed_generation' for more "
+    "details."
+)
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    404: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "tokens",
+}
+
+
+def tool_call(name: str, arguments: Mapping[str, Any] | str, id: str | None = None) -> dict:
+    """One entry of `choices[0].message.tool_calls`. Dict arguments are sent as JSON text;
+    a string is sent unchanged (to script malformed arguments)."""
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    return {
+        "id": id,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A 200 chat completion."""
+
+    text: str | None = None
+    tool_calls: tuple[dict, ...] = ()
+    usage: tuple[int, int] = (10, 5)
+    model: str | None = None  # defaults to the model the request named
+    finish_reason: str | None = None  # defaults to "tool_calls" when there are calls, else "stop"
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Error:
+    """An HTTP error with a JSON body (or raw text, when `body` is a str)."""
+
+    status: int
+    body: dict | str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # names lower-cased
+    body: Any  # parsed JSON, or the raw text when it was not JSON
+    at: float  # time.monotonic() when the request arrived
+
+    @property
+    def messages(self) -> list[dict]:
+        return self.body["messages"]
+
+
+class FakeGroqServer:
+    """A threaded HTTP server answering Groq chat completion requests from a script."""
+
+    def __init__(self) -> None:
+        self._script: deque[Completion | Error] = deque()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._ids = itertools.count(1)
+        self.requests: list[RecordedRequest] = []
+        self.unexpected: list[str] = []  # requests the script had no answer for
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-groq",
+            daemon=True,
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """What to pass as the groq SDK's base_url (it appends /openai/v1/...)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "FakeGroqServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()  # wakes handlers sleeping on a delay
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "FakeGroqServer":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # --- scripting ---------------------------------------------------------------------------
+
+    def reply(
+        self,
+        text: str | None = None,
+        *,
+        tool_calls: Sequence[dict] = (),
+        usage: tuple[int, int] = (10, 5),
+        model: str | None = None,
+        finish_reason: str | None = None,
+        delay: float = 0.0,
+        times: int = 1,
+    ) -> None:
+        """Queue a 200 chat completion with text and/or tool calls (ids filled in if None)."""
+        for _ in range(times):
+            calls = tuple(
+                {**call, "id": call.get("id") or f"call_{next(self._ids):04d}"}
+                for call in tool_calls
+            )
+            self._push(Completion(text, calls, usage, model, finish_reason, delay))
+
+    def fail(
+        self,
+        status: int,
+        message: str | None = None,
+        *,
+        code: str | None = None,
+        body: dict | str | None = None,
+        headers: Mapping[str, str] | None = None,
+        delay: float = 0.0,
+        times: int = 1,
+    ) -> None:
+        """Queue an HTTP error. Unless `body` is given, it is Groq's
+        `{"error": {"message", "type", "code"}}` shape."""
+        if body is None:
+            body = {
+                "error": {
+                    "message": message or f"Fake error {status}",
+                    "type": _ERROR_TYPES.get(status, "internal_server_error"),
+                    "code": code,
+                }
+            }
+        for _ in range(times):
+            self._push(Error(status, body, dict(headers or {}), delay))
+
+    def tool_use_failed(self, failed_generation: str, *, times: int = 1) -> None:
+        """Queue Groq's 400 for a malformed tool call."""
+        body = {
+            "error": {
+                "message": TOOL_USE_FAILED_MESSAGE,
+                "type": "invalid_request_error",
+                "code": "tool_use_failed",
+                "failed_generation": failed_generation,
+            }
+        }
+        self.fail(400, body=body, times=times)
+
+    @property
+    def pending(self) -> int:
+        """How many scripted responses have not been used yet."""
+        with self._lock:
+            return len(self._script)
+
+    def _push(self, response: Completion | Error) -> None:
+        with self._lock:
+            self._script.append(response)
+
+    def _next(self, request: RecordedRequest) -> Completion | Error | None:
+        with self._lock:
+            self.requests.append(request)
+            if request.method == "POST" and request.path == CHAT_COMPLETIONS_PATH:
+                if self._script:
+                    return self._script.popleft()
+                self.unexpected.append(f"{request.method} {request.path}: no response scripted")
+            else:
+                self.unexpected.append(f"{request.method} {request.path}: unknown endpoint")
+            return None
+
+    # --- answering ---------------------------------------------------------------------------
+
+    def _completion_body(self, completion: Completion, request: RecordedRequest) -> dict:
+        requested_model = request.body.get("model") if isinstance(request.body, dict) else None
+        prompt, generated = completion.usage
+        message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+        if completion.tool_calls:
+            message["tool_calls"] = list(completion.tool_calls)
+        finish = completion.finish_reason or ("tool_calls" if completion.tool_calls else "stop")
+        serial = next(self._ids)
+        return {
+            "id": f"chatcmpl-fake{serial:08d}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": completion.model or requested_model or "fake-model",
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+            ],
+            "usage": {
+                "queue_time": 0.01,
+                "prompt_tokens": prompt,
+                "prompt_time": 0.002,
+                "completion_tokens": generated,
+                "completion_time": 0.02,
+                "total_tokens": prompt + generated,
+                "total_time": 0.022,
+            },
+            "system_fingerprint": "fp_fake",
+            "x_groq": {"id": f"req_fake{serial:08d}"},
+        }
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                self._handle()
+
+            def do_GET(self) -> None:
+                self._handle()
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length).decode("utf-8", "replace")
+                try:
+                    body = json.loads(raw) if raw else None
+                except ValueError:
+                    body = raw
+                request = RecordedRequest(
+                    method=self.command,
+                    path=self.path,
+                    headers={name.lower(): value for name, value in self.headers.items()},
+                    body=body,
+                    at=time.monotonic(),
+                )
+                response = server._next(request)
+                if response is None:
+                    self._send(418, {"error": {"message": "fake Groq: unscripted request"}})
+                    return
+                if response.delay and server._stopping.wait(response.delay):
+                    return  # the server is shutting down: never answer
+                if isinstance(response, Completion):
+                    self._send(200, server._completion_body(response, request))
+                else:
+                    self._send(response.status, response.body, response.headers)
+
+            def _send(
+                self, status: int, body: dict | str, headers: Mapping[str, str] | None = None
+            ) -> None:
+                is_text = isinstance(body, str)
+                payload = (body if is_text else json.dumps(body)).encode()
+                try:
+                    self.send_response(status)
+                    content_type = "text/plain" if is_text else "application/json"
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.send_header("Connection", "close")
+                    self.send_header("x-request-id", f"req_fake{next(server._ids):08d}")
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout): nothing to answer
+                self.close_connection = True
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # keep the test output clean
+
+        return Handler
+
+
+@pytest.fixture(name="groq_server")
+def groq_server_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGroqServer]:
+    """A running FakeGroqServer, stopped after the test; fails the test on unscripted requests."""
+    for name in _PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    with FakeGroqServer() as server:
+        yield server
+    assert not server.unexpected, (
+        f"fake Groq got requests it had no answer for: {server.unexpected}"
+    )

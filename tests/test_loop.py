@@ -1,0 +1,399 @@
+"""The loop alone: a scripted model, small test tools, events collected in a list. No database."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from agent.events import (
+    BreakerTripped,
+    HaltReason,
+    MemoriesRecalled,
+    ModelReplied,
+    RunFinished,
+    RunHalted,
+    RunStarted,
+    RunStatus,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from agent.history import messages_from_events
+from agent.llm.base import LLMError, Usage
+from agent.llm.scripted import ScriptedLLM, answer, call, calls
+from agent.loop import Limits, RecalledMemory, run_agent
+from tools.base import Tool, ToolContext, ToolError, ToolRegistry
+
+
+class Text(BaseModel):
+    text: str = ""
+
+
+class Pause(BaseModel):
+    seconds: float = 0.0
+    tag: str = ""
+
+
+def echo(arguments: Text, context: ToolContext) -> str:
+    return f"echo: {arguments.text}"
+
+
+def fail(arguments: Text, context: ToolContext) -> str:
+    raise ToolError(f"failed on {arguments.text!r}")
+
+
+def flaky(arguments: Text, context: ToolContext) -> str:
+    if arguments.text.startswith("bad"):
+        raise ToolError("flaky failed")
+    return "flaky worked"
+
+
+def pause(arguments: Pause, context: ToolContext) -> str:
+    time.sleep(arguments.seconds)
+    return f"paused {arguments.tag}"
+
+
+TOOLS = [
+    Tool("echo", "Echo the text.", Text, echo),
+    Tool("fail", "Always fails.", Text, fail),
+    Tool("flaky", "Fails on text starting with 'bad'.", Text, flaky),
+    Tool("pause", "Sleeps.", Pause, pause),
+]
+
+
+def bound(*extra: Tool):
+    return ToolRegistry([*TOOLS, *extra]).bind(ToolContext(1, "alice", Path("/nonexistent")))
+
+
+class Run:
+    """One loop run with its events kept, and the checks most tests make on them."""
+
+    def __init__(self, replies, *, tools=None, **options):
+        self.llm = ScriptedLLM(replies)
+        self.events = []
+        self.result = run_agent(
+            "the task", llm=self.llm, tools=tools or bound(), sink=self.events.append, **options
+        )
+
+    def of(self, kind):
+        return [event for event in self.events if isinstance(event, kind)]
+
+    def statuses(self):
+        return [(event.tool, event.status) for event in self.of(ToolCallFinished)]
+
+
+def assert_history_valid(messages):
+    """Every tool call the model made has exactly one result, right after its request."""
+    pending: list[str] = []
+    for message in messages:
+        if message["role"] == "tool":
+            assert message["tool_call_id"] == pending.pop(0)
+        else:
+            assert not pending, f"tool calls without results: {pending}"
+            pending = [part["id"] for part in message.get("tool_calls") or ()]
+    assert not pending
+
+
+def test_a_tool_error_is_fed_back_to_the_model_which_adapts():
+    run = Run([call("fail", {"text": "x"}), answer("I saw the failure and stopped trying.")])
+    assert run.result.status is RunStatus.SUCCEEDED
+    assert run.result.answer == "I saw the failure and stopped trying."
+    second_turn, _ = run.llm.turns[1]
+    assert second_turn[-1]["role"] == "tool"
+    assert second_turn[-1]["content"] == "ERROR: failed on 'x'"
+
+
+def test_an_unknown_tool_is_an_error_result_not_a_crash():
+    run = Run([call("launch_missiles", {}), answer("done")])
+    assert run.result.status is RunStatus.SUCCEEDED
+    [finished] = run.of(ToolCallFinished)
+    assert finished.status == "error"
+    assert "Unknown tool 'launch_missiles'" in finished.text
+    assert "echo" in finished.text  # it names the tools that do exist
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"text": 5}', "Invalid arguments for echo"),
+        ('["a list"]', "Invalid arguments for echo"),
+    ],
+)
+def test_malformed_arguments_from_the_model_become_an_error_result(arguments, expected):
+    run = Run([call("echo", arguments), answer("ok")])
+    [finished] = run.of(ToolCallFinished)
+    assert finished.status == "error"
+    assert expected in finished.text
+    assert run.result.status is RunStatus.SUCCEEDED
+
+
+def test_the_breaker_stops_a_run_asking_for_six_failing_calls_at_the_third():
+    run = Run([call("fail", {"text": f"attempt {n}"}) for n in range(6)])
+    assert run.statuses() == [("fail", "error")] * 3
+    [trip] = run.of(BreakerTripped)
+    assert trip.tool == "fail"
+    assert trip.reason == HaltReason.TOOL_FAILURES
+    assert [failure["error"] for failure in trip.failures] == [
+        f"failed on 'attempt {n}'" for n in range(3)
+    ]
+    assert run.result.status is RunStatus.HALTED
+    assert run.result.halt_reason is HaltReason.TOOL_FAILURES
+    # The 4th scripted reply answered the summary turn; being a tool call, it is not an answer,
+    # so the run reports its progress instead.
+    assert [tools is None for _, tools in run.llm.turns] == [False, False, False, True]
+    assert run.result.answer.startswith("Stopped before a final answer.\n1. fail -> error")
+
+
+def test_a_breaker_trip_ends_with_the_models_summary():
+    script = [call("fail", {"text": f"attempt {n}"}) for n in range(3)]
+    run = Run([*script, answer("Summary: fail never worked.")])
+    assert run.result.answer == "Summary: fail never worked."
+
+
+def test_a_success_resets_the_breakers_count_for_that_tool():
+    texts = ["bad 1", "bad 2", "good", "bad 3", "bad 4"]
+    run = Run([*(call("flaky", {"text": text}) for text in texts), answer("done")])
+    assert run.result.status is RunStatus.SUCCEEDED
+    assert not run.of(BreakerTripped)
+
+
+def test_failures_of_different_tools_do_not_add_up():
+    script = [call("fail", {"text": "1"}), call("flaky", {"text": "bad"}), call("fail", {})]
+    run = Run([*script, answer("done")])
+    assert run.result.status is RunStatus.SUCCEEDED
+
+
+def test_repeating_a_call_that_already_failed_trips_the_breaker_before_it_runs():
+    run = Run([call("fail", {"text": "x"}), call("fail", {"text": "x"}), answer("summary")])
+    assert run.statuses() == [("fail", "error"), ("fail", "skipped")]
+    [trip] = run.of(BreakerTripped)
+    assert trip.reason == HaltReason.REPEATED_FAILED_CALL
+    assert run.result.halt_reason is HaltReason.REPEATED_FAILED_CALL
+    assert_history_valid(run.result.messages)
+
+
+def test_the_same_arguments_in_another_key_order_are_the_same_call():
+    first = call("fail", '{"text": "x", "unused": 1}')
+    again = call("fail", '{ "unused": 1,  "text": "x"}')
+    run = Run([first, again, answer("summary")])
+    assert run.result.halt_reason is HaltReason.REPEATED_FAILED_CALL
+
+
+def test_looping_on_an_identical_call_trips_the_breaker_at_the_limit():
+    script = [call("echo", {"text": "same"}) for _ in range(5)]
+    run = Run([*script, answer("summary")], limits=Limits(max_identical_calls=3))
+    assert run.statuses() == [("echo", "ok"), ("echo", "ok"), ("echo", "skipped")]
+    assert run.result.halt_reason is HaltReason.IDENTICAL_CALLS
+    assert run.of(BreakerTripped)[0].reason == HaltReason.IDENTICAL_CALLS
+
+
+def test_at_the_iteration_cap_the_model_gets_one_last_turn_without_tools():
+    script = [call("echo", {"text": str(n)}) for n in range(10)]
+    run = Run([*script[:3], answer("I echoed 0, 1 and 2.")], limits=Limits(max_iterations=3))
+    assert run.result.status is RunStatus.HALTED
+    assert run.result.halt_reason is HaltReason.ITERATION_CAP
+    assert run.result.answer == "I echoed 0, 1 and 2."
+    assert [tools is None for _, tools in run.llm.turns] == [False, False, False, True]
+    last_messages, _ = run.llm.turns[-1]
+    assert "cap of 3 iterations" in last_messages[-1]["content"]
+    [halted] = run.of(RunHalted)
+    assert halted.summary_prompt == last_messages[-1]["content"]
+
+
+def test_a_summary_reply_that_asks_for_tools_is_taken_as_text_only():
+    script = [call("echo", {"text": "a"}), call("echo", {"text": "b", **{}}, text="Partial.")]
+    run = Run(script, limits=Limits(max_iterations=1))
+    assert run.result.status is RunStatus.HALTED
+    assert run.result.answer == "Partial."
+    assert_history_valid(run.result.messages)
+
+
+def test_a_model_failure_in_the_summary_turn_still_reports_progress():
+    script = [call("echo", {"text": "a"}), LLMError("down")]
+    run = Run(script, limits=Limits(max_iterations=1))
+    assert run.result.status is RunStatus.HALTED
+    assert "1. echo -> ok: echo: a" in run.result.answer
+
+
+def test_the_deadline_halts_the_run_with_its_partial_progress():
+    script = [call("pause", {"seconds": 0.2, "tag": "first"}), call("echo", {"text": "never"})]
+    run = Run(script, limits=Limits(max_seconds=0.1))
+    assert run.result.status is RunStatus.HALTED
+    assert run.result.halt_reason is HaltReason.DEADLINE
+    assert len(run.llm.turns) == 1  # no summary turn: the time is up
+    assert "pause -> ok: paused first" in run.result.answer
+
+
+def test_the_token_budget_halts_the_run_and_skips_the_calls_of_the_reply_that_spent_it():
+    spend = Usage(prompt_tokens=60, completion_tokens=0)
+    script = [call("echo", {"text": "1"}, usage=spend), call("echo", {"text": "2"}, usage=spend)]
+    run = Run(script, limits=Limits(max_tokens=100))
+    assert run.result.halt_reason is HaltReason.TOKEN_BUDGET
+    assert run.statuses() == [("echo", "ok"), ("echo", "skipped")]
+    assert run.result.usage.total_tokens == 120
+    assert len(run.llm.turns) == 2
+    assert_history_valid(run.result.messages)
+
+
+def test_the_tool_call_budget_halts_the_run_before_the_call_over_it():
+    script = [calls(("echo", {"text": "1"}), ("echo", {"text": "2"}), ("echo", {"text": "3"}))]
+    run = Run([*script, answer("summary")], limits=Limits(max_tool_calls=2))
+    assert run.statuses() == [("echo", "ok"), ("echo", "ok"), ("echo", "skipped")]
+    assert run.result.halt_reason is HaltReason.TOOL_CALL_BUDGET
+    assert run.result.answer == "summary"
+    assert run.result.tool_calls == 2
+
+
+def test_several_calls_in_one_reply_run_concurrently():
+    arrived = threading.Barrier(3, timeout=5)
+
+    def meet(arguments: Text, context: ToolContext) -> str:
+        arrived.wait()  # raises if the three calls are not all running at once
+        return f"met {arguments.text}"
+
+    tools = bound(Tool("meet", "Waits for the others.", Text, meet))
+    script = [calls(*(("meet", {"text": str(n)}) for n in range(3)))]
+    run = Run([*script, answer("done")], tools=tools)
+    assert run.statuses() == [("meet", "ok")] * 3
+
+
+def test_concurrent_calls_are_bounded_by_the_limit():
+    active, peak, lock = 0, 0, threading.Lock()
+
+    def count(arguments: Text, context: ToolContext) -> str:
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.05)
+        with lock:
+            active -= 1
+        return "counted"
+
+    tools = bound(Tool("count", "Counts concurrency.", Text, count))
+    script = [calls(*(("count", {"text": str(n)}) for n in range(6)))]
+    Run([*script, answer("done")], tools=tools, limits=Limits(max_parallel_calls=2))
+    assert peak == 2
+
+
+def test_results_enter_the_history_in_the_models_order_not_the_finishing_order():
+    script = [calls(*(("pause", {"seconds": 0.05 * (3 - n), "tag": str(n)}) for n in range(3)))]
+    run = Run([*script, answer("done")])
+    tags = [event.text for event in run.of(ToolCallFinished)]
+    assert tags == ["paused 0", "paused 1", "paused 2"]
+    tool_messages = [m["content"] for m in run.result.messages if m["role"] == "tool"]
+    assert tool_messages == tags
+
+
+def test_a_cancelled_run_stops_before_its_first_model_call():
+    run = Run([answer("never")], cancelled=lambda: True)
+    assert run.result.status is RunStatus.CANCELLED
+    assert run.llm.turns == []
+    assert isinstance(run.events[-1], RunFinished)
+    assert run.events[-1].status == "cancelled"
+
+
+def test_cancelling_mid_batch_gives_every_remaining_call_a_cancelled_result():
+    checks = 0
+
+    def cancelled() -> bool:
+        nonlocal checks
+        checks += 1
+        return checks >= 3  # before the model call, before call 1, then before call 2
+
+    script = [calls(("echo", {"text": "1"}), ("echo", {"text": "2"}), ("echo", {"text": "3"}))]
+    run = Run([*script, answer("never")], cancelled=cancelled)
+    assert run.result.status is RunStatus.CANCELLED
+    assert run.statuses() == [("echo", "ok"), ("echo", "skipped"), ("echo", "skipped")]
+    assert "cancelled" in run.of(ToolCallFinished)[1].text
+    assert_history_valid(run.result.messages)
+    assert "1. echo -> ok: echo: 1" in run.result.answer
+
+
+def test_cancellation_is_checked_before_the_next_model_call():
+    flag = threading.Event()
+
+    def cancel_now(arguments: Text, context: ToolContext) -> str:
+        flag.set()
+        return "cancel requested"
+
+    tools = bound(Tool("cancel_now", "Asks for cancellation.", Text, cancel_now))
+    run = Run([call("cancel_now", {}), answer("never")], tools=tools, cancelled=flag.is_set)
+    assert run.result.status is RunStatus.CANCELLED
+    assert len(run.llm.turns) == 1
+
+
+def test_a_provider_failure_ends_the_run_failed_with_its_progress():
+    run = Run([call("echo", {"text": "1"}), LLMError("Groq answered 500: boom")])
+    assert run.result.status is RunStatus.FAILED
+    assert run.result.error == "Model failed: Groq answered 500: boom"
+    assert "echo -> ok" in run.result.answer
+    assert run.events[-1].error == run.result.error
+
+
+def test_an_internal_error_never_escapes_the_loop():
+    run = Run([call("echo", {"text": "1"}), RuntimeError("bug")])
+    assert run.result.status is RunStatus.FAILED
+    assert run.result.error == "Internal error: RuntimeError: bug"
+
+
+def test_a_sink_that_cannot_record_the_end_still_returns_the_outcome():
+    def sink(event):
+        if isinstance(event, RunFinished):
+            raise ConnectionError("database gone")
+
+    result = run_agent("t", llm=ScriptedLLM([answer("fine")]), tools=bound(), sink=sink)
+    assert result.status is RunStatus.SUCCEEDED
+
+
+def test_events_report_every_step_in_order():
+    run = Run([calls(("echo", {"text": "1"}), ("fail", {})), answer("done")])
+    kinds = [event.kind for event in run.events]
+    assert kinds == [
+        "run_started",
+        "model_replied",
+        "tool_call_started",
+        "tool_call_started",
+        "tool_call_finished",
+        "tool_call_finished",
+        "model_replied",
+        "run_finished",
+    ]
+    assert [event.step for event in run.of(ModelReplied)] == [1, 2]
+    finished = run.events[-1]
+    assert (finished.iterations, finished.tool_calls) == (2, 2)
+    assert run.of(RunStarted)[0].messages == run.result.messages[:2]
+
+
+def test_the_history_can_be_rebuilt_from_the_events_alone():
+    script = [call("fail", {"text": str(n)}) for n in range(3)]
+    run = Run([calls(("echo", {"text": "a"}), ("fail", {})), *script, answer("summary")])
+    assert run.result.status is RunStatus.HALTED
+    assert messages_from_events(run.events) == run.result.messages
+
+
+def test_recalled_memories_are_in_the_context_delimited_and_reported():
+    memory = RecalledMemory(7, "The sum of 1..100 is 5050.", 0.91, {"similarity": 0.9})
+    run = Run([answer("5050")], recall=lambda task: [memory])
+    system = run.llm.turns[0][0][0]["content"]
+    assert "<<<memories>>>\n- The sum of 1..100 is 5050.\n<<<end memories>>>" in system
+    [recalled] = run.of(MemoriesRecalled)
+    assert recalled.memories[0]["id"] == 7
+
+
+def test_tool_started_comes_before_the_tool_runs():
+    seen = []
+
+    def record(arguments: Text, context: ToolContext) -> str:
+        seen.append([event.kind for event in events])
+        return "ok"
+
+    events = []
+    tools = bound(Tool("record", "Records.", Text, record))
+    run_agent(
+        "t", llm=ScriptedLLM([call("record", {}), answer("x")]), tools=tools, sink=events.append
+    )
+    assert seen[0][-1] == "tool_call_started"
+    assert isinstance(events[2], ToolCallStarted)

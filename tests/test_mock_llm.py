@@ -1,0 +1,418 @@
+"""MockLLM alone: driven turn by turn with tool results chosen by the test (no DB, no sandbox)."""
+
+import json
+import posixpath
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from agent.llm.base import Message, Reply, ToolCall
+from agent.llm.mock import MockLLM
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"The {name} tool.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
+    for name in ("run_code", "read_file", "write_file", "list_files", "web_search")
+]
+
+SYSTEM = "You are Loop, an agent that completes the user's task by calling tools."
+DEMO = "Compute the sum of 1..100 and save it to a file"
+MISSING = "ERROR: {} does not exist in your workspace. Use list_files to see what is there."
+STOPPING = (
+    "[Loop] The run is stopping: it reached its cap of 10 iterations. No more tool calls are "
+    "possible. In a few sentences, tell the user what you did, what you found, and what is left "
+    "undone."
+)
+
+TASKS = [
+    DEMO,
+    "Compute the sum of 1..100 and save it to total.txt",
+    "What is 17 * 23?",
+    "Compute (2 + 3) ^ 4",
+    "Sum of 1..10",
+    "Add 3, 4 and 5",
+    "Save 'buy milk' to notes.txt",
+    "Read notes.txt",
+    "What's in notes.txt?",
+    "List my files",
+    "Search the web for pgvector HNSW",
+    "Keep reading missing.txt until it exists",
+]
+
+
+def ran(stdout: str) -> str:
+    """run_code's report of a program that exited cleanly."""
+    return f"exit status: 0\n--- stdout ---\n{stdout}\n--- stderr ---\n(empty)"
+
+
+def printed_by(code: str) -> str:
+    """What the planned program prints when run by a plain interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    return done.stdout.strip()
+
+
+class Run:
+    """A conversation with MockLLM in which the test plays the tools."""
+
+    def __init__(self, task: str) -> None:
+        self.messages: list[Message] = [
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": task},
+        ]
+        self.calls: list[ToolCall] = []
+        self.reply = self._ask(TOOLS)
+
+    def _ask(self, tools: list[dict[str, Any]] | None) -> Reply:
+        self.reply = MockLLM().chat(self.messages, tools)
+        self.calls.extend(self.reply.tool_calls)
+        return self.reply
+
+    @property
+    def call(self) -> ToolCall:
+        """The one tool call the model just planned."""
+        assert self.reply.text == ""
+        assert len(self.reply.tool_calls) == 1, self.reply
+        return self.reply.tool_calls[0]
+
+    @property
+    def arguments(self) -> dict[str, Any]:
+        return json.loads(self.call.arguments)
+
+    @property
+    def answer(self) -> str:
+        """The final answer the model just gave, with no tool call."""
+        assert self.reply.tool_calls == (), self.reply
+        assert self.reply.text
+        return self.reply.text
+
+    def result(self, content: str) -> Reply:
+        """Answer the planned call with `content` and let the model take its next turn."""
+        call = self.call
+        self.messages.append(
+            {"role": "assistant", "content": None, "tool_calls": [call.as_message_part()]}
+        )
+        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        return self._ask(TOOLS)
+
+    def stop(self, request: str = STOPPING) -> Reply:
+        """The summarising last turn of a halted run."""
+        if self.reply.tool_calls:
+            self.messages.append(
+                {
+                    "role": "assistant",
+                    "content": self.reply.text or None,
+                    "tool_calls": [call.as_message_part() for call in self.reply.tool_calls],
+                }
+            )
+            for call in self.reply.tool_calls:
+                self.messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": "SKIPPED: halted"}
+                )
+        self.messages.append({"role": "user", "content": request})
+        return self._ask(None)
+
+
+# the demo -----------------------------------------------------------------------------------------
+
+
+def test_demo_computes_checks_the_file_writes_it_when_missing_and_answers() -> None:
+    run = Run(DEMO)
+    assert run.call.name == "run_code"
+    assert printed_by(run.arguments["code"]) == "5050"
+
+    run.result(ran("5050"))
+    assert run.call.name == "read_file"
+    assert run.arguments == {"path": "sum.txt"}
+
+    run.result(MISSING.format("sum.txt"))
+    assert run.call.name == "write_file"
+    assert run.arguments == {"path": "sum.txt", "content": "5050\n"}
+
+    run.result("Wrote 5 bytes to sum.txt.")
+    assert "5050" in run.answer
+    assert "sum.txt" in run.answer
+
+
+def test_demo_uses_the_file_the_task_names() -> None:
+    run = Run("Compute the sum of 1..100 and save it to total.txt")
+    run.result(ran("5050"))
+    assert run.arguments == {"path": "total.txt"}
+    run.result(MISSING.format("total.txt"))
+    assert run.arguments == {"path": "total.txt", "content": "5050\n"}
+    run.result("Wrote 5 bytes to total.txt.")
+    assert "total.txt" in run.answer
+    assert "sum.txt" not in run.answer
+
+
+def test_demo_answers_without_writing_when_the_file_already_holds_the_sum() -> None:
+    run = Run(DEMO)
+    run.result(ran("5050"))
+    run.result("5050\n")
+    assert "5050" in run.answer
+    assert "sum.txt" in run.answer
+    assert [call.name for call in run.calls] == ["run_code", "read_file"]
+
+
+def test_demo_overwrites_a_file_that_holds_something_else() -> None:
+    run = Run(DEMO)
+    run.result(ran("5050"))
+    run.result("42\n")
+    assert run.call.name == "write_file"
+    assert run.arguments == {"path": "sum.txt", "content": "5050\n"}
+
+
+def test_demo_reports_a_failed_computation_instead_of_saving() -> None:
+    run = Run(DEMO)
+    run.result("TIMEOUT: Killed after 10 seconds (timeout).")
+    assert "could not" in run.answer.lower()
+    assert "Killed after 10 seconds" in run.answer
+    assert [call.name for call in run.calls] == ["run_code"]
+
+
+def test_demo_reports_a_failed_write_instead_of_claiming_it_saved() -> None:
+    run = Run(DEMO)
+    run.result(ran("5050"))
+    run.result(MISSING.format("sum.txt"))
+    run.result("DENIED: sum.txt is outside your workspace.")
+    assert "failed" in run.answer
+    assert "DENIED: sum.txt is outside your workspace." in run.answer
+    assert "I saved it" not in run.answer
+
+
+# arithmetic ---------------------------------------------------------------------------------------
+
+ARITHMETIC = [
+    ("What is 17 * 23?", "391"),
+    ("Compute (2 + 3) ^ 4", "625"),
+    ("Sum of 1..10", "55"),
+    ("Add 3, 4 and 5", "12"),
+]
+
+
+@pytest.mark.parametrize(("task", "value"), ARITHMETIC)
+def test_arithmetic_is_computed_with_run_code_and_answered_from_its_stdout(
+    task: str, value: str
+) -> None:
+    run = Run(task)
+    assert run.call.name == "run_code"
+    assert printed_by(run.arguments["code"]) == value
+    run.result(ran(value))
+    assert value in run.answer
+
+
+def test_a_caret_means_a_power_in_the_planned_code() -> None:
+    code = Run("Compute (2 + 3) ^ 4").arguments["code"]
+    assert "**" in code
+    assert "^" not in code
+
+
+@pytest.mark.parametrize(("task", "value"), ARITHMETIC)
+def test_a_failed_run_code_is_reported_honestly(task: str, value: str) -> None:
+    failure = "ERROR: exit status: 1\n--- stdout ---\n(empty)\n--- stderr ---\nMemoryError: boom"
+    run = Run(task)
+    run.result(failure)
+    assert "could not" in run.answer.lower()
+    assert "MemoryError: boom" in run.answer
+    assert value not in run.answer
+
+
+# one-call tasks -----------------------------------------------------------------------------------
+
+ONE_CALL = [
+    (
+        "Save 'buy milk' to notes.txt",
+        "write_file",
+        {"path": "notes.txt", "content": "buy milk"},
+        "Wrote 8 bytes to notes.txt.",
+    ),
+    ("Read notes.txt", "read_file", {"path": "notes.txt"}, "buy milk"),
+    ("What's in notes.txt?", "read_file", {"path": "notes.txt"}, "buy milk"),
+    ("List my files", "list_files", {}, "notes.txt (8 bytes)"),
+    (
+        "Search the web for pgvector HNSW",
+        "web_search",
+        {"query": "pgvector HNSW"},
+        "1. pgvector: HNSW indexes https://github.com/pgvector/pgvector",
+    ),
+]
+
+
+@pytest.mark.parametrize(("task", "tool", "arguments", "result"), ONE_CALL)
+def test_one_call_task_plans_its_tool_and_answers_with_the_result(
+    task: str, tool: str, arguments: dict[str, Any], result: str
+) -> None:
+    run = Run(task)
+    assert run.call.name == tool
+    assert run.arguments == arguments
+    run.result(result)
+    assert result in run.answer
+    assert len(run.calls) == 1
+
+
+@pytest.mark.parametrize(("task", "tool", "arguments", "result"), ONE_CALL)
+def test_one_call_task_reports_a_failed_tool_honestly(
+    task: str, tool: str, arguments: dict[str, Any], result: str
+) -> None:
+    run = Run(task)
+    run.result("ERROR: something broke.")
+    assert f"{tool} failed" in run.answer
+    assert "ERROR: something broke." in run.answer
+    assert result not in run.answer
+
+
+# a task that keeps failing ------------------------------------------------------------------------
+
+
+def test_keep_reading_retries_with_new_arguments_for_the_same_file_until_it_exists() -> None:
+    run = Run("Keep reading missing.txt until it exists")
+    raw_arguments = []
+    for _ in range(6):
+        assert run.call.name == "read_file"
+        raw_arguments.append(run.call.arguments)
+        run.result(MISSING.format("missing.txt"))
+
+    assert len(set(raw_arguments)) == 6
+    paths = {posixpath.normpath(json.loads(raw)["path"]) for raw in raw_arguments}
+    assert paths == {"missing.txt"}
+
+    assert run.call.name == "read_file"
+    run.result("it is here now")
+    assert "missing.txt" in run.answer
+    assert "it is here now" in run.answer
+
+
+# tasks it cannot do -------------------------------------------------------------------------------
+
+
+def test_an_unknown_task_gets_an_honest_mock_answer_without_a_tool_call() -> None:
+    run = Run("Write a poem")
+    assert "mock" in run.answer
+    assert "GROQ_API_KEY" in run.answer
+    assert run.calls == []
+
+
+# the summarising last turn ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", [*TASKS, "Write a poem"])
+@pytest.mark.parametrize("turns", [0, 1, 3])
+def test_the_summary_turn_never_calls_a_tool(task: str, turns: int) -> None:
+    run = Run(task)
+    for _ in range(turns):
+        if not run.reply.tool_calls:
+            break
+        run.result(MISSING.format("missing.txt"))
+    reply = run.stop()
+    assert reply.tool_calls == ()
+    assert reply.text
+
+
+def test_the_summary_lists_each_tool_call_made_with_its_outcome() -> None:
+    run = Run(DEMO)
+    run.result(ran("5050"))
+    run.result(MISSING.format("sum.txt"))
+    text = run.stop().text
+    assert "it reached its cap of 10 iterations." in text
+    assert "1. run_code ok: exit status: 0 --- stdout --- 5050" in text
+    assert "2. read_file failed: ERROR: sum.txt does not exist" in text
+    assert "3. write_file failed: SKIPPED: halted" in text
+
+
+def test_the_summary_of_a_run_with_no_tool_calls_still_says_why_it_stopped() -> None:
+    run = Run("Write a poem")
+    text = run.stop().text
+    assert text == "I had to stop: it reached its cap of 10 iterations."
+
+
+# determinism, usage and ids -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", [*TASKS, "Write a poem"])
+def test_the_same_messages_give_an_identical_reply(task: str) -> None:
+    run = Run(task)
+    for _ in range(2):
+        if run.reply.tool_calls:
+            run.result(MISSING.format("missing.txt"))
+    again = [json.loads(json.dumps(message)) for message in run.messages]
+    assert MockLLM().chat(again, TOOLS) == run.reply
+    assert MockLLM().chat(again, TOOLS) == MockLLM().chat(again, TOOLS)
+    assert MockLLM().chat(again, None) == MockLLM().chat(again, None)
+
+
+@pytest.mark.parametrize("task", [*TASKS, "Write a poem"])
+def test_token_usage_is_positive(task: str) -> None:
+    run = Run(task)
+    assert run.reply.usage.prompt_tokens > 0
+    assert run.reply.usage.completion_tokens > 0
+    if run.reply.tool_calls:
+        run.result(ran("1"))
+        assert run.reply.usage.prompt_tokens > 0
+        assert run.reply.usage.completion_tokens > 0
+
+
+def test_prompt_tokens_grow_with_the_prompt() -> None:
+    short = Run("Read notes.txt").reply.usage.prompt_tokens
+    long = Run("Read notes.txt " + "please " * 50).reply.usage.prompt_tokens
+    assert long > short
+
+    run = Run(DEMO)
+    seen = [run.reply.usage.prompt_tokens]
+    for result in (ran("5050"), MISSING.format("sum.txt"), "Wrote 5 bytes to sum.txt."):
+        run.result(result)
+        seen.append(run.reply.usage.prompt_tokens)
+    assert seen == sorted(seen)
+    assert len(set(seen)) == len(seen)
+
+
+def test_prompt_tokens_count_the_tool_specs() -> None:
+    messages: list[Message] = [{"role": "user", "content": "Read notes.txt"}]
+    with_tools = MockLLM().chat(messages, TOOLS).usage.prompt_tokens
+    without_tools = MockLLM().chat(messages, None).usage.prompt_tokens
+    assert with_tools > without_tools
+
+
+@pytest.mark.parametrize(
+    ("task", "results"),
+    [
+        (DEMO, [ran("5050"), MISSING.format("sum.txt"), "Wrote 5 bytes to sum.txt."]),
+        ("Keep reading missing.txt until it exists", [MISSING.format("missing.txt")] * 8),
+    ],
+)
+def test_tool_call_ids_are_unique_within_a_run(task: str, results: list[str]) -> None:
+    run = Run(task)
+    for result in results:
+        run.result(result)
+    ids = [call.id for call in run.calls]
+    assert len(ids) == len(results) + (1 if run.reply.tool_calls else 0)
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize(
+    ("task", "tool", "arguments"),
+    [
+        ("What is -3 + 5?", "run_code", {"code": "print(-3 + 5)"}),
+        ("Search the web for how to read config.yaml", "web_search", None),
+        ("Save the sum of 1..100 to total.txt", "run_code", None),
+    ],
+)
+def test_tasks_worded_other_ways_get_the_right_first_call(task, tool, arguments):
+    [first] = Run(task).reply.tool_calls
+    assert first.name == tool
+    if arguments is not None:
+        assert json.loads(first.arguments) == arguments
+
+
+def test_the_demo_is_recognised_with_the_saving_named_first():
+    run = Run("Save the sum of 1..100 to total.txt")
+    run.result(ran("5050"))
+    assert json.loads(run.reply.tool_calls[0].arguments) == {"path": "total.txt"}

@@ -1,0 +1,135 @@
+"""`manage.py runagent`: the live transcript, JSON events, exit codes and Ctrl-C."""
+
+import json
+import os
+import signal
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from agent import services
+from agent.events import RunStatus
+from agent.llm.scripted import ScriptedLLM, answer, call
+from agent.models import AgentRun
+
+DEMO = "Compute the sum of 1..100 and save it to a file"
+
+
+def runagent(*args: str) -> tuple[int, str]:
+    out = StringIO()
+    try:
+        call_command("runagent", *args, stdout=out, stderr=StringIO())
+        code = 0
+    except SystemExit as exit:
+        code = exit.code
+    return code, out.getvalue()
+
+
+@pytest.mark.django_db
+def test_the_demo_prints_each_step_then_the_answer_and_exits_0(workspaces):
+    code, out = runagent(DEMO)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[:2] == [f"Task: {DEMO}", "Model: mock"]
+    assert lines[2] == 'step 1  run_code {"code": "print(sum(range(1, 100 + 1)))"}'
+    assert lines[3].startswith("        ok in ")
+    assert "5050" in lines[3]
+    assert lines[4] == 'step 2  read_file {"path": "sum.txt"}'
+    assert lines[5].startswith("        error in ")
+    assert "sum.txt does not exist" in lines[5]
+    assert lines[6] == 'step 3  write_file {"path": "sum.txt", "content": "5050\\n"}'
+    assert "The sum of 1..100 is 5050. I saved it to sum.txt." in lines
+    run = AgentRun.objects.get()
+    assert lines[-1].startswith(f"Run {run.pk} succeeded after 4 model turns, 3 tool calls,")
+    assert run.user.username == "cli"
+    assert run.status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.django_db
+def test_a_run_halted_by_the_breaker_exits_3(workspaces):
+    code, out = runagent("Keep reading missing.txt until it exists")
+    assert code == 3
+    assert "Circuit breaker tripped on read_file (tool_failures)." in out
+    assert "halted (tool_failures) after 4 model turns" in out
+
+
+@pytest.mark.django_db
+def test_json_prints_one_event_per_line(workspaces):
+    code, out = runagent("What is 17 * 23?", "--json")
+    assert code == 0
+    events = [json.loads(line) for line in out.splitlines()]
+    run = AgentRun.objects.get()
+    assert {event["run"] for event in events} == {run.pk}
+    assert events[0]["kind"] == "run_started"
+    assert events[-1]["kind"] == "run_finished"
+    assert events[-1]["status"] == "succeeded"
+    assert events[-1]["answer"] == "17 * 23 = 391"
+    assert len(events) == run.events.count()
+
+
+@pytest.mark.django_db
+def test_it_runs_for_the_named_user_with_the_given_cap(workspaces):
+    alice = User.objects.create_user("alice")
+    code, _ = runagent(
+        "Keep reading missing.txt until it exists", "--user=alice", "--max-iterations=2"
+    )
+    run = AgentRun.objects.get()
+    assert run.user == alice
+    assert run.halt_reason == "iteration_cap"
+    assert code == 3
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["   "], "The task is empty"),
+        (["hi", "--user=nobody"], "No user named 'nobody'"),
+        (["hi", "--model=llama-3.3-70b-versatile"], "needs GROQ_API_KEY"),
+        (["hi", "--max-iterations=0"], "at least 1"),
+    ],
+)
+def test_bad_usage_exits_2_with_a_clear_message_and_records_nothing(args, message, settings):
+    settings.GROQ_API_KEY = ""
+    with pytest.raises(CommandError, match=message) as raised:
+        call_command("runagent", *args, stdout=StringIO())
+    assert raised.value.returncode == 2
+    assert not AgentRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_ctrl_c_cancels_the_run_records_it_and_exits_4(workspaces, monkeypatch):
+    class InterruptedLLM(ScriptedLLM):
+        def chat(self, messages, tools):
+            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C while the model thinks
+            return super().chat(messages, tools)
+
+    llm = InterruptedLLM([call("list_files", {}), answer("never")])
+    monkeypatch.setattr(services, "llm_for", lambda model: llm)
+    handler = signal.getsignal(signal.SIGINT)
+    code, out = runagent("List my files")
+    assert code == 4
+    assert f"Run {AgentRun.objects.get().pk} cancelled after 1 model turn" in out
+    run = AgentRun.objects.get()
+    assert run.status == RunStatus.CANCELLED
+    assert list(run.tool_executions.values_list("status", flat=True)) == ["skipped"]
+    assert signal.getsignal(signal.SIGINT) is handler  # pytest's own handler is back
+
+
+def test_the_command_line_tool_works_end_to_end(manage, child_database_url, workspaces):
+    env = {"DATABASE_URL": child_database_url, "LOOP_WORKSPACES_DIR": str(workspaces)}
+    done = manage("runagent", DEMO, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "The sum of 1..100 is 5050. I saved it to sum.txt." in done.stdout
+    halted = manage("runagent", "Keep reading missing.txt until it exists", env=env)
+    assert halted.returncode == 3
+    assert list(AgentRun.objects.order_by("pk").values_list("status", flat=True)) == [
+        "succeeded",
+        "halted",
+    ]
+    refused = manage("runagent", "", env=env)
+    assert refused.returncode == 2
+    assert "The task is empty" in refused.stderr
