@@ -91,14 +91,18 @@ def execute_run(
 
     cancel_requested = cancel_flag(run, cancelled)
 
-    result = run_agent(
-        run.task,
-        llm=llm or llm_for(run.model),
-        tools=tools or default_registry().bind(context_for(run.user)),
-        sink=recorder,
-        limits=Limits(**run.limits),
-        cancelled=cancel_requested,
-    )
+    try:
+        result = run_agent(
+            run.task,
+            llm=llm or llm_for(run.model),
+            tools=tools or default_registry().bind(context_for(run.user)),
+            sink=recorder,
+            limits=Limits(**run.limits),
+            cancelled=cancel_requested,
+        )
+    except BaseException as stop:  # the process is being stopped (a second Ctrl-C, SIGTERM)
+        record_interrupted(run, recorder, f"The process running it stopped: {type(stop).__name__}.")
+        raise
     # The loop reports its end as an event; should recording that have failed, record it here.
     AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
         status=result.status,
@@ -109,6 +113,14 @@ def execute_run(
     )
     run.refresh_from_db()
     return run
+
+
+def record_interrupted(run: AgentRun, recorder: RunRecorder, error: str) -> None:
+    """Leave no run `running` behind a process that is going away."""
+    if AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+        status=RunStatus.INTERRUPTED, error=error, finished_at=timezone.now()
+    ):
+        recorder(RunFinished(RunStatus.INTERRUPTED.value, "", error=error))
 
 
 def cancel_flag(run: AgentRun, local: Callable[[], bool] | None) -> Callable[[], bool]:

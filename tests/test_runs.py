@@ -234,3 +234,20 @@ def test_a_users_runs_are_only_their_own(alice, bob):
     mine = start_run(alice, "mine", model="mock")
     start_run(bob, "theirs", model="mock")
     assert list(runs_for(alice)) == [mine]
+
+
+def test_a_process_stopped_mid_run_leaves_the_run_interrupted_not_running(alice):
+    class StoppedLLM(ScriptedLLM):
+        def chat(self, messages, tools):
+            if len(self.turns) == 1:
+                raise KeyboardInterrupt  # the second Ctrl-C: the process goes away
+            return super().chat(messages, tools)
+
+    run = start_run(alice, "a task", model="mock")
+    with pytest.raises(KeyboardInterrupt):
+        execute_run(run, llm=StoppedLLM([call("list_files", {}), answer("never")]))
+    run.refresh_from_db()
+    assert run.status == RunStatus.INTERRUPTED
+    assert "KeyboardInterrupt" in run.error
+    assert run.events.last().kind == "run_finished"
+    assert run.tool_executions.count() == 1  # the progress made before it stopped is kept
