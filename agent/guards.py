@@ -1,7 +1,7 @@
 """The guards that stop a run: a halt with its reason, and the circuit breaker."""
 
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 from agent.events import HaltReason
 from agent.llm.base import ToolCall
@@ -43,9 +43,10 @@ def call_identity(call: ToolCall) -> tuple[str, str]:
 class Breaker:
     """Trips when calling on is pointless.
 
-    Three ways: the same tool failing `max_failures` times in a row; the model repeating a call
-    identical to one that already failed; the model asking for one identical call
-    `max_identical` times. Repeats are caught before they run, failures after.
+    Three ways: the same tool failing `max_failures` times in a row; the model asking again for a
+    call identical to one that failed, with no success in between that could have changed things;
+    the model asking for one identical call `max_identical` times in a row. Repeats are caught
+    before they run, failures after.
     """
 
     def __init__(self, max_failures: int, max_identical: int) -> None:
@@ -53,7 +54,8 @@ class Breaker:
         self.max_identical = max_identical
         self.failures: defaultdict[str, list[dict[str, str]]] = defaultdict(list)
         self.failed: dict[tuple[str, str], str] = {}
-        self.seen: Counter[tuple[str, str]] = Counter()
+        self.last: tuple[str, str] | None = None
+        self.streak = 0
 
     def before(self, call: ToolCall) -> None:
         identity = call_identity(call)
@@ -64,26 +66,30 @@ class Breaker:
                 call.name,
                 [{"arguments": call.arguments, "error": self.failed[identity]}],
             )
-        self.seen[identity] += 1
-        if self.seen[identity] >= self.max_identical:
+        self.streak = self.streak + 1 if identity == self.last else 1
+        self.last = identity
+        if self.streak >= self.max_identical:
             raise BreakerTrip(
                 HaltReason.IDENTICAL_CALLS,
-                f"{call.name} was called {self.seen[identity]} times with the same arguments.",
+                f"{call.name} was called {self.streak} times in a row with the same arguments.",
                 call.name,
                 [],
             )
 
-    def after(self, call: ToolCall, result: ToolResult) -> None:
+    def after(self, call: ToolCall, result: ToolResult) -> BreakerTrip | None:
+        """The trip this result causes, if any."""
         if result.ok:
             self.failures.pop(call.name, None)
-            return
+            self.failed.clear()  # a call that worked may have changed what failed before
+            return None
         self.failed[call_identity(call)] = result.text
         failures = self.failures[call.name]
         failures.append({"arguments": call.arguments, "error": result.text})
-        if len(failures) >= self.max_failures:
-            raise BreakerTrip(
-                HaltReason.TOOL_FAILURES,
-                f"{call.name} failed {len(failures)} times in a row.",
-                call.name,
-                list(failures),
-            )
+        if len(failures) < self.max_failures:
+            return None
+        return BreakerTrip(
+            HaltReason.TOOL_FAILURES,
+            f"{call.name} failed {len(failures)} times in a row.",
+            call.name,
+            list(failures),
+        )

@@ -1,9 +1,11 @@
 """A run's records: the run itself, its append-only event log, and its breaker trips."""
 
 from enum import StrEnum
+from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import connections, models
+from django.utils import timezone
 
 from agent.events import BREAKER_REASONS, EVENT_TYPES, HaltReason, RunStatus
 
@@ -61,6 +63,26 @@ class AgentRun(models.Model):
         return self.prompt_tokens + self.completion_tokens
 
 
+class RunEventManager(models.Manager["RunEvent"]):
+    def append(self, run_id: int, seq: int, kind: str, step: int, data: dict[str, Any]) -> None:
+        """Append one event as a single INSERT, without building a model instance.
+
+        Every step of every run appends three events, so this is the hot path; it costs about
+        120 µs less per event than Model.save() (bench/loop.py).
+        """
+        connection = connections[self.db]
+        quote = connection.ops.quote_name
+        columns = ("run_id", "seq", "kind", "step", "data", "created_at")
+        data_field = self.model._meta.get_field("data")
+        values = [run_id, seq, kind, step, data_field.get_db_prep_save(data, connection)]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {quote(self.model._meta.db_table)} "  # noqa: S608 (names, not input)
+                f"({', '.join(map(quote, columns))}) VALUES (%s, %s, %s, %s, %s, %s)",
+                [*values, timezone.now()],
+            )
+
+
 class RunEvent(models.Model):
     """One event of a run, numbered in the order it happened. Rows are appended, never updated."""
 
@@ -70,6 +92,8 @@ class RunEvent(models.Model):
     step = models.PositiveIntegerField(default=0)
     data = models.JSONField()
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = RunEventManager()
 
     class Meta:
         ordering = ("run", "seq")

@@ -20,8 +20,9 @@ from agent.events import (
     EventSink,
     ModelReplied,
     RunFinished,
-    RunStarted,
+    RunStatus,
     ToolCallFinished,
+    ToolCallStarted,
 )
 from agent.llm.base import Usage
 from agent.models import AgentRun, BreakerTrip, RunEvent
@@ -42,28 +43,28 @@ class RunRecorder:
         self.then = then
         self.seq = run.events.aggregate(last=Max("seq"))["last"] or 0
         self.iterations = 0
+        self.tool_calls = 0
         self.usage = Usage()
         self.summarised = 0.0
+        self.finished = False
 
     def __call__(self, event: Event) -> None:
         self.seq += 1
-        appended = RunEvent(
-            run_id=self.run.pk,
-            seq=self.seq,
-            kind=event.kind,
-            step=getattr(event, "step", 0),
-            data=event.as_dict(),
-        )
         writes = self.writes_for(event)
         if writes:
             with transaction.atomic():
-                appended.save(force_insert=True)
+                self.append(event)
                 for write in writes:
                     write()
         else:  # most events write one row, which needs no transaction of its own
-            appended.save(force_insert=True)
+            self.append(event)
+        self.finished = isinstance(event, RunFinished)
         if self.then is not None:
             self.publish(event)
+
+    def append(self, event: Event) -> None:
+        step = getattr(event, "step", 0)
+        RunEvent.objects.append(self.run.pk, self.seq, event.kind, step, event.as_dict())
 
     def publish(self, event: Event) -> None:
         """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""
@@ -76,8 +77,9 @@ class RunRecorder:
     def writes_for(self, event: Event) -> list[Callable[[], object]]:
         """What an event changes besides the log: the run's summary row and the audit rows."""
         match event:
-            case RunStarted():
-                return [partial(self.update, provider=event.provider, model=event.model)]
+            case ToolCallStarted():
+                self.tool_calls += 1
+                return []
             case ModelReplied():
                 self.iterations = event.step
                 self.usage += Usage(event.prompt_tokens, event.completion_tokens)
@@ -111,6 +113,22 @@ class RunRecorder:
                     )
                 ]
         return []
+
+    def end(self, status: RunStatus, error: str) -> None:
+        """Record the end of a run the loop could not finish itself, with its progress so far."""
+        if not AgentRun.objects.filter(pk=self.run.pk, status=RunStatus.RUNNING).exists():
+            return
+        self(
+            RunFinished(
+                status.value,
+                "",
+                error=error,
+                iterations=self.iterations,
+                tool_calls=self.tool_calls,
+                prompt_tokens=self.usage.prompt_tokens,
+                completion_tokens=self.usage.completion_tokens,
+            )
+        )
 
     def update(self, **fields: object) -> None:
         AgentRun.objects.filter(pk=self.run.pk).update(heartbeat_at=timezone.now(), **fields)

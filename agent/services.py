@@ -1,6 +1,7 @@
 """Run operations: the few functions the CLI, the web views and the task queue all call."""
 
 import dataclasses
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from tools.registry import default_registry
 from tools.workspace import context_for
+
+logger = logging.getLogger(__name__)
 
 CANCEL_POLL_INTERVAL = 0.2
 
@@ -82,45 +85,46 @@ def execute_run(
     tools: Tools | None = None,
 ) -> AgentRun:
     """Work a queued run to its end in this process; every event is recorded as it happens."""
+    now = timezone.now()
     claimed = AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, started_at=timezone.now()
+        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now
     )
     if not claimed:
         raise RunNotQueued(f"Run {run.pk} is not queued; it is {run.status}.")
     recorder = RunRecorder(run, then=on_event)
-
-    cancel_requested = cancel_flag(run, cancelled)
-
+    try:
+        llm = llm or llm_for(run.model)
+        tools = tools or default_registry().bind(context_for(run.user))
+        limits = Limits(**run.limits)
+    except Exception as error:
+        logger.exception("Run %s could not start", run.pk)
+        recorder.end(RunStatus.FAILED, f"The run could not start: {error}")
+        run.refresh_from_db()
+        return run
     try:
         result = run_agent(
             run.task,
-            llm=llm or llm_for(run.model),
-            tools=tools or default_registry().bind(context_for(run.user)),
+            llm=llm,
+            tools=tools,
             sink=recorder,
-            limits=Limits(**run.limits),
-            cancelled=cancel_requested,
+            limits=limits,
+            cancelled=cancel_flag(run, cancelled),
         )
-    except BaseException as stop:  # the process is being stopped (a second Ctrl-C, SIGTERM)
-        record_interrupted(run, recorder, f"The process running it stopped: {type(stop).__name__}.")
+    except (KeyboardInterrupt, SystemExit) as stop:  # the process is going away
+        recorder.end(
+            RunStatus.INTERRUPTED, f"The process running it stopped ({type(stop).__name__})."
+        )
         raise
-    # The loop reports its end as an event; should recording that have failed, record it here.
-    AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=result.status,
-        halt_reason=result.halt_reason or "",
-        answer=result.answer,
-        error=result.error,
-        finished_at=timezone.now(),
-    )
+    if not recorder.finished:  # the loop reported its end, but recording that failed
+        AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
+            status=result.status,
+            halt_reason=result.halt_reason or "",
+            answer=result.answer,
+            error=result.error,
+            finished_at=timezone.now(),
+        )
     run.refresh_from_db()
     return run
-
-
-def record_interrupted(run: AgentRun, recorder: RunRecorder, error: str) -> None:
-    """Leave no run `running` behind a process that is going away."""
-    if AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-        status=RunStatus.INTERRUPTED, error=error, finished_at=timezone.now()
-    ):
-        recorder(RunFinished(RunStatus.INTERRUPTED.value, "", error=error))
 
 
 def cancel_flag(run: AgentRun, local: Callable[[], bool] | None) -> Callable[[], bool]:

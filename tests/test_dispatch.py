@@ -96,6 +96,20 @@ def test_a_raising_tool_is_an_error_not_a_crash(registry, context):
     assert "explode failed: KeyError" in result.text
 
 
+def exits(arguments: EchoArguments, context: ToolContext) -> str:
+    raise SystemExit(3)
+
+
+@pytest.mark.parametrize("own_deadline", [False, True])
+def test_a_tool_calling_exit_is_an_error_not_the_end_of_the_worker(context, own_deadline):
+    registry = ToolRegistry(
+        [Tool("exits", "Exit.", EchoArguments, exits, own_deadline=own_deadline)]
+    )
+    result = registry.dispatch("exits", '{"text": "a"}', context)
+    assert result.status is ToolStatus.ERROR
+    assert "exits failed: SystemExit" in result.text
+
+
 def test_a_tool_error_reaches_the_model_as_its_message(registry, context):
     result = registry.dispatch("refuse", '{"text": "a"}', context)
     assert (result.status, result.text) == (ToolStatus.ERROR, "try something else")

@@ -174,6 +174,18 @@ def test_repeating_a_call_that_already_failed_trips_the_breaker_before_it_runs()
     assert_history_valid(run.result.messages)
 
 
+def test_a_failed_call_may_be_retried_after_a_success_that_could_have_fixed_it():
+    script = [
+        call("flaky", {"text": "bad"}),
+        call("echo", {"text": "fixing it"}),
+        call("flaky", {"text": "bad"}),
+        answer("done"),
+    ]
+    run = Run(script)
+    assert run.statuses() == [("flaky", "error"), ("echo", "ok"), ("flaky", "error")]
+    assert run.result.status is RunStatus.SUCCEEDED
+
+
 def test_the_same_arguments_in_another_key_order_are_the_same_call():
     first = call("fail", '{"text": "x", "unused": 1}')
     again = call("fail", '{ "unused": 1,  "text": "x"}')
@@ -187,6 +199,23 @@ def test_looping_on_an_identical_call_trips_the_breaker_at_the_limit():
     assert run.statuses() == [("echo", "ok"), ("echo", "ok"), ("echo", "skipped")]
     assert run.result.halt_reason is HaltReason.IDENTICAL_CALLS
     assert run.of(BreakerTripped)[0].reason == HaltReason.IDENTICAL_CALLS
+
+
+def test_an_identical_call_with_other_calls_between_is_not_a_loop():
+    script = [call("echo", {"text": "same"}), call("echo", {"text": "other"})] * 3
+    run = Run([*script, answer("done")], limits=Limits(max_identical_calls=2))
+    assert run.result.status is RunStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize(("parallel", "ran"), [(1, 3), (2, 4)])
+def test_the_breaker_stops_a_parallel_batch_of_failing_calls(parallel, ran):
+    batch = calls(*(("fail", {"text": f"attempt {n}"}) for n in range(6)))
+    run = Run([batch, answer("summary")], limits=Limits(max_parallel_calls=parallel))
+    # Calls already running when the breaker trips finish; none starts after it.
+    assert run.statuses() == [("fail", "error")] * ran + [("fail", "skipped")] * (6 - ran)
+    assert run.result.halt_reason is HaltReason.TOOL_FAILURES
+    assert run.result.tool_calls == ran
+    assert_history_valid(run.result.messages)
 
 
 def test_at_the_iteration_cap_the_model_gets_one_last_turn_without_tools():

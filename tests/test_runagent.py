@@ -35,10 +35,10 @@ def test_the_demo_prints_each_step_then_the_answer_and_exits_0(workspaces):
     lines = out.splitlines()
     assert lines[:2] == [f"Task: {DEMO}", "Model: mock"]
     assert lines[2] == 'step 1  run_code {"code": "print(sum(range(1, 100 + 1)))"}'
-    assert lines[3].startswith("        ok in ")
+    assert lines[3].startswith("        run_code ok in ")
     assert "5050" in lines[3]
     assert lines[4] == 'step 2  read_file {"path": "sum.txt"}'
-    assert lines[5].startswith("        error in ")
+    assert lines[5].startswith("        read_file error in ")
     assert "sum.txt does not exist" in lines[5]
     assert lines[6] == 'step 3  write_file {"path": "sum.txt", "content": "5050\\n"}'
     assert "The sum of 1..100 is 5050. I saved it to sum.txt." in lines
@@ -117,6 +117,22 @@ def test_ctrl_c_cancels_the_run_records_it_and_exits_4(workspaces, monkeypatch):
     assert run.status == RunStatus.CANCELLED
     assert list(run.tool_executions.values_list("status", flat=True)) == ["skipped"]
     assert signal.getsignal(signal.SIGINT) is handler  # pytest's own handler is back
+
+
+@pytest.mark.django_db
+def test_sigterm_cancels_the_run_like_ctrl_c(workspaces, monkeypatch):
+    class TerminatedLLM(ScriptedLLM):
+        def chat(self, messages, tools):
+            os.kill(os.getpid(), signal.SIGTERM)  # a supervisor stops the command
+            return super().chat(messages, tools)
+
+    llm = TerminatedLLM([call("list_files", {}), answer("never")])
+    monkeypatch.setattr(services, "llm_for", lambda model: llm)
+    handler = signal.getsignal(signal.SIGTERM)
+    code, _ = runagent("List my files")
+    assert code == 4
+    assert AgentRun.objects.get().status == RunStatus.CANCELLED
+    assert signal.getsignal(signal.SIGTERM) is handler
 
 
 def test_the_command_line_tool_works_end_to_end(manage, child_database_url, workspaces):

@@ -250,4 +250,18 @@ def test_a_process_stopped_mid_run_leaves_the_run_interrupted_not_running(alice)
     assert run.status == RunStatus.INTERRUPTED
     assert "KeyboardInterrupt" in run.error
     assert run.events.last().kind == "run_finished"
-    assert run.tool_executions.count() == 1  # the progress made before it stopped is kept
+    # The progress made before it stopped is kept.
+    assert run.tool_executions.count() == 1
+    assert (run.iterations, run.tool_calls) == (1, 1)
+    assert run.prompt_tokens == 0  # the scripted model reports none; the count is not reset
+
+
+def test_a_run_that_cannot_start_is_recorded_as_failed_with_the_reason(alice, settings):
+    settings.GROQ_API_KEY = "gsk_at_start"
+    run = start_run(alice, "a task", model="llama-3.3-70b-versatile")
+    settings.GROQ_API_KEY = ""  # the worker that executes it has no key
+    run = execute_run(run)
+    assert run.status == RunStatus.FAILED
+    assert "The run could not start" in run.error
+    assert "needs GROQ_API_KEY" in run.error
+    assert run.events.last().kind == "run_finished"

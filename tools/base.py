@@ -98,8 +98,8 @@ class Tool:
     arguments: type[BaseModel]
     function: ToolFunction
     timeout: float = 60.0
-    # A tool that enforces its own hard deadline (run_code, web_search) runs in the caller's
-    # thread; any other runs in a backstop thread that gives up on it after `timeout`.
+    # A tool that cannot hang (it has nothing to wait on) may run in the caller's thread; any
+    # other runs in a backstop thread that gives up on it after `timeout`.
     own_deadline: bool = False
 
     def spec(self) -> dict[str, Any]:
@@ -197,7 +197,7 @@ def _call(tool: Tool, arguments: BaseModel, context: ToolContext) -> ToolOutput:
         output = tool.function(arguments, context)
     except ToolError:
         raise
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # a tool's bug is its result, not the worker's end
         logger.exception("Tool %s raised", tool.name)
         raise ToolError(f"{tool.name} failed: {type(error).__name__}: {error}") from None
     return output if isinstance(output, ToolOutput) else ToolOutput(output)

@@ -238,6 +238,8 @@ class WarmSandboxes:
         self.idle_seconds, self.capacity = idle_seconds, capacity
         self.idle: dict[tuple[Path, Limits], tuple[Launched, threading.Timer]] = {}
         self.lock = threading.Lock()
+        self.starting = 0  # sandboxes being started in the background right now
+        self.started = threading.Condition(self.lock)
 
     def take(self, workspace: Path, limits: Limits) -> Launched | None:
         with self.lock:
@@ -252,7 +254,21 @@ class WarmSandboxes:
         self, workspace: Path, limits: Limits, start: Callable[[Path, Limits], Launched]
     ) -> None:
         if settings.LOOP_SANDBOX_WARM:
-            threading.Thread(target=self._add, args=(workspace, limits, start), daemon=True).start()
+            with self.lock:
+                self.starting += 1
+            thread = threading.Thread(target=self._start, args=(workspace, limits, start))
+            thread.daemon = True
+            thread.start()
+
+    def _start(
+        self, workspace: Path, limits: Limits, start: Callable[[Path, Limits], Launched]
+    ) -> None:
+        try:
+            self._add(workspace, limits, start)
+        finally:
+            with self.lock:
+                self.starting -= 1
+                self.started.notify_all()
 
     def _add(
         self, workspace: Path, limits: Limits, start: Callable[[Path, Limits], Launched]
@@ -278,9 +294,10 @@ class WarmSandboxes:
         if entry is not None:
             _discard(entry)
 
-    def drain(self) -> None:
-        """Kill every idle sandbox (tests, shutdown)."""
+    def drain(self, timeout: float = 10.0) -> None:
+        """Kill every idle sandbox, including those still starting (tests, shutdown)."""
         with self.lock:
+            self.started.wait_for(lambda: self.starting == 0, timeout)
             entries = list(self.idle.values())
             self.idle.clear()
         for entry in entries:

@@ -100,7 +100,10 @@ def _tool_use_failed(error: groq.BadRequestError) -> Message | None:
     if details.get("code") != "tool_use_failed":
         return None
     generation = str(details.get("failed_generation", ""))[:2000]
-    reason = f"{details.get('message', 'malformed tool call')} Your call was: {generation}"
+    reason = (
+        f"{details.get('message', 'malformed tool call')} Your own output, quoted as data: "
+        f"<<<{generation.replace('<<<', '').replace('>>>', '')}>>>"
+    )
     return {"role": "user", "content": MALFORMED_CALL_NOTE.format(error=reason)}
 
 

@@ -29,19 +29,22 @@ from agent.models import AgentRun
 from agent.services import InvalidTask, clean_task, default_limits, execute_run, start_run
 
 CLI_USER = "cli"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 USAGE_ERROR = 2
 EXIT_CODES = {
     RunStatus.SUCCEEDED: 0,
     RunStatus.FAILED: 1,
     RunStatus.HALTED: 3,
     RunStatus.CANCELLED: 4,
+    RunStatus.INTERRUPTED: 5,
 }
 
 
 class Command(BaseCommand):
     help = (
         "Run one task through the agent, printing each step live. Exit status: 0 succeeded, "
-        "1 failed, 2 bad usage, 3 halted (breaker, cap or budget), 4 cancelled (Ctrl-C)."
+        "1 failed, 2 bad usage, 3 halted (breaker, cap or budget), 4 cancelled (Ctrl-C or "
+        "SIGTERM), 5 interrupted."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -129,7 +132,8 @@ def describe(event: Event, run_id: int) -> list[str]:
         case ToolCallStarted():
             return [f"step {event.step}  {event.tool} {excerpt(event.arguments)}"]
         case ToolCallFinished():
-            return [f"        {event.status} in {event.duration:.3f}s: {excerpt(event.text)}"]
+            took = f"{event.tool} {event.status} in {event.duration:.3f}s"
+            return [f"        {took}: {excerpt(event.text)}"]
         case BreakerTripped():
             return [f"Circuit breaker tripped on {event.tool} ({event.reason})."]
         case RunHalted():
@@ -164,7 +168,7 @@ def excerpt(text: str, limit: int = 160) -> str:
 
 @contextmanager
 def cancel_on_interrupt(warn: Callable[[str], None]) -> Iterator[Callable[[], bool]]:
-    """The first Ctrl-C cancels the run cleanly (it is recorded); a second one stops at once."""
+    """Ctrl-C or SIGTERM cancels the run cleanly (it is recorded); a second Ctrl-C stops at once."""
     requested = threading.Event()
 
     def interrupt(signum: int, frame: Any) -> None:
@@ -172,8 +176,9 @@ def cancel_on_interrupt(warn: Callable[[str], None]) -> Iterator[Callable[[], bo
         signal.signal(signal.SIGINT, signal.default_int_handler)
         warn("Cancelling the run (Ctrl-C again to stop at once)...")
 
-    previous = signal.signal(signal.SIGINT, interrupt)
+    previous = {number: signal.signal(number, interrupt) for number in STOP_SIGNALS}
     try:
         yield requested.is_set
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
