@@ -5,6 +5,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -18,6 +19,7 @@ from agent.llm.factory import default_model, llm_for
 from agent.loop import Limits, Tools, run_agent
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
+from memory.store import recall, remember_run
 from tools.registry import default_registry
 from tools.workspace import context_for
 
@@ -108,6 +110,7 @@ def execute_run(
             tools=tools,
             sink=recorder,
             limits=limits,
+            recall=partial(recall, run.user),
             cancelled=cancel_flag(run, cancelled),
         )
     except (KeyboardInterrupt, SystemExit) as stop:  # the process is going away
@@ -124,7 +127,16 @@ def execute_run(
             finished_at=timezone.now(),
         )
     run.refresh_from_db()
+    remember_outcome(run)
     return run
+
+
+def remember_outcome(run: AgentRun) -> None:
+    """Store what the run learned; the run is over whatever happens here."""
+    try:
+        remember_run(run)
+    except Exception:
+        logger.exception("Run %s: its outcome could not be remembered", run.pk)
 
 
 def cancel_flag(run: AgentRun, local: Callable[[], bool] | None) -> Callable[[], bool]:

@@ -33,6 +33,16 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}.") from None
 
 
+def env_float(name: str, default: float) -> float:
+    raw = env_str(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}.") from None
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = env_str(name)
     if not raw:

@@ -9,7 +9,7 @@ from pathlib import Path
 from django.core.management.utils import get_random_secret_key
 
 from loopsite.database import database_settings
-from loopsite.env import env_bool, env_int, env_list, env_str, require
+from loopsite.env import env_bool, env_float, env_int, env_list, env_str, require
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LOOP_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -131,6 +131,14 @@ LOOP_SANDBOX_MAX_PROCESSES = env_int("LOOP_SANDBOX_MAX_PROCESSES", 64)
 LOOP_TOOL_RESULT_MAX_CHARS = env_int("LOOP_TOOL_RESULT_MAX_CHARS", 16_000)
 LOOP_WEB_SEARCH_BACKEND = env_str("LOOP_WEB_SEARCH_BACKEND", "tools.search.DdgsSearch")
 LOOP_WEB_SEARCH_ENGINE = env_str("LOOP_WEB_SEARCH_ENGINE", "duckduckgo")
+
+# Long-term memory (see memory/ and the README's Configuration).
+LOOP_EMBEDDER = env_str("LOOP_EMBEDDER", "memory.embedders.HashedNgramEmbedder")
+LOOP_MEMORY_RECALL_K = env_int("LOOP_MEMORY_RECALL_K", 5)
+LOOP_MEMORY_MIN_SIMILARITY = env_float("LOOP_MEMORY_MIN_SIMILARITY", 0.25)
+LOOP_MEMORY_MERGE_SIMILARITY = env_float("LOOP_MEMORY_MERGE_SIMILARITY", 0.9)
+LOOP_MEMORY_MAX_PER_USER = env_int("LOOP_MEMORY_MAX_PER_USER", 1000)
+LOOP_MEMORY_HALF_LIFE_DAYS = env_float("LOOP_MEMORY_HALF_LIFE_DAYS", 30.0)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

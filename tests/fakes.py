@@ -3,6 +3,7 @@
 import time
 from typing import ClassVar
 
+from memory.embedders import HashedNgramEmbedder
 from tools.search import SearchFailed, SearchHit
 
 FORGED_SNIPPET = (
@@ -64,3 +65,12 @@ class RecordingSearch:
     def search(self, query: str, max_results: int, timeout: float) -> list[SearchHit]:
         self.calls.append((query, max_results, timeout))
         return HITS[:1]
+
+
+class TinyEmbedder(HashedNgramEmbedder):
+    """An embedder of another dimension than the store's, as after changing LOOP_EMBEDDER."""
+
+    name = "tiny"
+
+    def __init__(self) -> None:
+        super().__init__(dimensions=8)

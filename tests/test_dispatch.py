@@ -139,13 +139,21 @@ def test_truncate_leaves_short_text_alone():
 def test_specs_give_the_model_the_documented_argument_names():
     specs = {spec["function"]["name"]: spec for spec in default_registry().specs()}
     parameters = {name: spec["function"]["parameters"] for name, spec in specs.items()}
-    assert set(parameters) == {"run_code", "read_file", "write_file", "list_files", "web_search"}
+    assert set(parameters) == {
+        "run_code",
+        "read_file",
+        "write_file",
+        "list_files",
+        "web_search",
+        "remember",
+    }
     assert set(parameters["run_code"]["properties"]) == {"code", "timeout"}
     assert parameters["run_code"]["required"] == ["code"]
     assert set(parameters["read_file"]["properties"]) == {"path"}
     assert set(parameters["write_file"]["properties"]) == {"path", "content"}
     assert parameters["list_files"].get("required", []) == []
     assert set(parameters["web_search"]["properties"]) == {"query", "max_results"}
+    assert set(parameters["remember"]["properties"]) == {"fact", "importance"}
     assert all(
         spec["type"] == "function" and spec["function"]["description"] for spec in specs.values()
     )

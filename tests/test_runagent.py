@@ -14,6 +14,7 @@ from agent import services
 from agent.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
+from memory.models import Memory
 
 DEMO = "Compute the sum of 1..100 and save it to a file"
 
@@ -149,3 +150,18 @@ def test_the_command_line_tool_works_end_to_end(manage, child_database_url, work
     refused = manage("runagent", "", env=env)
     assert refused.returncode == 2
     assert "The task is empty" in refused.stderr
+
+
+@pytest.mark.django_db
+def test_a_second_run_recalls_the_first_runs_outcome(workspaces):
+    runagent(DEMO)
+    code, out = runagent("What was the sum of 1..100 that I computed before?")
+    assert code == 0
+    assert "Recalled 1 memory." in out
+    assert "From an earlier run: The sum of 1..100 is 5050. I saved it to sum.txt." in out
+    first, second = AgentRun.objects.order_by("pk")
+    [event] = second.events.filter(kind="memories_recalled")
+    [recalled] = event.data["memories"]
+    assert recalled["id"] == Memory.objects.get(source_run=first).pk
+    assert set(recalled["parts"]) == {"similarity", "recency", "importance"}
+    assert recalled["score"] > 0

@@ -19,6 +19,7 @@ from agent.services import (
     runs_for,
     start_run,
 )
+from memory.models import Memory
 
 pytestmark = pytest.mark.django_db
 
@@ -51,6 +52,9 @@ def test_the_demo_task_computes_fails_to_read_recovers_by_writing_and_answers(al
     assert "5050" in run_code.result
     assert "does not exist" in run.tool_executions.get(tool="read_file").error
     assert (workspaces / str(alice.pk) / "sum.txt").read_text() == "5050\n"
+    remembered = Memory.objects.get(source_run=run)
+    assert remembered.owner == alice
+    assert remembered.text == f"Task: {DEMO}\nOutcome: succeeded\nAnswer: {run.answer}"
     assert (run.iterations, run.tool_calls) == (4, 3)
     assert run.prompt_tokens > 0
     assert run.completion_tokens > 0
@@ -145,6 +149,7 @@ def test_a_provider_failure_is_recorded_as_failed_with_the_error(alice):
     run = scripted_run(alice, [call("list_files", {}), LLMError("Groq answered 503: overloaded")])
     assert run.status == RunStatus.FAILED
     assert run.error == "Model failed: Groq answered 503: overloaded"
+    assert not Memory.objects.exists()  # a provider's failure teaches nothing about the task
     assert "list_files -> ok" in run.answer
     assert run.events.last().kind == "run_finished"
 

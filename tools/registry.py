@@ -2,6 +2,7 @@
 
 from django.conf import settings
 
+from memory.tools import REMEMBER
 from tools.base import ToolRegistry
 from tools.code import RUN_CODE
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
@@ -10,6 +11,6 @@ from tools.search import WEB_SEARCH
 
 def default_registry() -> ToolRegistry:
     return ToolRegistry(
-        [RUN_CODE, READ_FILE, WRITE_FILE, LIST_FILES, WEB_SEARCH],
+        [RUN_CODE, READ_FILE, WRITE_FILE, LIST_FILES, WEB_SEARCH, REMEMBER],
         max_result_chars=settings.LOOP_TOOL_RESULT_MAX_CHARS,
     )

@@ -33,6 +33,9 @@ READ_FILE = re.compile(
     re.I,
 )
 LIST_FILES = re.compile(r"\b(?:list|show)\b.*\bfiles\b|\bwhat files\b", re.I)
+ASKS_ABOUT_EARLIER = re.compile(r"\b(?:before|earlier|previously|last time)\b", re.I)
+REMEMBER = re.compile(r"^\s*remember (?:that )?(.+)", re.I | re.S)
+MEMORIES = re.compile(r"<<<memories>>>\n(.*?)\n<<<end memories>>>", re.S)
 SEARCH = re.compile(
     r"(?:search(?: the web)?(?: for)?|look up|find (?:information|info) (?:on|about))\s+(.+)",
     re.I | re.S,
@@ -45,7 +48,10 @@ TASK_SHAPES = """\
 - reading a file: "Read notes.txt", "What's in notes.txt?"
 - listing files: "List my files"
 - web search: "Search the web for pgvector HNSW"
-- a task that keeps failing: "Keep reading missing.txt until it exists\""""
+- a task that keeps failing: "Keep reading missing.txt until it exists"
+- remembering a fact: "Remember that my staging server is staging.example.com"
+- asking about earlier work: "What was the sum of 1..100 that I computed before?" (answered from
+  the memories recalled for the run)"""
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class MockLLM:
         seen = observations(messages)
         if tools is None:
             move: Move = summary(seen, messages[-1]["content"])
+        elif ASKS_ABOUT_EARLIER.search(task):
+            move = from_memory(recalled(messages))
         else:
             move = next_move(task, seen)
         return reply(move, len(seen) + 1, count_prompt_tokens(messages, tools))
@@ -104,6 +112,19 @@ def _arguments(raw: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return parsed if isinstance(parsed, dict) else {}
+
+
+def recalled(messages: list[Message]) -> list[str]:
+    """The memories Loop put in the system prompt for this run, most relevant first."""
+    found = MEMORIES.search(messages[0]["content"]) if messages[0]["role"] == "system" else None
+    return [line.removeprefix("- ") for line in found.group(1).splitlines()] if found else []
+
+
+def from_memory(memories: list[str]) -> str:
+    if not memories:
+        return "I have no memory of an earlier run about that."
+    answer = re.search(r"Answer: (.*?)(?: \| |$)", memories[0])
+    return f"From an earlier run: {answer.group(1) if answer else memories[0]}"
 
 
 def reply(move: Move, call_number: int, prompt_tokens: int) -> Reply:
@@ -212,6 +233,7 @@ def summary(seen: list[Observation], request: str) -> str:
 
 
 PLANS: list[tuple[re.Pattern[str], Plan]] = [
+    (REMEMBER, one_call("remember", lambda m: {"fact": m.group(1).strip()})),
     (KEEP_READING, keep_reading),
     (SAVE_SUM, save_sum),
     (SEARCH, one_call("web_search", lambda m: {"query": m.group(1).strip(" .?!")})),

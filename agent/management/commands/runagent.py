@@ -126,7 +126,8 @@ def describe(event: Event, run_id: int) -> list[str]:
             )
             return [f"Task: {event.task}", f"Model: {shown}"]
         case MemoriesRecalled():
-            return [f"Recalled {len(event.memories)} memories."]
+            count = len(event.memories)
+            return [f"Recalled {count} {'memory' if count == 1 else 'memories'}."]
         case ModelReplied() if event.text and event.tool_calls:
             return [f"step {event.step}  model: {excerpt(event.text)}"]
         case ToolCallStarted():

@@ -1,0 +1,89 @@
+"""Embedders turn text into unit vectors for cosine search; one is chosen by LOOP_EMBEDDER.
+
+The default hashes words and character n-grams into a fixed number of buckets: deterministic,
+dependency-free and quick, good at "the same words and names" rather than at meaning. The neural
+one (memory.neural.MiniLMEmbedder) needs the optional requirements-neural.txt.
+"""
+
+import math
+import re
+import unicodedata
+import zlib
+from collections.abc import Sequence
+from functools import cache
+from itertools import pairwise
+from typing import Protocol
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+Vector = list[float]
+
+# Words that appear in almost any text (and the labels of every run's memory: task, outcome,
+# answer); counted, they would make unrelated texts look alike.
+STOPWORDS = frozenset(
+    """a an and are as at be been but by can could did do does for from had has have how i if in
+    into is it its me my no not of on or our so than that the their them then there these they
+    this to was we were what when where which who why will with would you your task outcome
+    answer""".split()  # noqa: SIM905 (reads as prose)
+)
+
+
+class Embedder(Protocol):
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        """One unit vector (or the zero vector, for a text with nothing to embed) per text."""
+        ...
+
+
+class EmbedderMismatch(RuntimeError):
+    """The stored vectors were made with another dimension than the embedder's."""
+
+
+def words(text: str) -> list[str]:
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return [word for word in re.findall(r"\w+", folded) if word not in STOPWORDS]
+
+
+class HashedNgramEmbedder:
+    """Word unigrams and bigrams plus each word's character 3- and 4-grams, hashed (signed) into
+    `dimensions` buckets and normalised to unit length."""
+
+    name = "hashed-ngrams"
+
+    def __init__(self, dimensions: int = 384) -> None:
+        self.dimensions = dimensions
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        return [self.embed_one(text) for text in texts]
+
+    def embed_one(self, text: str) -> Vector:
+        vector = [0.0] * self.dimensions
+        for feature, weight in self.features(words(text)):
+            bucket = zlib.crc32(feature.encode())
+            sign = 1.0 if bucket & 0x80000000 else -1.0
+            vector[bucket % self.dimensions] += sign * weight
+        norm = math.sqrt(sum(value * value for value in vector))
+        return [value / norm for value in vector] if norm else vector
+
+    @staticmethod
+    def features(tokens: list[str]) -> list[tuple[str, float]]:
+        found = [(f"w:{token}", 1.0) for token in tokens]
+        found += [(f"b:{first} {second}", 0.7) for first, second in pairwise(tokens)]
+        for token in tokens:
+            padded = f" {token} "
+            for size in (3, 4):
+                grams = [padded[i : i + size] for i in range(len(padded) - size + 1)]
+                found += [(f"c:{gram}", 0.5) for gram in grams]
+        return found
+
+
+@cache
+def _load(path: str) -> Embedder:
+    return import_string(path)()
+
+
+def get_embedder() -> Embedder:
+    return _load(settings.LOOP_EMBEDDER)

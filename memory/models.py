@@ -1,0 +1,55 @@
+"""A user's long-term memories: text, its embedding, and what makes it worth keeping."""
+
+from django.conf import settings
+from django.db import models
+from pgvector.django import HnswIndex, VectorField
+
+# The migration creates the column with this many dimensions; `manage.py reembed` changes it
+# when the configured embedder makes vectors of another size.
+DEFAULT_DIMENSIONS = 384
+
+
+class Origin(models.TextChoices):
+    RUN = "run", "Outcome of a run"
+    TOLD = "told", "Remembered on purpose"
+
+
+class Memory(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memories"
+    )
+    text = models.TextField()
+    embedding = VectorField(dimensions=DEFAULT_DIMENSIONS)
+    content_hash = models.CharField(max_length=64)
+    origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.RUN)
+    source_run = models.ForeignKey(
+        "agent.AgentRun",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="memories",
+    )
+    importance = models.FloatField(default=0.5)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    last_recalled_at = models.DateTimeField(null=True, blank=True)
+    recall_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name_plural = "memories"
+        ordering = ("-updated_at",)
+        constraints = (
+            models.UniqueConstraint(fields=["owner", "content_hash"], name="memory_unique_text"),
+        )
+        indexes = (
+            HnswIndex(
+                name="memory_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+        )
+
+    def __str__(self) -> str:
+        return self.text[:80]

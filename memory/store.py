@@ -1,0 +1,295 @@
+"""Remember and recall: a user's memories, kept relevant, deduplicated and bounded.
+
+recall() asks the HNSW index for the nearest memories of one owner (with pgvector's iterative
+scan, so a user with few memories among millions still gets their k), drops those under the
+relevance floor, and re-ranks the rest by similarity, recency and importance, keeping each part of
+the score so an auditor can see why a memory came back.
+"""
+
+import hashlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import islice
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, F, IntegerField, Value, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from pgvector.django import CosineDistance, HnswIndex
+
+from agent.loop import RecalledMemory
+from agent.models import AgentRun
+from memory.embedders import EmbedderMismatch, Vector, get_embedder, words
+from memory.models import Memory, Origin
+
+MAX_MEMORY_CHARS = 2000
+# How far the index scan reaches: more candidates than k, so re-ranking has room to work.
+CANDIDATES_PER_RESULT = 4
+EF_SEARCH = 100
+# How much each part weighs in the final score.
+WEIGHTS = {"similarity": 0.7, "recency": 0.2, "importance": 0.1}
+
+
+@dataclass(frozen=True)
+class Remembered:
+    memory: Memory
+    outcome: str  # "stored", "duplicate" or "merged"
+
+
+def remember(
+    owner: AbstractBaseUser,
+    text: str,
+    *,
+    importance: float = 0.5,
+    origin: str = Origin.RUN,
+    source_run: AgentRun | None = None,
+) -> Remembered:
+    """Store `text` for `owner`; an exact or near duplicate updates what is there instead."""
+    text = text.strip()[:MAX_MEMORY_CHARS]
+    digest = content_hash(text)
+    vector = embed(text)
+    importance = min(max(importance, 0.0), 1.0)
+    with transaction.atomic():
+        # One remember at a time per owner, so two runs ending together cannot both miss a
+        # duplicate of the other or both evict.
+        get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+        same = Memory.objects.filter(owner=owner, content_hash=digest).first()
+        if same is not None:
+            return Remembered(_touch(same, importance), "duplicate")
+        near = _nearest(owner, vector)
+        if near is not None and near.similarity >= settings.LOOP_MEMORY_MERGE_SIMILARITY:
+            return Remembered(
+                _supersede(near, text, digest, vector, importance, source_run), "merged"
+            )
+        memory = _create(owner, text, digest, vector, importance, origin, source_run)
+        evict_beyond_bound(owner)
+    return Remembered(memory, "stored")
+
+
+def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:
+    """The owner's memories most relevant to `query`, best first, each with its score parts."""
+    k = k or settings.LOOP_MEMORY_RECALL_K
+    vector = embed(query)
+    if not any(vector):
+        return []
+    now = timezone.now()
+    scored = [_score(memory, now) for memory in nearest(owner, vector, k * CANDIDATES_PER_RESULT)]
+    floor = settings.LOOP_MEMORY_MIN_SIMILARITY
+    kept = sorted((s for s in scored if s.parts["similarity"] >= floor), key=lambda s: -s.score)
+    kept = kept[:k]
+    Memory.objects.filter(pk__in=[memory.id for memory in kept]).update(
+        recall_count=F("recall_count") + 1, last_recalled_at=now
+    )
+    return kept
+
+
+def nearest(owner: AbstractBaseUser, vector: Vector, limit: int) -> list[Memory]:
+    """The owner's `limit` nearest memories by cosine distance, through the HNSW index."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        # Filtering by owner after an index scan would leave too few rows for a user with few
+        # memories among many; the iterative scan keeps going until it has `limit` of theirs.
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(EF_SEARCH, limit)])
+        return list(
+            Memory.objects.filter(owner=owner)
+            .annotate(distance=CosineDistance("embedding", vector))
+            .order_by("distance")
+            .defer("embedding")[:limit]
+        )
+
+
+def evict_beyond_bound(owner: AbstractBaseUser) -> int:
+    """Keep at most LOOP_MEMORY_MAX_PER_USER memories: the least valuable go first (never
+    recalled, then least important, then longest untouched)."""
+    mine = Memory.objects.filter(owner=owner)
+    excess = mine.count() - settings.LOOP_MEMORY_MAX_PER_USER
+    if excess <= 0:
+        return 0
+    least_valuable = mine.order_by(
+        Case(When(recall_count=0, then=Value(0)), default=Value(1), output_field=IntegerField()),
+        "importance",
+        Coalesce("last_recalled_at", "updated_at"),
+    ).values_list("pk", flat=True)[:excess]
+    deleted, _ = Memory.objects.filter(pk__in=list(least_valuable)).delete()
+    return deleted
+
+
+def remember_run(run: AgentRun) -> Remembered | None:
+    """After a run: what was asked, how it ended and the answer, for the run's user."""
+    if run.status not in ("succeeded", "halted") or not run.answer:
+        return None
+    outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
+    text = f"Task: {run.task}\nOutcome: {outcome}\nAnswer: {run.answer}"
+    importance = 0.5 if run.status == "succeeded" else 0.3
+    return remember(run.user, text, importance=importance, source_run=run)
+
+
+def reembed(batch_size: int = 256) -> int:
+    """Re-embed every memory with the configured embedder, in one transaction.
+
+    If its dimension differs from the stored one, the column and its HNSW index are rebuilt for
+    the new dimension first.
+    """
+    embedder = get_embedder()
+    with transaction.atomic():
+        resized = stored_dimensions() != embedder.dimensions
+        if resized:
+            _resize_column(embedder.dimensions)
+        count = 0
+        rows = Memory.objects.order_by("pk").only("pk", "text")
+        for batch in _batches(rows.iterator(chunk_size=batch_size), batch_size):
+            vectors = embedder.embed([memory.text for memory in batch])
+            # Row by row: bulk_update would cast to the dimension the model declares.
+            for memory, vector in zip(batch, vectors, strict=True):
+                Memory.objects.filter(pk=memory.pk).update(embedding=vector)
+            count += len(batch)
+        if resized:
+            _restore_column()
+    return count
+
+
+def _batches(memories: Iterator[Memory], size: int) -> Iterator[list[Memory]]:
+    while batch := list(islice(memories, size)):
+        yield batch
+
+
+def _resize_column(dimensions: int) -> None:
+    """Empty the embedding column and retype it: its old vectors cannot be cast."""
+    with connection.schema_editor() as editor:
+        # Checks deferred by the enclosing transaction would otherwise forbid the ALTER.
+        editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        editor.remove_index(Memory, _hnsw_index())
+        column = editor.quote_name("embedding")
+        editor.execute(
+            f"ALTER TABLE {editor.quote_name(Memory._meta.db_table)} "
+            f"ALTER COLUMN {column} DROP NOT NULL, "
+            f"ALTER COLUMN {column} TYPE vector({int(dimensions)}) USING NULL"
+        )
+
+
+def _restore_column() -> None:
+    with connection.schema_editor() as editor:
+        editor.execute(
+            f"ALTER TABLE {editor.quote_name(Memory._meta.db_table)} "
+            f"ALTER COLUMN {editor.quote_name('embedding')} SET NOT NULL"
+        )
+        editor.add_index(Memory, _hnsw_index())
+
+
+def _hnsw_index() -> HnswIndex:
+    return next(index for index in Memory._meta.indexes if isinstance(index, HnswIndex))
+
+
+def content_hash(text: str) -> str:
+    """Equal for texts that differ only in case, spacing and punctuation."""
+    return hashlib.sha256(" ".join(words(text) or [text]).encode()).hexdigest()
+
+
+def embed(text: str) -> Vector:
+    embedder = get_embedder()
+    check_dimensions(embedder.dimensions, embedder.name)
+    return embedder.embed([text])[0]
+
+
+def stored_dimensions() -> int:
+    """The dimension of the embedding column as the database has it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT atttypmod FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attname = 'embedding'",
+            [Memory._meta.db_table],
+        )
+        return cursor.fetchone()[0]
+
+
+def check_dimensions(dimensions: int, name: str) -> None:
+    stored = stored_dimensions()
+    if stored != dimensions:
+        raise EmbedderMismatch(
+            f"The memory store holds {stored}-dimension embeddings, but the configured embedder "
+            f"{name!r} makes {dimensions}-dimension ones. Run `manage.py reembed` to re-embed "
+            "every memory with it, or set LOOP_EMBEDDER back."
+        )
+
+
+@dataclass(frozen=True)
+class _Near:
+    memory: Memory
+    similarity: float
+
+
+def _nearest(owner: AbstractBaseUser, vector: Vector) -> _Near | None:
+    found = nearest(owner, vector, 1)
+    return _Near(found[0], 1.0 - found[0].distance) if found else None
+
+
+def _score(memory: Memory, now: datetime) -> RecalledMemory:
+    age_days = (now - memory.updated_at).total_seconds() / 86400
+    parts = {
+        "similarity": round(1.0 - memory.distance, 4),
+        "recency": round(0.5 ** (age_days / settings.LOOP_MEMORY_HALF_LIFE_DAYS), 4),
+        "importance": round(memory.importance, 4),
+    }
+    score = math.fsum(WEIGHTS[name] * value for name, value in parts.items())
+    return RecalledMemory(memory.pk, memory.text, round(score, 4), parts)
+
+
+def _touch(memory: Memory, importance: float) -> Memory:
+    memory.importance = max(memory.importance, importance)
+    memory.save(update_fields=["importance", "updated_at"])
+    return memory
+
+
+def _supersede(
+    near: _Near,
+    text: str,
+    digest: str,
+    vector: Vector,
+    importance: float,
+    source_run: AgentRun | None,
+) -> Memory:
+    """The newer wording of what is nearly the same memory replaces the older one."""
+    memory = near.memory
+    memory.text, memory.content_hash, memory.embedding = text, digest, vector
+    memory.importance = max(memory.importance, importance)
+    memory.source_run = source_run or memory.source_run
+    memory.save(
+        update_fields=[
+            "text",
+            "content_hash",
+            "embedding",
+            "importance",
+            "source_run",
+            "updated_at",
+        ]
+    )
+    return memory
+
+
+def _create(
+    owner: AbstractBaseUser,
+    text: str,
+    digest: str,
+    vector: Vector,
+    importance: float,
+    origin: str,
+    source_run: AgentRun | None,
+) -> Memory:
+    try:
+        with transaction.atomic():
+            return Memory.objects.create(
+                owner=owner,
+                text=text,
+                embedding=vector,
+                content_hash=digest,
+                importance=importance,
+                origin=origin,
+                source_run=source_run,
+            )
+    except IntegrityError:  # the same text, stored by a concurrent run a moment ago
+        return Memory.objects.get(owner=owner, content_hash=digest)

@@ -1,0 +1,176 @@
+"""Long-term memory in the real PostgreSQL with pgvector: remember, recall, hygiene, reembed."""
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+from memory.embedders import EmbedderMismatch, HashedNgramEmbedder
+from memory.models import Memory, Origin
+from memory.store import recall, remember, stored_dimensions
+from tools.base import ToolContext, ToolRegistry
+from tools.registry import default_registry
+
+pytestmark = pytest.mark.django_db
+
+SUM = (
+    "Task: Compute the sum of 1..100 and save it to a file\nOutcome: succeeded\n"
+    "Answer: The sum of 1..100 is 5050. I saved it to sum.txt."
+)
+PORT = "The staging database listens on port 6543."
+
+
+@pytest.fixture
+def alice() -> User:
+    return User.objects.create_user("alice")
+
+
+@pytest.fixture
+def bob() -> User:
+    return User.objects.create_user("bob")
+
+
+def cosine(first: str, second: str) -> float:
+    a, b = HashedNgramEmbedder().embed([first, second])
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_a_stored_memory_is_found_for_a_related_query(alice):
+    stored = remember(alice, SUM).memory
+    remember(alice, PORT)
+    [found] = recall(alice, "What was the sum of 1..100 that I computed before?")
+    assert found.id == stored.pk
+    assert found.text == SUM
+
+
+def test_an_unrelated_query_returns_nothing(alice):
+    remember(alice, SUM)
+    remember(alice, PORT)
+    assert recall(alice, "What's a good recipe for banana bread?") == []
+    assert recall(alice, "???") == []  # nothing to embed
+
+
+def test_a_recalled_memory_carries_its_score_parts_and_is_counted(alice):
+    remember(alice, SUM, importance=0.8)
+    [found] = recall(alice, "the sum of 1..100")
+    assert set(found.parts) == {"similarity", "recency", "importance"}
+    assert found.parts["importance"] == 0.8
+    assert found.parts["recency"] == pytest.approx(1.0, abs=0.01)  # stored a moment ago
+    weighted = 0.7 * found.parts["similarity"] + 0.2 * found.parts["recency"] + 0.08
+    assert found.score == pytest.approx(weighted, abs=1e-3)
+    memory = Memory.objects.get()
+    assert memory.recall_count == 1
+    assert memory.last_recalled_at is not None
+
+
+def test_recall_ranks_by_relevance_then_keeps_k(alice, settings):
+    for n in range(5):
+        remember(alice, f"Task: compute the sum of 1..{10**n}\nAnswer: done ({n})")
+    remember(alice, SUM)
+    found = recall(alice, "sum of 1..100 saved to sum.txt", k=3)
+    assert len(found) == 3
+    assert found[0].text == SUM
+    assert [f.score for f in found] == sorted((f.score for f in found), reverse=True)
+
+
+def test_another_users_memories_never_come_back_however_similar(alice, bob):
+    remember(bob, SUM)
+    remember(bob, PORT)
+    assert recall(alice, SUM) == []
+    remember(alice, "Alice keeps her notes in notes.txt.")
+    assert [m.text for m in recall(alice, SUM + " notes")] == []
+    assert [m.text for m in recall(bob, SUM)] == [SUM]
+
+
+def test_a_user_with_few_memories_among_many_still_gets_theirs(alice, bob):
+    texts = [
+        f"Task: compute the sum of 1..{n}\nAnswer: it is {n * (n + 1) // 2}" for n in range(300)
+    ]
+    for text in texts:
+        remember(bob, text)
+    mine = [remember(alice, f"Alice computed the sum of 1..{n}").memory.pk for n in (7, 8, 9)]
+    found = recall(alice, "the sum of 1..8", k=3)
+    assert sorted(m.id for m in found) == sorted(mine)
+
+
+def test_an_exact_duplicate_is_stored_once(alice):
+    first = remember(alice, PORT, importance=0.2)
+    again = remember(alice, "  the STAGING database listens on port 6543  ", importance=0.6)
+    assert (first.outcome, again.outcome) == ("stored", "duplicate")
+    assert Memory.objects.count() == 1
+    assert Memory.objects.get().importance == 0.6  # the higher importance is kept
+
+
+def test_a_near_duplicate_supersedes_the_older_wording(alice, settings):
+    older = SUM + " It took 3 steps."
+    newer = SUM + " It took 4 steps."
+    assert cosine(older, newer) >= settings.LOOP_MEMORY_MERGE_SIMILARITY
+    kept = remember(alice, older).memory
+    merged = remember(alice, newer)
+    assert merged.outcome == "merged"
+    assert merged.memory.pk == kept.pk
+    assert list(Memory.objects.values_list("text", flat=True)) == [newer]
+
+
+def test_the_store_is_bounded_and_the_least_valuable_goes_first(alice, settings):
+    settings.LOOP_MEMORY_MAX_PER_USER = 3
+    important = remember(alice, "The deploy key lives in vault/deploy.", importance=0.9).memory
+    recalled = remember(alice, PORT, importance=0.1).memory
+    ordinary = remember(alice, "The user likes green tea.", importance=0.5).memory
+    assert recall(alice, "which port does the staging database use")[0].id == recalled.pk
+    newest = remember(alice, "The user's cat is called Pixel.", importance=0.5).memory
+    # Never recalled goes before recalled; then the less important; then the longer untouched.
+    assert set(Memory.objects.values_list("pk", flat=True)) == {
+        important.pk,
+        recalled.pk,
+        newest.pk,
+    }
+    assert not Memory.objects.filter(pk=ordinary.pk).exists()
+
+
+def test_an_embedder_of_another_dimension_is_refused_until_reembed(alice, settings):
+    remember(alice, SUM)
+    settings.LOOP_EMBEDDER = "tests.fakes.TinyEmbedder"
+    with pytest.raises(EmbedderMismatch, match=r"384-dimension .* 'tiny' makes 8-dimension"):
+        recall(alice, "the sum of 1..100")
+    with pytest.raises(EmbedderMismatch, match=r"manage\.py reembed"):
+        remember(alice, PORT)
+    call_command("reembed", stdout=(out := StringIO()))
+    assert (
+        "Re-embedded 1 memories with tiny, 8 dimensions (the store went from 384" in out.getvalue()
+    )
+    assert stored_dimensions() == 8
+    assert len(Memory.objects.get().embedding) == 8
+    assert recall(alice, SUM)[0].text == SUM
+    remember(alice, PORT)  # accepted now
+
+
+def test_reembed_with_the_same_dimension_replaces_every_vector(alice, settings):
+    remember(alice, SUM)
+    Memory.objects.update(embedding=[1.0] + [0.0] * 383)  # as an older embedder left it
+    call_command("reembed", stdout=StringIO())
+    expected = HashedNgramEmbedder().embed([SUM])[0]
+    assert list(Memory.objects.get().embedding) == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_remember_tool_stores_a_fact_for_the_calling_user_only(alice, bob, tmp_path):
+    registry: ToolRegistry = default_registry()
+    context = ToolContext(alice.pk, "alice", tmp_path)
+    fact = '{"fact": "My staging server is staging.example.com", "importance": 0.9}'
+    first = registry.dispatch("remember", fact, context)
+    again = registry.dispatch("remember", fact, context)
+    assert (first.status, first.text) == ("ok", "Remembered.")
+    assert again.text == "I already remembered that."
+    memory = Memory.objects.get()
+    assert (memory.owner, memory.origin, memory.importance) == (alice, Origin.TOLD, 0.9)
+    assert recall(bob, "staging server") == []
+
+
+def test_the_remember_tool_refuses_an_empty_fact(alice, tmp_path):
+    result = default_registry().dispatch(
+        "remember", '{"fact": "  "}', ToolContext(1, "a", tmp_path)
+    )
+    assert result.status == "error"
+    assert "fact" in result.text
