@@ -70,6 +70,9 @@ class RunRecorder:
         """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""
         try:
             self.then(event)
+        except OSError as error:  # the reader went away (a closed pipe or socket): no traceback
+            logger.warning("Run %s: publishing stopped: %s", self.run.pk, error)
+            self.then = None
         except Exception:
             logger.exception("Run %s: publishing %s failed; it stops", self.run.pk, event.kind)
             self.then = None

@@ -33,7 +33,7 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}.") from None
 
 
-def env_float(name: str, default: float) -> float:
+def env_float(name: str, default: float | None) -> float | None:
     raw = env_str(name)
     if not raw:
         return default

@@ -32,6 +32,9 @@ STOPWORDS = frozenset(
 class Embedder(Protocol):
     name: str
     dimensions: int
+    # The cosine similarity under which a memory is not worth recalling (the default for
+    # LOOP_MEMORY_MIN_SIMILARITY); it differs from one embedder to another.
+    relevance_floor: float
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         """One unit vector (or the zero vector, for a text with nothing to embed) per text."""
@@ -52,6 +55,8 @@ class HashedNgramEmbedder:
     `dimensions` buckets and normalised to unit length."""
 
     name = "hashed-ngrams"
+    # Texts sharing no word score around 0 to 0.25 (bench/memory_quality.py).
+    relevance_floor = 0.25
 
     def __init__(self, dimensions: int = 384) -> None:
         self.dimensions = dimensions

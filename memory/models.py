@@ -2,7 +2,7 @@
 
 from django.conf import settings
 from django.db import models
-from pgvector.django import HnswIndex, VectorField
+from pgvector.django import HalfVectorField, HnswIndex
 
 # The migration creates the column with this many dimensions; `manage.py reembed` changes it
 # when the configured embedder makes vectors of another size.
@@ -19,7 +19,9 @@ class Memory(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memories"
     )
     text = models.TextField()
-    embedding = VectorField(dimensions=DEFAULT_DIMENSIONS)
+    # Half precision: plenty for cosine ranking, and half the size, so the HNSW index of a large
+    # store stays in PostgreSQL's shared buffers.
+    embedding = HalfVectorField(dimensions=DEFAULT_DIMENSIONS)
     content_hash = models.CharField(max_length=64)
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.RUN)
     source_run = models.ForeignKey(
@@ -47,7 +49,7 @@ class Memory(models.Model):
                 fields=["embedding"],
                 m=16,
                 ef_construction=64,
-                opclasses=["vector_cosine_ops"],
+                opclasses=["halfvec_cosine_ops"],
             ),
         )
 

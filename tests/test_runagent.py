@@ -157,7 +157,7 @@ def test_a_second_run_recalls_the_first_runs_outcome(workspaces):
     runagent(DEMO)
     code, out = runagent("What was the sum of 1..100 that I computed before?")
     assert code == 0
-    assert "Recalled 1 memory." in out
+    assert "Recalled 1 memory:\n  memory " in out
     assert "From an earlier run: The sum of 1..100 is 5050. I saved it to sum.txt." in out
     first, second = AgentRun.objects.order_by("pk")
     [event] = second.events.filter(kind="memories_recalled")
@@ -165,3 +165,15 @@ def test_a_second_run_recalls_the_first_runs_outcome(workspaces):
     assert recalled["id"] == Memory.objects.get(source_run=first).pk
     assert set(recalled["parts"]) == {"similarity", "recency", "importance"}
     assert recalled["score"] > 0
+    # A run that only retold a memory is not remembered again (it would echo in later recalls).
+    assert Memory.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_model_can_remember_a_fact_on_purpose(workspaces):
+    code, out = runagent("Remember that my staging server is staging.example.com")
+    assert code == 0
+    assert 'step 1  remember {"fact": "my staging server is staging.example.com"}' in out
+    told = Memory.objects.get(origin="told")
+    assert told.text == "my staging server is staging.example.com"
+    assert told.owner.username == "cli"

@@ -127,7 +127,8 @@ def describe(event: Event, run_id: int) -> list[str]:
             return [f"Task: {event.task}", f"Model: {shown}"]
         case MemoriesRecalled():
             count = len(event.memories)
-            return [f"Recalled {count} {'memory' if count == 1 else 'memories'}."]
+            lines = [f"Recalled {count} {'memory' if count == 1 else 'memories'}:"]
+            return lines + [recalled(memory) for memory in event.memories]
         case ModelReplied() if event.text and event.tool_calls:
             return [f"step {event.step}  model: {excerpt(event.text)}"]
         case ToolCallStarted():
@@ -142,6 +143,12 @@ def describe(event: Event, run_id: int) -> list[str]:
         case RunFinished():
             return finished(event, run_id)
     return []
+
+
+def recalled(memory: dict[str, Any]) -> str:
+    parts = ", ".join(f"{name} {value:.2f}" for name, value in memory["parts"].items())
+    text = excerpt(memory["text"], 80)
+    return f"  memory {memory['id']} (score {memory['score']:.2f}: {parts}): {text}"
 
 
 def finished(event: RunFinished, run_id: int) -> list[str]:
