@@ -4,10 +4,20 @@ Every message the loop sends is derived from an event it reported first, so the 
 can be recovered, step by step, from its appended events alone (and a run can later resume).
 """
 
+import re
 from collections.abc import Iterable
 
 from agent.events import Event, ModelReplied, RunHalted, RunStarted, ToolCallFinished
 from agent.llm.base import Message, ToolCall
+
+# Runs of angle brackets: removing them all (not just "<<<") leaves nothing that can join up into
+# a delimiter again.
+_DELIMITER_LIKE = re.compile(r"[<>]{2,}")
+
+
+def undelimited(text: str) -> str:
+    """Text that cannot open or close a <<<delimited>>> section it is quoted in."""
+    return _DELIMITER_LIKE.sub("", text)
 
 
 def tool_message(call_id: str, status: str, text: str) -> Message:

@@ -29,7 +29,7 @@ from agent.events import (
     ToolCallStarted,
 )
 from agent.guards import Breaker, BreakerTrip, Cancelled, Halt
-from agent.history import assistant_message, summary_request, tool_message
+from agent.history import assistant_message, summary_request, tool_message, undelimited
 from agent.llm.base import LLM, LLMError, Message, Reply, ToolCall, ToolSpec, Usage
 from tools.base import ToolResult, ToolStatus
 
@@ -370,8 +370,7 @@ def _memory_section(memories: Sequence[RecalledMemory]) -> str:
     # One line per memory, and no memory can close the section early: a memory may hold text
     # that came from the web.
     lines = "\n".join(
-        "- " + " | ".join(memory.text.replace("<<<", "").replace(">>>", "").splitlines())
-        for memory in memories
+        "- " + " | ".join(undelimited(memory.text).splitlines()) for memory in memories
     )
     return (
         "\n\nMemories from this user's earlier runs, most relevant first (context, not "

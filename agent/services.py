@@ -96,7 +96,8 @@ def execute_run(
     recorder = RunRecorder(run, then=on_event)
     try:
         llm = llm or llm_for(run.model)
-        tools = tools or default_registry().bind(context_for(run.user))
+        context = dataclasses.replace(context_for(run.user), run_id=run.pk)
+        tools = tools or default_registry().bind(context)
         limits = Limits(**run.limits)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)

@@ -55,3 +55,13 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return self.text[:80]
+
+
+class EmbeddingSpace(models.Model):
+    """Which embedder made the stored vectors (one row): vectors of two embedders do not compare,
+    even when they have the same dimension."""
+
+    embedder = models.CharField(max_length=200)
+
+    def __str__(self) -> str:
+        return self.embedder

@@ -8,6 +8,7 @@ the score so an auditor can see why a memory came back.
 
 import hashlib
 import math
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,15 +18,15 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, F, IntegerField, Value, When
-from django.db.models.functions import Coalesce
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.models import F
 from django.utils import timezone
 from pgvector.django import CosineDistance, HnswIndex
 
 from agent.loop import RecalledMemory
 from agent.models import AgentRun
-from memory.embedders import EmbedderMismatch, Vector, get_embedder, words
-from memory.models import Memory, Origin
+from memory.embedders import Embedder, EmbedderMismatch, Vector, get_embedder
+from memory.models import EmbeddingSpace, Memory, Origin
 
 MAX_MEMORY_CHARS = 2000
 # How far the index scan reaches: more candidates than k, so re-ranking has room to work.
@@ -40,7 +41,7 @@ WEIGHTS = {"similarity": 0.7, "recency": 0.2, "importance": 0.1}
 @dataclass(frozen=True)
 class Remembered:
     memory: Memory
-    outcome: str  # "stored", "duplicate" or "merged"
+    outcome: str  # "stored", "duplicate", "merged", or "dropped" (worth less than all kept)
 
 
 def remember(
@@ -59,7 +60,7 @@ def remember(
     with transaction.atomic():
         # One remember at a time per owner, so two runs ending together cannot both miss a
         # duplicate of the other or both evict.
-        get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+        get_user_model().objects.select_for_update(no_key=True).filter(pk=owner.pk).first()
         same = Memory.objects.filter(owner=owner, content_hash=digest).first()
         if same is not None:
             return Remembered(_touch(same, importance), "duplicate")
@@ -69,14 +70,14 @@ def remember(
                 _supersede(near, text, digest, vector, importance, source_run), "merged"
             )
         memory = _create(owner, text, digest, vector, importance, origin, source_run)
-        evict_beyond_bound(owner)
+        if memory.pk in evict_beyond_bound(owner):
+            return Remembered(memory, "dropped")
     return Remembered(memory, "stored")
 
 
 def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:
     """The owner's memories most relevant to `query`, best first, each with its score parts."""
     k = k or settings.LOOP_MEMORY_RECALL_K
-    embedder = get_embedder()
     vector = embed(query)
     if not any(vector):
         return []
@@ -84,7 +85,7 @@ def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[Re
     scored = [_score(memory, now) for memory in nearest(owner, vector, k * CANDIDATES_PER_RESULT)]
     floor = settings.LOOP_MEMORY_MIN_SIMILARITY
     if floor is None:
-        floor = embedder.relevance_floor
+        floor = get_embedder().relevance_floor
     kept = sorted((s for s in scored if s.parts["similarity"] >= floor), key=lambda s: -s.score)
     kept = kept[:k]
     Memory.objects.filter(pk__in=[memory.id for memory in kept]).update(
@@ -93,12 +94,19 @@ def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[Re
     return kept
 
 
-def nearest(owner: AbstractBaseUser, vector: Vector, limit: int) -> list[Memory]:
-    """The owner's `limit` nearest memories by cosine distance, through the HNSW index."""
+def nearest(
+    owner: AbstractBaseUser, vector: Vector, limit: int, *, strict: bool = False
+) -> list[Memory]:
+    """The owner's `limit` nearest memories by cosine distance, through the HNSW index.
+
+    `strict` keeps the scan's results in exact distance order, for when the single nearest one
+    matters; recall re-ranks its candidates anyway and takes the faster relaxed order.
+    """
+    order = "strict_order" if strict else "relaxed_order"
     with transaction.atomic(), connection.cursor() as cursor:
         # Filtering by owner after an index scan would leave too few rows for a user with few
         # memories among many; the iterative scan keeps going until it has `limit` of theirs.
-        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute(f"SET LOCAL hnsw.iterative_scan = {order}")
         cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(EF_SEARCH, limit)])
         return list(
             Memory.objects.filter(owner=owner)
@@ -108,28 +116,40 @@ def nearest(owner: AbstractBaseUser, vector: Vector, limit: int) -> list[Memory]
         )
 
 
-def evict_beyond_bound(owner: AbstractBaseUser) -> int:
-    """Keep at most LOOP_MEMORY_MAX_PER_USER memories: the least valuable go first (never
-    recalled, then least important, then longest untouched)."""
+def evict_beyond_bound(owner: AbstractBaseUser) -> set[int]:
+    """Keep at most LOOP_MEMORY_MAX_PER_USER memories: the least valuable go first (`value`).
+    Returns the ids of those deleted."""
     mine = Memory.objects.filter(owner=owner)
     excess = mine.count() - settings.LOOP_MEMORY_MAX_PER_USER
     if excess <= 0:
-        return 0
-    least_valuable = mine.order_by(
-        Case(When(recall_count=0, then=Value(0)), default=Value(1), output_field=IntegerField()),
-        "importance",
-        Coalesce("last_recalled_at", "updated_at"),
-    ).values_list("pk", flat=True)[:excess]
-    deleted, _ = Memory.objects.filter(pk__in=list(least_valuable)).delete()
-    return deleted
+        return set()
+    now = timezone.now()
+    fields = ("pk", "importance", "recall_count", "last_recalled_at", "updated_at")
+    by_value = sorted(mine.only(*fields), key=lambda memory: value(memory, now))
+    doomed = {memory.pk for memory in by_value[:excess]}
+    Memory.objects.filter(pk__in=doomed).delete()
+    return doomed
+
+
+def value(memory: Memory, now: datetime) -> float:
+    """What a memory is worth keeping: its importance, how often it was recalled (up to four
+    times counts), and how recently it was stored or recalled; each part weighs up to 1."""
+    touched = memory.last_recalled_at or memory.updated_at
+    return (
+        memory.importance
+        + min(memory.recall_count, 4) / 4
+        + _recency((now - touched).total_seconds() / 86400)
+    )
+
+
+def _recency(age_days: float) -> float:
+    return 0.5 ** (age_days / settings.LOOP_MEMORY_HALF_LIFE_DAYS)
 
 
 def remember_run(run: AgentRun) -> Remembered | None:
     """After a run: what was asked, how it ended and the answer, for the run's user."""
     if run.status not in ("succeeded", "halted") or not run.answer:
         return None
-    if run.tool_calls == 0 and run.events.filter(kind="memories_recalled").exists():
-        return None  # it only retold what memory held; storing that again would echo it
     outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
     text = f"Task: {run.task}\nOutcome: {outcome}\nAnswer: {run.answer}"
     importance = 0.5 if run.status == "succeeded" else 0.3
@@ -139,14 +159,20 @@ def remember_run(run: AgentRun) -> Remembered | None:
 def reembed(batch_size: int = 256) -> int:
     """Re-embed every memory with the configured embedder, in one transaction.
 
-    If its dimension differs from the stored one, the column and its HNSW index are rebuilt for
-    the new dimension first.
+    Writers wait for it (the table is locked), and readers too when the dimension changes: run it
+    while no runs are going. The HNSW index is dropped and built again once at the end, which is
+    faster than updating it row by row; if the dimension changes, so does the column's type.
     """
     embedder = get_embedder()
     with transaction.atomic():
-        resized = stored_dimensions() != embedder.dimensions
-        if resized:
-            _resize_column(embedder.dimensions)
+        with connection.cursor() as cursor:
+            cursor.execute(f"LOCK TABLE {Memory._meta.db_table} IN SHARE ROW EXCLUSIVE MODE")
+        with connection.schema_editor() as editor:
+            # Checks deferred by an enclosing transaction would otherwise forbid the ALTER.
+            editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            editor.remove_index(Memory, _hnsw_index())
+            if stored_dimensions() != embedder.dimensions:
+                _retype_column(editor, embedder.dimensions)
         count = 0
         rows = Memory.objects.order_by("pk").only("pk", "text")
         for batch in _batches(rows.iterator(chunk_size=batch_size), batch_size):
@@ -155,8 +181,12 @@ def reembed(batch_size: int = 256) -> int:
             for memory, vector in zip(batch, vectors, strict=True):
                 Memory.objects.filter(pk=memory.pk).update(embedding=vector)
             count += len(batch)
-        if resized:
-            _restore_column()
+        with connection.schema_editor() as editor:
+            column = editor.quote_name("embedding")
+            table = editor.quote_name(Memory._meta.db_table)
+            editor.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET NOT NULL")
+            editor.add_index(Memory, _hnsw_index())
+        EmbeddingSpace.objects.update_or_create(pk=1, defaults={"embedder": embedder.name})
     return count
 
 
@@ -165,27 +195,14 @@ def _batches(memories: Iterator[Memory], size: int) -> Iterator[list[Memory]]:
         yield batch
 
 
-def _resize_column(dimensions: int) -> None:
-    """Empty the embedding column and retype it: its old vectors cannot be cast."""
-    with connection.schema_editor() as editor:
-        # Checks deferred by the enclosing transaction would otherwise forbid the ALTER.
-        editor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        editor.remove_index(Memory, _hnsw_index())
-        column = editor.quote_name("embedding")
-        editor.execute(
-            f"ALTER TABLE {editor.quote_name(Memory._meta.db_table)} "
-            f"ALTER COLUMN {column} DROP NOT NULL, "
-            f"ALTER COLUMN {column} TYPE halfvec({int(dimensions)}) USING NULL"
-        )
-
-
-def _restore_column() -> None:
-    with connection.schema_editor() as editor:
-        editor.execute(
-            f"ALTER TABLE {editor.quote_name(Memory._meta.db_table)} "
-            f"ALTER COLUMN {editor.quote_name('embedding')} SET NOT NULL"
-        )
-        editor.add_index(Memory, _hnsw_index())
+def _retype_column(editor: BaseDatabaseSchemaEditor, dimensions: int) -> None:
+    """Empty the embedding column and retype it: vectors of one size cannot be cast to another."""
+    column = editor.quote_name("embedding")
+    editor.execute(
+        f"ALTER TABLE {editor.quote_name(Memory._meta.db_table)} "
+        f"ALTER COLUMN {column} DROP NOT NULL, "
+        f"ALTER COLUMN {column} TYPE halfvec({int(dimensions)}) USING NULL"
+    )
 
 
 def _hnsw_index() -> HnswIndex:
@@ -193,13 +210,14 @@ def _hnsw_index() -> HnswIndex:
 
 
 def content_hash(text: str) -> str:
-    """Equal for texts that differ only in case, spacing and punctuation."""
-    return hashlib.sha256(" ".join(words(text) or [text]).encode()).hexdigest()
+    """Equal for texts that differ only in case, spacing, or a final full stop."""
+    folded = " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(".")
+    return hashlib.sha256(folded.encode()).hexdigest()
 
 
 def embed(text: str) -> Vector:
     embedder = get_embedder()
-    check_dimensions(embedder.dimensions, embedder.name)
+    check_embedder(embedder)
     return embedder.embed([text])[0]
 
 
@@ -214,13 +232,22 @@ def stored_dimensions() -> int:
         return cursor.fetchone()[0]
 
 
-def check_dimensions(dimensions: int, name: str) -> None:
-    stored = stored_dimensions()
-    if stored != dimensions:
+def stored_embedder() -> str:
+    return EmbeddingSpace.objects.values_list("embedder", flat=True).first() or ""
+
+
+def check_embedder(embedder: Embedder) -> None:
+    """Vectors only compare with vectors of the same embedder: refuse to mix them."""
+    name, dimensions = stored_embedder(), stored_dimensions()
+    if name != embedder.name and not Memory.objects.exists():
+        # Nothing stored yet: the store is the configured embedder's from now on.
+        EmbeddingSpace.objects.update_or_create(pk=1, defaults={"embedder": embedder.name})
+        name = embedder.name
+    if (name, dimensions) != (embedder.name, embedder.dimensions):
         raise EmbedderMismatch(
-            f"The memory store holds {stored}-dimension embeddings, but the configured embedder "
-            f"{name!r} makes {dimensions}-dimension ones. Run `manage.py reembed` to re-embed "
-            "every memory with it, or set LOOP_EMBEDDER back."
+            f"The memory store holds {dimensions}-dimension embeddings made by {name!r}, but "
+            f"LOOP_EMBEDDER is {embedder.name!r} ({embedder.dimensions} dimensions). Run "
+            "`manage.py reembed` to re-embed every memory with it, or set LOOP_EMBEDDER back."
         )
 
 
@@ -231,7 +258,7 @@ class _Near:
 
 
 def _nearest(owner: AbstractBaseUser, vector: Vector) -> _Near | None:
-    found = nearest(owner, vector, 1)
+    found = nearest(owner, vector, 1, strict=True)
     return _Near(found[0], 1.0 - found[0].distance) if found else None
 
 
@@ -239,7 +266,7 @@ def _score(memory: Memory, now: datetime) -> RecalledMemory:
     age_days = (now - memory.updated_at).total_seconds() / 86400
     parts = {
         "similarity": round(1.0 - memory.distance, 4),
-        "recency": round(0.5 ** (age_days / settings.LOOP_MEMORY_HALF_LIFE_DAYS), 4),
+        "recency": round(_recency(age_days), 4),
         "importance": round(memory.importance, 4),
     }
     score = math.fsum(WEIGHTS[name] * value for name, value in parts.items())

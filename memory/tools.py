@@ -4,6 +4,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.models import AgentRun
 from memory.models import Origin
 from memory.store import MAX_MEMORY_CHARS, remember
 from tools.base import Tool, ToolContext
@@ -12,6 +13,7 @@ OUTCOMES = {
     "stored": "Remembered.",
     "duplicate": "I already remembered that.",
     "merged": "Updated an earlier, nearly identical memory with this wording.",
+    "dropped": "Not kept: the memory store is full of memories worth more than this one.",
 }
 
 
@@ -32,7 +34,14 @@ class RememberArguments(BaseModel):
 def remember_fact(arguments: RememberArguments, context: ToolContext) -> str:
     try:
         owner = get_user_model().objects.get(pk=context.user_id)
-        done = remember(owner, arguments.fact, importance=arguments.importance, origin=Origin.TOLD)
+        run = AgentRun.objects.filter(pk=context.run_id).first() if context.run_id else None
+        done = remember(
+            owner,
+            arguments.fact,
+            importance=arguments.importance,
+            origin=Origin.TOLD,
+            source_run=run,
+        )
         return OUTCOMES[done.outcome]
     finally:
         # The dispatcher runs this in a thread of its own, whose connection must not outlive it.

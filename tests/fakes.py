@@ -74,3 +74,12 @@ class TinyEmbedder(HashedNgramEmbedder):
 
     def __init__(self) -> None:
         super().__init__(dimensions=8)
+
+
+class OtherEmbedder(HashedNgramEmbedder):
+    """Another embedder of the store's dimension: its vectors do not compare with the default's."""
+
+    name = "other"
+
+    def embed_one(self, text: str) -> list[float]:
+        return list(reversed(super().embed_one(text)))

@@ -1,15 +1,22 @@
 """Long-term memory in the real PostgreSQL with pgvector: remember, recall, hygiene, reembed."""
 
+import importlib.util
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+from pgvector.django import CosineDistance
 
+from memory import store
 from memory.embedders import EmbedderMismatch, HashedNgramEmbedder
 from memory.models import Memory, Origin
 from memory.store import recall, remember, stored_dimensions
+from tests.fakes import OtherEmbedder
 from tools.base import ToolContext, ToolRegistry
 from tools.registry import default_registry
 
@@ -30,6 +37,21 @@ def alice() -> User:
 @pytest.fixture
 def bob() -> User:
     return User.objects.create_user("bob")
+
+
+def drop_owner_indexes() -> None:
+    """Inside the test's transaction (rolled back after it): leave the HNSW index as the only way
+    to find a user's nearest memories, as it is for a large store."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the rows just stored have checks pending
+        constraints = connection.introspection.get_constraints(cursor, Memory._meta.db_table)
+        for name, info in constraints.items():
+            if info["columns"] and info["columns"][0] == "owner_id":
+                if info["unique"]:
+                    cursor.execute(f"ALTER TABLE memory_memory DROP CONSTRAINT {name}")
+                elif info["index"]:
+                    cursor.execute(f"DROP INDEX {name}")
+        cursor.execute("SET LOCAL enable_seqscan = off")
 
 
 def cosine(first: str, second: str) -> float:
@@ -84,14 +106,20 @@ def test_another_users_memories_never_come_back_however_similar(alice, bob):
     assert [m.text for m in recall(bob, SUM)] == [SUM]
 
 
-def test_a_user_with_few_memories_among_many_still_gets_theirs(alice, bob):
-    texts = [
-        f"Task: compute the sum of 1..{n}\nAnswer: it is {n * (n + 1) // 2}" for n in range(300)
-    ]
+def test_a_user_with_few_memories_among_many_still_gets_theirs(alice, bob, monkeypatch, settings):
+    texts = [f"Task: compute the sum of 1..{n}\nAnswer: {n * (n + 1) // 2}" for n in range(300)]
     for text in texts:
         remember(bob, text)
     mine = [remember(alice, f"Alice computed the sum of 1..{n}").memory.pk for n in (7, 8, 9)]
-    found = recall(alice, "the sum of 1..8", k=3)
+    # Make PostgreSQL take the HNSW index, as it does for large stores, with a short candidate
+    # list: filtering by owner after the index then finds none of Alice's among Bob's, unless the
+    # iterative scan keeps going.
+    monkeypatch.setattr(store, "EF_SEARCH", 4)
+    drop_owner_indexes()
+    nearest = Memory.objects.filter(owner=alice).order_by(CosineDistance("embedding", [0.1] * 384))
+    assert "memory_embedding_hnsw" in nearest[:12].explain()
+    settings.LOOP_MEMORY_MIN_SIMILARITY = -1.0  # whatever their score, Alice's three come back
+    found = recall(alice, texts[150], k=3)  # a question nearest to Bob's memories, not hers
     assert sorted(m.id for m in found) == sorted(mine)
 
 
@@ -116,24 +144,48 @@ def test_a_near_duplicate_supersedes_the_older_wording(alice, settings):
 
 def test_the_store_is_bounded_and_the_least_valuable_goes_first(alice, settings):
     settings.LOOP_MEMORY_MAX_PER_USER = 3
+    unimportant = remember(alice, "The user likes green tea.", importance=0.2).memory
+    often_recalled = remember(alice, PORT, importance=0.2).memory
+    Memory.objects.filter(pk=often_recalled.pk).update(recall_count=4)
     important = remember(alice, "The deploy key lives in vault/deploy.", importance=0.9).memory
-    recalled = remember(alice, PORT, importance=0.1).memory
-    ordinary = remember(alice, "The user likes green tea.", importance=0.5).memory
-    assert recall(alice, "which port does the staging database use")[0].id == recalled.pk
-    newest = remember(alice, "The user's cat is called Pixel.", importance=0.5).memory
-    # Never recalled goes before recalled; then the less important; then the longer untouched.
-    assert set(Memory.objects.values_list("pk", flat=True)) == {
-        important.pk,
-        recalled.pk,
-        newest.pk,
-    }
-    assert not Memory.objects.filter(pk=ordinary.pk).exists()
+    newest = remember(alice, "The user's cat is called Pixel.", importance=0.5)
+    assert newest.outcome == "stored"
+    # Not simply the oldest: being recalled or important keeps a memory.
+    kept = {important.pk, often_recalled.pk, newest.memory.pk}
+    assert set(Memory.objects.values_list("pk", flat=True)) == kept
+    assert not Memory.objects.filter(pk=unimportant.pk).exists()
+
+
+def test_among_equals_the_longest_untouched_goes_first(alice, settings):
+    settings.LOOP_MEMORY_MAX_PER_USER = 2
+    stale = remember(alice, "The user likes green tea.").memory
+    fresh = remember(alice, "The user's cat is called Pixel.").memory
+    Memory.objects.filter(pk=stale.pk).update(updated_at=timezone.now() - timedelta(days=90))
+    remember(alice, PORT)
+    assert Memory.objects.filter(pk=fresh.pk).exists()
+    assert not Memory.objects.filter(pk=stale.pk).exists()
+
+
+def test_a_new_memory_worth_less_than_all_kept_is_dropped_and_said_so(alice, settings):
+    settings.LOOP_MEMORY_MAX_PER_USER = 1
+    treasured = remember(alice, PORT, importance=1.0).memory
+    Memory.objects.filter(pk=treasured.pk).update(recall_count=4)
+    trivia = remember(alice, "The user once mentioned rain.", importance=0.0)
+    assert trivia.outcome == "dropped"
+    assert list(Memory.objects.values_list("pk", flat=True)) == [treasured.pk]
+
+
+def test_a_correction_is_not_mistaken_for_a_duplicate(alice):
+    remember(alice, "The user is vegetarian.")
+    corrected = remember(alice, "The user is not vegetarian.")
+    assert corrected.outcome != "duplicate"
+    assert Memory.objects.filter(text="The user is not vegetarian.").exists()
 
 
 def test_an_embedder_of_another_dimension_is_refused_until_reembed(alice, settings):
     remember(alice, SUM)
     settings.LOOP_EMBEDDER = "tests.fakes.TinyEmbedder"
-    with pytest.raises(EmbedderMismatch, match=r"384-dimension .* 'tiny' makes 8-dimension"):
+    with pytest.raises(EmbedderMismatch, match=r"384-dimension .* 'hashed-ngrams', .* 'tiny' \(8"):
         recall(alice, "the sum of 1..100")
     with pytest.raises(EmbedderMismatch, match=r"manage\.py reembed"):
         remember(alice, PORT)
@@ -147,11 +199,13 @@ def test_an_embedder_of_another_dimension_is_refused_until_reembed(alice, settin
     remember(alice, PORT)  # accepted now
 
 
-def test_reembed_with_the_same_dimension_replaces_every_vector(alice, settings):
+def test_switching_to_an_embedder_of_the_same_dimension_is_caught_and_reembedded(alice, settings):
     remember(alice, SUM)
-    Memory.objects.update(embedding=[1.0] + [0.0] * 383)  # as an older embedder left it
+    settings.LOOP_EMBEDDER = "tests.fakes.OtherEmbedder"
+    with pytest.raises(EmbedderMismatch, match="made by 'hashed-ngrams'"):
+        recall(alice, SUM)
     call_command("reembed", stdout=StringIO())
-    expected = HashedNgramEmbedder().embed([SUM])[0]
+    expected = OtherEmbedder().embed([SUM])[0]
     assert Memory.objects.get().embedding == pytest.approx(expected, abs=1e-3)  # half precision
 
 
@@ -184,6 +238,10 @@ def test_the_relevance_floor_can_be_set_above_the_embedders(alice, settings):
     assert recall(alice, "What was the sum of 1..100 that I computed before?") == []
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is not None,
+    reason="requirements-neural.txt is installed here, so the embedder is not missing",
+)
 def test_the_neural_embedder_says_how_to_install_it_when_missing(alice, settings):
     settings.LOOP_EMBEDDER = "memory.neural.MiniLMEmbedder"
     with pytest.raises(ImproperlyConfigured, match=r"pip install -r requirements-neural\.txt"):

@@ -165,8 +165,9 @@ def test_a_second_run_recalls_the_first_runs_outcome(workspaces):
     assert recalled["id"] == Memory.objects.get(source_run=first).pk
     assert set(recalled["parts"]) == {"similarity", "recency", "importance"}
     assert recalled["score"] > 0
-    # A run that only retold a memory is not remembered again (it would echo in later recalls).
-    assert Memory.objects.count() == 1
+    # Asked again, with the second run's outcome remembered too, the answer does not echo.
+    _, again = runagent("What was the sum of 1..100 that I computed before?")
+    assert "From an earlier run: The sum of 1..100 is 5050. I saved it to sum.txt." in again
 
 
 @pytest.mark.django_db(transaction=True)
@@ -177,3 +178,4 @@ def test_the_model_can_remember_a_fact_on_purpose(workspaces):
     told = Memory.objects.get(origin="told")
     assert told.text == "my staging server is staging.example.com"
     assert told.owner.username == "cli"
+    assert told.source_run == AgentRun.objects.get()  # which run stored it, for the audit

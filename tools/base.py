@@ -56,6 +56,7 @@ class ToolContext:
     user_id: int
     username: str
     workspace: Path
+    run_id: int | None = None  # the run calling, for the audit trail of what a tool stored
 
 
 @dataclass(frozen=True)

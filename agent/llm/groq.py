@@ -12,6 +12,7 @@ from typing import Any
 
 import groq
 
+from agent.history import undelimited
 from agent.llm.base import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
 
 MALFORMED_CALL_NOTE = """\
@@ -102,7 +103,7 @@ def _tool_use_failed(error: groq.BadRequestError) -> Message | None:
     generation = str(details.get("failed_generation", ""))[:2000]
     reason = (
         f"{details.get('message', 'malformed tool call')} Your own output, quoted as data: "
-        f"<<<{generation.replace('<<<', '').replace('>>>', '')}>>>"
+        f"<<<{undelimited(generation)}>>>"
     )
     return {"role": "user", "content": MALFORMED_CALL_NOTE.format(error=reason)}
 

@@ -35,6 +35,7 @@ READ_FILE = re.compile(
 LIST_FILES = re.compile(r"\b(?:list|show)\b.*\bfiles\b|\bwhat files\b", re.I)
 ASKS_ABOUT_EARLIER = re.compile(r"\b(?:before|earlier|previously|last time)\b", re.I)
 REMEMBER = re.compile(r"^\s*remember (?:that )?(.+)", re.I | re.S)
+FROM_MEMORY = "From an earlier run: "
 MEMORIES = re.compile(r"<<<memories>>>\n(.*?)\n<<<end memories>>>", re.S)
 SEARCH = re.compile(
     r"(?:search(?: the web)?(?: for)?|look up|find (?:information|info) (?:on|about))\s+(.+)",
@@ -124,7 +125,9 @@ def from_memory(memories: list[str]) -> str:
     if not memories:
         return "I have no memory of an earlier run about that."
     answer = re.search(r"Answer: (.*?)(?: \| |$)", memories[0])
-    return f"From an earlier run: {answer.group(1) if answer else memories[0]}"
+    # An earlier answer may itself have come from memory: do not repeat its preamble.
+    told = (answer.group(1) if answer else memories[0]).removeprefix(FROM_MEMORY)
+    return FROM_MEMORY + told
 
 
 def reply(move: Move, call_number: int, prompt_tokens: int) -> Reply:

