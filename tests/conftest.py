@@ -69,3 +69,18 @@ def child_database_url(transactional_db) -> str:
     params = connection.get_connection_params()
     name = connection.settings_dict["NAME"]
     return f"postgresql://{params['user']}@/{name}?host={params['host']}"
+
+
+@pytest.fixture
+def alice():
+    """A user; the test's django_db mark decides how the database is used."""
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("alice")
+
+
+@pytest.fixture
+def bob():
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("bob")

@@ -5,7 +5,6 @@ from datetime import timedelta
 from io import StringIO
 
 import pytest
-from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import connection
@@ -27,16 +26,6 @@ SUM = (
     "Answer: The sum of 1..100 is 5050. I saved it to sum.txt."
 )
 PORT = "The staging database listens on port 6543."
-
-
-@pytest.fixture
-def alice() -> User:
-    return User.objects.create_user("alice")
-
-
-@pytest.fixture
-def bob() -> User:
-    return User.objects.create_user("bob")
 
 
 def drop_owner_indexes() -> None:

@@ -1,7 +1,6 @@
 """Runs as recorded in PostgreSQL: the event log, the audit rows, and the run operations."""
 
 import pytest
-from django.contrib.auth.models import User
 
 from agent import services
 from agent.events import HaltReason, RunStatus
@@ -24,16 +23,6 @@ from memory.models import Memory
 pytestmark = pytest.mark.django_db
 
 DEMO = "Compute the sum of 1..100 and save it to a file"
-
-
-@pytest.fixture
-def alice() -> User:
-    return User.objects.create_user("alice")
-
-
-@pytest.fixture
-def bob() -> User:
-    return User.objects.create_user("bob")
 
 
 def scripted_run(user, replies, **limits) -> AgentRun:
