@@ -96,8 +96,7 @@ def execute_run(
     recorder = RunRecorder(run, then=on_event)
     try:
         llm = llm or llm_for(run.model)
-        context = dataclasses.replace(context_for(run.user), run_id=run.pk)
-        tools = tools or default_registry().bind(context)
+        tools = tools or tools_for(run)
         limits = Limits(**run.limits)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
@@ -130,6 +129,11 @@ def execute_run(
     run.refresh_from_db()
     remember_outcome(run)
     return run
+
+
+def tools_for(run: AgentRun) -> Tools:
+    """The tools as the run sees them: acting for its owner, in the owner's workspace."""
+    return default_registry().bind(dataclasses.replace(context_for(run.user), run_id=run.pk))
 
 
 def remember_outcome(run: AgentRun) -> None:
