@@ -188,7 +188,11 @@ class AgentLoop:
                 f"it reached its cap of {self.limits.max_iterations} iterations.",
                 summarise=True,
             )
-        reply = self.llm.chat(self.messages, tools)
+        try:
+            reply = self.llm.chat(self.messages, tools, timeout=self.time_left())
+        except LLMError:
+            self.check_deadline()  # a turn cut short by the deadline halts the run, not fails it
+            raise
         if tools is None:  # a reply to a tool-less turn cannot call tools
             reply = dataclasses.replace(reply, tool_calls=())
         self.step += 1
@@ -270,8 +274,11 @@ class AgentLoop:
         if self.cancelled():
             raise Cancelled
 
+    def time_left(self) -> float:
+        return self.limits.max_seconds - (time.monotonic() - self.started)
+
     def check_deadline(self) -> None:
-        if time.monotonic() - self.started > self.limits.max_seconds:
+        if self.time_left() < 0:
             raise Halt(
                 HaltReason.DEADLINE,
                 f"it ran past its deadline of {self.limits.max_seconds:g} seconds.",

@@ -60,7 +60,9 @@ class InstantLLM:
         ] + [Reply(text="done")]
         self.turn = 0
 
-    def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+    def chat(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+    ) -> Reply:
         self.turn += 1
         return self.replies[self.turn - 1]
 
@@ -87,14 +89,15 @@ def persisted(steps: int) -> float:
     user, _ = get_user_model().objects.get_or_create(username="bench")
     run = start_run(user, "bench", model="mock", limits=limits(steps))
     AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)  # as execute_run claims it
+    llm, bound, recorder, cancelled = (
+        InstantLLM(steps),
+        tools(),
+        RunRecorder(run),
+        cancel_flag(run, None),
+    )
     started = time.perf_counter()
     result = run_agent(
-        "bench",
-        llm=InstantLLM(steps),
-        tools=tools(),
-        sink=RunRecorder(run),
-        limits=limits(steps),
-        cancelled=cancel_flag(run, None),
+        "bench", llm=llm, tools=bound, sink=recorder, limits=limits(steps), cancelled=cancelled
     )
     elapsed = time.perf_counter() - started
     assert result.status is RunStatus.SUCCEEDED, result.error

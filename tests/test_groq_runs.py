@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from agent.events import RunStatus
-from agent.services import execute_run, start_run
+from agent.services import default_limits, execute_run, start_run
 from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db
@@ -48,3 +48,12 @@ def test_a_provider_that_keeps_failing_ends_the_run_failed_with_its_progress(on_
     assert run.error == "Model failed: Groq answered 500: internal error"
     assert "list_files -> ok" in run.answer
     assert len(on_groq.requests) == 3  # one turn, then the failing one and its one retry
+
+
+def test_a_slow_provider_is_cut_off_at_the_runs_deadline(on_groq, workspaces):
+    alice = User.objects.create_user("alice")
+    on_groq.reply("too late", delay=5)
+    run = start_run(alice, "List my files", limits=default_limits(max_seconds=1))
+    run = execute_run(run)
+    assert (run.status, run.halt_reason) == (RunStatus.HALTED, "deadline")
+    assert len(on_groq.requests) == 1  # no retry past the deadline

@@ -441,3 +441,25 @@ def test_tool_started_comes_before_the_tool_runs():
     )
     assert seen[0][-1] == "tool_call_started"
     assert isinstance(events[2], ToolCallStarted)
+
+
+def test_the_model_gets_the_time_the_run_has_left_as_its_timeout():
+    run = Run([call("echo", {"text": "1"}), answer("done")], limits=Limits(max_seconds=30))
+    first, second = run.llm.timeouts
+    assert 29 < first <= 30
+    assert second <= first
+
+
+def test_a_model_turn_cut_short_by_the_deadline_halts_the_run_rather_than_failing_it():
+    class SlowLLM(ScriptedLLM):
+        def chat(self, messages, tools, **options):
+            time.sleep(options["timeout"] + 0.01)  # the provider gives up when the time is up
+            raise LLMError("Groq did not answer within 0.05 seconds, on any attempt.")
+
+    events = []
+    result = run_agent(
+        "t", llm=SlowLLM([]), tools=bound(), sink=events.append, limits=Limits(max_seconds=0.05)
+    )
+    assert result.status is RunStatus.HALTED
+    assert result.halt_reason is HaltReason.DEADLINE
+    assert result.error == ""

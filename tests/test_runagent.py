@@ -104,9 +104,9 @@ def test_bad_usage_exits_2_with_a_clear_message_and_records_nothing(args, messag
 @pytest.mark.django_db
 def test_ctrl_c_cancels_the_run_records_it_and_exits_4(workspaces, monkeypatch):
     class InterruptedLLM(ScriptedLLM):
-        def chat(self, messages, tools):
+        def chat(self, messages, tools, **options):
             os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C while the model thinks
-            return super().chat(messages, tools)
+            return super().chat(messages, tools, **options)
 
     llm = InterruptedLLM([call("list_files", {}), answer("never")])
     monkeypatch.setattr(services, "llm_for", lambda model: llm)
@@ -123,9 +123,9 @@ def test_ctrl_c_cancels_the_run_records_it_and_exits_4(workspaces, monkeypatch):
 @pytest.mark.django_db
 def test_sigterm_cancels_the_run_like_ctrl_c(workspaces, monkeypatch):
     class TerminatedLLM(ScriptedLLM):
-        def chat(self, messages, tools):
+        def chat(self, messages, tools, **options):
             os.kill(os.getpid(), signal.SIGTERM)  # a supervisor stops the command
-            return super().chat(messages, tools)
+            return super().chat(messages, tools, **options)
 
     llm = TerminatedLLM([call("list_files", {}), answer("never")])
     monkeypatch.setattr(services, "llm_for", lambda model: llm)

@@ -88,10 +88,10 @@ class CheckingLLM(ScriptedLLM):
         self.run = run
         self.checked = 0
 
-    def chat(self, messages, tools):
+    def chat(self, messages, tools, **options):
         assert history_of(self.run) == messages
         self.checked += 1
-        return super().chat(messages, tools)
+        return super().chat(messages, tools, **options)
 
 
 def test_the_history_is_recoverable_from_the_database_after_every_step(alice, workspaces):
@@ -204,9 +204,9 @@ def test_cancelling_a_running_run_stops_it_at_the_next_check(alice, monkeypatch)
     monkeypatch.setattr(services, "CANCEL_POLL_INTERVAL", 0)
 
     class CancellingLLM(ScriptedLLM):
-        def chat(self, messages, tools):
+        def chat(self, messages, tools, **options):
             cancel_run(alice, run.pk)  # as if the user pressed Cancel while the model thought
-            return super().chat(messages, tools)
+            return super().chat(messages, tools, **options)
 
     run = start_run(alice, "a task", model="mock")
     run = execute_run(run, llm=CancellingLLM([call("list_files", {}), answer("never")]))
@@ -232,10 +232,10 @@ def test_a_users_runs_are_only_their_own(alice, bob):
 
 def test_a_process_stopped_mid_run_leaves_the_run_interrupted_not_running(alice):
     class StoppedLLM(ScriptedLLM):
-        def chat(self, messages, tools):
+        def chat(self, messages, tools, **options):
             if len(self.turns) == 1:
                 raise KeyboardInterrupt  # the second Ctrl-C: the process goes away
-            return super().chat(messages, tools)
+            return super().chat(messages, tools, **options)
 
     run = start_run(alice, "a task", model="mock")
     with pytest.raises(KeyboardInterrupt):

@@ -64,6 +64,9 @@ class LLM(Protocol):
     provider: str
     model: str
 
-    def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
-        """One model turn. `tools=None` means the model must answer in text."""
+    def chat(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+    ) -> Reply:
+        """One model turn. `tools=None` means the model must answer in text; `timeout` is the
+        time the run has left, which a provider that waits on the network must not exceed."""
         ...

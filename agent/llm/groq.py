@@ -38,32 +38,46 @@ class GroqLLM:
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
         )
 
-    def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+    def chat(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+    ) -> Reply:
+        client, limit = self.client, self.timeout
+        if timeout is not None and timeout < self.timeout:
+            # The run's deadline comes first: one attempt, cut off when the run's time is up.
+            limit = max(timeout, 0.001)
+            client = self.client.with_options(timeout=limit, max_retries=0)
+        return self._chat(client, limit, messages, tools)
+
+    def _chat(
+        self, client: groq.Groq, limit: float, messages: list[Message], tools: list[ToolSpec] | None
+    ) -> Reply:
         try:
-            return self._complete(messages, tools)
+            return self._complete(client, limit, messages, tools)
         except groq.BadRequestError as error:
             failed = _tool_use_failed(error)
             if failed is None:
                 raise LLMError(_describe(error)) from None
         retry = [*messages, failed]
         try:
-            reply = self._complete(retry, tools)
+            reply = self._complete(client, limit, retry, tools)
         except groq.BadRequestError as error:
             again = " again, after the first was fed back" if _tool_use_failed(error) else ""
             raise LLMError(f"{_describe(error)}{again}") from None
         return dataclasses.replace(reply, recovered_error=failed["content"])
 
-    def _complete(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+    def _complete(
+        self, client: groq.Groq, limit: float, messages: list[Message], tools: list[ToolSpec] | None
+    ) -> Reply:
         options: dict[str, Any] = {"tools": tools, "tool_choice": "auto"} if tools else {}
         try:
-            completion = self.client.chat.completions.create(
+            completion = client.chat.completions.create(
                 model=self.model, messages=messages, **options
             )
         except groq.BadRequestError:
             raise
         except groq.APITimeoutError:
             raise LLMError(
-                f"Groq did not answer within {self.timeout:g} seconds, on any attempt."
+                f"Groq did not answer within {limit:g} seconds, on any attempt."
             ) from None
         except groq.APIConnectionError as error:
             raise LLMError(f"Could not reach Groq: {error}") from None

@@ -82,7 +82,9 @@ class MockLLM:
     provider = "mock"
     model = "mock"
 
-    def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+    def chat(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+    ) -> Reply:
         task = next(m["content"] for m in messages if m["role"] == "user")
         seen = observations(messages)
         if tools is None:

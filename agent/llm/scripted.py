@@ -41,9 +41,13 @@ class ScriptedLLM:
     def __init__(self, replies: Iterable[Reply | Exception]) -> None:
         self.replies = list(replies)
         self.turns: list[tuple[list[Message], list[ToolSpec] | None]] = []
+        self.timeouts: list[float | None] = []
 
-    def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+    def chat(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+    ) -> Reply:
         self.turns.append((list(messages), tools))
+        self.timeouts.append(timeout)
         if len(self.turns) > len(self.replies):
             raise LLMError("the script has no more replies")
         reply = self.replies[len(self.turns) - 1]
