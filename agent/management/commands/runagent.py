@@ -23,10 +23,10 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.llm.factory import ModelUnavailable, llm_for
+from agent.llm.factory import ModelUnavailable
 from agent.loop import Limits
 from agent.models import AgentRun
-from agent.services import InvalidTask, clean_task, default_limits, execute_run, start_run
+from agent.services import InvalidTask, default_limits, execute_run, start_run
 
 CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -65,12 +65,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         limits = self.limits(options["max_iterations"])
+        user = self.user(options["user"])
         try:
-            task = clean_task(options["task"])
-            llm_for(options["model"])
+            run = start_run(user, options["task"], model=options["model"], limits=limits)
         except (InvalidTask, ModelUnavailable) as error:
             raise CommandError(str(error), returncode=USAGE_ERROR) from None
-        run = start_run(self.user(options["user"]), task, model=options["model"], limits=limits)
         show = self.json_line(run) if options["json"] else self.transcript(run)
         with cancel_on_interrupt(self.stderr.write) as cancelled:
             run = execute_run(run, on_event=show, cancelled=cancelled)
