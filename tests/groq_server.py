@@ -22,6 +22,17 @@ Scripting (each call queues responses, answered in order):
     groq_server.fail(500, times=5, headers={"retry-after-ms": "50"})
     groq_server.tool_use_failed("<function=read_file>{bad json</function>")
     groq_server.reply("late", delay=2)  # sleeps 2 s before answering: drives client timeouts
+    groq_server.reply("4", reasoning="2 + 2 is 4")  # a reasoning model's separate reasoning
+    groq_server.tool_not_in_request("repo_browser.open_file")  # gpt-oss calling a made-up tool
+    groq_server.tool_choice_none('{"name": "read_file"}')  # a tool call while tools are off
+    groq_server.rate_limited(retry_after=2)  # Groq's 429 with retry-after and x-ratelimit-*
+
+Like Groq today, it knows a catalogue of models (`CURRENT_MODELS` unless given others) and checks
+each request before answering from the script: an unknown model is a 404 `model_not_found`;
+`reasoning_format` or `reasoning_effort` sent to a model that does not take it is a 400. gpt-oss
+models return their reasoning in `message.reasoning`; qwen3 models do so only when asked for
+`reasoning_format=parsed`, and otherwise put it in the answer as `<think>...</think>`. GET
+/openai/v1/models lists the catalogue, or answers with the script's next error if it is one.
 
 A request that finds the queue empty, or hits another path, is answered 418 (which the SDK does
 not retry) and the fixture fails the test at teardown.
@@ -40,6 +51,21 @@ from typing import Any
 import pytest
 
 CHAT_COMPLETIONS_PATH = "/openai/v1/chat/completions"
+MODELS_PATH = "/openai/v1/models"
+
+# Groq's production and preview models with tool calling, 2026-11 (llama-3.3-70b-versatile was
+# decommissioned on 2026-08-16 and is answered 404 like any unknown model).
+CURRENT_MODELS = (
+    "openai/gpt-oss-120b",
+    "openai/gpt-oss-20b",
+    "qwen/qwen3.6-27b",
+    "qwen/qwen3-32b",
+    "llama-3.1-8b-instant",
+)
+
+# What each family takes (Groq's reasoning docs); a model in none of them takes neither parameter.
+_EFFORTS = {"openai/gpt-oss-": {"low", "medium", "high"}, "qwen/qwen3": {"none", "default"}}
+_PARSED_FORMAT_FAMILY = "qwen/qwen3"
 
 # httpx honours these; the fake must be reached directly, never through a proxy.
 _PROXY_VARIABLES = (
@@ -88,6 +114,7 @@ class Completion:
     model: str | None = None  # defaults to the model the request named
     finish_reason: str | None = None  # defaults to "tool_calls" when there are calls, else "stop"
     delay: float = 0.0
+    reasoning: str | None = None  # what a reasoning model thought, before its answer
 
 
 @dataclass(frozen=True)
@@ -116,7 +143,8 @@ class RecordedRequest:
 class FakeGroqServer:
     """A threaded HTTP server answering Groq chat completion requests from a script."""
 
-    def __init__(self) -> None:
+    def __init__(self, models: Sequence[str] = CURRENT_MODELS) -> None:
+        self.models = tuple(models)
         self._script: deque[Completion | Error] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -170,6 +198,7 @@ class FakeGroqServer:
         model: str | None = None,
         finish_reason: str | None = None,
         delay: float = 0.0,
+        reasoning: str | None = None,
         times: int = 1,
     ) -> None:
         """Queue a 200 chat completion with text and/or tool calls (ids filled in if None)."""
@@ -178,7 +207,7 @@ class FakeGroqServer:
                 {**call, "id": call.get("id") or f"call_{next(self._ids):04d}"}
                 for call in tool_calls
             )
-            self._push(Completion(text, calls, usage, model, finish_reason, delay))
+            self._push(Completion(text, calls, usage, model, finish_reason, delay, reasoning))
 
     def fail(
         self,
@@ -216,6 +245,56 @@ class FakeGroqServer:
         }
         self.fail(400, body=body, times=times)
 
+    def tool_not_in_request(self, tool: str, *, times: int = 1) -> None:
+        """Queue Groq's 400 for a call to a tool the request did not offer (gpt-oss invents
+        `repo_browser.*` and `container.exec`). Groq sends it with no code."""
+        message = (
+            "Tool call validation failed: tool call validation failed: attempted to call tool "
+            f"'{tool}' which was not in request.tools"
+        )
+        body = {"error": {"message": message, "type": "invalid_request_error", "param": ""}}
+        self.fail(400, body=body, times=times)
+
+    def tool_choice_none(self, failed_generation: str, *, times: int = 1) -> None:
+        """Queue Groq's 400 for a tool call in a turn whose request offered no tools."""
+        body = {
+            "error": {
+                "message": "Tool choice is none, but model called a tool",
+                "type": "invalid_request_error",
+                "code": "tool_use_failed",
+                "failed_generation": failed_generation,
+            }
+        }
+        self.fail(400, body=body, times=times)
+
+    def rate_limited(
+        self,
+        *,
+        retry_after: float | None = 2,
+        model: str = "openai/gpt-oss-120b",
+        reset_tokens: str = "7.66s",
+        times: int = 1,
+    ) -> None:
+        """Queue Groq's free-tier 429: tokens per minute spent, with `retry-after` (whole
+        seconds; None leaves it out) and the `x-ratelimit-*` headers."""
+        message = (
+            f"Rate limit reached for model `{model}` in organization `org_fake` service tier "
+            "`on_demand` on tokens per minute (TPM): Limit 8000, Used 7400, Requested 1200. "
+            f"Please try again in {reset_tokens}. Need more tokens? Upgrade to Dev Tier today "
+            "at https://console.groq.com/settings/billing"
+        )
+        headers = {
+            "x-ratelimit-limit-requests": "1000",
+            "x-ratelimit-limit-tokens": "8000",
+            "x-ratelimit-remaining-requests": "998",
+            "x-ratelimit-remaining-tokens": "0",
+            "x-ratelimit-reset-requests": "2m52.8s",
+            "x-ratelimit-reset-tokens": reset_tokens,
+        }
+        if retry_after is not None:
+            headers["retry-after"] = f"{retry_after:g}"
+        self.fail(429, message, code="rate_limit_exceeded", headers=headers, times=times)
+
     @property
     def pending(self) -> int:
         """How many scripted responses have not been used yet."""
@@ -226,10 +305,18 @@ class FakeGroqServer:
         with self._lock:
             self._script.append(response)
 
-    def _next(self, request: RecordedRequest) -> Completion | Error | None:
+    def _next(self, request: RecordedRequest) -> Completion | Error | dict | None:
         with self._lock:
             self.requests.append(request)
+            if request.method == "GET" and request.path == MODELS_PATH:
+                # A scripted error (a bad key, an outage) answers the listing too.
+                if self._script and isinstance(self._script[0], Error):
+                    return self._script.popleft()
+                return self._model_list()
             if request.method == "POST" and request.path == CHAT_COMPLETIONS_PATH:
+                refusal = self._refusal(request.body)
+                if refusal is not None:
+                    return refusal
                 if self._script:
                     return self._script.popleft()
                 self.unexpected.append(f"{request.method} {request.path}: no response scripted")
@@ -237,12 +324,58 @@ class FakeGroqServer:
                 self.unexpected.append(f"{request.method} {request.path}: unknown endpoint")
             return None
 
+    # --- checking a request as Groq does ------------------------------------------------------
+
+    def _refusal(self, body: Any) -> Error | None:
+        """Groq's answer to a request it rejects before generating anything, or None."""
+        model = body.get("model", "") if isinstance(body, dict) else ""
+        if model not in self.models:
+            message = f"The model `{model}` does not exist or you do not have access to it."
+            return _groq_error(404, message, code="model_not_found")
+        for parameter, accepted in (
+            ("reasoning_format", self._formats(model, body)),
+            ("reasoning_effort", _family_value(_EFFORTS, model, set())),
+        ):
+            value = body.get(parameter)
+            if value is not None and value not in accepted:
+                why = "is not supported with this model" if not accepted else f"{value!r} invalid"
+                return _groq_error(400, f"`{parameter}` {why}", param=parameter)
+        return None
+
+    def _formats(self, model: str, body: dict) -> set[str]:
+        if not model.startswith(_PARSED_FORMAT_FAMILY):
+            return set()
+        # raw reasoning cannot be told apart from a tool call, so Groq refuses it with tools.
+        return {"parsed", "hidden"} if body.get("tools") else {"parsed", "hidden", "raw"}
+
+    def _model_list(self) -> dict:
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": 1_754_000_000,
+                    "owned_by": name.split("/")[0] if "/" in name else "Meta",
+                    "active": True,
+                    "context_window": 131_072,
+                }
+                for name in self.models
+            ],
+        }
+
     # --- answering ---------------------------------------------------------------------------
 
     def _completion_body(self, completion: Completion, request: RecordedRequest) -> dict:
         requested_model = request.body.get("model") if isinstance(request.body, dict) else None
         prompt, generated = completion.usage
         message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+        thought = _reasoning_shown(completion.reasoning, requested_model or "", request.body)
+        if thought == "field":
+            message["reasoning"] = completion.reasoning
+        elif thought == "inline":
+            message["content"] = f"<think>{completion.reasoning}</think>\n{completion.text or ''}"
+        reasoning_tokens = len((completion.reasoning or "").split()) if thought else 0
         if completion.tool_calls:
             message["tool_calls"] = list(completion.tool_calls)
         finish = completion.finish_reason or ("tool_calls" if completion.tool_calls else "stop")
@@ -260,6 +393,7 @@ class FakeGroqServer:
                 "prompt_tokens": prompt,
                 "prompt_time": 0.002,
                 "completion_tokens": generated,
+                "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
                 "completion_time": 0.02,
                 "total_tokens": prompt + generated,
                 "total_time": 0.022,
@@ -298,6 +432,9 @@ class FakeGroqServer:
                 if response is None:
                     self._send(418, {"error": {"message": "fake Groq: unscripted request"}})
                     return
+                if isinstance(response, dict):
+                    self._send(200, response)
+                    return
                 if response.delay and server._stopping.wait(response.delay):
                     return  # the server is shutting down: never answer
                 if isinstance(response, Completion):
@@ -329,6 +466,26 @@ class FakeGroqServer:
                 pass  # keep the test output clean
 
         return Handler
+
+
+def _groq_error(status: int, message: str, *, code: str = "", param: str = "") -> Error:
+    details = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+    return Error(status, {"error": details})
+
+
+def _family_value(table: dict[str, set[str]], model: str, default: set[str]) -> set[str]:
+    return next((value for prefix, value in table.items() if model.startswith(prefix)), default)
+
+
+def _reasoning_shown(reasoning: str | None, model: str, body: Any) -> str:
+    """Where a reply's reasoning goes: its own `field`, `inline` in the answer, or nowhere."""
+    if not reasoning or not isinstance(body, dict):
+        return ""
+    if model.startswith("openai/gpt-oss-"):
+        return "field" if body.get("include_reasoning", True) else ""
+    if model.startswith(_PARSED_FORMAT_FAMILY):
+        return {"parsed": "field", "hidden": ""}.get(body.get("reasoning_format"), "inline")
+    return ""
 
 
 @pytest.fixture(name="groq_server")

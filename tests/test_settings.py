@@ -85,6 +85,7 @@ def test_production_without_a_required_value_fails_naming_it(monkeypatch, tmp_pa
         ("DATABASE_URL", "postgres://db.example.com/loop?bogus=1"),
         ("DATABASE_URL", "postgres://db.example.com"),
         ("LOOP_TRUST_X_FORWARDED_PROTO", "sometimes"),
+        ("LOOP_GROQ_REASONING_EFFORT", "none"),
     ],
 )
 def test_malformed_value_fails_naming_it(monkeypatch, tmp_path, name, value):

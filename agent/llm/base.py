@@ -48,6 +48,8 @@ class Reply:
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = field(default_factory=Usage)
+    # A reasoning model's thinking, apart from its answer: shown and recorded, never sent back.
+    reasoning: str = ""
     # A provider-side failure the client already fed back to the model once (Groq's
     # tool_use_failed); kept so the run's record shows it happened.
     recovered_error: str = ""

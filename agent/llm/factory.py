@@ -34,4 +34,5 @@ def llm_for(model: str = "") -> LLM:
         base_url=settings.GROQ_BASE_URL or None,
         timeout=settings.LOOP_GROQ_TIMEOUT,
         max_retries=settings.LOOP_GROQ_MAX_RETRIES,
+        reasoning_effort=settings.LOOP_GROQ_REASONING_EFFORT,
     )

@@ -1,13 +1,22 @@
 """Groq's chat completions with tool calling, through the official `groq` SDK.
 
-Retries live in one layer only, the SDK's own: it retries 429 (honouring Retry-After), 5xx,
-timeouts and dropped connections with exponential backoff, `max_retries` times, each attempt with
-the full timeout. Whatever is left after that is an LLMError that ends the
-run as failed. Groq's `tool_use_failed` (the model produced a malformed call) is fed back to the
-model once as an error; a second one in a row ends the run.
+Retries live in one layer only, this one (the SDK's own are switched off), because only this layer
+knows the run's deadline: a 429, 408/409, 5xx, timeout or dropped connection is retried after
+Groq's `retry-after` (or a short backoff) only while the wait still fits in the time the run has
+left and in `MAX_WAIT`. Whatever is left after that is an LLMError that ends the run as failed,
+saying what happened and, for a rate limit, when to try again.
+
+A 400 the model itself caused (Groq's `tool_use_failed`: a malformed call, a call to a tool that is
+not in the request, a tool call when tools are off) is fed back to the model once as an error it can
+correct; a second one in a row ends the run. A model that does not exist for the key fails at once.
 """
 
 import dataclasses
+import email.utils
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import groq
@@ -15,9 +24,43 @@ import groq
 from agent.history import undelimited
 from agent.llm.base import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
 
-MALFORMED_CALL_NOTE = """\
-[Loop] Your last tool call was malformed and did not run ({error}). Call the tool again with \
-arguments that are valid JSON matching its schema, or answer in text."""
+# Models known to call tools well on Groq today, the first being Loop's default. A model that no
+# longer exists is answered by naming one of these.
+TOOL_CALLING_MODELS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b", "qwen/qwen3.6-27b")
+
+REASONING_EFFORTS = ("low", "medium", "high")
+
+# The longest wait for a rate limit or an outage that Loop sits out inside a run; a longer one
+# fails the run at once with the time to try again.
+MAX_WAIT = 60.0
+
+REJECTED_REPLY_NOTE = """\
+[Loop] Your last reply was rejected by the model provider and nothing in it ran: {reason} \
+{hint}"""
+
+
+@dataclass(frozen=True)
+class ReasoningModel:
+    """What a family of Groq reasoning models takes in a request."""
+
+    efforts: frozenset[str]
+    # True: ask for reasoning_format=parsed, or the reasoning lands in the answer as <think> text.
+    # False: the reasoning already comes in its own field, and reasoning_format is a 400.
+    parsed_format: bool
+
+
+# Longest prefix wins (Groq's reasoning docs and SDK, 2026-11). Other models get neither parameter:
+# they answer 400 to both.
+REASONING_MODELS = {
+    "openai/gpt-oss-": ReasoningModel(frozenset(REASONING_EFFORTS), parsed_format=False),
+    "qwen/qwen3.8-": ReasoningModel(frozenset(REASONING_EFFORTS), parsed_format=True),
+    "qwen/qwen3": ReasoningModel(frozenset(), parsed_format=True),
+}
+
+
+def reasoning_model(model: str) -> ReasoningModel | None:
+    prefixes = [prefix for prefix in REASONING_MODELS if model.startswith(prefix)]
+    return REASONING_MODELS[max(prefixes, key=len)] if prefixes else None
 
 
 class GroqLLM:
@@ -31,59 +74,98 @@ class GroqLLM:
         base_url: str | None = None,
         timeout: float = 60.0,
         max_retries: int = 2,
+        reasoning_effort: str = "",
     ) -> None:
         self.model = model
         self.timeout = timeout
-        self.client = groq.Groq(
-            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries
-        )
+        self.max_retries = max_retries
+        self.reasoning_effort = reasoning_effort
+        self.client = groq.Groq(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
 
     def chat(
         self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
     ) -> Reply:
-        client, limit = self.client, self.timeout
-        if timeout is not None and timeout < self.timeout:
-            # The run's deadline comes first: one attempt, cut off when the run's time is up.
-            limit = max(timeout, 0.001)
-            client = self.client.with_options(timeout=limit, max_retries=0)
-        return self._chat(client, limit, messages, tools)
-
-    def _chat(
-        self, client: groq.Groq, limit: float, messages: list[Message], tools: list[ToolSpec] | None
-    ) -> Reply:
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            return self._complete(client, limit, messages, tools)
+            return self._send(messages, tools, deadline)
         except groq.BadRequestError as error:
-            failed = _tool_use_failed(error)
-            if failed is None:
-                raise LLMError(_describe(error)) from None
-        retry = [*messages, failed]
+            note = _rejected_reply_note(error, tools)
+            if note is None:
+                raise LLMError(self._describe(error)) from None
         try:
-            reply = self._complete(client, limit, retry, tools)
+            reply = self._send([*messages, note], tools, deadline)
         except groq.BadRequestError as error:
-            again = " again, after the first was fed back" if _tool_use_failed(error) else ""
-            raise LLMError(f"{_describe(error)}{again}") from None
-        return dataclasses.replace(reply, recovered_error=failed["content"])
+            again = " again, after the first was fed back" if _rejected_reply(error) else ""
+            raise LLMError(f"{self._describe(error)}{again}") from None
+        return dataclasses.replace(reply, recovered_error=note["content"])
 
-    def _complete(
-        self, client: groq.Groq, limit: float, messages: list[Message], tools: list[ToolSpec] | None
-    ) -> Reply:
-        options: dict[str, Any] = {"tools": tools, "tool_choice": "auto"} if tools else {}
+    def available_models(self) -> list[str]:
+        """The models this key can use, as Groq lists them."""
         try:
-            completion = client.chat.completions.create(
-                model=self.model, messages=messages, **options
-            )
-        except groq.BadRequestError:
-            raise
-        except groq.APITimeoutError:
-            raise LLMError(
-                f"Groq did not answer within {limit:g} seconds, on any attempt."
-            ) from None
+            return sorted(model.id for model in self.client.models.list().data)
+        except groq.APIStatusError as error:
+            raise LLMError(self._describe(error)) from None
         except groq.APIConnectionError as error:
             raise LLMError(f"Could not reach Groq: {error}") from None
-        except groq.APIStatusError as error:
-            raise LLMError(_describe(error)) from None
-        return _reply(completion)
+
+    def request_options(self, tools: list[ToolSpec] | None) -> dict[str, Any]:
+        options: dict[str, Any] = {"tools": tools, "tool_choice": "auto"} if tools else {}
+        reasoning = reasoning_model(self.model)
+        if reasoning is not None:
+            if reasoning.parsed_format:
+                options["reasoning_format"] = "parsed"
+            if self.reasoning_effort in reasoning.efforts:
+                options["reasoning_effort"] = self.reasoning_effort
+        return options
+
+    def _send(
+        self, messages: list[Message], tools: list[ToolSpec] | None, deadline: float | None
+    ) -> Reply:
+        """One completion, retried while the wait fits; a 400 is raised for `chat` to judge."""
+        options = self.request_options(tools)
+        attempt = 0
+        while True:
+            limit = self._attempt_limit(deadline)
+            try:
+                completion = self.client.chat.completions.create(
+                    model=self.model, messages=messages, timeout=limit, **options
+                )
+                return _reply(completion)
+            except groq.BadRequestError:
+                raise
+            except (groq.APIStatusError, groq.APIConnectionError) as error:
+                wait = _retry_wait(error, attempt)
+                if not _retryable(error) or attempt >= self.max_retries:
+                    raise LLMError(self._describe(error, limit, wait)) from None
+                if wait > MAX_WAIT or not _fits(wait, deadline):
+                    raise LLMError(self._describe(error, limit, wait)) from None
+            time.sleep(wait)
+            attempt += 1
+
+    def _attempt_limit(self, deadline: float | None) -> float:
+        if deadline is None:
+            return self.timeout
+        return max(min(self.timeout, deadline - time.monotonic()), 0.001)
+
+    def _describe(self, error: Exception, limit: float = 0.0, wait: float = 0.0) -> str:
+        if isinstance(error, groq.APITimeoutError):
+            return f"Groq did not answer within {limit:g} seconds, on any attempt."
+        if not isinstance(error, groq.APIStatusError):
+            return f"Could not reach Groq: {error}"
+        message = _error_body(error).get("message") or error.message
+        if _model_missing(error):
+            return self._model_missing(message)
+        if error.status_code == 429:
+            return f"Groq's rate limit was reached: {message} Try again {_when(wait)}."
+        return f"Groq answered {error.status_code}: {message}"
+
+    def _model_missing(self, message: str) -> str:
+        current = next(name for name in TOOL_CALLING_MODELS if name != self.model)
+        return (
+            f"Groq has no model {self.model!r} that this key can use ({message}). Set "
+            f"LOOP_GROQ_MODEL (or LOOP_MODEL, or runagent --model) to a current model such as "
+            f"{current!r}; `manage.py groqcheck` lists the models your key can use."
+        )
 
 
 def _reply(completion: Any) -> Reply:
@@ -98,8 +180,13 @@ def _reply(completion: Any) -> Reply:
     return Reply(
         text=message.content or "",
         tool_calls=calls,
+        # Groq counts reasoning tokens in completion_tokens, as OpenAI does.
         usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else Usage(),
+        reasoning=getattr(message, "reasoning", None) or "",
     )
+
+
+# --- errors -----------------------------------------------------------------------------------
 
 
 def _error_body(error: groq.APIStatusError) -> dict[str, Any]:
@@ -109,19 +196,116 @@ def _error_body(error: groq.APIStatusError) -> dict[str, Any]:
     return {}
 
 
-def _tool_use_failed(error: groq.BadRequestError) -> Message | None:
-    """The note that feeds a malformed call back to the model, or None for other 400s."""
+def _model_missing(error: groq.APIStatusError) -> bool:
+    code = _error_body(error).get("code")
+    return error.status_code == 404 or code in {"model_not_found", "model_decommissioned"}
+
+
+_REJECTED_REPLY_MESSAGES = ("tool call validation failed", "tool choice is none")
+
+
+def _rejected_reply(error: groq.BadRequestError) -> bool:
+    """A 400 about what the model generated, not about the request Loop sent."""
     details = _error_body(error)
-    if details.get("code") != "tool_use_failed":
-        return None
-    generation = str(details.get("failed_generation", ""))[:2000]
-    reason = (
-        f"{details.get('message', 'malformed tool call')} Your own output, quoted as data: "
-        f"<<<{undelimited(generation)}>>>"
+    message = str(details.get("message", "")).lower()
+    return details.get("code") == "tool_use_failed" or any(
+        known in message for known in _REJECTED_REPLY_MESSAGES
     )
-    return {"role": "user", "content": MALFORMED_CALL_NOTE.format(error=reason)}
 
 
-def _describe(error: groq.APIStatusError) -> str:
-    message = _error_body(error).get("message") or error.message
-    return f"Groq answered {error.status_code}: {message}"
+def _rejected_reply_note(
+    error: groq.BadRequestError, tools: list[ToolSpec] | None
+) -> Message | None:
+    """The note that feeds a rejected reply back to the model, or None for other 400s."""
+    if not _rejected_reply(error):
+        return None
+    details = _error_body(error)
+    reason = str(details.get("message") or "the reply was malformed")
+    generation = str(details.get("failed_generation") or "")[:2000]
+    if generation:
+        reason += f" Your own output, quoted as data: <<<{undelimited(generation)}>>>"
+    if tools:
+        names = ", ".join(spec["function"]["name"] for spec in tools)
+        hint = (
+            f"Call one of the tools you have ({names}) with arguments that are valid JSON "
+            "matching its schema, or answer in text."
+        )
+    else:
+        hint = "Tools are switched off for this turn: answer in plain text, calling no tool."
+    return {"role": "user", "content": REJECTED_REPLY_NOTE.format(reason=reason, hint=hint)}
+
+
+# --- retries ----------------------------------------------------------------------------------
+
+
+def _retryable(error: Exception) -> bool:
+    if not isinstance(error, groq.APIStatusError):  # a timeout or a dropped connection
+        return True
+    return error.status_code in {408, 409, 429} or error.status_code >= 500
+
+
+def _fits(wait: float, deadline: float | None) -> bool:
+    return deadline is None or time.monotonic() + wait < deadline
+
+
+def _retry_wait(error: Exception, attempt: int) -> float:
+    """Groq's own hint when it gives one, else a short exponential backoff."""
+    if isinstance(error, groq.APIStatusError):
+        hinted = _hinted_wait(error.response.headers)
+        if hinted is not None:
+            return hinted
+    return min(0.5 * 2**attempt, 8.0)
+
+
+def _hinted_wait(headers: Mapping[str, str]) -> float | None:
+    if milliseconds := _number(headers.get("retry-after-ms")):
+        return milliseconds / 1000
+    retry_after = headers.get("retry-after")
+    if retry_after:
+        seconds = _number(retry_after)
+        if seconds is not None:
+            return seconds
+        try:
+            when = email.utils.parsedate_to_datetime(retry_after).timestamp()
+        except (TypeError, ValueError):
+            return None
+        return max(when - time.time(), 0.0)
+    # No retry-after: the reset time of whichever rate-limit window is spent.
+    for window in ("tokens", "requests"):
+        if headers.get(f"x-ratelimit-remaining-{window}") == "0":
+            reset = _duration(headers.get(f"x-ratelimit-reset-{window}", ""))
+            if reset is not None:
+                return reset
+    return None
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def _duration(text: str) -> float | None:
+    """Groq's reset times look like `7.66s`, `2m59.56s` or `120ms`."""
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        return None
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
+
+
+def _when(wait: float) -> str:
+    """`in 8 seconds (after 18:32:05 UTC)`: a person can act on both halves."""
+    at = time.strftime("%H:%M:%S UTC", time.gmtime(time.time() + wait))
+    if wait < 90:
+        seconds = max(round(wait), 1)
+        amount = f"{seconds} second{'s' if seconds > 1 else ''}"
+    elif wait < 90 * 60:
+        amount = f"{round(wait / 60)} minutes"
+    else:
+        amount = f"{wait / 3600:.1f} hours"
+    return f"in {amount} (after {at})"

@@ -1,6 +1,8 @@
 """`manage.py runagent "task"`: run one task from the terminal, printing each step as it happens."""
 
+import dataclasses
 import json
+import logging
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -44,7 +46,7 @@ class Command(BaseCommand):
     help = (
         "Run one task through the agent, printing each step live. Exit status: 0 succeeded, "
         "1 failed, 2 bad usage, 3 halted (breaker, cap or budget), 4 cancelled (Ctrl-C or "
-        "SIGTERM), 5 interrupted."
+        "SIGTERM), 5 interrupted. -v 2 prints the model's reasoning whole and every library's log."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -64,6 +66,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        self.verbose = options["verbosity"] >= 2
+        if self.verbose:  # every library's INFO log too, httpx's request lines among them
+            logging.getLogger().setLevel(logging.INFO)
         limits = self.limits(options["max_iterations"])
         user = self.user(options["user"])
         try:
@@ -109,16 +114,20 @@ class Command(BaseCommand):
 
     def transcript(self, run: AgentRun) -> Any:
         def write(event: Event) -> None:
-            for line in describe(event, run.pk):
+            for line in describe(event, run.pk, verbose=self.verbose):
                 self.stdout.write(line)
             self.stdout.flush()
 
         return write
 
 
-def describe(event: Event, run_id: int) -> list[str]:
+def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
     """How an event reads in a terminal."""
     match event:
+        case ModelReplied() if event.reasoning:
+            return thought(event, verbose) + describe(
+                dataclasses.replace(event, reasoning=""), run_id
+            )
         case RunStarted():
             shown = (
                 event.model if event.model == event.provider else f"{event.provider} {event.model}"
@@ -142,6 +151,13 @@ def describe(event: Event, run_id: int) -> list[str]:
         case RunFinished():
             return finished(event, run_id)
     return []
+
+
+def thought(event: ModelReplied, verbose: bool) -> list[str]:
+    """A reasoning model's thinking: one line, or whole with -v 2."""
+    if verbose:
+        return [f"step {event.step}  reasoning:", *event.reasoning.strip().splitlines()]
+    return [f"step {event.step}  reasoning: {excerpt(event.reasoning, 100)}"]
 
 
 def recalled(memory: dict[str, Any]) -> str:
