@@ -1,4 +1,4 @@
-"""Loop's settings, read from environment variables only (see the README's Configuration).
+"""Loop's settings, read from environment variables only (see docs/configuration.md).
 
 DEBUG unset means local development with safe defaults. DEBUG=false means production: the values a
 deployment must provide are required, and a missing or malformed one stops the start with its name.
@@ -102,7 +102,7 @@ else:
 
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 
-# The model (see agent/llm/ and the README's Configuration). No key: the keyless mock model.
+# The model (see agent/llm/ and docs/configuration.md). No key: the keyless mock model.
 GROQ_API_KEY = env_str("GROQ_API_KEY")
 GROQ_BASE_URL = env_str("GROQ_BASE_URL")
 LOOP_MODEL = env_str("LOOP_MODEL")
@@ -124,7 +124,7 @@ LOOP_BREAKER_FAILURES = env_int("LOOP_BREAKER_FAILURES", 3)
 LOOP_BREAKER_IDENTICAL_CALLS = env_int("LOOP_BREAKER_IDENTICAL_CALLS", 3)
 LOOP_PARALLEL_TOOL_CALLS = env_int("LOOP_PARALLEL_TOOL_CALLS", 4)
 
-# Tools (see tools/ and the README's Configuration).
+# Tools (see tools/ and docs/configuration.md).
 LOOP_WORKSPACES_DIR = Path(env_str("LOOP_WORKSPACES_DIR") or VAR_DIR / "workspaces").resolve()
 LOOP_SANDBOX = env_str("LOOP_SANDBOX", "bubblewrap")
 LOOP_SANDBOX_USER = env_str("LOOP_SANDBOX_USER", "loop-sandbox")
@@ -136,7 +136,7 @@ LOOP_TOOL_RESULT_MAX_CHARS = env_int("LOOP_TOOL_RESULT_MAX_CHARS", 16_000)
 LOOP_WEB_SEARCH_BACKEND = env_str("LOOP_WEB_SEARCH_BACKEND", "tools.search.DdgsSearch")
 LOOP_WEB_SEARCH_ENGINE = env_str("LOOP_WEB_SEARCH_ENGINE", "duckduckgo")
 
-# Long-term memory (see memory/ and the README's Configuration).
+# Long-term memory (see memory/ and docs/configuration.md).
 LOOP_EMBEDDER = env_str("LOOP_EMBEDDER", "memory.embedders.HashedNgramEmbedder")
 LOOP_MEMORY_RECALL_K = env_int("LOOP_MEMORY_RECALL_K", 5)
 LOOP_MEMORY_MIN_SIMILARITY = env_float("LOOP_MEMORY_MIN_SIMILARITY", None)  # None: the embedder's

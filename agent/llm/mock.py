@@ -1,7 +1,7 @@
 """The keyless default model: deterministic, and able to work a documented set of task shapes.
 
 It reads the task and the tool results so far from the messages, the way a real model would, and
-plans the next tool call or the answer. The README lists the task shapes it understands; for any
+plans the next tool call or the answer. docs/agent.md lists the task shapes it understands; for any
 other task it says plainly that it is a mock.
 """
 
