@@ -9,6 +9,7 @@ from functools import partial
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -169,7 +170,25 @@ def cancel_flag(run: AgentRun, local: Callable[[], bool] | None) -> Callable[[],
 
 def cancel_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
     """Ask `user`'s run to stop. Another user's run does not exist, as far as this is concerned."""
-    run = runs_for(user).get(pk=run_id)
+    return request_cancel(runs_for(user).get(pk=run_id))
+
+
+def can_cancel_any_run(user: AbstractBaseUser) -> bool:
+    """Operators may stop anyone's run: active staff allowed to change runs (runs are otherwise
+    never edited, so that permission means "may cancel")."""
+    return user.is_active and user.is_staff and user.has_perm("agent.change_agentrun")
+
+
+def cancel_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
+    """Ask any user's run to stop, on an operator's behalf; it ends as if its owner had asked."""
+    if not can_cancel_any_run(operator):
+        raise PermissionDenied(f"{operator.get_username()} may not cancel other users' runs.")
+    return request_cancel(AgentRun.objects.get(pk=run_id))
+
+
+def request_cancel(run: AgentRun) -> AgentRun:
+    """A queued run ends at once; a running one stops at its next check. A finished run stays as
+    it ended."""
     now = timezone.now()
     if AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
         status=RunStatus.CANCELLED, cancel_requested_at=now, finished_at=now
