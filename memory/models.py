@@ -65,3 +65,32 @@ class EmbeddingSpace(models.Model):
 
     def __str__(self) -> str:
         return self.embedder
+
+
+class ForgottenMemory(models.Model):
+    """An operator forgot a memory: who, when, and what it held. The memory itself is gone; this
+    row stays, and keeps names as text so it outlives the accounts it mentions."""
+
+    memory_id = models.PositiveBigIntegerField()
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    owner_name = models.CharField(max_length=150)
+    text = models.TextField()
+    origin = models.CharField(max_length=8, choices=Origin.choices)
+    source_run = models.ForeignKey(
+        "agent.AgentRun", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    forgotten_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    forgotten_by_name = models.CharField(max_length=150)
+    forgotten_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("-forgotten_at", "-pk")
+
+    def __str__(self) -> str:
+        return (
+            f"Memory {self.memory_id} of {self.owner_name}, forgotten by {self.forgotten_by_name}"
+        )
