@@ -1,0 +1,422 @@
+"""The operators' console for runs: the run list and timeline, the event log, breaker trips, usage
+per user and day, and the people (sign-ups waiting for approval). Records are read-only here."""
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
+from django.core.exceptions import PermissionDenied
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html_join
+from django.utils.safestring import SafeString
+from django.views.decorators.http import require_POST
+
+from agent import audit, services
+from agent.audit import short
+from agent.console import (
+    AuditAdmin,
+    UserFilter,
+    badge,
+    halt_badge,
+    link,
+    list_url,
+    pretty_json,
+    run_link,
+    user_link,
+)
+from agent.models import FINISHED, AgentRun, BreakerTrip, RunEvent
+from memory.models import Memory
+from tools.models import ToolExecution
+
+User = get_user_model()
+
+
+def seconds(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def transcript_response(transcript: object, filename: str) -> HttpResponse:
+    response = HttpResponse(
+        json.dumps(transcript, indent=2, ensure_ascii=False), content_type="application/json"
+    )
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@admin.register(AgentRun)
+class AgentRunAdmin(AuditAdmin):
+    list_display = (
+        "id",
+        "user",
+        "short_task",
+        "status_badge",
+        "halt_reason_badge",
+        "model",
+        "iterations",
+        "tool_calls",
+        "failed_tool_calls",
+        "tokens",
+        "duration",
+        "started_at",
+    )
+    list_display_links = ("id", "short_task")
+    list_select_related = ("user",)
+    list_filter = ("status", "halt_reason", "model", UserFilter)
+    date_hierarchy = "created_at"
+    search_fields = ("task", "answer", "error")
+    # Newest first by id: ids follow creation, and the primary key index serves the order.
+    ordering = ("-id",)
+    actions = ("cancel_runs", "export_transcripts")
+    change_form_template = "admin/agent/agentrun/change_form.html"
+    fieldsets = (
+        (None, {"fields": ("user_page", "task", "status_badge", "halt_reason_badge", "answer")}),
+        ("Error", {"fields": ("error",), "classes": ("collapse",)}),
+        (
+            "Work",
+            {
+                "fields": (
+                    ("provider", "model"),
+                    ("iterations", "tool_calls", "failed_tool_calls"),
+                    ("prompt_tokens", "completion_tokens", "tokens"),
+                    "limits_json",
+                )
+            },
+        ),
+        (
+            "Timings",
+            {
+                "fields": (
+                    ("created_at", "started_at", "finished_at", "duration"),
+                    ("heartbeat_at", "cancel_requested_at"),
+                )
+            },
+        ),
+        ("Records", {"fields": ("records",)}),
+    )
+    readonly_fields = (
+        "user_page",
+        "status_badge",
+        "halt_reason_badge",
+        "failed_tool_calls",
+        "tokens",
+        "duration",
+        "limits_json",
+        "records",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
+        return super().get_queryset(request).annotate(failed_calls=audit.failed_tool_calls())
+
+    @admin.display(description="task")
+    def short_task(self, run: AgentRun) -> str:
+        return short(run.task, 60)
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, run: AgentRun) -> SafeString:
+        return badge(run.status)
+
+    @admin.display(description="halt reason", ordering="halt_reason")
+    def halt_reason_badge(self, run: AgentRun) -> SafeString:
+        return halt_badge(run.halt_reason)
+
+    @admin.display(description="failed calls")
+    def failed_tool_calls(self, run: AgentRun) -> int:
+        return run.failed_calls
+
+    @admin.display(description="tokens")
+    def tokens(self, run: AgentRun) -> int:
+        return run.total_tokens
+
+    @admin.display(description="duration")
+    def duration(self, run: AgentRun) -> str:
+        if run.started_at is None or run.finished_at is None:
+            return "—"
+        return seconds((run.finished_at - run.started_at).total_seconds())
+
+    @admin.display(description="user")
+    def user_page(self, run: AgentRun) -> SafeString:
+        return user_link(run.user)
+
+    @admin.display(description="limits")
+    def limits_json(self, run: AgentRun) -> SafeString:
+        return pretty_json(run.limits)
+
+    @admin.display(description="records")
+    def records(self, run: AgentRun) -> SafeString:
+        counted = (
+            ("tool executions", ToolExecution, run.tool_executions.count()),
+            ("breaker trips", BreakerTrip, run.breaker_trips.count()),
+            ("events", RunEvent, run.events.count()),
+        )
+        links = [
+            link(list_url(model, run__id__exact=run.pk), f"{n} {name}")
+            for name, model, n in counted
+        ]
+        links.append(link(list_url(Memory, source_run__id__exact=run.pk), "memories it stored"))
+        links.append(link(list_url(AgentRun, user=run.user_id), f"{run.user}'s runs"))
+        return format_html_join(" · ", "{}", ((item,) for item in links))
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: AgentRun | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context |= {
+                "timeline": audit.timeline(obj),
+                "stored_memories": Memory.objects.filter(source_run=obj).defer("embedding"),
+                "can_cancel": not obj.is_finished and services.can_cancel_any_run(request.user),
+            }
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        return [
+            path("usage/", view(self.usage_view), name="agent_agentrun_usage"),
+            path(
+                "<int:run_id>/transcript.json",
+                view(self.transcript_view),
+                name="agent_agentrun_transcript",
+            ),
+            path(
+                "<int:run_id>/cancel/",
+                view(require_POST(self.cancel_view)),
+                name="agent_agentrun_cancel",
+            ),
+            *super().get_urls(),
+        ]
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return services.can_cancel_any_run(request.user)
+
+    @admin.action(description="Cancel selected runs", permissions=["cancel"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
+        asked = 0
+        for run in queryset.exclude(status__in=FINISHED):
+            self.cancel(request, run)
+            asked += 1
+        finished = queryset.count() - asked
+        message = f"Asked {asked} run{'s' if asked != 1 else ''} to stop."
+        if finished:
+            message += f" {finished} had already finished and stay as they ended."
+        self.message_user(request, message, messages.SUCCESS if asked else messages.WARNING)
+
+    @admin.action(description="Export transcripts as JSON")
+    def export_transcripts(
+        self, request: HttpRequest, queryset: QuerySet[AgentRun]
+    ) -> HttpResponse:
+        return transcript_response(audit.transcripts(queryset), "loop-transcripts.json")
+
+    def cancel(self, request: HttpRequest, run: AgentRun) -> AgentRun:
+        run = services.cancel_run_as_operator(request.user, run.pk)
+        self.log_change(request, run, "Cancelled by an operator.")
+        return run
+
+    def cancel_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
+        if not self.has_cancel_permission(request):
+            raise PermissionDenied
+        run = get_object_or_404(AgentRun, pk=run_id)
+        if run.is_finished:
+            self.message_user(request, f"Run {run.pk} had already {run.status}.", messages.WARNING)
+        else:
+            run = self.cancel(request, run)
+            self.message_user(request, f"Run {run.pk} was asked to stop; it is {run.status}.")
+        return HttpResponseRedirect(reverse("admin:agent_agentrun_change", args=[run.pk]))
+
+    def transcript_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        runs = AgentRun.objects.filter(pk=run_id)
+        found = audit.transcripts(runs)
+        if not found:
+            return HttpResponse(status=404)
+        return transcript_response(found[0], f"loop-run-{run_id}.json")
+
+    def usage_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        form = UsageRange(request.GET or None)
+        today = timezone.localdate()
+        since, until, user = today - timedelta(days=29), today, None
+        if form.is_valid():
+            since = form.cleaned_data["since"] or since
+            until = form.cleaned_data["until"] or until
+            user = form.cleaned_data["user"]
+        rows = audit.usage(since, until, user.pk if user else None)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Usage",
+            "opts": self.opts,
+            "form": form,
+            "since": since,
+            "until": until,
+            "chosen_user": user,
+            "rows": rows,
+            "totals": audit.usage_totals(rows),
+        }
+        return TemplateResponse(request, "admin/agent/usage.html", context)
+
+
+class UsageRange(forms.Form):
+    since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    user = forms.ModelChoiceField(queryset=User.objects.none(), required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        with_runs = Exists(AgentRun.objects.filter(user=OuterRef("pk")))
+        self.fields["user"].queryset = User.objects.filter(with_runs).order_by("username")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        since, until = cleaned.get("since"), cleaned.get("until")
+        if since and until and since > until:
+            raise forms.ValidationError("The range starts after it ends.")
+        return cleaned
+
+
+class RunUserFilter(UserFilter):
+    path = "run__user"
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(AuditAdmin):
+    list_display = ("id", "run_page", "seq", "kind", "step", "gist", "created_at")
+    list_filter = ("kind",)
+    ordering = ("-id",)
+    fields = ("run_page", "seq", "kind", "step", "created_at", "data_json")
+    readonly_fields = ("run_page", "data_json")
+
+    @admin.display(description="run", ordering="run_id")
+    def run_page(self, event: RunEvent) -> SafeString:
+        return run_link(event.run_id)
+
+    @admin.display(description="what happened")
+    def gist(self, event: RunEvent) -> str:
+        return audit.gist(event.kind, event.data)
+
+    @admin.display(description="data")
+    def data_json(self, event: RunEvent) -> SafeString:
+        return pretty_json(event.data)
+
+
+@admin.register(BreakerTrip)
+class BreakerTripAdmin(AuditAdmin):
+    list_display = (
+        "id",
+        "run_page",
+        "step_page",
+        "tool",
+        "reason_badge",
+        "failure_count",
+        "user",
+        "created_at",
+    )
+    list_select_related = ("run__user",)
+    list_filter = ("tool", "reason", RunUserFilter)
+    date_hierarchy = "created_at"
+    search_fields = ("tool",)
+    ordering = ("-id",)
+    change_list_template = "admin/agent/breakertrip/change_list.html"
+    fields = ("run_page", "step_page", "tool", "reason_badge", "created_at", "failures_json")
+    readonly_fields = ("run_page", "step_page", "reason_badge", "failures_json")
+
+    @admin.display(description="run", ordering="run_id")
+    def run_page(self, trip: BreakerTrip) -> SafeString:
+        return run_link(trip.run_id)
+
+    @admin.display(description="step", ordering="step")
+    def step_page(self, trip: BreakerTrip) -> SafeString:
+        return run_link(trip.run_id, trip.step)
+
+    @admin.display(description="reason", ordering="reason")
+    def reason_badge(self, trip: BreakerTrip) -> SafeString:
+        return halt_badge(trip.reason)
+
+    @admin.display(description="failures")
+    def failure_count(self, trip: BreakerTrip) -> int:
+        return len(trip.failures)
+
+    @admin.display(description="user")
+    def user(self, trip: BreakerTrip) -> SafeString:
+        return user_link(trip.run.user)
+
+    @admin.display(description="failures that led there")
+    def failures_json(self, trip: BreakerTrip) -> SafeString:
+        return pretty_json(trip.failures)
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        return super().changelist_view(
+            request, (extra_context or {}) | {"trip_summary": audit.trip_summary()}
+        )
+
+
+# People: sign-ups wait, inactive, until an operator approves them.
+
+# An account that never logged in and is not active: a sign-up waiting for approval (an account
+# deactivated after use has a last login, and is not waiting for anything).
+WAITING_FOR_APPROVAL = Q(is_active=False, last_login__isnull=True)
+
+
+class ApprovalFilter(admin.SimpleListFilter):
+    title = "approval"
+    parameter_name = "approval"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("waiting", "Waiting for approval")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "waiting":
+            return queryset.filter(WAITING_FOR_APPROVAL)
+        return queryset
+
+
+admin.site.unregister(User)
+
+
+@admin.register(User)
+class PeopleAdmin(UserAdmin):
+    list_display = ("username", "email", "is_active", "is_staff", "date_joined", "last_login")
+    list_filter = (ApprovalFilter, *UserAdmin.list_filter)
+    actions = ("approve",)
+    fieldsets = (*UserAdmin.fieldsets, ("Activity", {"fields": ("activity",)}))
+    readonly_fields = ("activity",)
+
+    @admin.action(description="Approve selected sign-ups", permissions=["change"])
+    def approve(self, request: HttpRequest, queryset: QuerySet) -> None:
+        waiting = list(queryset.filter(WAITING_FOR_APPROVAL))
+        User.objects.filter(pk__in=[user.pk for user in waiting]).update(is_active=True)
+        for user in waiting:
+            self.log_change(request, user, "Approved the sign-up.")
+        skipped = queryset.count() - len(waiting)
+        message = f"Approved {len(waiting)} sign-up{'s' if len(waiting) != 1 else ''}."
+        if skipped:
+            message += f" {skipped} selected were not waiting for approval and stay as they were."
+        self.message_user(request, message)
+
+    @admin.display(description="activity")
+    def activity(self, user: Any) -> SafeString:
+        if user.pk is None:
+            return "—"
+        links = (
+            link(list_url(AgentRun, user=user.pk), "runs"),
+            link(list_url(ToolExecution, user=user.pk), "tool executions"),
+            link(list_url(Memory, user=user.pk), "memories"),
+            link(reverse("admin:agent_agentrun_usage") + f"?user={user.pk}", "usage"),
+        )
+        return format_html_join(" · ", "{}", ((item,) for item in links))

@@ -1,0 +1,146 @@
+"""The pieces every page of the operators' console shares: status badges (colour and symbol
+together, never colour alone), links between records, the read-only audit admin, the user filter."""
+
+import json
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.db.models import Exists, Model, OuterRef, QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from agent.events import BREAKER_REASONS
+from agent.models import AgentRun
+
+SYMBOLS = {
+    # run statuses
+    "queued": "○",
+    "running": "●",
+    "succeeded": "✓",
+    "halted": "■",
+    "cancelled": "⊘",
+    "failed": "✗",
+    "interrupted": "↯",
+    # tool call statuses
+    "ok": "✓",
+    "error": "✗",
+    "timeout": "⧗",
+    "denied": "⛔",
+    "skipped": "↷",
+}
+# Badge colours by family: what went well, what a guard or a person stopped, what broke.
+TONES = {
+    "succeeded": "good",
+    "ok": "good",
+    "running": "live",
+    "queued": "quiet",
+    "skipped": "quiet",
+    "cancelled": "quiet",
+    "halted": "warn",
+    "interrupted": "warn",
+    "timeout": "bad",
+    "denied": "bad",
+    "failed": "bad",
+    "error": "bad",
+}
+BREAKER_TONE = "bad"
+GUARD_TONE = "warn"
+
+
+def badge(value: str, *, tone: str | None = None, symbol: str | None = None) -> SafeString:
+    if not value:
+        return format_html('<span class="loop-none">{}</span>', "—")
+    return format_html(
+        '<span class="loop-badge loop-{}">{} {}</span>',
+        tone or TONES.get(value, "quiet"),
+        symbol if symbol is not None else SYMBOLS.get(value, "•"),
+        value.replace("_", " "),
+    )
+
+
+def halt_badge(reason: str) -> SafeString:
+    if reason in BREAKER_REASONS:
+        return badge(reason, tone=BREAKER_TONE, symbol="⚡")
+    return badge(reason, tone=GUARD_TONE, symbol="⚠")
+
+
+def change_url(
+    obj: Model | None = None, *, model: type[Model] | None = None, pk: Any = None
+) -> str:
+    opts = (model or type(obj))._meta
+    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[pk or obj.pk])
+
+
+def list_url(model: type[Model], **filters: Any) -> str:
+    opts = model._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    if filters:
+        url += "?" + "&".join(f"{name}={value}" for name, value in filters.items())
+    return url
+
+
+def pretty_json(value: object) -> SafeString:
+    return format_html('<pre class="loop-json">{}</pre>', json.dumps(value, indent=2))
+
+
+def link(url: str, text: object) -> SafeString:
+    return format_html('<a href="{}">{}</a>', url, text)
+
+
+def run_link(run_id: int | None, step: int | None = None) -> SafeString:
+    """A link to a run's page, at a step of its timeline when given."""
+    if run_id is None:
+        return format_html('<span class="loop-none">{}</span>', "—")
+    url = change_url(model=AgentRun, pk=run_id)
+    if step is None:
+        return link(url, f"run {run_id}")
+    return link(f"{url}#step-{step}", f"step {step}")
+
+
+def user_link(user: Model | None) -> SafeString:
+    if user is None:
+        return format_html('<span class="loop-none">{}</span>', "—")
+    return link(change_url(user), user.get_username())
+
+
+class AuditAdmin(admin.ModelAdmin):
+    """Audit records are never added or edited through the admin, whatever is posted; only a
+    superuser deletes them. The count of all rows is skipped: tables grow to millions."""
+
+    show_full_result_count = False
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return request.user.is_active and request.user.is_superuser
+
+
+class UserFilter(admin.SimpleListFilter):
+    """Filter by user, listing only the users who have rows behind this page (one indexed probe
+    per user, not a scan of the records). `?user=<id>` is also what other pages link to."""
+
+    title = "user"
+    parameter_name = "user"
+    # Set by subclasses: where the user is from the listed model, and which model's rows (and
+    # which field of it) make a user worth listing.
+    path = "user"
+    listed_by: tuple[type[Model], str] = (AgentRun, "user")
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        model, field_name = self.listed_by
+        having = model.objects.filter(**{field_name: OuterRef("pk")})
+        users = get_user_model().objects.filter(Exists(having)).order_by("username")
+        return [(str(pk), name) for pk, name in users.values_list("pk", "username")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value():
+            return queryset.filter(**{self.path: self.value()})
+        return queryset

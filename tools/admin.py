@@ -1,0 +1,57 @@
+"""The operators' console for tool calls: every execution, read-only, linked to its run and step."""
+
+from django.contrib import admin
+from django.utils.safestring import SafeString
+
+from agent.admin import RunUserFilter
+from agent.console import AuditAdmin, badge, run_link, user_link
+from tools.models import ToolExecution
+
+
+@admin.register(ToolExecution)
+class ToolExecutionAdmin(AuditAdmin):
+    list_display = (
+        "id",
+        "run_page",
+        "step_page",
+        "tool",
+        "status_badge",
+        "policy",
+        "duration_ms",
+        "user",
+        "created_at",
+    )
+    list_select_related = ("run__user",)
+    list_filter = ("tool", "status", "policy", RunUserFilter)
+    date_hierarchy = "created_at"
+    search_fields = ("arguments", "result", "error")
+    ordering = ("-id",)
+    fields = (
+        ("run_page", "step_page", "call_id"),
+        ("tool", "status_badge", "policy"),
+        ("duration_ms", "truncated", "created_at"),
+        "arguments",
+        "result",
+        "error",
+    )
+    readonly_fields = ("run_page", "step_page", "status_badge", "duration_ms")
+
+    @admin.display(description="run", ordering="run_id")
+    def run_page(self, execution: ToolExecution) -> SafeString:
+        return run_link(execution.run_id)
+
+    @admin.display(description="step", ordering="step")
+    def step_page(self, execution: ToolExecution) -> SafeString:
+        return run_link(execution.run_id, execution.step)
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, execution: ToolExecution) -> SafeString:
+        return badge(execution.status)
+
+    @admin.display(description="duration", ordering="duration")
+    def duration_ms(self, execution: ToolExecution) -> str:
+        return f"{execution.duration * 1000:.0f} ms"
+
+    @admin.display(description="user")
+    def user(self, execution: ToolExecution) -> SafeString:
+        return user_link(execution.run.user)
