@@ -10,7 +10,8 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -26,6 +27,7 @@ from agent.console import (
     AuditAdmin,
     UserFilter,
     badge,
+    filter_link,
     halt_badge,
     link,
     list_url,
@@ -38,6 +40,10 @@ from memory.models import Memory
 from tools.models import ToolExecution
 
 User = get_user_model()
+# A day of a thousand active users is a thousand rows: the page shows them a hundred at a time.
+USAGE_ROWS_PER_PAGE = 100
+# The range shown until the operator picks one: the last week, today included.
+USAGE_DEFAULT_DAYS = 7
 
 
 def seconds(value: float) -> str:
@@ -56,7 +62,7 @@ def transcript_response(transcript: object, filename: str) -> HttpResponse:
 class AgentRunAdmin(AuditAdmin):
     list_display = (
         "id",
-        "user",
+        "user_name",
         "short_task",
         "status_badge",
         "halt_reason_badge",
@@ -141,6 +147,10 @@ class AgentRunAdmin(AuditAdmin):
         if run.started_at is None or run.finished_at is None:
             return "—"
         return seconds((run.finished_at - run.started_at).total_seconds())
+
+    @admin.display(description="user", ordering="user__username")
+    def user_name(self, run: AgentRun) -> SafeString:
+        return filter_link(self, run.user)
 
     @admin.display(description="user")
     def user_page(self, run: AgentRun) -> SafeString:
@@ -250,12 +260,15 @@ class AgentRunAdmin(AuditAdmin):
             raise PermissionDenied
         form = UsageRange(request.GET or None)
         today = timezone.localdate()
-        since, until, user = today - timedelta(days=29), today, None
+        since, until, user = today - timedelta(days=USAGE_DEFAULT_DAYS - 1), today, None
         if form.is_valid():
             since = form.cleaned_data["since"] or since
             until = form.cleaned_data["until"] or until
             user = form.cleaned_data["user"]
         rows = audit.usage(since, until, user.pk if user else None)
+        page = Paginator(rows, USAGE_ROWS_PER_PAGE).get_page(request.GET.get("p"))
+        others = request.GET.copy()
+        others.pop("p", None)
         context = {
             **self.admin_site.each_context(request),
             "title": "Usage",
@@ -264,7 +277,9 @@ class AgentRunAdmin(AuditAdmin):
             "since": since,
             "until": until,
             "chosen_user": user,
-            "rows": rows,
+            "rows": page.object_list,
+            "page": page,
+            "query": others.urlencode(),
             "totals": audit.usage_totals(rows),
         }
         return TemplateResponse(request, "admin/agent/usage.html", context)
@@ -273,12 +288,10 @@ class AgentRunAdmin(AuditAdmin):
 class UsageRange(forms.Form):
     since = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
-    user = forms.ModelChoiceField(queryset=User.objects.none(), required=False)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        with_runs = Exists(AgentRun.objects.filter(user=OuterRef("pk")))
-        self.fields["user"].queryset = User.objects.filter(with_runs).order_by("username")
+    # Chosen by following a user's link (from their page, or a name in the table).
+    user = forms.ModelChoiceField(
+        queryset=User.objects.all(), required=False, widget=forms.HiddenInput
+    )
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -295,7 +308,9 @@ class RunUserFilter(UserFilter):
 @admin.register(RunEvent)
 class RunEventAdmin(AuditAdmin):
     list_display = ("id", "run_page", "seq", "kind", "step", "gist", "created_at")
-    list_filter = ("kind",)
+    # No filter on kind: without an index on it, finding a rare kind among millions of events
+    # is a scan of them all. The list is for one run's events (`?run__id__exact=`, linked from
+    # its page); trips and tool calls have lists of their own.
     ordering = ("-id",)
     fields = ("run_page", "seq", "kind", "step", "created_at", "data_json")
     readonly_fields = ("run_page", "data_json")
@@ -322,7 +337,7 @@ class BreakerTripAdmin(AuditAdmin):
         "tool",
         "reason_badge",
         "failure_count",
-        "user",
+        "user_name",
         "created_at",
     )
     list_select_related = ("run__user",)
@@ -351,8 +366,8 @@ class BreakerTripAdmin(AuditAdmin):
         return len(trip.failures)
 
     @admin.display(description="user")
-    def user(self, trip: BreakerTrip) -> SafeString:
-        return user_link(trip.run.user)
+    def user_name(self, trip: BreakerTrip) -> SafeString:
+        return filter_link(self, trip.run.user)
 
     @admin.display(description="failures that led there")
     def failures_json(self, trip: BreakerTrip) -> SafeString:

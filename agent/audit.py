@@ -266,12 +266,15 @@ def usage(since: date, until: date, user_id: int | None = None) -> list[UsageRow
         day_row.username = figures.pop("user__username")
         for name, value in figures.items():
             setattr(day_row, name, value)
+    of_runs = {"run__created_at__gte": start, "run__created_at__lt": end}
+    if user_id is not None:
+        of_runs["run__user_id"] = user_id
     for name, model, statuses in (
         ("tool_failures", ToolExecution, {"status__in": FAILED_TOOL_STATUSES}),
         ("breaker_trips", BreakerTrip, {}),
     ):
         counted = (
-            model.objects.filter(run__in=runs.values("pk"), **statuses)
+            model.objects.filter(**of_runs, **statuses)
             .annotate(day=TruncDate("run__created_at"))
             .values("day", "run__user_id")
             .order_by()

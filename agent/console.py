@@ -6,9 +6,12 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, Model, OuterRef, QuerySet
+from django.core.paginator import Paginator
+from django.db import connection
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -106,12 +109,35 @@ def user_link(user: Model | None) -> SafeString:
     return link(change_url(user), user.get_username())
 
 
+class EstimatedCountPaginator(Paginator):
+    """An unfiltered list of a table this large shows PostgreSQL's estimate of its rows:
+    counting a million rows exactly takes longer than the rest of the page. A filtered list,
+    or a smaller table, is counted exactly."""
+
+    EXACT_BELOW = 100_000
+
+    @cached_property
+    def count(self) -> int:
+        query = getattr(self.object_list, "query", None)
+        if query is not None and not query.where:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                    [self.object_list.model._meta.db_table],
+                )
+                row = cursor.fetchone()
+            if row and row[0] >= self.EXACT_BELOW:
+                return row[0]
+        return super().count
+
+
 class AuditAdmin(admin.ModelAdmin):
     """Audit records are never added or edited through the admin, whatever is posted; only a
     superuser deletes them. The count of all rows is skipped: tables grow to millions."""
 
     show_full_result_count = False
     list_per_page = 50
+    paginator = EstimatedCountPaginator
 
     def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
@@ -124,23 +150,30 @@ class AuditAdmin(admin.ModelAdmin):
 
 
 class UserFilter(admin.SimpleListFilter):
-    """Filter by user, listing only the users who have rows behind this page (one indexed probe
-    per user, not a scan of the records). `?user=<id>` is also what other pages link to."""
+    """Filter by user: `?user=<id>`, which every user name in a list links to, and which a
+    user's own page links to. Listing every user here would cost a query and a link per user on
+    every page; at thousands of users that is most of the page."""
 
-    title = "user"
+    title = "user (click a name in the list)"
     parameter_name = "user"
-    # Set by subclasses: where the user is from the listed model, and which model's rows (and
-    # which field of it) make a user worth listing.
-    path = "user"
-    listed_by: tuple[type[Model], str] = (AgentRun, "user")
+    path = "user"  # where the user is, from the listed model
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        model, field_name = self.listed_by
-        having = model.objects.filter(**{field_name: OuterRef("pk")})
-        users = get_user_model().objects.filter(Exists(having)).order_by("username")
-        return [(str(pk), name) for pk, name in users.values_list("pk", "username")]
+        chosen = self.value()
+        if not chosen or not chosen.isdigit():
+            return []
+        name = get_user_model().objects.filter(pk=chosen).values_list("username", flat=True)
+        return [(chosen, name.first() or f"user {chosen}")]
+
+    def has_output(self) -> bool:
+        return True
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value():
             return queryset.filter(**{self.path: self.value()})
         return queryset
+
+
+def filter_link(model_admin: admin.ModelAdmin, user: Model) -> SafeString:
+    """A user's name that filters the list it is in down to that user's rows."""
+    return link(list_url(model_admin.model, user=user.pk), user.get_username())

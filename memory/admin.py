@@ -10,7 +10,15 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from agent.audit import recalls_of, short
-from agent.console import AuditAdmin, UserFilter, change_url, link, run_link, user_link
+from agent.console import (
+    AuditAdmin,
+    UserFilter,
+    change_url,
+    filter_link,
+    link,
+    run_link,
+    user_link,
+)
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
 from memory.store import nearest
@@ -44,16 +52,15 @@ def score_parts(parts: dict[str, float]) -> str:
 
 
 class OwnerFilter(UserFilter):
-    title = "owner"
+    title = "owner (click a name in the list)"
     path = "owner"
-    listed_by = (Memory, "owner")
 
 
 @admin.register(Memory)
 class MemoryAdmin(admin.ModelAdmin):
     list_display = (
         "id",
-        "owner",
+        "owner_name",
         "short_text",
         "origin",
         "importance",
@@ -110,6 +117,10 @@ class MemoryAdmin(admin.ModelAdmin):
     @admin.display(description="text")
     def short_text(self, memory: Memory) -> str:
         return short(memory.text)
+
+    @admin.display(description="owner", ordering="owner__username")
+    def owner_name(self, memory: Memory) -> SafeString:
+        return filter_link(self, memory.owner)
 
     @admin.display(description="owner")
     def owner_page(self, memory: Memory) -> SafeString:

@@ -1,11 +1,32 @@
 """The operators' console for tool calls: every execution, read-only, linked to its run and step."""
 
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from agent.admin import RunUserFilter
-from agent.console import AuditAdmin, badge, run_link, user_link
+from agent.console import AuditAdmin, badge, filter_link, run_link
 from tools.models import ToolExecution
+from tools.sandbox import BubblewrapSandbox, SubprocessSandbox
+
+
+class PolicyFilter(admin.SimpleListFilter):
+    """The sandbox policies run_code can use, known from the sandboxes themselves: no scan of
+    the executions to find them."""
+
+    title = "sandbox policy"
+    parameter_name = "policy"
+    NONE = "none"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        policies = (BubblewrapSandbox.policy, SubprocessSandbox.policy)
+        return [*((policy, policy) for policy in policies), (self.NONE, "none (not sandboxed)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() is None:
+            return queryset
+        return queryset.filter(policy="" if self.value() == self.NONE else self.value())
 
 
 @admin.register(ToolExecution)
@@ -18,11 +39,11 @@ class ToolExecutionAdmin(AuditAdmin):
         "status_badge",
         "policy",
         "duration_ms",
-        "user",
+        "user_name",
         "created_at",
     )
     list_select_related = ("run__user",)
-    list_filter = ("tool", "status", "policy", RunUserFilter)
+    list_filter = ("tool", "status", PolicyFilter, RunUserFilter)
     date_hierarchy = "created_at"
     search_fields = ("arguments", "result", "error")
     ordering = ("-id",)
@@ -53,5 +74,5 @@ class ToolExecutionAdmin(AuditAdmin):
         return f"{execution.duration * 1000:.0f} ms"
 
     @admin.display(description="user")
-    def user(self, execution: ToolExecution) -> SafeString:
-        return user_link(execution.run.user)
+    def user_name(self, execution: ToolExecution) -> SafeString:
+        return filter_link(self, execution.run.user)
