@@ -417,3 +417,46 @@ def test_a_users_page_links_to_their_runs_memories_and_usage(client, operator, r
     assert listed(client.get(f"{MEMORIES}?user={alice.pk}")) == set(
         Memory.objects.filter(owner=alice).values_list("pk", flat=True)
     )
+
+
+def test_the_run_list_offers_the_years_from_its_first_run_to_its_last(client, operator, runs):
+    first = min(run.pk for run in runs.values())
+    last_year = timezone.now().year - 1
+    AgentRun.objects.filter(pk=first).update(created_at=timezone.now().replace(year=last_year))
+    page = client.get(RUNS).content.decode()
+    assert f"?created_at__year={last_year}" in page
+    assert f"?created_at__year={last_year + 1}" in page
+    assert listed(client.get(f"{RUNS}?created_at__year={last_year}")) == {first}
+
+
+def test_an_unfiltered_list_of_a_huge_table_shows_the_estimated_total(
+    client, operator, runs, monkeypatch
+):
+    from django.db import connection
+
+    from agent.console import EstimatedCountPaginator
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE agent_runevent")
+        cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE relname = 'agent_runevent'")
+        estimate = cursor.fetchone()[0]
+    monkeypatch.setattr(EstimatedCountPaginator, "EXACT_BELOW", 1)
+    events = reverse("admin:agent_runevent_changelist")
+    assert client.get(events).context["cl"].result_count == estimate
+    run = runs["breaker"]
+    filtered = client.get(f"{events}?run__id__exact={run.pk}").context["cl"]
+    assert filtered.result_count == run.events.count()  # filtered: counted exactly
+
+
+def test_usage_shows_a_page_of_rows_at_a_time_with_totals_for_all(
+    client, operator, runs, monkeypatch
+):
+    from agent import admin as agent_admin
+
+    monkeypatch.setattr(agent_admin, "USAGE_ROWS_PER_PAGE", 1)
+    first = client.get(USAGE)
+    assert len(first.context["rows"]) == 1
+    assert first.context["totals"]["runs"] == len(runs)
+    assert 'id="usage-pages"' in first.content.decode()
+    second = client.get(f"{USAGE}?p=2")
+    assert second.context["rows"][0].username != first.context["rows"][0].username
