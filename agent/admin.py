@@ -12,7 +12,7 @@ from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -249,10 +249,9 @@ class AgentRunAdmin(AuditAdmin):
     def transcript_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        runs = AgentRun.objects.filter(pk=run_id)
-        found = audit.transcripts(runs)
+        found = audit.transcripts(AgentRun.objects.filter(pk=run_id))
         if not found:
-            return HttpResponse(status=404)
+            raise Http404(f"No run {run_id}.")
         return transcript_response(found[0], f"loop-run-{run_id}.json")
 
     def usage_view(self, request: HttpRequest) -> HttpResponse:

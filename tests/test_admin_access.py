@@ -147,3 +147,10 @@ def test_cancelling_is_by_post_only(client, viewer, alice):
     assert client.get(reverse("admin:agent_agentrun_cancel", args=[run.pk])).status_code == 405
     run.refresh_from_db()
     assert run.status == "queued"
+
+
+def test_the_transcript_of_a_run_that_does_not_exist_is_not_found(client, records):
+    client.force_login(User.objects.get(username="root"))
+    missing = records[AgentRun].pk + 1000
+    url = reverse("admin:agent_agentrun_transcript", args=[missing])
+    assert client.get(url).status_code == 404
