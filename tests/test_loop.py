@@ -463,3 +463,10 @@ def test_a_model_turn_cut_short_by_the_deadline_halts_the_run_rather_than_failin
     assert result.status is RunStatus.HALTED
     assert result.halt_reason is HaltReason.DEADLINE
     assert result.error == ""
+
+
+def test_a_scripted_tool_call_keeps_its_reasoning_and_recovered_error():
+    reply = call("list_files", reasoning="List first.", recovered_error="fed back once")
+    [replayed] = [ScriptedLLM([reply]).chat([], None)]
+    assert (replayed.reasoning, replayed.recovered_error) == ("List first.", "fed back once")
+    assert replayed.tool_calls[0].id.endswith("_t1")

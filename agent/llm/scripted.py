@@ -1,5 +1,6 @@
 """A model that replays a fixed list of replies, for tests and benchmarks."""
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from typing import Any
@@ -64,4 +65,4 @@ def _unique_ids(reply: Reply, turn: int) -> Reply:
         ToolCall(f"{tool_call.id}_t{turn}", tool_call.name, tool_call.arguments)
         for tool_call in reply.tool_calls
     )
-    return Reply(reply.text, renamed, reply.usage, reply.recovered_error)
+    return dataclasses.replace(reply, tool_calls=renamed)
