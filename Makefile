@@ -39,8 +39,13 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 migrate: $(VENV)/.installed
 	$(BIN)/python manage.py migrate --noinput
 
+# A store made by another embedder (the hashed n-grams of earlier versions) moves to the configured
+# one here when it is small; a large one is left for the operator, who is told how.
+MEMORY_REEMBED_LIMIT ?= 10000
+
 run: migrate
 	-@$(MAKE) --no-print-directory system-deps
+	$(BIN)/python manage.py reembed --if-stale --max-memories $(MEMORY_REEMBED_LIMIT)
 	@echo
 	@echo "Loop is starting on http://$(HOST):$(PORT)/  (Ctrl-C stops it; data stays in var/)"
 	@echo "No login yet? Create one with:  $(BIN)/python manage.py createsuperuser"

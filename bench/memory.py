@@ -3,7 +3,9 @@
     .venv/bin/python bench/memory.py [--n 100000] [--queries 50] [--naive-queries 3]
 
 Runs in its own database (`loop_bench` on the same server), filled with deterministic synthetic
-memories embedded by the default embedder. Two scenarios:
+memories embedded by the configured embedder (all-MiniLM-L6-v2 by default). Embedding 100,000
+texts with MiniLM takes a while on a CPU, so their vectors are kept in var/bench/ and reused by
+later runs. Both scenarios store the same texts. Two scenarios:
 (1) one user with n memories: recall through the HNSW index (what Loop does), by exact scan, and
     the naive way (fetch the user's rows, cosine in Python);
 (2) n memories over 1,000 users, queries by random users: the filtered case, where an HNSW scan
@@ -14,6 +16,7 @@ filtered p50 under 10 ms and recall@10 at least 0.95.
 """
 
 import argparse
+import hashlib
 import math
 import os
 import random
@@ -36,7 +39,7 @@ from django.db import connection, transaction  # noqa: E402
 from pgvector.django import CosineDistance  # noqa: E402
 
 from memory import store  # noqa: E402
-from memory.embedders import HashedNgramEmbedder, Vector  # noqa: E402
+from memory.embedders import Embedder, Vector, get_embedder  # noqa: E402
 from memory.models import EmbeddingSpace, Memory  # noqa: E402
 from memory.store import nearest  # noqa: E402
 
@@ -76,17 +79,41 @@ def query_like(rng: random.Random, text: str) -> str:
     return "what was " + " ".join(words)
 
 
-def fill(owners: Sequence[int], n: int, rng: random.Random) -> list[str]:
-    """n memories spread round-robin over owners, loaded with the HNSW index dropped and rebuilt
-    once at the end, as one would bulk-load; returns the texts."""
-    embedder = HashedNgramEmbedder()
-    EmbeddingSpace.objects.update_or_create(pk=1, defaults={"embedder": embedder.name})
-    texts = [synthetic_text(rng, index) for index in range(n)]
+def stored_texts(n: int) -> list[str]:
+    rng = random.Random(1)
+    return [synthetic_text(rng, index) for index in range(n)]
+
+
+def embedded(embedder: Embedder, texts: list[str]) -> list[Vector]:
+    """The texts' vectors, from var/bench/ when an earlier run made them."""
+    import numpy as np
+
+    digest = hashlib.sha256("\n\0".join(texts).encode()).hexdigest()[:16]
+    cache = Path(settings.VAR_DIR) / "bench" / f"{embedder.name}-{len(texts)}-{digest}.npy"
+    if cache.exists():
+        return np.load(cache).tolist()
+    vectors: list[Vector] = []
+    started = time.perf_counter()
+    for start in range(0, len(texts), 2000):
+        vectors += embedder.embed(texts[start : start + 2000])
+        took = time.perf_counter() - started
+        print(f"  embedded {len(vectors):,} of {len(texts):,} texts in {took:.0f} s", flush=True)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.save(cache, np.array(vectors, dtype=np.float32))
+    return vectors
+
+
+def fill(owners: Sequence[int], texts: list[str], vectors: list[Vector]) -> None:
+    """The memories spread round-robin over owners, loaded with the HNSW index dropped and rebuilt
+    once at the end, as one would bulk-load."""
+    Memory.objects.all().delete()
+    EmbeddingSpace.objects.update_or_create(pk=1, defaults={"embedder": get_embedder().name})
+    n = len(texts)
     index = next(i for i in Memory._meta.indexes if i.name == "memory_embedding_hnsw")
     with connection.schema_editor() as editor:
         editor.remove_index(Memory, index)
     for start in range(0, n, 2000):
-        chunk = texts[start : start + 2000]
+        chunk = zip(texts[start : start + 2000], vectors[start : start + 2000], strict=True)
         Memory.objects.bulk_create(
             Memory(
                 owner_id=owners[(start + offset) % len(owners)],
@@ -94,7 +121,7 @@ def fill(owners: Sequence[int], n: int, rng: random.Random) -> list[str]:
                 embedding=vector,
                 content_hash=f"{start + offset}",
             )
-            for offset, (text, vector) in enumerate(zip(chunk, embedder.embed(chunk), strict=True))
+            for offset, (text, vector) in enumerate(chunk)
         )
     with connection.cursor() as cursor:
         cursor.execute("SET maintenance_work_mem = '1GB'")
@@ -102,7 +129,6 @@ def fill(owners: Sequence[int], n: int, rng: random.Random) -> list[str]:
         editor.add_index(Memory, index)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memory_memory")
-    return texts
 
 
 Found = list[tuple[int, float]]  # (memory id, cosine distance), nearest first
@@ -211,9 +237,12 @@ def report(
     return p50
 
 
-def scenario_one(n: int, queries: int, naive_queries: int, rng: random.Random) -> None:
+def scenario_one(
+    texts: list[str], vectors: list[Vector], queries: int, naive_queries: int, rng: random.Random
+) -> None:
+    n = len(texts)
     owner = make_users(1)[0]
-    texts = fill([owner], n, rng)
+    fill([owner], texts, vectors)
     cases = cases_for([owner], texts, queries, rng)
     truth = timed(exact, cases)
     index = timed(through_index, cases)
@@ -235,9 +264,10 @@ def verdict(met: bool) -> str:
     return "met" if met else "MISSED"
 
 
-def scenario_two(n: int, queries: int, rng: random.Random) -> None:
+def scenario_two(texts: list[str], vectors: list[Vector], queries: int, rng: random.Random) -> None:
+    n = len(texts)
     owners = make_users(USERS_IN_SCENARIO_2)
-    texts = fill(owners, n, rng)
+    fill(owners, texts, vectors)
     cases = cases_for(owners, texts, queries, rng)
     truth = timed(exact, cases)
     index = timed(through_index, cases)
@@ -267,7 +297,7 @@ def make_users(count: int) -> list[int]:
 
 
 def cases_for(owners: list[int], texts: list[str], count: int, rng: random.Random) -> list[Case]:
-    embedder = HashedNgramEmbedder()
+    embedder = get_embedder()
     picked = [rng.randrange(len(texts)) for _ in range(count)]
     questions = [query_like(rng, texts[i]) for i in picked]
     vectors = embedder.embed(questions)
@@ -289,8 +319,11 @@ def main() -> None:
     connection.settings_dict["TEST"]["NAME"] = "loop_bench"
     original = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=True)
     try:
-        scenario_one(options.n, options.queries, options.naive_queries, random.Random(1))
-        scenario_two(options.n, options.queries, random.Random(2))
+        texts = stored_texts(options.n)
+        vectors = embedded(get_embedder(), texts)
+        print(f"embedder: {get_embedder().name}")
+        scenario_one(texts, vectors, options.queries, options.naive_queries, random.Random(1))
+        scenario_two(texts, vectors, options.queries, random.Random(2))
     finally:
         get_user_model().objects.all().delete()
         connection.creation.destroy_test_db(original, verbosity=0, keepdb=True)

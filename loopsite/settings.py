@@ -137,10 +137,10 @@ LOOP_WEB_SEARCH_BACKEND = env_str("LOOP_WEB_SEARCH_BACKEND", "tools.search.DdgsS
 LOOP_WEB_SEARCH_ENGINE = env_str("LOOP_WEB_SEARCH_ENGINE", "duckduckgo")
 
 # Long-term memory (see memory/ and docs/configuration.md).
-LOOP_EMBEDDER = env_str("LOOP_EMBEDDER", "memory.embedders.HashedNgramEmbedder")
+LOOP_EMBEDDER = env_str("LOOP_EMBEDDER", "memory.neural.MiniLMEmbedder")
 LOOP_MEMORY_RECALL_K = env_int("LOOP_MEMORY_RECALL_K", 5)
 LOOP_MEMORY_MIN_SIMILARITY = env_float("LOOP_MEMORY_MIN_SIMILARITY", None)  # None: the embedder's
-LOOP_MEMORY_MERGE_SIMILARITY = env_float("LOOP_MEMORY_MERGE_SIMILARITY", 0.9)
+LOOP_MEMORY_MERGE_SIMILARITY = env_float("LOOP_MEMORY_MERGE_SIMILARITY", None)  # None: the embedder's
 LOOP_MEMORY_MAX_PER_USER = env_int("LOOP_MEMORY_MAX_PER_USER", 1000)
 LOOP_MEMORY_HALF_LIFE_DAYS = env_float("LOOP_MEMORY_HALF_LIFE_DAYS", 30.0)
 

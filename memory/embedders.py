@@ -35,6 +35,8 @@ class Embedder(Protocol):
     # The cosine similarity under which a memory is not worth recalling (the default for
     # LOOP_MEMORY_MIN_SIMILARITY); it differs from one embedder to another.
     relevance_floor: float
+    # A new memory at least this similar to a kept one replaces it (a rewording or correction).
+    merge_similarity: float
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         """One unit vector (or the zero vector, for a text with nothing to embed) per text."""
@@ -57,6 +59,7 @@ class HashedNgramEmbedder:
     name = "hashed-ngrams"
     # Texts sharing no word score around 0 to 0.25 (bench/memory_quality.py).
     relevance_floor = 0.25
+    merge_similarity = 0.9
 
     def __init__(self, dimensions: int = 384) -> None:
         self.dimensions = dimensions

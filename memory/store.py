@@ -26,7 +26,10 @@ from pgvector.django import CosineDistance, HnswIndex
 from agent.loop import RecalledMemory
 from agent.models import AgentRun
 from memory.embedders import Embedder, EmbedderMismatch, Vector, get_embedder
+from memory.hygiene import carries_nothing, files_written, outcome_text
 from memory.models import EmbeddingSpace, Memory, Origin
+from tools.base import ToolStatus
+from tools.files import WRITE_FILE
 
 MAX_MEMORY_CHARS = 2000
 # How far the index scan reaches: more candidates than k, so re-ranking has room to work.
@@ -34,8 +37,9 @@ CANDIDATES_PER_RESULT = 4
 # The HNSW search's candidate list (pgvector's default is 40): what keeps recall@10 at 0.95 or
 # more on a store of 100,000 memories (bench/memory.py).
 EF_SEARCH = 300
-# How much each part weighs in the final score.
-WEIGHTS = {"similarity": 0.7, "recency": 0.2, "importance": 0.1}
+# How much each part weighs in the final score, as tuned on bench/memory_quality.py's tuning half:
+# similarity first, recency enough that a correction outranks what it corrects.
+WEIGHTS = {"similarity": 0.7, "recency": 0.225, "importance": 0.075}
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def remember(
         if same is not None:
             return Remembered(_touch(same, importance), "duplicate")
         near = _nearest(owner, vector)
-        if near is not None and near.similarity >= settings.LOOP_MEMORY_MERGE_SIMILARITY:
+        if near is not None and near.similarity >= merge_similarity():
             return Remembered(
                 _supersede(near, text, digest, vector, importance, source_run), "merged"
             )
@@ -148,10 +152,12 @@ def _recency(age_days: float) -> float:
 
 def remember_run(run: AgentRun) -> Remembered | None:
     """After a run: what was asked, how it ended and the answer, for the run's user."""
-    if run.status not in ("succeeded", "halted") or not run.answer:
+    if run.status not in ("succeeded", "halted") or carries_nothing(run.answer):
         return None
     outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
-    text = f"Task: {run.task}\nOutcome: {outcome}\nAnswer: {run.answer}"
+    written = run.tool_executions.filter(tool=WRITE_FILE.name, status=ToolStatus.OK)
+    files = files_written(written.order_by("pk").values_list("arguments", flat=True))
+    text = outcome_text(run.task, outcome, run.answer, files)
     importance = 0.5 if run.status == "succeeded" else 0.3
     return remember(run.user, text, importance=importance, source_run=run)
 
@@ -219,6 +225,11 @@ def embed(text: str) -> Vector:
     embedder = get_embedder()
     check_embedder(embedder)
     return embedder.embed([text])[0]
+
+
+def merge_similarity() -> float:
+    configured = settings.LOOP_MEMORY_MERGE_SIMILARITY
+    return get_embedder().merge_similarity if configured is None else configured
 
 
 def stored_dimensions() -> int:

@@ -1,18 +1,16 @@
 """Long-term memory in the real PostgreSQL with pgvector: remember, recall, hygiene, reembed."""
 
-import importlib.util
 from datetime import timedelta
 from io import StringIO
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memory import store
-from memory.embedders import EmbedderMismatch, HashedNgramEmbedder
+from memory.embedders import EmbedderMismatch, get_embedder
 from memory.models import Memory, Origin
 from memory.store import recall, remember, stored_dimensions
 from tests.fakes import OtherEmbedder
@@ -44,7 +42,7 @@ def drop_owner_indexes() -> None:
 
 
 def cosine(first: str, second: str) -> float:
-    a, b = HashedNgramEmbedder().embed([first, second])
+    a, b = get_embedder().embed([first, second])
     return sum(x * y for x, y in zip(a, b, strict=True))
 
 
@@ -69,7 +67,7 @@ def test_a_recalled_memory_carries_its_score_parts_and_is_counted(alice):
     assert set(found.parts) == {"similarity", "recency", "importance"}
     assert found.parts["importance"] == 0.8
     assert found.parts["recency"] == pytest.approx(1.0, abs=0.01)  # stored a moment ago
-    weighted = 0.7 * found.parts["similarity"] + 0.2 * found.parts["recency"] + 0.08
+    weighted = sum(store.WEIGHTS[name] * value for name, value in found.parts.items())
     assert found.score == pytest.approx(weighted, abs=1e-3)
     memory = Memory.objects.get()
     assert memory.recall_count == 1
@@ -90,8 +88,8 @@ def test_another_users_memories_never_come_back_however_similar(alice, bob):
     remember(bob, SUM)
     remember(bob, PORT)
     assert recall(alice, SUM) == []
-    remember(alice, "Alice keeps her notes in notes.txt.")
-    assert [m.text for m in recall(alice, SUM + " notes")] == []
+    remember(alice, "Alice's cat is called Pixel.")
+    assert [m.text for m in recall(alice, SUM)] == []
     assert [m.text for m in recall(bob, SUM)] == [SUM]
 
 
@@ -99,7 +97,8 @@ def test_a_user_with_few_memories_among_many_still_gets_theirs(alice, bob, monke
     texts = [f"Task: compute the sum of 1..{n}\nAnswer: {n * (n + 1) // 2}" for n in range(300)]
     for text in texts:
         remember(bob, text)
-    mine = [remember(alice, f"Alice computed the sum of 1..{n}").memory.pk for n in (7, 8, 9)]
+    facts = ("Alice's cat is called Pixel.", PORT, "Alice deploys on Tuesdays.")
+    mine = [remember(alice, fact).memory.pk for fact in facts]
     # Make PostgreSQL take the HNSW index, as it does for large stores, with a short candidate
     # list: filtering by owner after the index then finds none of Alice's among Bob's, unless the
     # iterative scan keeps going.
@@ -123,7 +122,7 @@ def test_an_exact_duplicate_is_stored_once(alice):
 def test_a_near_duplicate_supersedes_the_older_wording(alice, settings):
     older = SUM + " It took 3 steps."
     newer = SUM + " It took 4 steps."
-    assert cosine(older, newer) >= settings.LOOP_MEMORY_MERGE_SIMILARITY
+    assert cosine(older, newer) >= store.merge_similarity()
     kept = remember(alice, older).memory
     merged = remember(alice, newer)
     assert merged.outcome == "merged"
@@ -174,7 +173,9 @@ def test_a_correction_is_not_mistaken_for_a_duplicate(alice):
 def test_an_embedder_of_another_dimension_is_refused_until_reembed(alice, settings):
     remember(alice, SUM)
     settings.LOOP_EMBEDDER = "tests.fakes.TinyEmbedder"
-    with pytest.raises(EmbedderMismatch, match=r"384-dimension .* 'hashed-ngrams', .* 'tiny' \(8"):
+    with pytest.raises(
+        EmbedderMismatch, match=r"384-dimension .* 'all-MiniLM-L6-v2', .* 'tiny' \(8"
+    ):
         recall(alice, "the sum of 1..100")
     with pytest.raises(EmbedderMismatch, match=r"manage\.py reembed"):
         remember(alice, PORT)
@@ -191,7 +192,7 @@ def test_an_embedder_of_another_dimension_is_refused_until_reembed(alice, settin
 def test_switching_to_an_embedder_of_the_same_dimension_is_caught_and_reembedded(alice, settings):
     remember(alice, SUM)
     settings.LOOP_EMBEDDER = "tests.fakes.OtherEmbedder"
-    with pytest.raises(EmbedderMismatch, match="made by 'hashed-ngrams'"):
+    with pytest.raises(EmbedderMismatch, match="made by 'all-MiniLM-L6-v2'"):
         recall(alice, SUM)
     call_command("reembed", stdout=StringIO())
     expected = OtherEmbedder().embed([SUM])[0]
@@ -225,14 +226,3 @@ def test_the_relevance_floor_can_be_set_above_the_embedders(alice, settings):
     assert recall(alice, "What was the sum of 1..100 that I computed before?")
     settings.LOOP_MEMORY_MIN_SIMILARITY = 0.99
     assert recall(alice, "What was the sum of 1..100 that I computed before?") == []
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("sentence_transformers") is not None,
-    reason="requirements-neural.txt is installed here, so the embedder is not missing",
-)
-def test_the_neural_embedder_says_how_to_install_it_when_missing(alice, settings):
-    settings.LOOP_EMBEDDER = "memory.neural.MiniLMEmbedder"
-    with pytest.raises(ImproperlyConfigured, match=r"pip install -r requirements-neural\.txt"):
-        remember(alice, SUM)
-    assert not Memory.objects.exists()

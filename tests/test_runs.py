@@ -43,7 +43,9 @@ def test_the_demo_task_computes_fails_to_read_recovers_by_writing_and_answers(al
     assert (workspaces / str(alice.pk) / "sum.txt").read_text() == "5050\n"
     remembered = Memory.objects.get(source_run=run)
     assert remembered.owner == alice
-    assert remembered.text == f"Task: {DEMO}\nOutcome: succeeded\nAnswer: {run.answer}"
+    assert remembered.text == (
+        f"Task: {DEMO}\nOutcome: succeeded\nAnswer: {run.answer}\nFiles written: sum.txt (5050)"
+    )
     assert (run.iterations, run.tool_calls) == (4, 3)
     assert run.prompt_tokens > 0
     assert run.completion_tokens > 0
