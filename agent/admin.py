@@ -434,3 +434,8 @@ class PeopleAdmin(UserAdmin):
             link(reverse("admin:agent_agentrun_usage") + f"?user={user.pk}", "usage"),
         )
         return format_html_join(" · ", "{}", ((item,) for item in links))
+
+
+# The console joins the apps, so it lives in the top layer: tools/ and memory/ import nothing of
+# agent/, and their models' pages are registered from here.
+from agent import memory_admin, tool_admin  # noqa: E402, F401

@@ -1,5 +1,8 @@
 """The operators' console for long-term memory: each user's memories, why they come back (their
-nearest neighbours and the runs that recalled them), and forgetting them, which is recorded."""
+nearest neighbours and the runs that recalled them), and forgetting them, which is recorded.
+
+Registered from agent/admin.py: which runs recalled a memory is in the run event log, and memory/
+knows nothing of agent/."""
 
 from typing import Any
 

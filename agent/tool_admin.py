@@ -1,4 +1,7 @@
-"""The operators' console for tool calls: every execution, read-only, linked to its run and step."""
+"""The operators' console for tool calls: every execution, read-only, linked to its run and step.
+
+Registered from agent/admin.py: the console joins the apps, and tools/ knows nothing of agent/.
+"""
 
 from django.contrib import admin
 from django.db.models import QuerySet
