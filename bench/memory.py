@@ -48,13 +48,18 @@ K = 10
 # (about three significant digits), and Python and PostgreSQL round differently.
 TIE = 1e-3
 USERS_IN_SCENARIO_2 = 1000
-SYLLABLES = "ka lo mi re su ta ne vo pi da ro fe lu zi ga mo".split()  # noqa: SIM905
 
 
 def vocabulary(size: int = 5000) -> list[str]:
-    """Deterministic pseudo-words, so neighbours are decided by shared words, not by ties."""
-    rng = random.Random(0)
-    return sorted({"".join(rng.choices(SYLLABLES, k=rng.randint(2, 4))) for _ in range(size)})
+    """Real English words, each one word piece for MiniLM (whole words from its vocabulary), so
+    texts are as long to embed as real ones; a deterministic choice of them."""
+    from memory.neural import model_directory
+
+    pieces = (model_directory() / "vocab.txt").read_text(encoding="utf-8").split()
+    words = sorted(
+        {piece for piece in pieces if piece.isalpha() and piece.isascii() and len(piece) > 2}
+    )
+    return random.Random(0).sample(words, size)
 
 
 WORDS = vocabulary()
