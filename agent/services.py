@@ -16,11 +16,11 @@ from agent.events import RunFinished, RunStatus, event_from_dict
 from agent.history import messages_from_events
 from agent.llm.base import LLM, Message
 from agent.llm.factory import default_model, llm_for
-from agent.loop import Limits, Tools, run_agent
+from agent.loop import Limits, RecalledMemory, Tools, run_agent
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
-from memory.store import recall, remember_run
-from tools.registry import default_registry
+from agent.toolset import default_registry
+from memory.store import recall, remember
 from tools.workspace import context_for
 
 logger = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ def execute_run(
             tools=tools,
             sink=recorder,
             limits=limits,
-            recall=partial(recall, run.user),
+            recall=partial(recall_for, run.user),
             cancelled=cancel_flag(run, cancelled),
         )
     except (KeyboardInterrupt, SystemExit) as stop:  # the process is going away
@@ -136,10 +136,20 @@ def tools_for(run: AgentRun) -> Tools:
     return default_registry().bind(dataclasses.replace(context_for(run.user), run_id=run.pk))
 
 
+def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
+    return [RecalledMemory(m.id, m.text, m.score, m.parts) for m in recall(user, task)]
+
+
 def remember_outcome(run: AgentRun) -> None:
-    """Store what the run learned; the run is over whatever happens here."""
+    """Store what was asked, how it ended and the answer, for the run's user; the run is over
+    whatever happens here."""
+    if run.status not in (RunStatus.SUCCEEDED, RunStatus.HALTED) or not run.answer:
+        return
+    outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
+    text = f"Task: {run.task}\nOutcome: {outcome}\nAnswer: {run.answer}"
+    importance = 0.5 if run.status == RunStatus.SUCCEEDED else 0.3
     try:
-        remember_run(run)
+        remember(run.user, text, importance=importance, source_run_id=run.pk)
     except Exception:
         logger.exception("Run %s: its outcome could not be remembered", run.pk)
 
