@@ -50,6 +50,13 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = env_str(name, default).lower()
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {raw!r}.")
+    return raw
+
+
 def require(name: str, value: object, why: str) -> None:
     """Fail at start, naming the variable, when a production setting is missing."""
     if not value:
