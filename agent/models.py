@@ -1,4 +1,5 @@
-"""A run's records: the run itself, its append-only event log, and its breaker trips."""
+"""A run's records: the run itself, its append-only event log, its breaker trips, and the
+conversation (a thread of runs) it belongs to."""
 
 from enum import StrEnum
 from typing import Any
@@ -22,9 +23,36 @@ def choices(values: list[str] | type[StrEnum]) -> list[tuple[str, str]]:
     return [(str(value), str(value).replace("_", " ").capitalize()) for value in values]
 
 
+class Conversation(models.Model):
+    """A thread of runs: each run's context holds the thread's earlier tasks and answers.
+
+    Deleting one is soft (`deleted_at`): it and its runs vanish for its owner, while the runs, their
+    event logs and audit rows stay for operators.
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-updated_at",)
+        indexes = (models.Index(fields=["owner", "-updated_at"]),)
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+
 class AgentRun(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs"
+    )
+    # Runs from the terminal belong to no conversation.
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
     )
     task = models.TextField()
     status = models.CharField(max_length=16, choices=choices(RunStatus), default=RunStatus.QUEUED)

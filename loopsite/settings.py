@@ -169,6 +169,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+LOOP_USER_ACTIVE_RUNS = env_int("LOOP_USER_ACTIVE_RUNS", 2)  # queued or running, per user
+LOOP_CONVERSATION_TOKENS = env_int("LOOP_CONVERSATION_TOKENS", 4000)  # earlier turns in context
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
