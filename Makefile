@@ -46,7 +46,7 @@ run: migrate
 	@echo "No login yet? Create one with:  $(BIN)/python manage.py createsuperuser"
 	@echo "Operators' admin: http://$(HOST):$(PORT)/admin/"
 	@echo
-	$(BIN)/daphne --bind $(HOST) --port $(PORT) loopsite.asgi:application
+	HOST=$(HOST) $(BIN)/honcho start --procfile Procfile --port $(PORT)
 
 test: $(VENV)/.installed system-deps
 	$(BIN)/pytest

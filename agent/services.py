@@ -112,6 +112,18 @@ def start_run(
         )
 
 
+def submit_run(
+    user: AbstractBaseUser, task: str, conversation: Conversation, *, model: str = ""
+) -> AgentRun:
+    """Start a run in `conversation` and queue it for a worker; returns at once."""
+    from agent.tasks import work_run  # the task module imports this one
+
+    with transaction.atomic():
+        run = start_run(user, task, model=model, conversation=conversation)
+        work_run.enqueue(run.pk)  # stored with the run: a worker sees both or neither
+    return run
+
+
 def title_from(task: str) -> str:
     line = " ".join(task.split())
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"

@@ -76,6 +76,7 @@ FROM_MEMORY = "From an earlier run: "
 FROM_WHAT_YOU_TOLD_ME = "From what you told me: "
 CONTROL_NOTE = "[Loop]"  # Loop's own notes to the model: never the user's task
 MEMORIES = re.compile(r"<<<memories>>>\n(.*?)\n<<<end memories>>>", re.S)
+SLOW_COUNT = re.compile(r"\bcount slowly to (\d+)", re.I)
 SEARCH = re.compile(
     r"(?:search(?: the web)?(?: for)?|look up|find (?:information|info) (?:on|about))\s+(.+)",
     re.I | re.S,
@@ -89,6 +90,7 @@ TASK_SHAPES = """\
 - listing files: "List my files"
 - web search: "Search the web for pgvector HNSW"
 - a task that keeps failing: "Keep reading missing.txt until it exists"
+- a long run, one step a second: "Count slowly to 5"
 - remembering a fact: "Remember that my staging server is staging.example.com"
 - asking about earlier work: "What was the sum of 1..100 that I computed before?" (answered from
   the memories recalled for the run)
@@ -266,6 +268,16 @@ def save_sum(match: re.Match[str], seen: list[Observation]) -> Move:
     return f"The sum of {first}..{last} is {total}. I saved it to {path}."
 
 
+def count_slowly(match: re.Match[str], seen: list[Observation]) -> Move:
+    """One run_code step a second, each printing the next number: a run long enough to watch."""
+    last = int(match.group(1))
+    if seen and not seen[-1].ok:
+        return f"Counting stopped at {len(seen) - 1}: {seen[-1].text}"
+    if len(seen) >= last:
+        return f"I counted to {last}, one step a second."
+    return "run_code", {"code": f"import time\ntime.sleep(1)\nprint({len(seen) + 1})"}
+
+
 def keep_reading(match: re.Match[str], seen: list[Observation]) -> Move:
     """Retries a missing file under another spelling each time, as models do."""
     path = match.group(1)
@@ -331,6 +343,7 @@ def summary(seen: list[Observation], request: str) -> str:
 PLANS: list[tuple[re.Pattern[str], Plan]] = [
     (REMEMBER, one_call("remember", lambda m: {"fact": m.group(1).strip()})),
     (KEEP_READING, keep_reading),
+    (SLOW_COUNT, count_slowly),
     (SAVE_SUM, save_sum),
     (SEARCH, one_call("web_search", lambda m: {"query": m.group(1).strip(" .?!")})),
     (WRITE_TEXT, one_call("write_file", lambda m: {"path": m.group(2), "content": m.group(1)})),
