@@ -124,6 +124,12 @@ def submit_run(
     return run
 
 
+def submit_first_run(user: AbstractBaseUser, task: str, *, model: str = "") -> AgentRun:
+    """Start a new conversation with `task`; if the run is refused, no conversation is kept."""
+    with transaction.atomic():
+        return submit_run(user, task, new_conversation(user), model=model)
+
+
 def title_from(task: str) -> str:
     line = " ".join(task.split())
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"

