@@ -126,3 +126,20 @@ def start_worker(worker_env) -> Iterator[Callable[..., subprocess.Popen[str]]]:
         if process.poll() is None:
             process.terminate()
         process.communicate(timeout=60)
+    others_gone()
+
+
+def others_gone() -> None:
+    """Wait for the sessions of stopped processes to leave the database, which PostgreSQL ends
+    a moment after the process; the test database cannot be dropped while one is there."""
+    from django.db import connection
+
+    def alone() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return cursor.fetchone()[0] == 0
+
+    wait_for(alone, "the stopped processes' database sessions to end")
