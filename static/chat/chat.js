@@ -41,6 +41,8 @@
       document.getElementById("send-error").textContent = "";
       const suggestions = document.getElementById("suggestions");
       if (suggestions) suggestions.remove();
+      const timeline = document.getElementById("timeline");
+      timeline.scrollTop = timeline.scrollHeight;
     }
   });
 
