@@ -14,11 +14,12 @@ or doubled never loses or doubles a step: the log is the truth, the message a wa
 
 import asyncio
 import logging
+import threading
 from collections import Counter
 from typing import Any
 
 import psycopg
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connections
@@ -27,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "loop_run_events"
 RECONNECT_SECONDS = 1.0
+PUBLISH_SECONDS = 2.0
 
 
 def group_for(run_id: int) -> str:
@@ -45,7 +47,31 @@ def notifies() -> bool:
 def publish(run_id: int, seq: int) -> None:
     """Tell the pages watching the run that event `seq` is stored (the Redis path)."""
     if not notifies():
-        async_to_sync(get_channel_layer().group_send)(group_for(run_id), wake_up(run_id, seq))
+        _publisher.send(group_for(run_id), wake_up(run_id, seq))
+
+
+class Publisher:
+    """Sends from synchronous code (a worker's run) on one event loop kept for the process, so
+    the channel layer's Redis connections are made once, not once per event."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.lock = threading.Lock()
+
+    def send(self, group: str, message: dict[str, Any]) -> None:
+        with self.lock:
+            if self.loop is None or self.loop.is_closed():
+                self.loop = asyncio.new_event_loop()
+                threading.Thread(
+                    target=self.loop.run_forever, name="loop-event-publisher", daemon=True
+                ).start()
+        sent = asyncio.run_coroutine_threadsafe(
+            get_channel_layer().group_send(group, message), self.loop
+        )
+        sent.result(timeout=PUBLISH_SECONDS)
+
+
+_publisher = Publisher()
 
 
 class NotifyListener:
@@ -104,6 +130,14 @@ def connection_params() -> dict[str, Any]:
 
 
 _listeners: dict[asyncio.AbstractEventLoop, NotifyListener] = {}
+
+
+async def stop_listening() -> None:
+    """Stop this event loop's listener, closing its connection."""
+    stopping = _listeners.pop(asyncio.get_running_loop(), None)
+    if stopping is not None and stopping.task is not None:
+        stopping.task.cancel()
+        await asyncio.gather(stopping.task, return_exceptions=True)
 
 
 def listener() -> NotifyListener:

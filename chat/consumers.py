@@ -6,6 +6,7 @@ event log, then whatever a wake-up (agent/bus.py) says is new, always by seq fro
 reconnecting page gets no gap and no duplicate. Every read of the log re-checks ownership.
 """
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -84,24 +85,40 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self.catch_up(run_id)
 
     async def catch_up(self, run_id: int) -> None:
-        html, last = await self.unsent(run_id, self.sent[run_id])
+        html, last = await unsent(self.user, run_id, self.sent[run_id])
         if last > self.sent[run_id]:
             self.sent[run_id] = last
             await self.send(text_data=html)
 
-    @database_sync_to_async
-    def unsent(self, run_id: int, after: int) -> tuple[str, int]:
-        """The run's events after `after` as out-of-band fragments, and the last seq among them.
-        Nothing if the run is no longer this user's to see (say, its conversation was deleted)."""
-        run = runs_for(self.user).filter(pk=run_id).first()
-        if run is None:
-            return "", after
-        events = list(
-            run.events.filter(seq__gt=after).order_by("seq").values_list("seq", "kind", "data")
-        )
-        if not events:
-            return "", after
-        return fragments(run, events), events[-1][0]
+
+# Reads of the log in progress in this process. The sockets of one user watching one run wake
+# together and want the same events: one read and one rendering serve them all.
+_reading: dict[tuple[int, int, int], asyncio.Future[tuple[str, int]]] = {}
+
+
+async def unsent(user: Any, run_id: int, after: int) -> tuple[str, int]:
+    key = (user.pk, run_id, after)
+    reading = _reading.get(key)
+    if reading is None:
+        reading = asyncio.ensure_future(read_unsent(user, run_id, after))
+        _reading[key] = reading
+        reading.add_done_callback(lambda _: _reading.pop(key, None))
+    return await asyncio.shield(reading)
+
+
+@database_sync_to_async
+def read_unsent(user: Any, run_id: int, after: int) -> tuple[str, int]:
+    """The run's events after `after` as out-of-band fragments, and the last seq among them.
+    Nothing if the run is no longer the user's to see (say, its conversation was deleted)."""
+    run = runs_for(user).filter(pk=run_id).first()
+    if run is None:
+        return "", after
+    events = list(
+        run.events.filter(seq__gt=after).order_by("seq").values_list("seq", "kind", "data")
+    )
+    if not events:
+        return "", after
+    return fragments(run, events), events[-1][0]
 
 
 def fragments(run: AgentRun, events: list[tuple[int, str, dict[str, Any]]]) -> str:

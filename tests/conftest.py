@@ -16,9 +16,14 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 _CONFIG_VARIABLES = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL")
 
 
+# libpq names the child processes' database sessions by this, so a test can wait for them to go.
+CHILD_APPLICATION_NAME = "loop-test-child"
+
+
 def child_environment(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _CONFIG_VARIABLES}
     env["DJANGO_SETTINGS_MODULE"] = "loopsite.settings"
+    env["PGAPPNAME"] = CHILD_APPLICATION_NAME
     env.update(overrides)
     return env
 
@@ -130,15 +135,16 @@ def start_worker(worker_env) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 
 def others_gone() -> None:
-    """Wait for the sessions of stopped processes to leave the database, which PostgreSQL ends
-    a moment after the process; the test database cannot be dropped while one is there."""
+    """Wait for the sessions of stopped child processes to leave the database, which PostgreSQL
+    ends a moment after the process; the test database cannot be dropped while one is there."""
     from django.db import connection
 
     def alone() -> bool:
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                "WHERE datname = current_database() AND application_name = %s",
+                [CHILD_APPLICATION_NAME],
             )
             return cursor.fetchone()[0] == 0
 

@@ -4,11 +4,14 @@ import json
 import re
 
 import pytest
+import pytest_asyncio
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.db import connections
 from django.test import Client
 
+from agent import bus as events_bus
 from agent.models import AgentRun
 from agent.services import new_conversation, start_run, submit_run
 from chat.consumers import CLOSE_NOT_FOUND, CLOSE_TOO_BIG, MAX_MESSAGE_CHARS
@@ -21,6 +24,15 @@ CARD_ID = re.compile(r'<(?:article|div) class="card [^"]*" id="([^"]+)"')
 RUNNING_CARD_ID = re.compile(r'<article class="card tool status-running" id="([^"]+)"')
 SEQ_MARKER = re.compile(r'id="run-\d+-seq" data-run="\d+" data-seq="(\d+)"')
 WAIT = 60  # seconds: a bound that turns a hang into a failure, not a timing assertion
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def _no_connection_outlives_its_test():
+    """The socket's database reads run in a thread that outlives the test: close what it opened,
+    and the listener's own connection, so the test database can be dropped at the end."""
+    yield
+    await events_bus.stop_listening()
+    await database_sync_to_async(connections.close_all)()
 
 
 def session_cookie(user) -> str:
