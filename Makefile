@@ -7,7 +7,7 @@ PORT ?= 8095
 
 SANDBOX_USER ?= loop-sandbox
 
-.PHONY: run test lint format migrate system-deps
+.PHONY: run test lint format migrate system-deps browser-deps
 
 # run_code's sandbox needs bubblewrap, a system Python under /usr, and (when the worker runs as
 # root) an unprivileged user to run snippets as. As root on Debian we install them; elsewhere we
@@ -27,6 +27,19 @@ system-deps:
 	fi
 	@if [ "$$(id -u)" = 0 ] && ! id $(SANDBOX_USER) >/dev/null 2>&1; then \
 	  useradd --system --no-create-home --shell /usr/sbin/nologin $(SANDBOX_USER); \
+	fi
+
+# The browser test drives Debian's Chromium through Playwright (which cannot download browsers
+# here). As root on Debian we install it; elsewhere we say what is missing. Only `make test`
+# needs it.
+browser-deps:
+	@if ! test -x /usr/bin/chromium; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else \
+	    echo "Missing /usr/bin/chromium for the browser test. Install it: sudo apt-get install chromium"; \
+	    exit 1; \
+	  fi; \
 	fi
 
 # The stamp is rebuilt whenever a requirements file changes, so a second `make` installs nothing.
@@ -52,9 +65,9 @@ run: migrate
 	@echo "No login yet? Create one with:  $(BIN)/python manage.py createsuperuser"
 	@echo "Operators' admin: http://$(HOST):$(PORT)/admin/"
 	@echo
-	$(BIN)/daphne --bind $(HOST) --port $(PORT) loopsite.asgi:application
+	HOST=$(HOST) $(BIN)/honcho start --procfile Procfile --port $(PORT)
 
-test: $(VENV)/.installed system-deps
+test: $(VENV)/.installed system-deps browser-deps
 	$(BIN)/pytest
 
 lint: $(VENV)/.installed

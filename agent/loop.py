@@ -106,8 +106,10 @@ def run_agent(
     limits: Limits = Limits(),
     recall: Recall = recall_nothing,
     cancelled: Callable[[], bool] = never_cancelled,
+    history: Sequence[Message] = (),
 ) -> RunResult:
-    return AgentLoop(task, llm, tools, sink, limits, recall, cancelled).run()
+    """`history` is what came before the task in its conversation, placed ahead of it."""
+    return AgentLoop(task, llm, tools, sink, limits, recall, cancelled, history).run()
 
 
 class AgentLoop:
@@ -122,9 +124,11 @@ class AgentLoop:
         limits: Limits,
         recall: Recall,
         cancelled: Callable[[], bool],
+        history: Sequence[Message] = (),
     ) -> None:
         self.task, self.llm, self.tools, self.sink = task, llm, tools, sink
         self.limits, self.recall, self.cancelled = limits, recall, cancelled
+        self.history = list(history)
         self.messages: list[Message] = []
         self.step = 0
         self.tool_calls = 0
@@ -165,6 +169,7 @@ class AgentLoop:
         memories = list(self.recall(self.task))
         self.messages = [
             {"role": "system", "content": SYSTEM_PROMPT + _memory_section(memories)},
+            *self.history,
             {"role": "user", "content": self.task},
         ]
         self.emit(

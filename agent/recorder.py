@@ -14,6 +14,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from agent import bus
 from agent.events import (
     BreakerTripped,
     Event,
@@ -47,6 +48,7 @@ class RunRecorder:
         self.usage = Usage()
         self.summarised = 0.0
         self.finished = False
+        self.notify = bus.NOTIFY_CHANNEL if bus.notifies() else ""
 
     def __call__(self, event: Event) -> None:
         self.seq += 1
@@ -59,12 +61,22 @@ class RunRecorder:
         else:  # most events write one row, which needs no transaction of its own
             self.append(event)
         self.finished = isinstance(event, RunFinished)
+        self.announce()
         if self.then is not None:
             self.publish(event)
 
     def append(self, event: Event) -> None:
         step = getattr(event, "step", 0)
-        RunEvent.objects.append(self.run.pk, self.seq, event.kind, step, event.as_dict())
+        data = event.as_dict()
+        RunEvent.objects.append(self.run.pk, self.seq, event.kind, step, data, self.notify)
+
+    def announce(self) -> None:
+        """Wake the pages watching this run (through Redis; PostgreSQL's NOTIFY went with the
+        INSERT). A page that misses it catches up from the log, so a failure only logs."""
+        try:
+            bus.publish(self.run.pk, self.seq)
+        except Exception as error:
+            logger.warning("Run %s: announcing event %s failed: %s", self.run.pk, self.seq, error)
 
     def publish(self, event: Event) -> None:
         """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""

@@ -8,20 +8,26 @@ from collections.abc import Callable
 from functools import partial
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db import transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agent.events import RunFinished, RunStatus, event_from_dict
 from agent.history import messages_from_events
 from agent.llm.base import LLM, Message
 from agent.llm.factory import default_model, llm_for
-from agent.loop import Limits, Tools, run_agent
-from agent.models import AgentRun
+from agent.llm.tokens import count_tokens
+from agent.loop import Limits, RecalledMemory, Tools, run_agent
+from agent.models import FINISHED, AgentRun, Conversation
 from agent.recorder import RunRecorder
-from memory.store import recall, remember_run
-from tools.registry import default_registry
+from agent.toolset import default_registry
+from memory.hygiene import carries_nothing, files_written, outcome_text
+from memory.store import recall, remember
+from tools.base import ToolStatus
+from tools.files import WRITE_FILE
 from tools.workspace import context_for
 
 logger = logging.getLogger(__name__)
@@ -35,6 +41,13 @@ class InvalidTask(ValueError):
 
 class RunNotQueued(RuntimeError):
     pass
+
+
+class TooManyActiveRuns(InvalidTask):
+    pass
+
+
+TITLE_CHARS = 60
 
 
 def clean_task(task: str) -> str:
@@ -64,19 +77,66 @@ def default_limits(**overrides: float) -> Limits:
 
 
 def start_run(
-    user: AbstractBaseUser, task: str, *, model: str = "", limits: Limits | None = None
+    user: AbstractBaseUser,
+    task: str,
+    *,
+    model: str = "",
+    limits: Limits | None = None,
+    conversation: Conversation | None = None,
 ) -> AgentRun:
-    """Record a new run for `user`, queued. Bad input raises before anything is stored."""
+    """Record a new run for `user`, queued, in `conversation` if given (it must be the user's).
+
+    Bad input, or one run more than LOOP_USER_ACTIVE_RUNS, raises before anything is stored.
+    """
     task = clean_task(task)
     model = model or default_model()
     llm = llm_for(model)
-    return AgentRun.objects.create(
-        user=user,
-        task=task,
-        provider=llm.provider,
-        model=llm.model,
-        limits=dataclasses.asdict(limits or default_limits()),
-    )
+    with transaction.atomic():
+        # One start at a time per user, so two at once cannot both pass the limit.
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        active = AgentRun.objects.filter(
+            user=user, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
+        ).count()
+        if active >= settings.LOOP_USER_ACTIVE_RUNS:
+            raise TooManyActiveRuns(
+                f"You have {active} runs going, the most Loop runs at once for one person. "
+                "Wait for one to finish, or stop one, then send this again."
+            )
+        if conversation is not None:
+            conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
+            conversation.title = conversation.title or title_from(task)
+            conversation.save(update_fields=["title", "updated_at"])
+        return AgentRun.objects.create(
+            user=user,
+            conversation=conversation,
+            task=task,
+            provider=llm.provider,
+            model=llm.model,
+            limits=dataclasses.asdict(limits or default_limits()),
+        )
+
+
+def submit_run(
+    user: AbstractBaseUser, task: str, conversation: Conversation, *, model: str = ""
+) -> AgentRun:
+    """Start a run in `conversation` and queue it for a worker; returns at once."""
+    from agent.tasks import work_run  # the task module imports this one
+
+    with transaction.atomic():
+        run = start_run(user, task, model=model, conversation=conversation)
+        work_run.enqueue(run.pk)  # stored with the run: a worker sees both or neither
+    return run
+
+
+def submit_first_run(user: AbstractBaseUser, task: str, *, model: str = "") -> AgentRun:
+    """Start a new conversation with `task`; if the run is refused, no conversation is kept."""
+    with transaction.atomic():
+        return submit_run(user, task, new_conversation(user), model=model)
+
+
+def title_from(task: str) -> str:
+    line = " ".join(task.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 def execute_run(
@@ -111,8 +171,9 @@ def execute_run(
             tools=tools,
             sink=recorder,
             limits=limits,
-            recall=partial(recall, run.user),
+            recall=partial(recall_for, run.user),
             cancelled=cancel_flag(run, cancelled),
+            history=conversation_context(run),
         )
     except (KeyboardInterrupt, SystemExit) as stop:  # the process is going away
         recorder.end(
@@ -137,10 +198,22 @@ def tools_for(run: AgentRun) -> Tools:
     return default_registry().bind(dataclasses.replace(context_for(run.user), run_id=run.pk))
 
 
+def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
+    return [RecalledMemory(m.id, m.text, m.score, m.parts) for m in recall(user, task)]
+
+
 def remember_outcome(run: AgentRun) -> None:
-    """Store what the run learned; the run is over whatever happens here."""
+    """Store what was asked, how it ended and the answer, for the run's user; the run is over
+    whatever happens here."""
+    if run.status not in (RunStatus.SUCCEEDED, RunStatus.HALTED) or carries_nothing(run.answer):
+        return
+    outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
+    written = run.tool_executions.filter(tool=WRITE_FILE.name, status=ToolStatus.OK)
+    files = files_written(written.order_by("pk").values_list("arguments", flat=True))
+    text = outcome_text(run.task, outcome, run.answer, files)
+    importance = 0.5 if run.status == RunStatus.SUCCEEDED else 0.3
     try:
-        remember_run(run)
+        remember(run.user, text, importance=importance, source_run_id=run.pk)
     except Exception:
         logger.exception("Run %s: its outcome could not be remembered", run.pk)
 
@@ -203,7 +276,65 @@ def request_cancel(run: AgentRun) -> AgentRun:
 
 
 def runs_for(user: AbstractBaseUser) -> QuerySet[AgentRun]:
-    return AgentRun.objects.filter(user=user)
+    """The user's runs, less those of conversations they deleted."""
+    return AgentRun.objects.filter(user=user).filter(
+        Q(conversation__isnull=True) | Q(conversation__deleted_at__isnull=True)
+    )
+
+
+def conversation_context(run: AgentRun) -> list[Message]:
+    """The conversation's earlier turns (task, then final answer), newest last, within
+    LOOP_CONVERSATION_TOKENS; older turns are left out, and a one-line note says how many."""
+    if run.conversation_id is None:
+        return []
+    earlier = (
+        AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)
+        .filter(status__in=FINISHED)
+        .exclude(answer="")
+        .order_by("-pk")
+        .values_list("task", "answer")
+    )
+    budget = settings.LOOP_CONVERSATION_TOKENS
+    turns: list[Message] = []
+    dropped = 0
+    for task, answer in earlier:
+        cost = count_tokens(task) + count_tokens(answer)
+        if dropped or cost > budget:
+            dropped += 1
+            continue
+        budget -= cost
+        turns[:0] = [{"role": "user", "content": task}, {"role": "assistant", "content": answer}]
+    if dropped:
+        note = (
+            f"[Loop] {dropped} earlier turn{'s' if dropped > 1 else ''} of this conversation "
+            "left out to fit the context budget."
+        )
+        turns.insert(0, {"role": "system", "content": note})
+    return turns
+
+
+def conversations_for(user: AbstractBaseUser) -> QuerySet[Conversation]:
+    return Conversation.objects.filter(owner=user, deleted_at__isnull=True)
+
+
+def new_conversation(user: AbstractBaseUser, title: str = "") -> Conversation:
+    return Conversation.objects.create(owner=user, title=title.strip()[:200])
+
+
+def rename_conversation(user: AbstractBaseUser, conversation_id: int, title: str) -> Conversation:
+    conversation = conversations_for(user).get(pk=conversation_id)
+    conversation.title = " ".join(title.split())[:200]
+    conversation.save(update_fields=["title", "updated_at"])
+    return conversation
+
+
+def delete_conversation(user: AbstractBaseUser, conversation_id: int) -> None:
+    """Gone for the user, with its runs; the rows stay for operators. Runs still going stop."""
+    conversation = conversations_for(user).get(pk=conversation_id)
+    for run_id in conversation.runs.exclude(status__in=FINISHED).values_list("pk", flat=True):
+        cancel_run(user, run_id)
+    conversation.deleted_at = timezone.now()
+    conversation.save(update_fields=["deleted_at"])
 
 
 def history_of(run: AgentRun) -> list[Message]:

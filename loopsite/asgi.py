@@ -1,8 +1,11 @@
-"""The ASGI entry point daphne serves: HTTP now, websockets when the chat page arrives."""
+"""The ASGI entry point daphne serves: HTTP, and the chat page's websocket (authenticated by the
+session, and only from this site's own origin)."""
 
 import os
 
-from channels.routing import ProtocolTypeRouter
+from channels.auth import AuthMiddlewareStack
+from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
@@ -17,4 +20,13 @@ http_application = (
     ASGIStaticFilesHandler(django_application) if settings.DEBUG else django_application
 )
 
-application = ProtocolTypeRouter({"http": http_application})
+from chat.routing import websocket_urlpatterns  # noqa: E402 (needs the apps loaded)
+
+application = ProtocolTypeRouter(
+    {
+        "http": http_application,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

@@ -23,6 +23,7 @@ def embedded_settings(var_dir: Path) -> dict[str, Any]:
         "ENGINE": "loopsite.embedded_postgres",
         "NAME": EMBEDDED_DATABASE,
         "EMBEDDED": {"DATA_DIR": str(var_dir / "postgres"), "DATABASE": EMBEDDED_DATABASE},
+        "CONN_MAX_AGE": 60,  # the websocket reads the log per event: no connect per read
         "CONN_HEALTH_CHECKS": True,
     }
 
@@ -49,5 +50,6 @@ def url_settings(url: str) -> dict[str, Any]:
         "HOST": params.pop("host", ""),
         "PORT": port,
         "OPTIONS": params,
+        "CONN_MAX_AGE": 60,  # the websocket reads the log per event: no connect per read
         "CONN_HEALTH_CHECKS": True,
     }

@@ -4,12 +4,21 @@ DEBUG unset means local development with safe defaults. DEBUG=false means produc
 deployment must provide are required, and a missing or malformed one stops the start with its name.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.management.utils import get_random_secret_key
 
 from loopsite.database import database_settings
-from loopsite.env import env_bool, env_choice, env_float, env_int, env_list, env_str, require
+from loopsite.env import (
+    env_bool,
+    env_choice,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    require,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LOOP_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -52,9 +61,12 @@ INSTALLED_APPS = [
     "template_partials",
     "django_tasks",
     "django_tasks_db",
+    "axes",
     "agent",
     "tools",
     "memory",
+    "accounts",
+    "chat",
 ]
 
 MIDDLEWARE = [
@@ -63,9 +75,11 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "loopsite.urls"
@@ -140,9 +154,29 @@ LOOP_WEB_SEARCH_ENGINE = env_str("LOOP_WEB_SEARCH_ENGINE", "duckduckgo")
 LOOP_EMBEDDER = env_str("LOOP_EMBEDDER", "memory.neural.MiniLMEmbedder")
 LOOP_MEMORY_RECALL_K = env_int("LOOP_MEMORY_RECALL_K", 5)
 LOOP_MEMORY_MIN_SIMILARITY = env_float("LOOP_MEMORY_MIN_SIMILARITY", None)  # None: the embedder's
-LOOP_MEMORY_MERGE_SIMILARITY = env_float("LOOP_MEMORY_MERGE_SIMILARITY", None)  # None: the embedder's
+LOOP_MEMORY_MERGE_SIMILARITY = env_float(
+    "LOOP_MEMORY_MERGE_SIMILARITY", None
+)  # None: the embedder's
 LOOP_MEMORY_MAX_PER_USER = env_int("LOOP_MEMORY_MAX_PER_USER", 1000)
 LOOP_MEMORY_HALF_LIFE_DAYS = env_float("LOOP_MEMORY_HALF_LIFE_DAYS", 30.0)
+
+# Logins and the chat (see docs/chat.md).
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+LOOP_SIGNUP = env_choice("LOOP_SIGNUP", "approve", ("approve", "open", "off"))
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # counts failed logins, locks out; first, as axes asks
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+LOOP_USER_ACTIVE_RUNS = env_int("LOOP_USER_ACTIVE_RUNS", 2)  # queued or running, per user
+LOOP_CONVERSATION_TOKENS = env_int("LOOP_CONVERSATION_TOKENS", 4000)  # earlier turns in context
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -158,6 +192,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
 
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -187,6 +222,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         name: {"level": LOG_LEVEL}
-        for name in ("agent", "tools", "memory", "loopsite", "django", "daphne")
+        for name in ("agent", "tools", "memory", "chat", "loopsite", "django", "daphne")
     },
 }

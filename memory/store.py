@@ -23,13 +23,8 @@ from django.db.models import F
 from django.utils import timezone
 from pgvector.django import CosineDistance, HnswIndex
 
-from agent.loop import RecalledMemory
-from agent.models import AgentRun
 from memory.embedders import Embedder, EmbedderMismatch, Vector, get_embedder
-from memory.hygiene import carries_nothing, files_written, outcome_text
 from memory.models import EmbeddingSpace, Memory, Origin
-from tools.base import ToolStatus
-from tools.files import WRITE_FILE
 
 MAX_MEMORY_CHARS = 2000
 # How far the index scan reaches: more candidates than k, so re-ranking has room to work.
@@ -40,6 +35,16 @@ EF_SEARCH = 300
 # How much each part weighs in the final score, as tuned on bench/memory_quality.py's tuning half:
 # similarity first, recency enough that a correction outranks what it corrects.
 WEIGHTS = {"similarity": 0.7, "recency": 0.225, "importance": 0.075}
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """A memory recall() returned: its score, and the parts the score was made of."""
+
+    id: int
+    text: str
+    score: float
+    parts: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ def remember(
     *,
     importance: float = 0.5,
     origin: str = Origin.RUN,
-    source_run: AgentRun | None = None,
+    source_run_id: int | None = None,
 ) -> Remembered:
     """Store `text` for `owner`; an exact or near duplicate updates what is there instead."""
     text = text.strip()[:MAX_MEMORY_CHARS]
@@ -71,15 +76,15 @@ def remember(
         near = _nearest(owner, vector)
         if near is not None and near.similarity >= merge_similarity():
             return Remembered(
-                _supersede(near, text, digest, vector, importance, source_run), "merged"
+                _supersede(near, text, digest, vector, importance, source_run_id), "merged"
             )
-        memory = _create(owner, text, digest, vector, importance, origin, source_run)
+        memory = _create(owner, text, digest, vector, importance, origin, source_run_id)
         if memory.pk in evict_beyond_bound(owner):
             return Remembered(memory, "dropped")
     return Remembered(memory, "stored")
 
 
-def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:
+def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[Recalled]:
     """The owner's memories most relevant to `query`, best first, each with its score parts."""
     k = k or settings.LOOP_MEMORY_RECALL_K
     vector = embed(query)
@@ -148,18 +153,6 @@ def value(memory: Memory, now: datetime) -> float:
 
 def _recency(age_days: float) -> float:
     return 0.5 ** (age_days / settings.LOOP_MEMORY_HALF_LIFE_DAYS)
-
-
-def remember_run(run: AgentRun) -> Remembered | None:
-    """After a run: what was asked, how it ended and the answer, for the run's user."""
-    if run.status not in ("succeeded", "halted") or carries_nothing(run.answer):
-        return None
-    outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
-    written = run.tool_executions.filter(tool=WRITE_FILE.name, status=ToolStatus.OK)
-    files = files_written(written.order_by("pk").values_list("arguments", flat=True))
-    text = outcome_text(run.task, outcome, run.answer, files)
-    importance = 0.5 if run.status == "succeeded" else 0.3
-    return remember(run.user, text, importance=importance, source_run=run)
 
 
 def reembed(batch_size: int = 256) -> int:
@@ -273,7 +266,7 @@ def _nearest(owner: AbstractBaseUser, vector: Vector) -> _Near | None:
     return _Near(found[0], 1.0 - found[0].distance) if found else None
 
 
-def _score(memory: Memory, now: datetime) -> RecalledMemory:
+def _score(memory: Memory, now: datetime) -> Recalled:
     age_days = (now - memory.updated_at).total_seconds() / 86400
     parts = {
         "similarity": round(1.0 - memory.distance, 4),
@@ -281,7 +274,7 @@ def _score(memory: Memory, now: datetime) -> RecalledMemory:
         "importance": round(memory.importance, 4),
     }
     score = math.fsum(WEIGHTS[name] * value for name, value in parts.items())
-    return RecalledMemory(memory.pk, memory.text, round(score, 4), parts)
+    return Recalled(memory.pk, memory.text, round(score, 4), parts)
 
 
 def _touch(memory: Memory, importance: float) -> Memory:
@@ -296,13 +289,13 @@ def _supersede(
     digest: str,
     vector: Vector,
     importance: float,
-    source_run: AgentRun | None,
+    source_run_id: int | None,
 ) -> Memory:
     """The newer wording of what is nearly the same memory replaces the older one."""
     memory = near.memory
     memory.text, memory.content_hash, memory.embedding = text, digest, vector
     memory.importance = max(memory.importance, importance)
-    memory.source_run = source_run or memory.source_run
+    memory.source_run_id = source_run_id or memory.source_run_id
     memory.save(
         update_fields=[
             "text",
@@ -323,7 +316,7 @@ def _create(
     vector: Vector,
     importance: float,
     origin: str,
-    source_run: AgentRun | None,
+    source_run_id: int | None,
 ) -> Memory:
     try:
         with transaction.atomic():
@@ -334,7 +327,7 @@ def _create(
                 content_hash=digest,
                 importance=importance,
                 origin=origin,
-                source_run=source_run,
+                source_run_id=source_run_id,
             )
     except IntegrityError:  # the same text, stored by a concurrent run a moment ago
         return Memory.objects.get(owner=owner, content_hash=digest)

@@ -4,7 +4,6 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.models import AgentRun
 from memory.models import Origin
 from memory.store import MAX_MEMORY_CHARS, remember
 from tools.base import Tool, ToolContext
@@ -34,13 +33,12 @@ class RememberArguments(BaseModel):
 def remember_fact(arguments: RememberArguments, context: ToolContext) -> str:
     try:
         owner = get_user_model().objects.get(pk=context.user_id)
-        run = AgentRun.objects.filter(pk=context.run_id).first() if context.run_id else None
         done = remember(
             owner,
             arguments.fact,
             importance=arguments.importance,
             origin=Origin.TOLD,
-            source_run=run,
+            source_run_id=context.run_id,
         )
         return OUTCOMES[done.outcome]
     finally:

@@ -16,9 +16,14 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 _CONFIG_VARIABLES = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL")
 
 
+# libpq names the child processes' database sessions by this, so a test can wait for them to go.
+CHILD_APPLICATION_NAME = "loop-test-child"
+
+
 def child_environment(**overrides: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _CONFIG_VARIABLES}
     env["DJANGO_SETTINGS_MODULE"] = "loopsite.settings"
+    env["PGAPPNAME"] = CHILD_APPLICATION_NAME
     env.update(overrides)
     return env
 
@@ -84,3 +89,63 @@ def bob():
     from django.contrib.auth.models import User
 
     return User.objects.create_user("bob")
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 90.0) -> object:
+    """Poll until `condition()` is truthy; a generous bound only turns a hang into a failure."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Gave up waiting for {what}")
+        time.sleep(0.05)
+    return result
+
+
+@pytest.fixture
+def worker_env(child_database_url, workspaces) -> dict[str, str]:
+    """The environment of a worker or web server process sharing this test's database."""
+    return {"DATABASE_URL": child_database_url, "LOOP_WORKSPACES_DIR": str(workspaces)}
+
+
+@pytest.fixture
+def start_worker(worker_env) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start `manage.py db_worker` processes, as `make run` does; each is stopped after the test."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(**env: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "db_worker", "--no-reload", "--interval", "0.1"],
+            cwd=PROJECT_DIR,
+            env=child_environment(**worker_env, **env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.terminate()
+        process.communicate(timeout=60)
+    others_gone()
+
+
+def others_gone() -> None:
+    """Wait for the sessions of stopped child processes to leave the database, which PostgreSQL
+    ends a moment after the process; the test database cannot be dropped while one is there."""
+    from django.db import connection
+
+    def alone() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = %s",
+                [CHILD_APPLICATION_NAME],
+            )
+            return cursor.fetchone()[0] == 0
+
+    wait_for(alone, "the stopped processes' database sessions to end")

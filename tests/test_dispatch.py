@@ -7,8 +7,8 @@ import time
 import pytest
 from pydantic import BaseModel
 
+from agent.toolset import default_registry
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry, ToolStatus, truncate
-from tools.registry import default_registry
 
 
 class EchoArguments(BaseModel):

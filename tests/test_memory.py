@@ -9,13 +9,13 @@ from django.db import connection
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
+from agent.toolset import default_registry
 from memory import store
 from memory.embedders import EmbedderMismatch, get_embedder
 from memory.models import Memory, Origin
 from memory.store import recall, remember, stored_dimensions
 from tests.fakes import OtherEmbedder
 from tools.base import ToolContext, ToolRegistry
-from tools.registry import default_registry
 
 pytestmark = pytest.mark.django_db
 

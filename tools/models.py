@@ -2,7 +2,6 @@
 
 from django.db import models
 
-from agent.models import choices
 from tools.base import ToolStatus
 
 
@@ -14,7 +13,9 @@ class ToolExecution(models.Model):
     call_id = models.CharField(max_length=128)
     tool = models.CharField(max_length=64)
     arguments = models.TextField()
-    status = models.CharField(max_length=16, choices=choices(ToolStatus))
+    status = models.CharField(
+        max_length=16, choices=[(s.value, s.value.capitalize()) for s in ToolStatus]
+    )
     # What the model saw: the output of a call that worked, the error of one that did not.
     result = models.TextField(blank=True)
     error = models.TextField(blank=True)

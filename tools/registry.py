@@ -1,16 +1,19 @@
-"""The registry of the tools the agent may call, configured from settings."""
+"""The tools this app provides, and a registry of tools configured from settings.
+
+The set a run gets is composed above this layer (agent/toolset.py), which adds tools of other apps.
+"""
+
+from collections.abc import Iterable
 
 from django.conf import settings
 
-from memory.tools import REMEMBER
-from tools.base import ToolRegistry
+from tools.base import Tool, ToolRegistry
 from tools.code import RUN_CODE
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
 from tools.search import WEB_SEARCH
 
+BUILTIN_TOOLS = (RUN_CODE, READ_FILE, WRITE_FILE, LIST_FILES, WEB_SEARCH)
 
-def default_registry() -> ToolRegistry:
-    return ToolRegistry(
-        [RUN_CODE, READ_FILE, WRITE_FILE, LIST_FILES, WEB_SEARCH, REMEMBER],
-        max_result_chars=settings.LOOP_TOOL_RESULT_MAX_CHARS,
-    )
+
+def registry_of(tools: Iterable[Tool]) -> ToolRegistry:
+    return ToolRegistry(list(tools), max_result_chars=settings.LOOP_TOOL_RESULT_MAX_CHARS)

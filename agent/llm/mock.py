@@ -35,8 +35,48 @@ READ_FILE = re.compile(
 LIST_FILES = re.compile(r"\b(?:list|show)\b.*\bfiles\b|\bwhat files\b", re.I)
 ASKS_ABOUT_EARLIER = re.compile(r"\b(?:before|earlier|previously|last time)\b", re.I)
 REMEMBER = re.compile(r"^\s*remember (?:that )?(.+)", re.I | re.S)
+SAVE_THAT = re.compile(
+    rf"\b(?:save|write|store|put)\s+(?:that|it|this|the (?:answer|result))\s+"
+    rf"(?:to|in|into)\s+(?:a\s+)?(?:file\s+)?{FILE_NAME}",
+    re.I,
+)
+# The value an earlier answer gave: "17 * 23 = 391", "The sum of 1..100 is 5050."
+RESULT = re.compile(r"(?:=|\bis)\s+(\S+?)[.;,]?(?:\s|$)")
+QUESTION_WORD = re.compile(r"[a-z0-9']{3,}")
+# Words a question shares with any memory, which say nothing of what it asks about.
+NOT_CONTENT = frozenset(
+    {
+        "what",
+        "which",
+        "who",
+        "whom",
+        "where",
+        "when",
+        "how",
+        "why",
+        "are",
+        "was",
+        "were",
+        "the",
+        "this",
+        "that",
+        "does",
+        "did",
+        "you",
+        "your",
+        "know",
+        "tell",
+        "about",
+        "can",
+        "could",
+        "please",
+    }
+)
 FROM_MEMORY = "From an earlier run: "
+FROM_WHAT_YOU_TOLD_ME = "From what you told me: "
+CONTROL_NOTE = "[Loop]"  # Loop's own notes to the model: never the user's task
 MEMORIES = re.compile(r"<<<memories>>>\n(.*?)\n<<<end memories>>>", re.S)
+SLOW_COUNT = re.compile(r"\bcount slowly to (\d+)", re.I)
 SEARCH = re.compile(
     r"(?:search(?: the web)?(?: for)?|look up|find (?:information|info) (?:on|about))\s+(.+)",
     re.I | re.S,
@@ -50,9 +90,13 @@ TASK_SHAPES = """\
 - listing files: "List my files"
 - web search: "Search the web for pgvector HNSW"
 - a task that keeps failing: "Keep reading missing.txt until it exists"
+- a long run, one step a second: "Count slowly to 5"
 - remembering a fact: "Remember that my staging server is staging.example.com"
 - asking about earlier work: "What was the sum of 1..100 that I computed before?" (answered from
-  the memories recalled for the run)"""
+  the memories recalled for the run)
+- following up in a conversation: "What is 17 * 23?" then "Save that to result.txt"
+- any question a recalled memory answers: "Remember that my favourite colour is teal", then, in
+  any conversation, "What is my favourite colour?\""""
 
 
 @dataclass(frozen=True)
@@ -85,15 +129,62 @@ class MockLLM:
     def chat(
         self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
     ) -> Reply:
-        task = next(m["content"] for m in messages if m["role"] == "user")
-        seen = observations(messages)
+        at = task_index(messages)
+        task = messages[at]["content"]
+        seen = observations(messages[at:])
         if tools is None:
             move: Move = summary(seen, messages[-1]["content"])
         elif ASKS_ABOUT_EARLIER.search(task):
             move = from_memory(recalled(messages))
+        elif (match := SAVE_THAT.search(task)) and (earlier := earlier_answers(messages[:at])):
+            move = save_that(match, earlier[-1], seen)
         else:
-            move = next_move(task, seen)
+            move = next_move(task, seen, recalled(messages))
         return reply(move, len(seen) + 1, count_prompt_tokens(messages, tools))
+
+
+def task_index(messages: list[Message]) -> int:
+    """Where the task is: the last message from the user (earlier ones are the conversation's
+    earlier turns; Loop's own notes are not the user's)."""
+    return max(
+        index
+        for index, message in enumerate(messages)
+        if message["role"] == "user" and not message["content"].startswith(CONTROL_NOTE)
+    )
+
+
+def earlier_answers(messages: list[Message]) -> list[str]:
+    return [m["content"] for m in messages if m["role"] == "assistant" and m.get("content")]
+
+
+def save_that(match: re.Match[str], answer: str, seen: list[Observation]) -> Move:
+    """A follow-up: save the value the previous answer gave."""
+    path = match.group(1)
+    found = RESULT.search(answer)
+    value = found.group(1) if found else answer
+    if not seen:
+        return "write_file", {"path": path, "content": value + "\n"}
+    if not seen[-1].ok:
+        return f"Saving {value} to {path} failed: {seen[-1].text}"
+    return f"I saved {value} to {path}."
+
+
+def answered_by_memory(question: str, memories: list[str]) -> str:
+    """What a recalled memory says in answer, if one matches strongly: every content word of the
+    question is in it. A run's outcome answers through its answer, not its task."""
+    words = set(QUESTION_WORD.findall(question.lower())) - NOT_CONTENT - {"my", "i"}
+    if not words:
+        return ""
+    for memory in memories:
+        answer = re.search(r"Answer: (.*?)(?: \| |$)", memory)
+        said = answer.group(1) if answer else memory
+        if words <= set(QUESTION_WORD.findall(said.lower())):
+            if answer:
+                return FROM_MEMORY + said.removeprefix(FROM_MEMORY).removeprefix(
+                    FROM_WHAT_YOU_TOLD_ME
+                )
+            return FROM_WHAT_YOU_TOLD_ME + re.sub(r"\bmy\b", "your", said, flags=re.I)
+    return ""
 
 
 def observations(messages: list[Message]) -> list[Observation]:
@@ -141,11 +232,13 @@ def reply(move: Move, call_number: int, prompt_tokens: int) -> Reply:
     return Reply(tool_calls=(call,), usage=Usage(prompt_tokens, count_tokens(name + raw)))
 
 
-def next_move(task: str, seen: list[Observation]) -> Move:
+def next_move(task: str, seen: list[Observation], memories: list[str]) -> Move:
     for pattern, plan in PLANS:
         match = pattern.search(task)
         if match:
             return plan(match, seen)
+    if answer := answered_by_memory(task, memories):
+        return answer
     return (
         "I am Loop's mock model (no GROQ_API_KEY is set), so I can only work a few task "
         f"shapes:\n{TASK_SHAPES}\nSet GROQ_API_KEY to run this task on a real model."
@@ -173,6 +266,16 @@ def save_sum(match: re.Match[str], seen: list[Observation]) -> Move:
     if not latest.ok:
         return f"The sum of {first}..{last} is {total}, but saving it failed: {latest.text}"
     return f"The sum of {first}..{last} is {total}. I saved it to {path}."
+
+
+def count_slowly(match: re.Match[str], seen: list[Observation]) -> Move:
+    """One run_code step a second, each printing the next number: a run long enough to watch."""
+    last = int(match.group(1))
+    if seen and not seen[-1].ok:
+        return f"Counting stopped at {len(seen) - 1}: {seen[-1].text}"
+    if len(seen) >= last:
+        return f"I counted to {last}, one step a second."
+    return "run_code", {"code": f"import time\ntime.sleep(1)\nprint({len(seen) + 1})"}
 
 
 def keep_reading(match: re.Match[str], seen: list[Observation]) -> Move:
@@ -240,6 +343,7 @@ def summary(seen: list[Observation], request: str) -> str:
 PLANS: list[tuple[re.Pattern[str], Plan]] = [
     (REMEMBER, one_call("remember", lambda m: {"fact": m.group(1).strip()})),
     (KEEP_READING, keep_reading),
+    (SLOW_COUNT, count_slowly),
     (SAVE_SUM, save_sum),
     (SEARCH, one_call("web_search", lambda m: {"query": m.group(1).strip(" .?!")})),
     (WRITE_TEXT, one_call("write_file", lambda m: {"path": m.group(2), "content": m.group(1)})),

@@ -6,7 +6,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from tools.registry import default_registry
+from agent.toolset import default_registry
 from tools.workspace import context_for
 
 

@@ -1,0 +1,189 @@
+"""What a person sees of a run: its events as cards, and model output as sanitised HTML.
+
+One card per thing that happened, each drawn by one template partial (chat/cards.html) that the
+page, the replay and the live push all use, so a card looks the same however it arrived. Card
+ids come from the run and the event, so a card sent twice replaces itself.
+"""
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import nh3
+from django.template.loader import render_to_string
+from markdown_it import MarkdownIt
+
+from agent.events import HaltReason, RunStatus
+
+# Raw HTML in Markdown is shown as text; nh3 then keeps only these tags and link schemes, so a
+# <script>, an onerror= or a javascript: link in model output can never run.
+_markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
+ALLOWED_TAGS = {
+    "p", "br", "strong", "em", "code", "pre", "blockquote", "ul", "ol", "li", "a", "h1", "h2",
+    "h3", "h4", "h5", "h6", "hr", "table", "thead", "tbody", "tr", "th", "td", "del",
+}  # fmt: skip
+ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"align"}, "td": {"align"}}
+LONG_OUTPUT_LINES = 12
+LONG_OUTPUT_CHARS = 1200
+
+HALT_REASONS = {
+    HaltReason.TOOL_FAILURES: "the same tool failed too many times in a row",
+    HaltReason.REPEATED_FAILED_CALL: "the model repeated a call that had already failed",
+    HaltReason.IDENTICAL_CALLS: "the model made the same call over and over",
+    HaltReason.ITERATION_CAP: "it reached its cap on model turns",
+    HaltReason.DEADLINE: "it ran out of time",
+    HaltReason.TOKEN_BUDGET: "it used up its token budget",
+    HaltReason.TOOL_CALL_BUDGET: "it used up its budget of tool calls",
+}
+STATUS_LABELS = {
+    RunStatus.QUEUED: ("…", "Waiting for a worker"),
+    RunStatus.RUNNING: ("●", "Running"),
+    RunStatus.SUCCEEDED: ("✓", "Done"),
+    RunStatus.HALTED: ("⚠", "Halted"),
+    RunStatus.CANCELLED: ("■", "Stopped"),
+    RunStatus.FAILED: ("✗", "Failed"),
+    RunStatus.INTERRUPTED: ("!", "Interrupted"),
+}
+NEXT_STEPS = {
+    RunStatus.FAILED: "Send the task again; if it keeps failing, rephrase it or try a smaller "
+    "step. If the model provider is down, try again later.",
+    RunStatus.INTERRUPTED: "The worker running it stopped before the end. Send the task again "
+    "to start over.",
+    RunStatus.HALTED: "Loop stopped it to protect your budget. Refine the task and send it "
+    "again, or ask for the part that is left.",
+}
+
+
+def markdown(text: str) -> str:
+    html = _markdown.render(text)
+    return nh3.clean(
+        html,
+        tags=ALLOWED_TAGS,
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
+    )
+
+
+def status_label(status: str) -> dict[str, str]:
+    icon, label = STATUS_LABELS.get(RunStatus(status), ("?", status))
+    return {"status": status, "icon": icon, "label": label}
+
+
+@dataclass(frozen=True)
+class Card:
+    """One card of the timeline: which partial draws it, its element id, what it shows.
+
+    `replaces` marks a card that takes the place of an earlier one with the same id (a tool
+    call's result replaces its "running" card) rather than being added at the end.
+    """
+
+    partial: str
+    id: str
+    data: dict[str, Any] = field(default_factory=dict)
+    replaces: bool = False
+
+    @property
+    def template(self) -> str:
+        return f"chat/cards.html#{self.partial}"
+
+
+def card_for(run_id: int, seq: int, kind: str, data: dict[str, Any]) -> Card | None:
+    """The card for one event, or None for an event a person need not see."""
+    match kind:
+        case "memories_recalled":
+            memories = data["memories"]
+            best = max((memory["score"] for memory in memories), default=0)
+            return Card("memories", f"ev-{run_id}-{seq}", {"memories": memories, "best": best})
+        case "model_replied" if data["tool_calls"] and (data["text"] or data.get("reasoning")):
+            # A reply without tool calls is the answer, which the run's end shows.
+            return Card(
+                "model",
+                f"ev-{run_id}-{seq}",
+                {"html": markdown(data["text"]), "reasoning": data.get("reasoning", "")},
+            )
+        case "tool_call_started" | "tool_call_finished":
+            finished = kind == "tool_call_finished"
+            return Card(
+                "tool",
+                f"call-{run_id}-{data['step']}-{data['call_id']}",
+                tool_data(data, finished),
+                replaces=finished,
+            )
+        case "breaker_tripped":
+            text = f"Circuit breaker: {data['tool']} — {reason_text(data['reason'])}."
+            return Card("banner", f"ev-{run_id}-{seq}", {"text": text, "tone": "bad"})
+        case "run_halted":
+            text = f"Halted: {reason_text(data['reason'])}. {data['detail']}"
+            return Card("banner", f"ev-{run_id}-{seq}", {"text": text, "tone": "warn"})
+        case "run_finished":
+            status = data["status"]
+            return Card(
+                "answer",
+                f"ev-{run_id}-{seq}",
+                {
+                    "html": markdown(data["answer"]),
+                    "error": data["error"],
+                    "next_step": NEXT_STEPS.get(RunStatus(status), ""),
+                    **status_label(status),
+                },
+            )
+    return None
+
+
+def reason_text(reason: str) -> str:
+    try:
+        return HALT_REASONS[HaltReason(reason)]
+    except ValueError:
+        return reason.replace("_", " ")
+
+
+def tool_data(data: dict[str, Any], finished: bool) -> dict[str, Any]:
+    code, arguments = shown_arguments(data["arguments"])
+    shown: dict[str, Any] = {"tool": data["tool"], "code": code, "arguments": arguments}
+    if not finished:
+        return shown | {"status": "running", "icon": "…", "label": "Running"}
+    text = data["text"]
+    ok = data["status"] == "ok"
+    return shown | {
+        "status": data["status"],
+        "icon": "✓" if ok else "✗",
+        "label": data["status"].capitalize(),
+        "text": text,
+        "long": text.count("\n") >= LONG_OUTPUT_LINES or len(text) > LONG_OUTPUT_CHARS,
+        "milliseconds": round(data["duration"] * 1000),
+        "policy": data.get("policy", ""),
+        "truncated": data.get("truncated", False),
+    }
+
+
+def shown_arguments(raw: str) -> tuple[str, str]:
+    """run_code's code on its own; any other arguments as indented JSON (or as sent, if bad)."""
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return "", raw
+    if isinstance(parsed, dict) and set(parsed) == {"code"} and isinstance(parsed["code"], str):
+        return parsed["code"], ""
+    return "", json.dumps(parsed, indent=2, ensure_ascii=False)
+
+
+def page_cards(run_id: int, events: Iterable[tuple[int, str, dict[str, Any]]]) -> list[Card]:
+    """A run's cards as the page shows them at first: each later card in its earlier's place."""
+    cards: list[Card] = []
+    at: dict[str, int] = {}
+    for seq, kind, data in events:
+        card = card_for(run_id, seq, kind, data)
+        if card is None:
+            continue
+        if card.id in at:
+            cards[at[card.id]] = card
+        else:
+            at[card.id] = len(cards)
+            cards.append(card)
+    return cards
+
+
+def render_card(card: Card) -> str:
+    return render_to_string(card.template, {"card": card})

@@ -1,0 +1,15 @@
+from django.urls import path
+
+from chat import views
+
+app_name = "chat"
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("send/", views.start, name="start"),
+    path("c/<int:conversation_id>/", views.conversation, name="conversation"),
+    path("c/<int:conversation_id>/send/", views.send, name="send"),
+    path("c/<int:conversation_id>/rename/", views.rename, name="rename"),
+    path("c/<int:conversation_id>/delete/", views.delete, name="delete"),
+    path("runs/<int:run_id>/", views.run_fragment, name="run"),
+    path("runs/<int:run_id>/stop/", views.stop, name="stop"),
+]

@@ -1,0 +1,151 @@
+"""The chat's pages and actions: thin adapters over agent.services (nothing here decides)."""
+
+from typing import Any
+
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from agent import services
+from agent.llm.factory import MOCK, default_model
+from agent.models import AgentRun, Conversation
+from chat.rendering import page_cards, status_label
+
+SUGGESTIONS = (
+    "Compute the sum of 1..100 and save it to a file",
+    "What is 17 * 23?",
+    "Remember that my favourite colour is teal",
+    "Count slowly to 5",
+    "List my files",
+)
+STATUS_NONE = {"icon": "○", "label": "No runs yet"}
+
+
+def sidebar(user: Any) -> QuerySet[Conversation]:
+    last = AgentRun.objects.filter(conversation=OuterRef("pk")).order_by("-pk")
+    return services.conversations_for(user).annotate(
+        last_status=Subquery(last.values("status")[:1])
+    )
+
+
+def with_status(conversation: Conversation) -> Conversation:
+    status = getattr(conversation, "last_status", None)
+    conversation.status = status_label(status) if status else STATUS_NONE
+    return conversation
+
+
+def turn(run: AgentRun) -> dict[str, Any]:
+    events = list(run.events.order_by("seq").values_list("seq", "kind", "data"))
+    return {"run": run, "cards": page_cards(run.pk, events), "seq": events[-1][0] if events else 0}
+
+
+def model_context() -> dict[str, Any]:
+    name = default_model()
+    return {"name": name, "is_mock": name == MOCK}
+
+
+def chat_page(
+    request: HttpRequest,
+    conversation: Conversation | None,
+    *,
+    error: str = "",
+    task: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    runs = conversation.runs.order_by("pk") if conversation else AgentRun.objects.none()
+    send_url = (
+        reverse("chat:send", args=[conversation.pk]) if conversation else reverse("chat:start")
+    )
+    context = {
+        "conversation": conversation,
+        "conversations": [with_status(c) for c in sidebar(request.user)],
+        "current": conversation,
+        "turns": [turn(run) for run in runs],
+        "suggestions": SUGGESTIONS,
+        "send_url": send_url,
+        "model": model_context(),
+        "error": error,
+        "task": task,
+    }
+    return render(request, "chat/page.html", context, status=status)
+
+
+def owned_conversation(request: HttpRequest, conversation_id: int) -> Conversation:
+    return get_object_or_404(services.conversations_for(request.user), pk=conversation_id)
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """A new conversation: it is stored when its first task is sent."""
+    return chat_page(request, None)
+
+
+@require_GET
+def conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    return chat_page(request, owned_conversation(request, conversation_id))
+
+
+@require_POST
+def start(request: HttpRequest) -> HttpResponse:
+    """The first task of a new conversation: store both, then show the conversation."""
+    task = request.POST.get("task", "")
+    try:
+        run = services.submit_first_run(request.user, task)
+    except services.InvalidTask as error:
+        return chat_page(request, None, error=str(error), task=task, status=400)
+    return redirect("chat:conversation", run.conversation_id)
+
+
+@require_POST
+def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """A task in a conversation: with htmx, answer the new turn to add to the timeline."""
+    conversation = owned_conversation(request, conversation_id)
+    task = request.POST.get("task", "")
+    try:
+        run = services.submit_run(request.user, task, conversation)
+    except services.InvalidTask as error:
+        if not request.htmx:
+            return chat_page(request, conversation, error=str(error), task=task, status=400)
+        response = HttpResponse(str(error))
+        response["HX-Retarget"] = "#send-error"
+        response["HX-Reswap"] = "innerHTML"
+        return response
+    if not request.htmx:
+        return redirect("chat:conversation", conversation.pk)
+    return render(request, "chat/cards.html#turn", {"turn": turn(run)})
+
+
+@require_GET
+def run_fragment(request: HttpRequest, run_id: int) -> HttpResponse:
+    """One turn of a conversation as it stands, as the page draws it."""
+    run = get_object_or_404(services.runs_for(request.user), pk=run_id)
+    return render(request, "chat/cards.html#turn", {"turn": turn(run)})
+
+
+@require_POST
+def stop(request: HttpRequest, run_id: int) -> HttpResponse:
+    try:
+        run = services.cancel_run(request.user, run_id)
+    except AgentRun.DoesNotExist:
+        return HttpResponse("No such run.", status=404)
+    if not request.htmx:
+        if run.conversation_id is None:  # a run from the terminal
+            return redirect("chat:home")
+        return redirect("chat:conversation", run.conversation_id)
+    return render(request, "chat/cards.html#run_status", {"run": run})
+
+
+@require_POST
+def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    conversation = owned_conversation(request, conversation_id)
+    services.rename_conversation(request.user, conversation.pk, request.POST.get("title", ""))
+    return redirect("chat:conversation", conversation.pk)
+
+
+@require_POST
+def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    conversation = owned_conversation(request, conversation_id)
+    services.delete_conversation(request.user, conversation.pk)
+    return redirect("chat:home")

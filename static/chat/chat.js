@@ -1,0 +1,69 @@
+// The chat page's few behaviours; everything else is htmx and server-rendered HTML.
+(function () {
+  "use strict";
+  let socket = null;
+
+  // Ask the socket for a run's events after the last one this page has (its seq marker).
+  function watch(marker) {
+    if (socket) {
+      socket.send(JSON.stringify({ watch: Number(marker.dataset.run), after: Number(marker.dataset.seq) }));
+    }
+  }
+  function watchWithin(element) {
+    if (element.matches && element.matches("[data-watch]")) watch(element);
+    if (element.querySelectorAll) element.querySelectorAll("[data-watch]").forEach(watch);
+  }
+
+  document.addEventListener("htmx:wsOpen", function (event) {
+    socket = event.detail.socketWrapper;
+    watchWithin(document.body); // on every (re)connect: replay what was missed, then live
+  });
+  document.addEventListener("htmx:wsClose", function () { socket = null; });
+  document.addEventListener("htmx:load", function (event) {
+    // A turn added by sending a task (not one swapped in by the socket, already watched).
+    if (event.target.classList && event.target.classList.contains("turn")) watchWithin(event.target);
+  });
+
+  // Enter sends, Shift+Enter makes a new line.
+  document.addEventListener("keydown", function (event) {
+    const box = event.target;
+    if (box.matches && box.matches("textarea[name=task]") && event.key === "Enter" &&
+        !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      if (box.value.trim()) box.form.requestSubmit();
+    }
+  });
+
+  document.addEventListener("htmx:afterRequest", function (event) {
+    const form = event.detail.elt;
+    if (form.id === "task-form" && event.detail.successful && !event.detail.xhr.getResponseHeader("HX-Retarget")) {
+      form.reset();
+      document.getElementById("send-error").textContent = "";
+      const suggestions = document.getElementById("suggestions");
+      if (suggestions) suggestions.remove();
+      const timeline = document.getElementById("timeline");
+      timeline.scrollTop = timeline.scrollHeight;
+    }
+  });
+
+  // Keep the newest step in view while the person is at the bottom already.
+  document.addEventListener("htmx:oobAfterSwap", function () {
+    const timeline = document.getElementById("timeline");
+    if (timeline && timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 160) {
+      timeline.scrollTop = timeline.scrollHeight;
+    }
+  });
+
+  // The sidebar folds away on a phone.
+  document.addEventListener("click", function (event) {
+    const toggle = event.target.closest && event.target.closest(".sidebar-toggle");
+    if (!toggle) return;
+    const open = document.body.classList.toggle("sidebar-open");
+    toggle.setAttribute("aria-expanded", String(open));
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    const timeline = document.getElementById("timeline");
+    if (timeline) timeline.scrollTop = timeline.scrollHeight;
+  });
+})();

@@ -1,0 +1,198 @@
+"""The chat's pages and actions: each user sees and acts on only their own conversations."""
+
+from html.parser import HTMLParser
+
+import pytest
+from django.test import Client
+from django_tasks_db.models import DBTaskResult
+
+from agent.events import RunStatus
+from agent.llm.scripted import ScriptedLLM, answer, call
+from agent.models import AgentRun, Conversation
+from agent.services import execute_run, new_conversation, start_run
+from chat.rendering import markdown
+
+pytestmark = pytest.mark.django_db
+
+DEMO = "Compute the sum of 1..100 and save it to a file"
+EVIL = (
+    "Done.\n\n<script>alert('x')</script>\n\n<img src=x onerror=alert('y')>\n\n"
+    "[click me](javascript:alert('z')) and <a href=\"javascript:alert('w')\">this</a>"
+)
+
+
+@pytest.fixture
+def as_alice(client, alice) -> Client:
+    client.force_login(alice)
+    return client
+
+
+class ActiveParts(HTMLParser):
+    """Whatever in a page could run: script elements (but the page's own static scripts),
+    event handler attributes, and javascript: URLs."""
+
+    def __init__(self, html: str) -> None:
+        super().__init__()
+        self.found: list[str] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "script" and not (values.get("src") or "").startswith("/static/"):
+            self.found.append(f"<script> {values}")
+        for name, value in attrs:
+            if name.startswith("on") and name != "onsubmit":  # our own delete confirmation
+                self.found.append(f"{tag} {name}={value}")
+            if (value or "").replace(" ", "").lower().startswith("javascript:"):
+                self.found.append(f"{tag} {name}={value}")
+
+
+def alice_run(alice, task: str = "What is 17 * 23?") -> AgentRun:
+    return start_run(alice, task, model="mock", conversation=new_conversation(alice))
+
+
+def test_the_home_page_offers_suggestions_and_says_the_model_is_a_mock(as_alice):
+    page = as_alice.get("/").text
+    assert f'value="{DEMO}"' in page
+    assert "model: mock" in page
+    assert "a mock" in page
+    assert 'aria-live="polite"' in page
+    assert 'ws-connect="/ws/runs/"' in page
+
+
+def test_the_first_task_stores_a_conversation_and_queues_its_run(as_alice, alice):
+    response = as_alice.post("/send/", {"task": DEMO})
+    conversation = Conversation.objects.get(owner=alice)
+    assert response.url == f"/c/{conversation.pk}/"
+    run = AgentRun.objects.get(conversation=conversation)
+    assert (run.task, run.status) == (DEMO, RunStatus.QUEUED)
+    assert DBTaskResult.objects.get().args_kwargs["args"] == [run.pk]
+    page = as_alice.get(response.url).text
+    assert conversation.title in page
+    assert f'data-run="{run.pk}" data-seq="0" data-watch' in page
+
+
+def test_a_task_sent_with_htmx_answers_the_new_turn(as_alice, alice):
+    conversation = new_conversation(alice)
+    response = as_alice.post(
+        f"/c/{conversation.pk}/send/", {"task": "What is 17 * 23?"}, headers={"HX-Request": "true"}
+    )
+    run = AgentRun.objects.get(conversation=conversation)
+    assert f'id="run-{run.pk}"' in response.text
+    assert "What is 17 * 23?" in response.text
+    assert "Stop" in response.text
+
+
+def test_one_run_more_than_the_limit_is_refused_with_the_reason(as_alice, alice, settings):
+    settings.LOOP_USER_ACTIVE_RUNS = 2
+    as_alice.post("/send/", {"task": "What is 1 + 1?"})
+    as_alice.post("/send/", {"task": "What is 2 + 2?"})
+    refused = as_alice.post("/send/", {"task": "What is 3 + 3?"})
+    assert refused.status_code == 400
+    assert "You have 2 runs going" in refused.text
+    assert AgentRun.objects.count() == 2
+    assert Conversation.objects.count() == 2  # no conversation kept for the refused run
+    conversation = Conversation.objects.first()
+    htmx = as_alice.post(
+        f"/c/{conversation.pk}/send/", {"task": "What is 3 + 3?"}, headers={"HX-Request": "true"}
+    )
+    assert htmx.headers["HX-Retarget"] == "#send-error"
+    assert "You have 2 runs going" in htmx.text
+    assert AgentRun.objects.count() == 2
+
+
+def test_an_empty_task_is_refused(as_alice):
+    response = as_alice.post("/send/", {"task": "   "})
+    assert response.status_code == 400
+    assert "The task is empty" in response.text
+    assert not AgentRun.objects.exists()
+
+
+def test_a_post_without_a_csrf_token_is_refused(alice):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    assert client.post("/send/", {"task": DEMO}).status_code == 403
+    run = alice_run(alice)
+    assert client.post(f"/runs/{run.pk}/stop/").status_code == 403
+    assert not AgentRun.objects.exclude(pk=run.pk).exists()
+
+
+def test_another_user_s_conversation_and_run_are_404_on_every_url(client, alice, bob):
+    run = alice_run(alice)
+    conversation = run.conversation
+    client.force_login(bob)
+    assert client.get(f"/c/{conversation.pk}/").status_code == 404
+    assert client.get(f"/runs/{run.pk}/").status_code == 404
+    for url in (
+        f"/c/{conversation.pk}/send/",
+        f"/c/{conversation.pk}/rename/",
+        f"/c/{conversation.pk}/delete/",
+        f"/runs/{run.pk}/stop/",
+    ):
+        assert client.post(url, {"task": "mine", "title": "mine"}).status_code == 404, url
+    conversation.refresh_from_db()
+    run.refresh_from_db()
+    assert (conversation.title, conversation.deleted_at) == ("What is 17 * 23?", None)
+    assert run.cancel_requested_at is None
+    assert AgentRun.objects.count() == 1
+    assert f"/c/{conversation.pk}/" not in client.get("/").text  # not in bob's sidebar
+
+
+def test_stop_asks_the_run_to_stop(as_alice, alice):
+    run = alice_run(alice)
+    response = as_alice.post(f"/runs/{run.pk}/stop/", headers={"HX-Request": "true"})
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED  # it had not started yet
+    assert "Stop" not in response.text
+
+
+def test_rename_and_delete(as_alice, alice):
+    run = alice_run(alice)
+    conversation = run.conversation
+    as_alice.post(f"/c/{conversation.pk}/rename/", {"title": "Arithmetic"})
+    assert "Arithmetic" in as_alice.get("/").text
+    assert as_alice.post(f"/c/{conversation.pk}/delete/").url == "/"
+    assert as_alice.get(f"/c/{conversation.pk}/").status_code == 404
+    assert as_alice.get(f"/runs/{run.pk}/").status_code == 404
+    assert "Arithmetic" not in as_alice.get("/").text
+    assert AgentRun.objects.filter(pk=run.pk).exists()  # kept for operators
+
+
+def test_the_page_shows_each_step_and_the_answer(as_alice, alice, workspaces):
+    run = execute_run(alice_run(alice, DEMO))
+    page = as_alice.get(f"/c/{run.conversation_id}/").text
+    for tool in ("run_code", "read_file", "write_file"):
+        assert f'<strong class="tool-name">{tool}</strong>' in page
+    assert "print(sum(range(1, 100 + 1)))" in page
+    assert "bubblewrap" in page
+    assert "The sum of 1..100 is 5050. I saved it to sum.txt." in page
+    assert f'data-run="{run.pk}" data-seq="{run.events.count()}" hidden' in page  # not watched
+
+
+def test_a_halted_run_shows_the_reason_as_a_banner(as_alice, alice, workspaces):
+    run = execute_run(alice_run(alice, "Keep reading missing.txt until it exists"))
+    page = as_alice.get(f"/c/{run.conversation_id}/").text
+    assert "Circuit breaker: read_file — the same tool failed too many times in a row." in page
+    assert "Halted" in page
+
+
+def test_model_output_and_tool_results_render_inert(as_alice, alice, workspaces):
+    (workspaces / str(alice.pk)).mkdir(parents=True, exist_ok=True)
+    (workspaces / str(alice.pk) / "evil.md").write_text(EVIL)
+    run = alice_run(alice, "Read evil.md")
+    execute_run(run, llm=ScriptedLLM([call("read_file", {"path": "evil.md"}), answer(EVIL)]))
+    page = as_alice.get(f"/c/{run.conversation_id}/").text
+    assert page.count("&lt;script&gt;alert(") == 2  # the result and the answer show it as text
+    assert ActiveParts(page).found == []
+
+
+def test_markdown_keeps_formatting_and_drops_what_could_run():
+    assert (
+        markdown("**5050** in `sum.txt`")
+        == "<p><strong>5050</strong> in <code>sum.txt</code></p>\n"
+    )
+    assert ActiveParts(markdown(EVIL)).found == []
+    assert ActiveParts(markdown('<a href="javascript:alert(1)">x</a>')).found == []
+    assert "href" not in markdown("[x](javascript:alert(1))")
+    assert 'href="https://example.com"' in markdown("[x](https://example.com)")
+    assert 'rel="noopener noreferrer nofollow"' in markdown("[x](https://example.com)")

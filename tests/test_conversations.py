@@ -1,0 +1,144 @@
+"""Conversations: threads of runs whose context holds the earlier turns, within a budget."""
+
+import pytest
+
+from agent.events import RunStatus
+from agent.models import AgentRun, Conversation, RunEvent
+from agent.services import (
+    TooManyActiveRuns,
+    conversation_context,
+    conversations_for,
+    delete_conversation,
+    execute_run,
+    new_conversation,
+    rename_conversation,
+    runs_for,
+    start_run,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def ask(user, conversation, task: str) -> AgentRun:
+    return execute_run(start_run(user, task, model="mock", conversation=conversation))
+
+
+def started_messages(run: AgentRun) -> list[dict]:
+    return RunEvent.objects.get(run=run, kind="run_started").data["messages"]
+
+
+def test_a_follow_up_sees_the_earlier_turn_and_acts_on_it(alice, workspaces):
+    conversation = new_conversation(alice)
+    first = ask(alice, conversation, "What is 17 * 23?")
+    assert first.answer == "17 * 23 = 391"
+    follow_up = ask(alice, conversation, "Save that to result.txt")
+    assert follow_up.status == RunStatus.SUCCEEDED
+    assert (workspaces / str(alice.pk) / "result.txt").read_text() == "391\n"
+    assert follow_up.answer == "I saved 391 to result.txt."
+    roles = [(m["role"], m["content"]) for m in started_messages(follow_up)[1:]]
+    assert roles == [
+        ("user", "What is 17 * 23?"),
+        ("assistant", "17 * 23 = 391"),
+        ("user", "Save that to result.txt"),
+    ]
+
+
+def test_a_run_in_another_conversation_does_not_see_the_turn(alice, workspaces):
+    ask(alice, new_conversation(alice), "What is 17 * 23?")
+    elsewhere = ask(alice, new_conversation(alice), "Save that to result.txt")
+    assert [m["role"] for m in started_messages(elsewhere)] == ["system", "user"]
+    assert not (workspaces / str(alice.pk) / "result.txt").exists()
+
+
+def test_the_budget_drops_the_oldest_turns_with_a_note(alice, settings):
+    conversation = new_conversation(alice)
+    for n in range(1, 4):
+        AgentRun.objects.create(
+            user=alice,
+            conversation=conversation,
+            task=f"task {n} " + "word " * 20,
+            answer=f"answer {n} " + "word " * 20,
+            status=RunStatus.SUCCEEDED,
+        )
+    current = AgentRun.objects.create(user=alice, conversation=conversation, task="now")
+    settings.LOOP_CONVERSATION_TOKENS = 100  # room for two turns of about 46 tokens
+    context = conversation_context(current)
+    assert context[0] == {
+        "role": "system",
+        "content": "[Loop] 1 earlier turn of this conversation left out to fit the context budget.",
+    }
+    assert [m["content"].split()[:2] for m in context[1:]] == [
+        ["task", "2"],
+        ["answer", "2"],
+        ["task", "3"],
+        ["answer", "3"],
+    ]
+
+
+@pytest.mark.django_db(transaction=True)  # the remember tool works in a thread of its own
+def test_a_strong_memory_answers_a_question_in_a_new_conversation(alice, workspaces):
+    told = ask(alice, new_conversation(alice), "Remember that my favourite colour is teal")
+    assert told.answer == "Remembered."
+    asked = ask(alice, new_conversation(alice), "What is my favourite colour?")
+    assert asked.status == RunStatus.SUCCEEDED
+    assert asked.answer == "From what you told me: your favourite colour is teal"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_question_no_memory_answers_gets_the_mock_s_honest_reply(alice, workspaces):
+    ask(alice, new_conversation(alice), "Remember that my favourite colour is teal")
+    asked = ask(alice, new_conversation(alice), "What is my favourite city?")
+    assert "mock model" in asked.answer
+
+
+def test_one_run_more_than_the_active_limit_is_refused_and_nothing_is_stored(alice, settings):
+    settings.LOOP_USER_ACTIVE_RUNS = 2
+    conversation = new_conversation(alice)
+    first = start_run(alice, "What is 1 + 1?", model="mock", conversation=conversation)
+    start_run(alice, "What is 2 + 2?", model="mock", conversation=conversation)
+    with pytest.raises(TooManyActiveRuns, match="2 runs going"):
+        start_run(alice, "What is 3 + 3?", model="mock", conversation=conversation)
+    assert AgentRun.objects.filter(user=alice).count() == 2
+    execute_run(first)
+    start_run(alice, "What is 3 + 3?", model="mock", conversation=conversation)
+
+
+def test_the_limit_is_per_user(alice, bob, settings):
+    settings.LOOP_USER_ACTIVE_RUNS = 1
+    start_run(alice, "What is 1 + 1?", model="mock")
+    start_run(bob, "What is 1 + 1?", model="mock")
+
+
+def test_a_run_cannot_start_in_another_user_s_conversation(alice, bob):
+    with pytest.raises(Conversation.DoesNotExist):
+        start_run(alice, "What is 1 + 1?", model="mock", conversation=new_conversation(bob))
+    assert not AgentRun.objects.exists()
+
+
+def test_the_first_task_names_the_conversation_and_it_can_be_renamed(alice):
+    conversation = new_conversation(alice)
+    start_run(
+        alice, "Compute the sum of 1..100\nand save it", model="mock", conversation=conversation
+    )
+    conversation.refresh_from_db()
+    assert conversation.title == "Compute the sum of 1..100 and save it"
+    assert rename_conversation(alice, conversation.pk, "  Sums  ").title == "Sums"
+
+
+def test_another_user_cannot_rename_or_delete_a_conversation(alice, bob):
+    conversation = new_conversation(alice)
+    with pytest.raises(Conversation.DoesNotExist):
+        rename_conversation(bob, conversation.pk, "mine now")
+    with pytest.raises(Conversation.DoesNotExist):
+        delete_conversation(bob, conversation.pk)
+
+
+def test_deleting_hides_the_conversation_and_its_runs_but_keeps_the_records(alice):
+    conversation = new_conversation(alice)
+    run = start_run(alice, "What is 1 + 1?", model="mock", conversation=conversation)
+    delete_conversation(alice, conversation.pk)
+    assert not conversations_for(alice).exists()
+    assert not runs_for(alice).exists()
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED  # a run still going stops
+    assert RunEvent.objects.filter(run=run, kind="run_finished").exists()  # kept for operators
