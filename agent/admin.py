@@ -25,6 +25,7 @@ from agent import audit, services
 from agent.audit import short
 from agent.console import (
     AuditAdmin,
+    StepLinks,
     UserFilter,
     badge,
     filter_link,
@@ -328,7 +329,7 @@ class RunEventAdmin(AuditAdmin):
 
 
 @admin.register(BreakerTrip)
-class BreakerTripAdmin(AuditAdmin):
+class BreakerTripAdmin(StepLinks, AuditAdmin):
     list_display = (
         "id",
         "run_page",
@@ -347,14 +348,6 @@ class BreakerTripAdmin(AuditAdmin):
     change_list_template = "admin/agent/breakertrip/change_list.html"
     fields = ("run_page", "step_page", "tool", "reason_badge", "created_at", "failures_json")
     readonly_fields = ("run_page", "step_page", "reason_badge", "failures_json")
-
-    @admin.display(description="run", ordering="run_id")
-    def run_page(self, trip: BreakerTrip) -> SafeString:
-        return run_link(trip.run_id)
-
-    @admin.display(description="step", ordering="step")
-    def step_page(self, trip: BreakerTrip) -> SafeString:
-        return run_link(trip.run_id, trip.step)
 
     @admin.display(description="reason", ordering="reason")
     def reason_badge(self, trip: BreakerTrip) -> SafeString:

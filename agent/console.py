@@ -177,3 +177,15 @@ class UserFilter(admin.SimpleListFilter):
 def filter_link(model_admin: admin.ModelAdmin, user: Model) -> SafeString:
     """A user's name that filters the list it is in down to that user's rows."""
     return link(list_url(model_admin.model, user=user.pk), user.get_username())
+
+
+class StepLinks:
+    """The `run_page` and `step_page` columns of a record made at one step of a run."""
+
+    @admin.display(description="run", ordering="run_id")
+    def run_page(self, record: Any) -> SafeString:
+        return run_link(record.run_id)
+
+    @admin.display(description="step", ordering="step")
+    def step_page(self, record: Any) -> SafeString:
+        return run_link(record.run_id, record.step)

@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from agent.admin import RunUserFilter
-from agent.console import AuditAdmin, badge, filter_link, run_link
+from agent.console import AuditAdmin, StepLinks, badge, filter_link
 from tools.models import ToolExecution
 from tools.sandbox import BubblewrapSandbox, SubprocessSandbox
 
@@ -33,7 +33,7 @@ class PolicyFilter(admin.SimpleListFilter):
 
 
 @admin.register(ToolExecution)
-class ToolExecutionAdmin(AuditAdmin):
+class ToolExecutionAdmin(StepLinks, AuditAdmin):
     list_display = (
         "id",
         "run_page",
@@ -59,14 +59,6 @@ class ToolExecutionAdmin(AuditAdmin):
         "error",
     )
     readonly_fields = ("run_page", "step_page", "status_badge", "duration_ms")
-
-    @admin.display(description="run", ordering="run_id")
-    def run_page(self, execution: ToolExecution) -> SafeString:
-        return run_link(execution.run_id)
-
-    @admin.display(description="step", ordering="step")
-    def step_page(self, execution: ToolExecution) -> SafeString:
-        return run_link(execution.run_id, execution.step)
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, execution: ToolExecution) -> SafeString:
