@@ -25,6 +25,7 @@ from agent import audit, services
 from agent.audit import short
 from agent.console import (
     AuditAdmin,
+    RunUserFilter,
     StepLinks,
     UserFilter,
     badge,
@@ -299,10 +300,6 @@ class UsageRange(forms.Form):
         if since and until and since > until:
             raise forms.ValidationError("The range starts after it ends.")
         return cleaned
-
-
-class RunUserFilter(UserFilter):
-    path = "run__user"
 
 
 @admin.register(RunEvent)

@@ -179,6 +179,12 @@ def filter_link(model_admin: admin.ModelAdmin, user: Model) -> SafeString:
     return link(list_url(model_admin.model, user=user.pk), user.get_username())
 
 
+class RunUserFilter(UserFilter):
+    """The user filter of a record that belongs to a run."""
+
+    path = "run__user"
+
+
 class StepLinks:
     """The `run_page` and `step_page` columns of a record made at one step of a run."""
 

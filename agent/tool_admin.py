@@ -8,8 +8,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from agent.admin import RunUserFilter
-from agent.console import AuditAdmin, StepLinks, badge, filter_link
+from agent.console import AuditAdmin, RunUserFilter, StepLinks, badge, filter_link
 from tools.models import ToolExecution
 from tools.sandbox import BubblewrapSandbox, SubprocessSandbox
 
