@@ -1,5 +1,6 @@
 """The page's websocket, through Channels' own testing tools and the real ASGI application."""
 
+import html
 import json
 import re
 
@@ -142,11 +143,42 @@ async def test_a_reconnecting_page_gets_every_step_once_from_a_worker(alice, sta
     await second.disconnect()
 
     pushed = [card_id for message in seen for card_id in CARD_ID.findall(message)]
+    pushed = [card_id for card_id in pushed if not card_id.startswith("stream-")]  # transient
     running = [card_id for message in seen for card_id in RUNNING_CARD_ID.findall(message)]
     expected = await database_sync_to_async(expected_card_ids)(run.pk)
     # Each card arrives once; a tool call's card twice (running, then its result in its place).
     assert sorted(pushed) == sorted(expected + running)
-    assert len(running) == 3
+    assert len(running) == 3, seen
     markers = [int(seq) for message in seen for seq in SEQ_MARKER.findall(message)]
-    assert markers == sorted(set(markers))  # never the same event twice, never backwards
+    assert markers == sorted(markers)  # never backwards (a watch is acknowledged with its seq)
     assert "I counted to 3, one step a second." in seen[-1]
+
+
+STREAMED = re.compile(r'id="stream-\d+-\d+-text"[^>]*>([^<]*)<')
+
+
+async def test_an_answer_streams_in_pieces_then_the_stored_one_takes_its_place(
+    alice, start_worker, bus
+):
+    conversation = await database_sync_to_async(new_conversation)(alice)
+    run = await database_sync_to_async(submit_run)(
+        alice, "What is 17 * 23?", conversation, model="mock"
+    )
+    communicator = await socket(alice)
+    assert (await communicator.connect())[0]
+    await watch(communicator, run.pk)
+    acknowledged = await communicator.receive_from(timeout=WAIT)
+    assert SEQ_MARKER.findall(acknowledged) == ["0"]  # watching, before the worker starts
+    start_worker(**bus)
+    seen = await receive_until_finished(communicator)
+    await communicator.disconnect()
+
+    pieces = [html.unescape(piece) for message in seen for piece in STREAMED.findall(message)]
+    assert len(pieces) > 1
+    assert "".join(pieces) == "17 * 23 = 391"
+    streamed_at = next(i for i, message in enumerate(seen) if STREAMED.search(message))
+    answered_at = next(i for i, message in enumerate(seen) if 'class="card answer' in message)
+    assert streamed_at < answered_at
+    # The stored answer replaces the streamed text: the streamed card is removed with it.
+    assert 'hx-swap-oob="delete"' in seen[answered_at]
+    assert "17 * 23 = 391" in seen[answered_at]
