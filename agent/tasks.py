@@ -26,7 +26,10 @@ def work_run(run_id: int) -> str:
     if run.status != RunStatus.QUEUED:
         return run.status
     with stop_signals_interrupt() as stopping:
-        return execute_run(run, cancelled=stopping).status
+        try:
+            return execute_run(run, cancelled=stopping).status
+        except WorkerStopping:  # recorded as interrupted; the worker stops next
+            return RunStatus.INTERRUPTED
 
 
 @contextmanager
