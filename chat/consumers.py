@@ -196,7 +196,7 @@ def sidebar_status(conversation_id: int) -> str:
     conversation = Conversation.objects.get(pk=conversation_id)
     last = conversation.runs.order_by("-pk").values_list("status", flat=True).first()
     conversation.last_status = last
-    conversation.status = status_label(last) if last else {"icon": "○", "label": "No runs yet"}
+    conversation.status = status_label(last)
     return render_to_string(
         "chat/cards.html#conversation_status", {"conversation": conversation, "oob": True}
     )
