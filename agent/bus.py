@@ -13,6 +13,7 @@ or doubled never loses or doubles a step: the log is the truth, the message a wa
 """
 
 import asyncio
+import json
 import logging
 import threading
 from collections import Counter
@@ -27,6 +28,9 @@ from django.db import connections
 logger = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "loop_run_events"
+DELTA_CHANNEL = "loop_run_deltas"
+# PostgreSQL refuses a NOTIFY payload of 8000 bytes or more; a delta is a few words.
+MAX_DELTA_CHARS = 1000
 RECONNECT_SECONDS = 1.0
 PUBLISH_SECONDS = 2.0
 
@@ -42,6 +46,22 @@ def wake_up(run_id: int, seq: int) -> dict[str, Any]:
 def notifies() -> bool:
     """Whether events travel by PostgreSQL NOTIFY (no REDIS_URL) rather than by Redis."""
     return not settings.REDIS_URL
+
+
+def delta(run_id: int, step: int, text: str) -> dict[str, Any]:
+    return {"type": "run.delta", "run": run_id, "step": step, "text": text}
+
+
+def publish_delta(run_id: int, step: int, text: str) -> None:
+    """A piece of the reply to step `step` as the model writes it; never stored."""
+    for start in range(0, len(text), MAX_DELTA_CHARS):
+        piece = text[start : start + MAX_DELTA_CHARS]
+        if notifies():
+            payload = json.dumps({"run": run_id, "step": step, "text": piece})
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [DELTA_CHANNEL, payload])
+        else:
+            _publisher.send(group_for(run_id), delta(run_id, step, piece))
 
 
 def publish(run_id: int, seq: int) -> None:
@@ -106,17 +126,27 @@ class NotifyListener:
                     **await sync_to_async(connection_params)(), autocommit=True
                 ) as connection:
                     await connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    await connection.execute(f"LISTEN {DELTA_CHANNEL}")
                     self.listening.set()
                     for run_id in list(self.watched):
                         await layer.group_send(group_for(run_id), wake_up(run_id, 0))
                     async for note in connection.notifies():
-                        run_id, seq = map(int, note.payload.split(":"))
-                        if run_id in self.watched:
-                            await layer.group_send(group_for(run_id), wake_up(run_id, seq))
+                        message = heard(note.channel, note.payload)
+                        if message["run"] in self.watched:
+                            await layer.group_send(group_for(message["run"]), message)
             except (psycopg.Error, OSError) as error:
                 self.listening.clear()
                 logger.warning("Listening for run events failed (%s); retrying", error)
                 await asyncio.sleep(RECONNECT_SECONDS)
+
+
+def heard(channel: str, payload: str) -> dict[str, Any]:
+    """The channel-layer message for a notification: a wake-up, or a delta."""
+    if channel == DELTA_CHANNEL:
+        sent = json.loads(payload)
+        return delta(sent["run"], sent["step"], sent["text"])
+    run_id, seq = map(int, payload.split(":"))
+    return wake_up(run_id, seq)
 
 
 def connection_params() -> dict[str, Any]:

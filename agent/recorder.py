@@ -70,6 +70,14 @@ class RunRecorder:
         data = event.as_dict()
         RunEvent.objects.append(self.run.pk, self.seq, event.kind, step, data, self.notify)
 
+    def stream(self, text: str) -> None:
+        """A piece of the reply the model is writing now: published, never stored (the stored
+        reply replaces it). A failure only logs: the run goes on."""
+        try:
+            bus.publish_delta(self.run.pk, self.iterations + 1, text)
+        except Exception as error:
+            logger.warning("Run %s: streaming a reply failed: %s", self.run.pk, error)
+
     def announce(self) -> None:
         """Wake the pages watching this run (through Redis; PostgreSQL's NOTIFY went with the
         INSERT). A page that misses it catches up from the log, so a failure only logs."""

@@ -156,7 +156,7 @@ def execute_run(
         raise RunNotQueued(f"Run {run.pk} is not queued; it is {run.status}.")
     recorder = RunRecorder(run, then=on_event)
     try:
-        llm = llm or llm_for(run.model)
+        llm = llm or streaming(llm_for(run.model), recorder.stream)
         tools = tools or tools_for(run)
         limits = Limits(**run.limits)
     except Exception as error:
@@ -191,6 +191,14 @@ def execute_run(
     run.refresh_from_db()
     remember_outcome(run)
     return run
+
+
+def streaming(llm: LLM, deltas: Callable[[str], None]) -> LLM:
+    """A model that can stream its replies (one with a `deltas` sink, like the mock) streams
+    them to `deltas`; GroqLLM does not stream yet."""
+    if hasattr(llm, "deltas") and llm.deltas is None:
+        llm.deltas = deltas
+    return llm
 
 
 def tools_for(run: AgentRun) -> Tools:

@@ -66,7 +66,10 @@ def markdown(text: str) -> str:
     )
 
 
-def status_label(status: str) -> dict[str, str]:
+def status_label(status: str | None) -> dict[str, str]:
+    """How a run's status shows: an icon and a word, never colour alone. None: no run yet."""
+    if status is None:
+        return {"status": "none", "icon": "○", "label": "No runs yet"}
     icon, label = STATUS_LABELS.get(RunStatus(status), ("?", status))
     return {"status": status, "icon": icon, "label": label}
 

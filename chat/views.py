@@ -20,7 +20,6 @@ SUGGESTIONS = (
     "Count slowly to 5",
     "List my files",
 )
-STATUS_NONE = {"icon": "○", "label": "No runs yet"}
 
 
 def sidebar(user: Any) -> QuerySet[Conversation]:
@@ -31,8 +30,7 @@ def sidebar(user: Any) -> QuerySet[Conversation]:
 
 
 def with_status(conversation: Conversation) -> Conversation:
-    status = getattr(conversation, "last_status", None)
-    conversation.status = status_label(status) if status else STATUS_NONE
+    conversation.status = status_label(getattr(conversation, "last_status", None))
     return conversation
 
 

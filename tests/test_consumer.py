@@ -1,18 +1,23 @@
 """The page's websocket, through Channels' own testing tools and the real ASGI application."""
 
+import asyncio
+import html
 import json
 import re
 
 import pytest
 import pytest_asyncio
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.db import connections
 from django.test import Client
 
 from agent import bus as events_bus
+from agent.events import ModelReplied, RunFinished
 from agent.models import AgentRun
+from agent.recorder import RunRecorder
 from agent.services import new_conversation, start_run, submit_run
 from chat.consumers import CLOSE_NOT_FOUND, CLOSE_TOO_BIG, MAX_MESSAGE_CHARS
 from chat.rendering import page_cards
@@ -142,11 +147,87 @@ async def test_a_reconnecting_page_gets_every_step_once_from_a_worker(alice, sta
     await second.disconnect()
 
     pushed = [card_id for message in seen for card_id in CARD_ID.findall(message)]
+    pushed = [card_id for card_id in pushed if not card_id.startswith("stream-")]  # transient
     running = [card_id for message in seen for card_id in RUNNING_CARD_ID.findall(message)]
     expected = await database_sync_to_async(expected_card_ids)(run.pk)
     # Each card arrives once; a tool call's card twice (running, then its result in its place).
     assert sorted(pushed) == sorted(expected + running)
-    assert len(running) == 3
+    assert len(running) == 3, seen
     markers = [int(seq) for message in seen for seq in SEQ_MARKER.findall(message)]
-    assert markers == sorted(set(markers))  # never the same event twice, never backwards
+    assert markers == sorted(markers)  # never backwards (a watch is acknowledged with its seq)
     assert "I counted to 3, one step a second." in seen[-1]
+
+
+STREAMED = re.compile(r'id="stream-\d+-\d+-text"[^>]*>([^<]*)<')
+
+
+def record(run: AgentRun, *events) -> None:
+    """Store events of a run as a worker would (the recorder, with its NOTIFY or Redis)."""
+    recorder = RunRecorder(run)
+    for event in events:
+        recorder(event)
+
+
+async def test_streamed_pieces_show_until_the_stored_answer_takes_their_place(alice, bus):
+    run = await database_sync_to_async(start_run)(alice, "What is 17 * 23?", model="mock")
+    communicator = await socket(alice)
+    assert (await communicator.connect())[0]
+    await watch(communicator, run.pk)
+    assert SEQ_MARKER.findall(await communicator.receive_from(timeout=WAIT)) == ["0"]
+    layer = get_channel_layer()
+    for piece in ("17 * ", "23 = ", "<b>391</b>"):
+        await layer.group_send(events_bus.group_for(run.pk), events_bus.delta(run.pk, 1, piece))
+    card = await communicator.receive_from(timeout=WAIT)
+    assert f'<article class="card streaming" id="stream-{run.pk}-1"' in card
+    more = [await communicator.receive_from(timeout=WAIT) for _ in range(2)]
+    pieces = [
+        html.unescape(piece) for message in [card, *more] for piece in STREAMED.findall(message)
+    ]
+    assert "".join(pieces) == "17 * 23 = <b>391</b>"
+    assert "<b>" not in "".join(more)  # streamed text is text
+
+    await database_sync_to_async(record)(
+        run,
+        ModelReplied(1, "17 * 23 = 391", [], 10, 5),
+        RunFinished("succeeded", "17 * 23 = 391"),
+    )
+    seen = await receive_until_finished(communicator)
+    answered = next(message for message in seen if 'class="card answer' in message)
+    assert f'<div id="stream-{run.pk}-1" hx-swap-oob="delete">' in answered
+    await communicator.disconnect()
+
+
+async def test_a_worker_s_streamed_pieces_reach_the_run_s_group_before_its_reply(
+    alice, start_worker, bus
+):
+    conversation = await database_sync_to_async(new_conversation)(alice)
+    run = await database_sync_to_async(submit_run)(
+        alice, "What is 17 * 23?", conversation, model="mock"
+    )
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(events_bus.group_for(run.pk), channel)
+    if events_bus.notifies():
+        await events_bus.listener().watch(run.pk)
+    start_worker(**bus)
+    messages = [await asyncio.wait_for(layer.receive(channel), WAIT)]
+    while messages[-1].get("seq") is None or messages[-1]["seq"] != await final_seq(run):
+        messages.append(await asyncio.wait_for(layer.receive(channel), WAIT))
+    pieces = [m["text"] for m in messages if m["type"] == "run.delta"]
+    assert len(pieces) > 1
+    assert "".join(pieces) == "17 * 23 = 391"
+    reply_seq = await database_sync_to_async(
+        lambda: run.events.get(kind="model_replied", step=2).seq
+    )()
+    woken = [m.get("seq") for m in messages]
+    assert max(i for i, m in enumerate(messages) if m["type"] == "run.delta") < woken.index(
+        reply_seq
+    )
+
+
+@database_sync_to_async
+def final_seq(run: AgentRun) -> int:
+    """The seq of the run's last event, once it has finished; -1 before."""
+    run.refresh_from_db()
+    last = run.events.order_by("-seq").values_list("seq", flat=True).first()
+    return last if run.is_finished and last is not None else -1

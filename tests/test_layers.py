@@ -6,7 +6,11 @@ from pathlib import Path
 import pytest
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-HIGHER = {"tools": {"memory", "agent", "chat", "accounts"}, "memory": {"agent", "chat", "accounts"}}
+HIGHER = {
+    "tools": {"memory", "agent", "chat", "accounts"},
+    "memory": {"agent", "chat", "accounts"},
+    "agent": {"chat", "accounts"},
+}
 
 
 def imported_apps(path: Path) -> set[str]:

@@ -416,3 +416,25 @@ def test_the_demo_is_recognised_with_the_saving_named_first():
     run = Run("Save the sum of 1..100 to total.txt")
     run.result(ran("5050"))
     assert json.loads(run.reply.tool_calls[0].arguments) == {"path": "total.txt"}
+
+
+def test_the_mock_streams_its_answer_in_pieces_that_make_the_whole():
+    pieces: list[str] = []
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "List my files"}]
+    messages += [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "list_files", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "notes.txt (12 bytes)"},
+    ]
+    reply = MockLLM(deltas=pieces.append).chat(messages, TOOLS)
+    assert len(pieces) > 1
+    assert "".join(pieces) == reply.text == "notes.txt (12 bytes)"

@@ -42,5 +42,5 @@ def test_stopping_the_worker_records_the_run_as_interrupted_with_its_progress(al
     worker.send_signal(signal.SIGTERM)
     output, _ = worker.communicate(timeout=60)
     assert status_of(run) == RunStatus.INTERRUPTED, output
-    assert run.error == "The process running it stopped (KeyboardInterrupt)."
+    assert run.error == "The process running it stopped (WorkerStopping)."
     assert run.events.last().kind == "run_finished"

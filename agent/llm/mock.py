@@ -122,9 +122,19 @@ Move = tuple[str, dict[str, Any]] | str  # a tool call to make, or the answer
 Plan = Callable[[re.Match[str], list[Observation]], Move]
 
 
+Deltas = Callable[[str], None]
+STREAM_PIECE = re.compile(r"\S+\s*|\s+")
+
+
 class MockLLM:
+    """`deltas`, if given, hears the answer in small pieces before the reply is returned, as a
+    streaming model's client would, so streaming can be seen and tested without a provider."""
+
     provider = "mock"
     model = "mock"
+
+    def __init__(self, deltas: Deltas | None = None) -> None:
+        self.deltas = deltas
 
     def chat(
         self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
@@ -140,6 +150,9 @@ class MockLLM:
             move = save_that(match, earlier[-1], seen)
         else:
             move = next_move(task, seen, recalled(messages))
+        if isinstance(move, str) and self.deltas is not None:
+            for piece in STREAM_PIECE.findall(move):
+                self.deltas(piece)
         return reply(move, len(seen) + 1, count_prompt_tokens(messages, tools))
 
 

@@ -46,12 +46,17 @@
     }
   });
 
-  // Keep the newest step in view while the person is at the bottom already.
+  // Keep the newest step in view, unless the person has scrolled up to read.
+  let pinned = true;
+  document.addEventListener("scroll", function (event) {
+    const timeline = event.target;
+    if (timeline.id === "timeline") {
+      pinned = timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 40;
+    }
+  }, true);
   document.addEventListener("htmx:oobAfterSwap", function () {
     const timeline = document.getElementById("timeline");
-    if (timeline && timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 160) {
-      timeline.scrollTop = timeline.scrollHeight;
-    }
+    if (timeline && pinned) timeline.scrollTop = timeline.scrollHeight;
   });
 
   // The sidebar folds away on a phone.
