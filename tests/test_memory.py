@@ -5,7 +5,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -93,22 +93,30 @@ def test_another_users_memories_never_come_back_however_similar(alice, bob):
     assert [m.text for m in recall(bob, SUM)] == [SUM]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_user_with_few_memories_among_many_still_gets_theirs(alice, bob, monkeypatch, settings):
-    texts = [f"Task: compute the sum of 1..{n}\nAnswer: {n * (n + 1) // 2}" for n in range(300)]
-    for text in texts:
-        remember(bob, text)
-    facts = ("Alice's cat is called Pixel.", PORT, "Alice deploys on Tuesdays.")
-    mine = [remember(alice, fact).memory.pk for fact in facts]
-    # Make PostgreSQL take the HNSW index, as it does for large stores, with a short candidate
-    # list: filtering by owner after the index then finds none of Alice's among Bob's, unless the
-    # iterative scan keeps going.
-    monkeypatch.setattr(store, "EF_SEARCH", 4)
-    drop_owner_indexes()
-    nearest = Memory.objects.filter(owner=alice).order_by(CosineDistance("embedding", [0.1] * 384))
-    assert "memory_embedding_hnsw" in nearest[:12].explain()
-    settings.LOOP_MEMORY_MIN_SIMILARITY = -1.0  # whatever their score, Alice's three come back
-    found = recall(alice, texts[150], k=3)  # a question nearest to Bob's memories, not hers
-    assert sorted(m.id for m in found) == sorted(mine)
+    # Earlier tests' rolled-back memories stay in the HNSW graph as dead entries until a vacuum;
+    # this test measures the scan, so it starts from a clean graph.
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM memory_memory")
+    with transaction.atomic():  # the schema changes below are rolled back with it
+        texts = [f"Task: compute the sum of 1..{n}\nAnswer: {n * (n + 1) // 2}" for n in range(300)]
+        for text in texts:
+            remember(bob, text)
+        facts = ("Alice's cat is called Pixel.", PORT, "Alice deploys on Tuesdays.")
+        mine = [remember(alice, fact).memory.pk for fact in facts]
+        # Make PostgreSQL take the HNSW index, as it does for large stores, with a short candidate
+        # list: filtering by owner after the index then finds none of Alice's among Bob's,
+        # unless the iterative scan keeps going.
+        monkeypatch.setattr(store, "EF_SEARCH", 4)
+        drop_owner_indexes()
+        vector = [0.1] * 384
+        nearest = Memory.objects.filter(owner=alice).order_by(CosineDistance("embedding", vector))
+        assert "memory_embedding_hnsw" in nearest[:12].explain()
+        settings.LOOP_MEMORY_MIN_SIMILARITY = -1.0  # whatever their score, Alice's three come back
+        found = recall(alice, texts[150], k=3)  # a question nearest to Bob's memories, not hers
+        assert sorted(m.id for m in found) == sorted(mine)
+        transaction.set_rollback(True)
 
 
 def test_an_exact_duplicate_is_stored_once(alice):
