@@ -194,8 +194,8 @@ def execute_run(
 
 
 def streaming(llm: LLM, deltas: Callable[[str], None]) -> LLM:
-    """A model that can stream its replies (one with a `deltas` sink, like the mock) streams
-    them to `deltas`; GroqLLM does not stream yet."""
+    """A model that can stream its replies (one with a `deltas` sink: the mock, GroqLLM) streams
+    them to `deltas`."""
     if hasattr(llm, "deltas") and llm.deltas is None:
         llm.deltas = deltas
     return llm

@@ -402,6 +402,51 @@ class FakeGroqServer:
             "x_groq": {"id": f"req_fake{serial:08d}"},
         }
 
+    def _chunks(self, completion: Completion, request: RecordedRequest) -> list[dict]:
+        """The completion as Groq streams it: the reasoning, the text in pieces of up to 8
+        characters, each tool call's id and name with the first half of its arguments and then
+        the rest, and a last chunk with the finish reason and the usage (in `x_groq`)."""
+        whole = self._completion_body(completion, request)
+        message, usage = whole["choices"][0]["message"], whole["usage"]
+        deltas: list[dict] = [{"role": "assistant", "content": ""}]
+        if message.get("reasoning"):
+            deltas.append({"reasoning": message["reasoning"]})
+        text = message.get("content") or ""
+        deltas += [{"content": text[i : i + 8]} for i in range(0, len(text), 8)]
+        for index, call in enumerate(message.get("tool_calls") or ()):
+            arguments = call["function"]["arguments"]
+            half = len(arguments) // 2
+            first = {"name": call["function"]["name"], "arguments": arguments[:half]}
+            deltas.append(
+                {
+                    "tool_calls": [
+                        {"index": index, "id": call["id"], "type": "function", "function": first}
+                    ]
+                }
+            )
+            deltas.append(
+                {"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]}
+            )
+        finish = whole["choices"][0]["finish_reason"]
+        base = {k: whole[k] for k in ("id", "created", "model", "system_fingerprint")}
+        chunks = [
+            {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+            }
+            for delta in deltas
+        ]
+        chunks.append(
+            {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}],
+                "x_groq": {"id": whole["x_groq"]["id"], "usage": usage},
+            }
+        )
+        return chunks
+
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -437,7 +482,9 @@ class FakeGroqServer:
                     return
                 if response.delay and server._stopping.wait(response.delay):
                     return  # the server is shutting down: never answer
-                if isinstance(response, Completion):
+                if isinstance(response, Completion) and request.body.get("stream"):
+                    self._send_stream(server._chunks(response, request))
+                elif isinstance(response, Completion):
                     self._send(200, server._completion_body(response, request))
                 else:
                     self._send(response.status, response.body, response.headers)
@@ -460,6 +507,21 @@ class FakeGroqServer:
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout): nothing to answer
+                self.close_connection = True
+
+            def _send_stream(self, chunks: list[dict]) -> None:
+                """Server-sent events, one chunk each, then [DONE]; the connection closes."""
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Connection", "close")
+                    self.end_headers()
+                    for chunk in chunks:
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
                 self.close_connection = True
 
             def log_message(self, format: str, *args: Any) -> None:

@@ -351,3 +351,56 @@ def test_tool_use_failed_is_fed_back_not_retried_unchanged(groq_server):
     assert reply.text == "I will answer in text instead."
     first, second = groq_server.requests
     assert len(second.messages) == len(first.messages) + 1
+
+
+# --- streaming -----------------------------------------------------------------------------------
+
+
+def streaming_llm(server, heard: list[str]) -> GroqLLM:
+    llm = make_llm(server)
+    llm.deltas = heard.append
+    return llm
+
+
+def test_a_streamed_answer_reaches_deltas_in_pieces_and_is_returned_whole(groq_server):
+    answer = "notes.txt says hello, and nothing else at all."
+    groq_server.reply(answer, usage=(42, 11), reasoning="Read it, then answer.")
+    heard: list[str] = []
+
+    reply = streaming_llm(groq_server, heard).chat(QUESTION, TOOLS)
+
+    assert groq_server.requests[0].body["stream"] is True
+    assert len(heard) > 1
+    assert "".join(heard) == answer == reply.text
+    assert reply.usage == Usage(prompt_tokens=42, completion_tokens=11)
+    assert reply.reasoning == "Read it, then answer."
+    assert "Read it" not in "".join(heard)  # the reasoning is not the answer
+
+
+def test_streamed_tool_calls_are_assembled_from_their_pieces(groq_server):
+    groq_server.reply(
+        tool_calls=[
+            tool_call("read_file", {"path": "a-rather-long-name.txt"}, id="call_a"),
+            tool_call("list_files", {}, id="call_b"),
+        ]
+    )
+    heard: list[str] = []
+
+    reply = streaming_llm(groq_server, heard).chat(QUESTION, TOOLS)
+
+    assert reply.tool_calls == (
+        ToolCall("call_a", "read_file", '{"path": "a-rather-long-name.txt"}'),
+        ToolCall("call_b", "list_files", "{}"),
+    )
+    assert heard == []
+
+
+def test_a_rejected_streamed_request_is_handled_like_any_other(groq_server):
+    groq_server.tool_not_in_request("repo_browser.open_file")
+    groq_server.reply("Answered in text.")
+    heard: list[str] = []
+
+    reply = streaming_llm(groq_server, heard).chat(QUESTION, TOOLS)
+
+    assert reply.text == "Answered in text."
+    assert "repo_browser.open_file" in reply.recovered_error

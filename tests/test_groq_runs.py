@@ -290,3 +290,29 @@ def test_a_slow_provider_is_cut_off_at_the_runs_deadline(on_groq, alice):
     run = execute_run(run)
     assert (run.status, run.halt_reason) == (RunStatus.HALTED, "deadline")
     assert len(on_groq.requests) == 1  # no retry past the deadline
+
+
+# --- streaming -----------------------------------------------------------------------------------
+
+
+def test_a_run_on_groq_streams_its_answer_to_the_pages_before_storing_it(
+    on_groq, alice, monkeypatch
+):
+    published: list[tuple[int, int, str]] = []
+    monkeypatch.setattr(
+        "agent.bus.publish_delta", lambda run, step, text: published.append((run, step, text))
+    )
+    on_groq.reply(tool_calls=[tool_call("list_files", {})])
+    on_groq.reply("Your workspace is empty, so there is nothing to list.")
+
+    run = execute_run(start_run(alice, "List my files"))
+
+    assert (run.status, run.answer) == (
+        RunStatus.SUCCEEDED,
+        "Your workspace is empty, so there is nothing to list.",
+    )
+    assert all(request.body["stream"] is True for request in on_groq.requests)
+    assert len(published) > 1
+    assert {(run_id, step) for run_id, step, _ in published} == {(run.pk, 2)}
+    assert "".join(text for _, _, text in published) == run.answer
+    assert list(run.tool_executions.values_list("tool", "status")) == [("list_files", "ok")]

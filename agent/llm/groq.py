@@ -15,11 +15,12 @@ import dataclasses
 import email.utils
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import groq
+import httpx
 
 from agent.history import undelimited
 from agent.llm.base import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
@@ -80,6 +81,9 @@ class GroqLLM:
         self.timeout = timeout
         self.max_retries = max_retries
         self.reasoning_effort = reasoning_effort
+        # Set (by the run's owner) to hear the answer's text as it is generated; the reply is
+        # then streamed, and tool calls are assembled from their pieces.
+        self.deltas: Callable[[str], None] | None = None
         self.client = groq.Groq(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
 
     def chat(
@@ -127,6 +131,11 @@ class GroqLLM:
         while True:
             limit = self._attempt_limit(deadline)
             try:
+                if self.deltas is not None:
+                    stream = self.client.chat.completions.create(
+                        model=self.model, messages=messages, timeout=limit, stream=True, **options
+                    )
+                    return _streamed_reply(stream, self.deltas)
                 completion = self.client.chat.completions.create(
                     model=self.model, messages=messages, timeout=limit, **options
                 )
@@ -184,6 +193,56 @@ def _reply(completion: Any) -> Reply:
         usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else Usage(),
         reasoning=getattr(message, "reasoning", None) or "",
     )
+
+
+def _streamed_reply(chunks: Iterable[Any], deltas: Callable[[str], None]) -> Reply:
+    """A reply put together from a stream: text pieces go to `deltas` as they come; a tool call's
+    id and name come in its first piece and its arguments in any number of them."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    usage = None
+    try:
+        for chunk in chunks:
+            usage = _take(chunk, deltas, text, reasoning, calls) or usage
+    except (groq.APIError, httpx.HTTPError) as error:
+        raise LLMError(f"Groq's stream broke off: {error}") from None
+    return Reply(
+        text="".join(text),
+        tool_calls=tuple(
+            ToolCall(call["id"], call["name"], "".join(call["arguments"]) or "{}")
+            for _, call in sorted(calls.items())
+        ),
+        usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else Usage(),
+        reasoning="".join(reasoning),
+    )
+
+
+def _take(
+    chunk: Any,
+    deltas: Callable[[str], None],
+    text: list[str],
+    reasoning: list[str],
+    calls: dict[int, dict[str, Any]],
+) -> Any:
+    """Add one chunk's pieces; the usage it carries (the last chunk's), if any."""
+    groq_part = getattr(chunk, "x_groq", None)
+    if groq_part is not None and groq_part.error:
+        raise LLMError(f"Groq's stream ended with an error: {groq_part.error}")
+    for choice in chunk.choices[:1]:
+        delta = choice.delta
+        if delta.content:
+            text.append(delta.content)
+            deltas(delta.content)
+        if getattr(delta, "reasoning", None):
+            reasoning.append(delta.reasoning)
+        for piece in delta.tool_calls or ():
+            call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": []})
+            call["id"] = piece.id or call["id"]
+            if piece.function is not None:
+                call["name"] = piece.function.name or call["name"]
+                call["arguments"].append(piece.function.arguments or "")
+    return getattr(groq_part, "usage", None) or getattr(chunk, "usage", None)
 
 
 # --- errors -----------------------------------------------------------------------------------
