@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import django_tasks
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -24,6 +25,7 @@ from agent.loop import Limits, RecalledMemory, Tools, run_agent
 from agent.models import FINISHED, AgentRun, Conversation
 from agent.recorder import RunRecorder
 from agent.toolset import default_registry
+from agent.worker import WorkerStopping, stop_signals_interrupt
 from memory.hygiene import carries_nothing, files_written, outcome_text
 from memory.store import recall, remember
 from tools.base import ToolStatus
@@ -120,12 +122,23 @@ def submit_run(
     user: AbstractBaseUser, task: str, conversation: Conversation, *, model: str = ""
 ) -> AgentRun:
     """Start a run in `conversation` and queue it for a worker; returns at once."""
-    from agent.tasks import work_run  # the task module imports this one
-
     with transaction.atomic():
         run = start_run(user, task, model=model, conversation=conversation)
         work_run.enqueue(run.pk)  # stored with the run: a worker sees both or neither
     return run
+
+
+@django_tasks.task()
+def work_run(run_id: int) -> str:
+    """Work a queued run to its end; one cancelled before it started has nothing left to do."""
+    run = AgentRun.objects.get(pk=run_id)
+    if run.status != RunStatus.QUEUED:
+        return run.status
+    with stop_signals_interrupt() as stopping:
+        try:
+            return execute_run(run, cancelled=stopping).status
+        except WorkerStopping:  # recorded as interrupted; the worker stops next
+            return RunStatus.INTERRUPTED
 
 
 def submit_first_run(user: AbstractBaseUser, task: str, *, model: str = "") -> AgentRun:

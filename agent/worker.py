@@ -1,4 +1,4 @@
-"""Runs as Django tasks: `manage.py db_worker` processes (any number, any machine) work them."""
+"""How a `manage.py db_worker` process stops while it works a run: at the run's next check."""
 
 import signal
 import threading
@@ -6,30 +6,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from django_tasks import task
-
-from agent.events import RunStatus
-from agent.models import AgentRun
-from agent.services import execute_run
-
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class WorkerStopping(KeyboardInterrupt):
     """The worker was told to stop: the run ends, recorded as interrupted, at its next check."""
-
-
-@task()
-def work_run(run_id: int) -> str:
-    """Work a queued run to its end; one cancelled before it started has nothing left to do."""
-    run = AgentRun.objects.get(pk=run_id)
-    if run.status != RunStatus.QUEUED:
-        return run.status
-    with stop_signals_interrupt() as stopping:
-        try:
-            return execute_run(run, cancelled=stopping).status
-        except WorkerStopping:  # recorded as interrupted; the worker stops next
-            return RunStatus.INTERRUPTED
 
 
 @contextmanager
