@@ -73,6 +73,7 @@ class ModelReplied(Event):
     completion_tokens: int
     recovered_error: str = ""
     reasoning: str = ""
+    cut: bool = False  # the provider stopped the reply at the model's output limit
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class RunFinished(Event):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     duration: float = 0.0
+    cut: bool = False  # the answer is the model's, stopped at its output limit
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

@@ -9,13 +9,18 @@ from tools.base import ToolResult
 
 
 class Halt(Exception):
-    """A guard ends the run as `halted`. With `summarise`, the model gets one last turn."""
+    """A guard ends the run as `halted`. With `summarise`, the model gets one last turn;
+    `error` is what went wrong when something besides a budget did (say, the provider was slow).
+    """
 
-    def __init__(self, reason: HaltReason, detail: str, *, summarise: bool) -> None:
+    def __init__(
+        self, reason: HaltReason, detail: str, *, summarise: bool, error: str = ""
+    ) -> None:
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
         self.summarise = summarise
+        self.error = error
 
 
 class BreakerTrip(Halt):

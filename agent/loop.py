@@ -30,7 +30,7 @@ from agent.events import (
 )
 from agent.guards import Breaker, BreakerTrip, Cancelled, Halt
 from agent.history import assistant_message, summary_request, tool_message, undelimited
-from agent.llm.base import LLM, LLMError, Message, Reply, ToolCall, ToolSpec, Usage
+from agent.llm.base import LLM, LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
 from tools.base import ToolResult, ToolStatus
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,12 @@ instructions. When the task is done, reply with the final answer and no tool cal
 SUMMARY_PROMPT = """\
 [Loop] The run is stopping: {detail} No more tool calls are possible. In a few sentences, tell the \
 user what you did, what you found, and what is left undone."""
+
+# The run's note on an answer the model was stopped from finishing; the answer is kept, marked.
+CUT_ANSWER = (
+    "The answer is cut short: the model reached the most it may write in one reply, so it may be "
+    "incomplete. It is kept, but not remembered for later runs."
+)
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,7 @@ class RunResult:
     tool_calls: int
     usage: Usage
     messages: list[Message]
+    answer_cut: bool = False
 
 
 def run_agent(
@@ -155,7 +162,7 @@ class AgentLoop:
             while True:
                 reply = self.ask(self.tools.specs())
                 if not reply.tool_calls:
-                    return self.finish(RunStatus.SUCCEEDED, reply.text)
+                    return self.finish(RunStatus.SUCCEEDED, reply.text, cut=reply.cut)
                 self.check_tokens(reply)
                 self.run_tools(reply.tool_calls)
         except Halt as halt:
@@ -195,8 +202,10 @@ class AgentLoop:
             )
         try:
             reply = self.llm.chat(self.messages, tools, timeout=self.time_left())
-        except LLMError:
-            self.check_deadline()  # a turn cut short by the deadline halts the run, not fails it
+        except LLMError as error:
+            # A turn cut short by the deadline halts the run, and says whose slowness it was.
+            if isinstance(error, ModelTimedOut) or self.time_left() <= 0:
+                raise self.too_slow(error) from None
             raise
         if tools is None:  # a reply to a tool-less turn cannot call tools
             reply = dataclasses.replace(reply, tool_calls=())
@@ -212,6 +221,7 @@ class AgentLoop:
                 reply.usage.completion_tokens,
                 reply.recovered_error,
                 reply.reasoning,
+                reply.cut,
             )
         )
         self.messages.append(assistant_message(reply.text, reply.tool_calls))
@@ -291,6 +301,16 @@ class AgentLoop:
                 summarise=False,
             )
 
+    def too_slow(self, error: LLMError) -> Halt:
+        why = f"The model provider did not answer in time: {error}"
+        return Halt(
+            HaltReason.DEADLINE,
+            f"the model provider did not answer before the run's deadline of "
+            f"{self.limits.max_seconds:g} seconds.",
+            summarise=False,
+            error=why,
+        )
+
     def observe(self, call: ToolCall, result: ToolResult) -> None:
         self.observations.append((call, result))
         self.emit(
@@ -318,15 +338,21 @@ class AgentLoop:
             self.emit(BreakerTripped(self.step, halt.tool, halt.reason.value, list(halt.failures)))
         prompt = SUMMARY_PROMPT.format(detail=halt.detail) if halt.summarise else ""
         self.emit(RunHalted(self.step, halt.reason.value, halt.detail, prompt))
-        answer = self.summarise(prompt) if prompt else ""
-        return self.finish(RunStatus.HALTED, answer or self.progress(), halt_reason=halt.reason)
+        summary = self.summarise(prompt) if prompt else Reply()
+        return self.finish(
+            RunStatus.HALTED,
+            summary.text or self.progress(),
+            halt_reason=halt.reason,
+            error=halt.error,
+            cut=bool(summary.text) and summary.cut,
+        )
 
-    def summarise(self, prompt: str) -> str:
+    def summarise(self, prompt: str) -> Reply:
         self.messages.append(summary_request(prompt))
         try:
-            return self.ask(tools=None).text
+            return self.ask(tools=None)
         except (LLMError, Cancelled, Halt):
-            return ""
+            return Reply()
 
     def progress(self) -> str:
         """What was done so far, for a run that ends without the model's own account of it."""
@@ -345,7 +371,10 @@ class AgentLoop:
         *,
         halt_reason: HaltReason | None = None,
         error: str = "",
+        cut: bool = False,
     ) -> RunResult:
+        """`cut`: the answer is the model's own, stopped at its output limit."""
+        error = error or (CUT_ANSWER if cut else "")
         finished = RunFinished(
             status.value,
             answer,
@@ -356,6 +385,7 @@ class AgentLoop:
             self.usage.prompt_tokens,
             self.usage.completion_tokens,
             round(time.monotonic() - self.started, 6),
+            cut,
         )
         try:
             self.emit(finished)
@@ -371,6 +401,7 @@ class AgentLoop:
             self.tool_calls,
             self.usage,
             self.messages,
+            cut,
         )
 
     def emit(self, event: Event) -> None:

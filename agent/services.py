@@ -202,7 +202,8 @@ def execute_run(
             finished_at=timezone.now(),
         )
     run.refresh_from_db()
-    remember_outcome(run)
+    if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
+        remember_outcome(run)
     return run
 
 

@@ -26,6 +26,18 @@ Scripting (each call queues responses, answered in order):
     groq_server.tool_not_in_request("repo_browser.open_file")  # gpt-oss calling a made-up tool
     groq_server.tool_choice_none('{"name": "read_file"}')  # a tool call while tools are off
     groq_server.rate_limited(retry_after=2)  # Groq's 429 with retry-after and x-ratelimit-*
+    groq_server.reply("Paris is the capital", finish_reason="length")  # stopped at the limit
+
+Faults of a streamed reply (`chunks` counts the stream's chunks from its first, the role's):
+
+    groq_server.reply("...", cut_after=3)  # 3 chunks, then the body ends: no last chunk, no [DONE]
+    groq_server.reply("...", drop_after=0)  # the headers, then the connection is reset
+    groq_server.reply("...", drop_after=3)  # 3 chunks, then the connection is reset
+    groq_server.reply("...", drip=0.5)  # one chunk every 0.5 s, until the client goes away
+
+`drop_after` also resets a reply that is not streamed, right after its headers. Each streamed
+reply is recorded in `streams` (`SentStream`: chunks sent, chunks in the reply, whether the
+client went away first), so a test can tell that a client cut a drip off.
 
 Like Groq today, it knows a catalogue of models (`CURRENT_MODELS` unless given others) and checks
 each request before answering from the script: an unknown model is a 404 `model_not_found`;
@@ -40,6 +52,10 @@ not retry) and the fixture fails the test at teardown.
 
 import itertools
 import json
+import os
+import select
+import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -115,6 +131,18 @@ class Completion:
     finish_reason: str | None = None  # defaults to "tool_calls" when there are calls, else "stop"
     delay: float = 0.0
     reasoning: str | None = None  # what a reasoning model thought, before its answer
+    cut_after: int | None = None  # streamed: the body ends after this many chunks
+    drop_after: int | None = None  # the connection is reset after this many chunks
+    drip: float = 0.0  # streamed: seconds between chunks
+
+
+@dataclass(frozen=True)
+class SentStream:
+    """What the server sent of one streamed reply."""
+
+    chunks: int  # chunks written
+    of: int  # chunks the whole reply has, its last (with the finish reason) included
+    client_left: bool  # the client closed the connection before the server was done
 
 
 @dataclass(frozen=True)
@@ -150,6 +178,7 @@ class FakeGroqServer:
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
         self.requests: list[RecordedRequest] = []
+        self.streams: list[SentStream] = []
         self.unexpected: list[str] = []  # requests the script had no answer for
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
@@ -199,6 +228,9 @@ class FakeGroqServer:
         finish_reason: str | None = None,
         delay: float = 0.0,
         reasoning: str | None = None,
+        cut_after: int | None = None,
+        drop_after: int | None = None,
+        drip: float = 0.0,
         times: int = 1,
     ) -> None:
         """Queue a 200 chat completion with text and/or tool calls (ids filled in if None)."""
@@ -207,7 +239,20 @@ class FakeGroqServer:
                 {**call, "id": call.get("id") or f"call_{next(self._ids):04d}"}
                 for call in tool_calls
             )
-            self._push(Completion(text, calls, usage, model, finish_reason, delay, reasoning))
+            self._push(
+                Completion(
+                    text,
+                    calls,
+                    usage,
+                    model,
+                    finish_reason,
+                    delay,
+                    reasoning,
+                    cut_after=cut_after,
+                    drop_after=drop_after,
+                    drip=drip,
+                )
+            )
 
     def fail(
         self,
@@ -300,6 +345,10 @@ class FakeGroqServer:
         """How many scripted responses have not been used yet."""
         with self._lock:
             return len(self._script)
+
+    def _sent(self, stream: SentStream) -> None:
+        with self._lock:
+            self.streams.append(stream)
 
     def _push(self, response: Completion | Error) -> None:
         with self._lock:
@@ -483,7 +532,10 @@ class FakeGroqServer:
                 if response.delay and server._stopping.wait(response.delay):
                     return  # the server is shutting down: never answer
                 if isinstance(response, Completion) and request.body.get("stream"):
-                    self._send_stream(server._chunks(response, request))
+                    self._send_stream(server._chunks(response, request), response)
+                elif isinstance(response, Completion) and response.drop_after is not None:
+                    self._send_headers(200, "application/json")
+                    self._reset()
                 elif isinstance(response, Completion):
                     self._send(200, server._completion_body(response, request))
                 else:
@@ -509,20 +561,58 @@ class FakeGroqServer:
                     pass  # the client gave up (a timeout): nothing to answer
                 self.close_connection = True
 
-            def _send_stream(self, chunks: list[dict]) -> None:
-                """Server-sent events, one chunk each, then [DONE]; the connection closes."""
+            def _send_stream(self, chunks: list[dict], completion: Completion) -> None:
+                """Server-sent events, one chunk each, then [DONE]; the connection closes. The
+                body ends when it does (no length, no chunked encoding), as a proxy's may."""
+                sent, left = 0, False
+                stop = min(
+                    (n for n in (completion.cut_after, completion.drop_after) if n is not None),
+                    default=len(chunks),
+                )
                 try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Connection", "close")
-                    self.end_headers()
-                    for chunk in chunks:
+                    self._send_headers(200, "text/event-stream")
+                    for chunk in chunks[:stop]:
+                        if sent and completion.drip and self._client_left(completion.drip):
+                            left = True
+                            break
                         self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                         self.wfile.flush()
-                    self.wfile.write(b"data: [DONE]\n\n")
+                        sent += 1
+                    if completion.drop_after is not None and not left:
+                        self._reset()
+                    elif stop == len(chunks) and not left:
+                        self.wfile.write(b"data: [DONE]\n\n")
                 except (BrokenPipeError, ConnectionResetError):
-                    pass
+                    left = True
+                server._sent(SentStream(sent, len(chunks), left))
                 self.close_connection = True
+
+            def _send_headers(self, status: int, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.flush()
+
+            def _client_left(self, seconds: float) -> bool:
+                """Wait `seconds` for the next chunk's turn; True if the client closed the
+                connection meanwhile (or the server is stopping)."""
+                readable, _, _ = select.select([self.connection], [], [], seconds)
+                if server._stopping.is_set():
+                    return True
+                if not readable:
+                    return False
+                try:
+                    return self.connection.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    return True
+
+            def _reset(self) -> None:
+                """Drop the connection as a crashed peer does: a reset, not an orderly close."""
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                os.close(self.connection.detach())
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # keep the test output clean

@@ -20,9 +20,9 @@ from agent.events import (
     ToolCallStarted,
 )
 from agent.history import messages_from_events
-from agent.llm.base import LLMError, Usage
+from agent.llm.base import LLMError, ModelTimedOut, Usage
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
-from agent.loop import Limits, RecalledMemory, run_agent
+from agent.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry
 
 
@@ -462,7 +462,57 @@ def test_a_model_turn_cut_short_by_the_deadline_halts_the_run_rather_than_failin
     )
     assert result.status is RunStatus.HALTED
     assert result.halt_reason is HaltReason.DEADLINE
-    assert result.error == ""
+    assert result.error == (
+        "The model provider did not answer in time: Groq did not answer within 0.05 seconds, on "
+        "any attempt."
+    )
+    [halted] = [event for event in events if isinstance(event, RunHalted)]
+    assert halted.detail.startswith("the model provider did not answer before the run's deadline")
+    assert "refine" not in (halted.detail + result.error).lower()
+
+
+def test_a_provider_out_of_time_halts_the_run_on_its_deadline_with_the_progress_so_far():
+    timed_out = ModelTimedOut(
+        "Groq did not finish its reply within the 4.9 seconds the run had left."
+    )
+    run = Run([call("echo", {"text": "1"}), timed_out])
+    assert (run.result.status, run.result.halt_reason) == (RunStatus.HALTED, HaltReason.DEADLINE)
+    assert run.result.error == f"The model provider did not answer in time: {timed_out}"
+    assert "1. echo -> ok" in run.result.answer
+    assert len(run.llm.turns) == 2  # no summary turn: the time is up
+
+
+def test_an_answer_cut_at_the_output_limit_is_kept_marked_and_not_a_plain_success():
+    run = Run([call("echo", {"text": "1"}), answer("The capital of France is", cut=True)])
+    assert (run.result.status, run.result.answer) == (
+        RunStatus.SUCCEEDED,
+        "The capital of France is",
+    )
+    assert run.result.answer_cut
+    assert run.result.error == CUT_ANSWER
+    finished = run.events[-1]
+    assert isinstance(finished, RunFinished)
+    assert (finished.cut, finished.error) == (True, CUT_ANSWER)
+    assert [event.cut for event in run.events if isinstance(event, ModelReplied)] == [False, True]
+
+
+def test_a_whole_answer_is_not_marked_cut():
+    run = Run([answer("Paris.")])
+    assert not run.result.answer_cut
+    assert (run.events[-1].cut, run.events[-1].error) == (False, "")
+
+
+def test_a_halted_runs_summary_cut_at_the_output_limit_is_marked():
+    run = Run(
+        [call("echo", {"text": "1"}), answer("I echoed 1 and then", cut=True)],
+        limits=Limits(max_iterations=1),
+    )
+    assert (run.result.status, run.result.halt_reason) == (
+        RunStatus.HALTED,
+        HaltReason.ITERATION_CAP,
+    )
+    assert run.result.answer == "I echoed 1 and then"
+    assert run.result.answer_cut
 
 
 def test_a_scripted_tool_call_keeps_its_reasoning_and_recovered_error():

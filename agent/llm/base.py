@@ -53,12 +53,21 @@ class Reply:
     # A provider-side failure the client already fed back to the model once (Groq's
     # tool_use_failed); kept so the run's record shows it happened.
     recovered_error: str = ""
+    # The provider stopped at its output limit (finish_reason "length"): the text is incomplete.
+    cut: bool = False
 
 
 class LLMError(Exception):
     """The provider could not give a reply (down, out of retries, rejected the request).
 
     It ends the run as `failed` with this message; it is never fed back to the model.
+    """
+
+
+class ModelTimedOut(LLMError):
+    """The provider did not finish its reply within the time the run had left.
+
+    The run's deadline, not the provider's health, ended the turn: the run is halted, not failed.
     """
 
 
@@ -70,5 +79,6 @@ class LLM(Protocol):
         self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
     ) -> Reply:
         """One model turn. `tools=None` means the model must answer in text; `timeout` is the
-        time the run has left, which a provider that waits on the network must not exceed."""
+        time the run has left, which a provider that waits on the network must not exceed for
+        the whole reply (raising ModelTimedOut when it would)."""
         ...

@@ -1,10 +1,16 @@
 """Groq's chat completions with tool calling, through the official `groq` SDK.
 
 Retries live in one layer only, this one (the SDK's own are switched off), because only this layer
-knows the run's deadline: a 429, 408/409, 5xx, timeout or dropped connection is retried after
+knows the run's deadline: a 429, 408/409, 5xx, timeout, a connection that fails or drops (before
+the reply or while it streams in) and a stream that ends before its last chunk are retried after
 Groq's `retry-after` (or a short backoff) only while the wait still fits in the time the run has
 left and in `MAX_WAIT`. Whatever is left after that is an LLMError that ends the run as failed,
 saying what happened and, for a rate limit, when to try again.
+
+Each turn is bounded by the time the run has left as a whole, not per read: the SDK's timeout is
+capped to it, and a watchdog cuts a reply still coming in when it runs out (ModelTimedOut: the run
+halts on its deadline). A reply Groq stopped at the model's output limit (finish reason `length`)
+is returned marked as cut.
 
 A 400 the model itself caused (Groq's `tool_use_failed`: a malformed call, a call to a tool that is
 not in the request, a tool call when tools are off) is fed back to the model once as an error it can
@@ -23,7 +29,8 @@ import groq
 import httpx
 
 from agent.history import undelimited
-from agent.llm.base import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
+from agent.llm.base import LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
+from agent.llm.watchdog import Watchdog
 
 # Models known to call tools well on Groq today, the first being Loop's default. A model that no
 # longer exists is answered by naming one of these.
@@ -34,6 +41,10 @@ REASONING_EFFORTS = ("low", "medium", "high")
 # The longest wait for a rate limit or an outage that Loop sits out inside a run; a longer one
 # fails the run at once with the time to try again.
 MAX_WAIT = 60.0
+
+# Streamed to the page when a reply broke off and is asked for again: the pieces already shown stay
+# until the stored reply replaces them, so the page says why new text follows them.
+RETRY_NOTE = "\n\n[Groq's reply broke off; Loop asked for it again.]\n\n"
 
 REJECTED_REPLY_NOTE = """\
 [Loop] Your last reply was rejected by the model provider and nothing in it ran: {reason} \
@@ -130,35 +141,87 @@ class GroqLLM:
         attempt = 0
         while True:
             limit = self._attempt_limit(deadline)
+            pieces = ReplyPieces(self.deltas)
+            watchdog = Watchdog(deadline)
             try:
-                if self.deltas is not None:
-                    stream = self.client.chat.completions.create(
-                        model=self.model, messages=messages, timeout=limit, stream=True, **options
-                    )
-                    return _streamed_reply(stream, self.deltas)
-                completion = self.client.chat.completions.create(
-                    model=self.model, messages=messages, timeout=limit, **options
-                )
-                return _reply(completion)
+                with watchdog:
+                    return self._attempt(messages, options, limit, watchdog, pieces)
             except groq.BadRequestError:
                 raise
-            except (groq.APIStatusError, groq.APIConnectionError) as error:
+            except TRANSIENT_ERRORS as error:
+                if watchdog.fired.is_set() or self._deadline_timeout(error, limit):
+                    raise ModelTimedOut(
+                        f"Groq did not finish its reply within the {limit:.1f} seconds the run "
+                        "had left."
+                    ) from None
                 wait = _retry_wait(error, attempt)
-                if not _retryable(error) or attempt >= self.max_retries:
-                    raise LLMError(self._describe(error, limit, wait)) from None
-                if wait > MAX_WAIT or not _fits(wait, deadline):
-                    raise LLMError(self._describe(error, limit, wait)) from None
+                if not self._may_retry(error, attempt, wait, deadline):
+                    raise LLMError(self._describe(error, limit, wait, attempt + 1)) from None
+                if pieces.text and self.deltas is not None:
+                    self.deltas(RETRY_NOTE)
+            except groq.APIError as error:  # an error event in the stream: Groq gave up on it
+                raise LLMError(f"Groq's stream ended with an error: {error}") from None
             time.sleep(wait)
             attempt += 1
+
+    def _attempt(
+        self,
+        messages: list[Message],
+        options: dict[str, Any],
+        limit: float,
+        watchdog: Watchdog,
+        pieces: "ReplyPieces",
+    ) -> Reply:
+        """One request. The response is handed to the watchdog as soon as its headers are in,
+        so the body, streamed or not, is read within the deadline."""
+        streamed = self.deltas is not None
+        with self.client.chat.completions.with_streaming_response.create(
+            model=self.model,
+            messages=messages,
+            timeout=limit,
+            **({"stream": True} if streamed else {}),
+            **options,
+        ) as response:
+            watchdog.watch(response.http_response)
+            if not streamed:
+                return _reply(response.parse())
+            return pieces.read(response.parse())
+
+    def _deadline_timeout(self, error: Exception, limit: float) -> bool:
+        """A timeout while the time the run had left, not the configured timeout, was the cap."""
+        timed_out = isinstance(error, (groq.APITimeoutError, httpx.TimeoutException))
+        return timed_out and limit < self.timeout
+
+    def _may_retry(
+        self, error: Exception, attempt: int, wait: float, deadline: float | None
+    ) -> bool:
+        return (
+            _retryable(error)
+            and attempt < self.max_retries
+            and wait <= MAX_WAIT
+            and _fits(wait, deadline)
+        )
 
     def _attempt_limit(self, deadline: float | None) -> float:
         if deadline is None:
             return self.timeout
         return max(min(self.timeout, deadline - time.monotonic()), 0.001)
 
-    def _describe(self, error: Exception, limit: float = 0.0, wait: float = 0.0) -> str:
-        if isinstance(error, groq.APITimeoutError):
+    def _describe(
+        self, error: Exception, limit: float = 0.0, wait: float = 0.0, attempts: int = 1
+    ) -> str:
+        if isinstance(error, (groq.APITimeoutError, httpx.TimeoutException)):
             return f"Groq did not answer within {limit:g} seconds, on any attempt."
+        if isinstance(error, StreamCut):
+            return (
+                "Groq cut its reply short: the stream ended before its last chunk"
+                f"{_on_attempts(attempts)}."
+            )
+        if isinstance(error, httpx.TransportError):
+            return (
+                f"The connection to Groq broke while its reply came in{_on_attempts(attempts)}: "
+                f"{error or type(error).__name__}"
+            )
         if not isinstance(error, groq.APIStatusError):
             return f"Could not reach Groq: {error}"
         message = _error_body(error).get("message") or error.message
@@ -192,57 +255,84 @@ def _reply(completion: Any) -> Reply:
         # Groq counts reasoning tokens in completion_tokens, as OpenAI does.
         usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else Usage(),
         reasoning=getattr(message, "reasoning", None) or "",
+        cut=completion.choices[0].finish_reason == "length",
     )
 
 
-def _streamed_reply(chunks: Iterable[Any], deltas: Callable[[str], None]) -> Reply:
+class StreamCut(Exception):
+    """A streamed reply ended before its last chunk (the one with the finish reason): what came
+    is not the whole reply."""
+
+
+class ReplyPieces:
     """A reply put together from a stream: text pieces go to `deltas` as they come; a tool call's
-    id and name come in its first piece and its arguments in any number of them."""
-    text: list[str] = []
-    reasoning: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    usage = None
-    try:
-        for chunk in chunks:
-            usage = _take(chunk, deltas, text, reasoning, calls) or usage
-    except (groq.APIError, httpx.HTTPError) as error:
-        raise LLMError(f"Groq's stream broke off: {error}") from None
-    return Reply(
-        text="".join(text),
-        tool_calls=tuple(
-            ToolCall(call["id"], call["name"], "".join(call["arguments"]) or "{}")
-            for _, call in sorted(calls.items())
-        ),
-        usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else Usage(),
-        reasoning="".join(reasoning),
-    )
+    id and name come in its first piece and its arguments in any number of them. Only a stream
+    that reached its finish reason is a reply."""
 
+    def __init__(self, deltas: Callable[[str], None] | None) -> None:
+        self.deltas = deltas
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage: Any = None
+        self.finish_reason: str | None = None
 
-def _take(
-    chunk: Any,
-    deltas: Callable[[str], None],
-    text: list[str],
-    reasoning: list[str],
-    calls: dict[int, dict[str, Any]],
-) -> Any:
-    """Add one chunk's pieces; the usage it carries (the last chunk's), if any."""
-    groq_part = getattr(chunk, "x_groq", None)
-    if groq_part is not None and groq_part.error:
-        raise LLMError(f"Groq's stream ended with an error: {groq_part.error}")
-    for choice in chunk.choices[:1]:
-        delta = choice.delta
+    def read(self, chunks: Iterable[Any]) -> Reply:
+        try:
+            for chunk in chunks:
+                self.take(chunk)
+        except TRANSIENT_ERRORS:
+            if self.finish_reason is None:
+                raise
+            # Everything came; only the connection's end (after [DONE]) went wrong.
+        return self.reply()
+
+    def take(self, chunk: Any) -> None:
+        groq_part = getattr(chunk, "x_groq", None)
+        if groq_part is not None and groq_part.error:
+            raise LLMError(f"Groq's stream ended with an error: {groq_part.error}")
+        for choice in chunk.choices[:1]:
+            self.add(choice.delta)
+            self.finish_reason = choice.finish_reason or self.finish_reason
+        self.usage = (
+            getattr(groq_part, "usage", None) or getattr(chunk, "usage", None) or self.usage
+        )
+
+    def add(self, delta: Any) -> None:
         if delta.content:
-            text.append(delta.content)
-            deltas(delta.content)
+            self.text.append(delta.content)
+            if self.deltas is not None:
+                self.deltas(delta.content)
         if getattr(delta, "reasoning", None):
-            reasoning.append(delta.reasoning)
+            self.reasoning.append(delta.reasoning)
         for piece in delta.tool_calls or ():
-            call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": []})
+            call = self.calls.setdefault(piece.index, {"id": "", "name": "", "arguments": []})
             call["id"] = piece.id or call["id"]
             if piece.function is not None:
                 call["name"] = piece.function.name or call["name"]
                 call["arguments"].append(piece.function.arguments or "")
-    return getattr(groq_part, "usage", None) or getattr(chunk, "usage", None)
+
+    def reply(self) -> Reply:
+        if self.finish_reason is None:
+            raise StreamCut
+        usage = self.usage
+        return Reply(
+            text="".join(self.text),
+            tool_calls=tuple(
+                ToolCall(call["id"], call["name"], "".join(call["arguments"]) or "{}")
+                for _, call in sorted(self.calls.items())
+            ),
+            usage=Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0)
+            if usage
+            else Usage(),
+            reasoning="".join(self.reasoning),
+            cut=self.finish_reason == "length",
+        )
+
+
+# What may break one attempt and be cured by the next: Groq's statuses and failed connections,
+# the transport failing while a reply is read (the SDK does not wrap those), a stream cut short.
+TRANSIENT_ERRORS = (groq.APIStatusError, groq.APIConnectionError, httpx.TransportError, StreamCut)
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -301,6 +391,10 @@ def _retryable(error: Exception) -> bool:
     if not isinstance(error, groq.APIStatusError):  # a timeout or a dropped connection
         return True
     return error.status_code in {408, 409, 429} or error.status_code >= 500
+
+
+def _on_attempts(attempts: int) -> str:
+    return f", on each of {attempts} attempts" if attempts > 1 else ""
 
 
 def _fits(wait: float, deadline: float | None) -> bool:
