@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.base import Tool, ToolContext, ToolDenied, ToolError
+from tools.quota import Budget, admitted
 
 MAX_READ_BYTES = 1_000_000
 MAX_WRITE_BYTES = 1_000_000
@@ -209,10 +210,18 @@ def _walk(root: int, names: list[str], stack: ExitStack) -> int:
     return directory
 
 
-def _walk_creating(root: int, names: list[str], owner: Owner | None, stack: ExitStack) -> int:
+def _walk_creating(
+    root: int, names: list[str], owner: Owner | None, budget: Budget, stack: ExitStack
+) -> int:
     """Like _walk, creating missing directories (owned by owner, when given) on the way."""
     directory = root
+    admitted = False
     for depth, name in enumerate(names):
+        if not admitted and not _exists(directory, name):
+            # Every directory from here down is new: the quota admits them all before the first.
+            missing = len(names) - depth
+            budget.admit(f"{_shown(names)} ({missing:,} new directories)", 0, new_entries=missing)
+            admitted = True
         created = _make_directory(directory, name)
         directory = _enter(directory, names, depth, stack)
         if created and owner is not None:
@@ -224,6 +233,14 @@ def _make_directory(parent: int, name: str) -> bool:
     try:
         os.mkdir(name, 0o755, dir_fd=parent)
     except FileExistsError:
+        return False
+    return True
+
+
+def _exists(directory: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
         return False
     return True
 
@@ -318,8 +335,15 @@ def write_file(args: WriteFileArguments, context: ToolContext) -> str:
     with ExitStack() as stack, _reporting_failures("write", shown):
         root = _open_root(context.workspace, stack)
         owner = _owner(root)
-        directory = _walk_creating(root, names[:-1], owner, stack)
-        _check_replaceable(directory, names[-1], shown)
+        budget = stack.enter_context(admitted(root))
+        directory = _walk_creating(root, names[:-1], owner, budget, stack)
+        replaced = _replaced_size(directory, names[-1], shown)
+        budget.admit(
+            f"{shown} ({len(data):,} bytes)",
+            len(data),
+            new_entries=1 if replaced is None else 0,
+            replaced_bytes=replaced or 0,
+        )
         _write_atomically(directory, names[-1], data, owner)
     return f"Wrote {len(data):,} bytes to {shown}."
 
@@ -340,16 +364,17 @@ def _encode(content: str) -> bytes:
     return data
 
 
-def _check_replaceable(directory: int, name: str, shown: str) -> None:
-    """Refuse to replace anything but a regular file.
+def _replaced_size(directory: int, name: str, shown: str) -> int | None:
+    """The size of the regular file the write replaces (None if new); refuse any other kind.
 
     Checking before the rename is racy, but the rename is the backstop: it replaces a symlink
     itself rather than writing through it, and fails on a directory.
     """
     try:
-        mode = os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
     except FileNotFoundError:
-        return
+        return None
+    mode = info.st_mode
     if stat.S_ISLNK(mode):
         raise _symlink_denied(shown)
     if stat.S_ISDIR(mode):
@@ -359,6 +384,7 @@ def _check_replaceable(directory: int, name: str, shown: str) -> None:
         )
     if not stat.S_ISREG(mode):
         raise ToolDenied(f"{shown} is {_kind(mode)}; write_file only replaces regular files.")
+    return info.st_size
 
 
 def _write_atomically(directory: int, name: str, data: bytes, owner: Owner | None) -> None:

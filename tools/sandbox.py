@@ -27,6 +27,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from tools.base import ToolDenied
+from tools.quota import sandbox_prefix as quota_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ class BubblewrapSandbox:
     def launch(self, workspace: Path, limits: Limits) -> Launched:
         argv = [
             *identity_prefix(),
+            *quota_prefix(workspace),  # bounds what the snippet writes: tools/overlay.py
             *limits_prefix(limits),
             *self.bwrap_arguments(workspace, limits),
             *interpreter_arguments(),
