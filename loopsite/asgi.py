@@ -10,6 +10,8 @@ from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
+from loopsite.limits import bound_request_bodies
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopsite.settings")
 
 django_application = get_asgi_application()
@@ -19,6 +21,8 @@ django_application = get_asgi_application()
 http_application = (
     ASGIStaticFilesHandler(django_application) if settings.DEBUG else django_application
 )
+# daphne buffers a whole request body before any application code runs: bound it in daphne.
+bound_request_bodies(settings.LOOP_REQUEST_MAX_BYTES)
 
 from chat.routing import websocket_urlpatterns  # noqa: E402 (needs the apps loaded)
 

@@ -196,6 +196,11 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 
+# A request body over this many bytes is answered 413 before it is read (loopsite/limits.py);
+# Django's own bound on a form's body is the same figure.
+LOOP_REQUEST_MAX_BYTES = env_int("LOOP_REQUEST_MAX_BYTES", 2 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = LOOP_REQUEST_MAX_BYTES
+
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
