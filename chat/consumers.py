@@ -4,16 +4,36 @@ The page asks to watch a run with {"watch": RUN, "after": SEQ}, SEQ being the la
 The socket joins the run's group (only for a run of its user), sends what the page lacks from the
 event log, then whatever a wake-up (agent/bus.py) says is new, always by seq from the log: a
 reconnecting page gets no gap and no duplicate. Every read of the log re-checks ownership.
+
+The socket's rules (docs/chat.md, "The socket"): a message is validated whole and a bad one
+closes the socket with a code of `Close`; before acting on a message or pushing an event, the
+socket re-checks (at most once a second) that its session is valid and its user active, and a
+logout closes the sockets of that session at once. What the page lacks goes out in frames of at
+most FRAME_BYTES. A channel layer that fails or hangs (Redis down) never closes the socket: every
+call to it is bounded, the page is told live updates are delayed, and the socket reads the log
+every few seconds until the layer answers again.
 """
 
 import asyncio
 import html
 import json
 import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import IntEnum
+from importlib import import_module
+from types import SimpleNamespace
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import get_user
+from django.contrib.auth.signals import user_logged_out
 from django.template.loader import render_to_string
 
 from agent import bus
@@ -23,70 +43,257 @@ from chat.rendering import card_for, render_card, status_label
 
 logger = logging.getLogger(__name__)
 
+
+class Close(IntEnum):
+    """The codes the socket closes with (a server may send only 1000 and 3000-4999)."""
+
+    BAD_MESSAGE = 4400  # not a JSON object {"watch": run id, "after": seq} with valid values
+    SIGNED_OUT = 4401  # the session ended (logout, expiry, password change) or user inactive
+    NOT_FOUND = 4404  # no run of this user has that id (or it was deleted)
+    TOO_BIG = 4413  # a message longer than MAX_MESSAGE_CHARS
+    TOO_MANY_RUNS = 4429  # more than MAX_WATCHED_RUNS runs on one socket
+    FAILED = 4500  # the socket failed; the log has the traceback
+
+
 MAX_MESSAGE_CHARS = 1024
 MAX_WATCHED_RUNS = 50
-CLOSE_TOO_BIG = 1009
-CLOSE_POLICY = 1008
-CLOSE_NOT_FOUND = 4404
+MAX_RUN_ID = 2**63 - 1  # a bigint primary key
+MAX_SEQ = 2**31 - 1  # RunEvent.seq is an integer column
 ALL_STEPS = 2**31
+# daphne refuses a message over 1 MiB; a frame stays well under it. Only one card bigger than
+# this (bounded by chat/rendering.py's SHORT_TEXT_CHARS) goes out alone in a frame of its own.
+FRAME_BYTES = 256 * 1024
+EVENTS_PER_READ = 100  # a catch-up reads the log in pages, never a whole long run at once
+SESSION_CHECK_SECONDS = 1.0
+LAYER_SECONDS = 2.0  # the longest any one channel-layer call may take
+RETRY_SECONDS = 3.0  # while the layer fails: how often to try it again and read the log
+
+
+class BadMessage(ValueError):
+    def __init__(self, code: Close, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+def whole(value: object, low: int, high: int) -> bool:
+    """An integer in range (JSON true is not one, nor 1.0 nor 1e400)."""
+    return type(value) is int and low <= value <= high
+
+
+def parse_watch(raw: str) -> tuple[int, int]:
+    """The run id and seq of a watch message, or BadMessage saying what is wrong with it."""
+    if len(raw) > MAX_MESSAGE_CHARS:
+        raise BadMessage(Close.TOO_BIG, f"a message is at most {MAX_MESSAGE_CHARS} characters")
+    try:
+        message = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadMessage(Close.BAD_MESSAGE, "the message is not JSON") from None
+    if not isinstance(message, dict) or "watch" not in message or set(message) - {"watch", "after"}:
+        raise BadMessage(Close.BAD_MESSAGE, 'send {"watch": RUN, "after": SEQ}, nothing else')
+    run_id, after = message["watch"], message.get("after", 0)
+    if not whole(run_id, 1, MAX_RUN_ID):
+        raise BadMessage(Close.BAD_MESSAGE, "watch must be a run id")
+    if not whole(after, 0, MAX_SEQ):
+        raise BadMessage(Close.BAD_MESSAGE, f"after must be a whole number from 0 to {MAX_SEQ}")
+    return run_id, after
+
+
+def described(error: BaseException) -> str:
+    """An exception's type and text; a timeout has no text of its own."""
+    text = str(error) or (
+        f"no answer within {LAYER_SECONDS} s" if isinstance(error, TimeoutError) else "no message"
+    )
+    return f"{type(error).__name__}: {text}"
+
+
+def signed_in_group(user_id: int) -> str:
+    """The group of a user's sockets, told when one of that user's sessions logs out."""
+    return f"{bus.site_prefix()}.user-{user_id}"
 
 
 class RunConsumer(AsyncWebsocketConsumer):
+    closing = False  # set once the socket closes or is closed: it then acts on nothing more
+
     async def connect(self) -> None:
         self.user = self.scope.get("user")
+        self.session_key = getattr(self.scope.get("session"), "session_key", None)
         self.sent: dict[int, int] = {}  # run id -> last seq sent
         self.replied: dict[int, int] = {}  # run id -> last step whose stored reply was sent
         self.streaming: set[tuple[int, int]] = set()  # (run, step) with a streamed card shown
+        self.joined: set[str] = set()  # channel-layer groups this socket is in
+        self.listened: list[int] = []  # runs counted in this process's NOTIFY listener
+        self.checked_at = time.monotonic()  # the middleware has just checked the session
+        self.sending = asyncio.Lock()  # one catch-up at a time, or a card could go twice
+        self.degraded = False
+        self.recovery: asyncio.Task[None] | None = None
         if self.user is None or not self.user.is_authenticated or not self.user.is_active:
             await self.close()
             return
         await self.accept()
+        await self.join(signed_in_group(self.user.pk))
 
     async def disconnect(self, code: int) -> None:
-        for run_id in getattr(self, "sent", {}):
-            await self.channel_layer.group_discard(bus.group_for(run_id), self.channel_name)
-            if bus.notifies():
-                bus.listener().unwatch(run_id)
+        """Always runs once the socket is gone, whatever failed before: nothing here raises."""
+        self.closing = True
+        if self.recovery is not None:
+            self.recovery.cancel()
+        if self.listened:
+            listener = bus.listener()
+            for run_id in self.listened:
+                listener.unwatch(run_id)
+            self.listened = []
+        for group in list(self.joined):
+            await self.layer(self.channel_layer.group_discard(group, self.channel_name), "leave")
+        self.joined.clear()
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """As channels dispatches, but an unforeseen error closes this socket with a code the
+        page understands, and its cleanup still runs, rather than taking daphne's 1011."""
+        if self.closing and message["type"] != "websocket.disconnect":
+            return
+        try:
+            await super().dispatch(message)
+        except StopConsumer:
+            raise
+        except Exception:
+            logger.exception("The run socket failed on %s", message["type"])
+            await self.shut(Close.FAILED)
+
+    async def shut(self, code: Close) -> None:
+        if not self.closing:
+            self.closing = True
+            await self.close(code=code)
+
+    @property
+    def channel_receive(self) -> Callable[[], Awaitable[dict[str, Any]]]:
+        return self.receive_from_layer
+
+    @channel_receive.setter
+    def channel_receive(self, receive: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        # channels sets this to the layer's own receive, which raises if Redis is down and
+        # would end the consumer; the page's socket outlives the layer instead.
+        self.layer_receive = receive
+
+    async def receive_from_layer(self) -> dict[str, Any]:
+        while True:
+            try:
+                return await self.layer_receive()
+            except Exception as error:  # any failure of the layer: retry later
+                await self.layer_failed("receive", error)
+                await asyncio.sleep(RETRY_SECONDS)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         raw = text_data if text_data is not None else (bytes_data or b"").decode(errors="replace")
-        if len(raw) > MAX_MESSAGE_CHARS:
-            await self.close(code=CLOSE_TOO_BIG)
-            return
         try:
-            message = json.loads(raw)
-            run_id, after = int(message["watch"]), int(message.get("after") or 0)
-        except (ValueError, TypeError, KeyError):
-            await self.close(code=CLOSE_POLICY)
+            run_id, after = parse_watch(raw)
+        except BadMessage as bad:
+            logger.info("Closed a run socket (%d): %s", bad.code, bad)
+            await self.shut(bad.code)
+            return
+        if not await self.still_signed_in():
+            return
+        if run_id not in self.sent and len(self.sent) >= MAX_WATCHED_RUNS:
+            await self.shut(Close.TOO_MANY_RUNS)
             return
         if not await self.owns(run_id):
-            await self.close(code=CLOSE_NOT_FOUND)
+            await self.shut(Close.NOT_FOUND)
             return
-        await self.watch(run_id, max(after, 0))
+        await self.watch(run_id, after)
 
     @database_sync_to_async
     def owns(self, run_id: int) -> bool:
         return runs_for(self.user).filter(pk=run_id).exists()
 
+    async def still_signed_in(self, *, now: bool = False) -> bool:
+        """Whether the session is still valid and its user active (read at most once a
+        second, or `now`); if not, the socket closes."""
+        if not now and time.monotonic() - self.checked_at < SESSION_CHECK_SECONDS:
+            return True
+        valid = await signed_in(self.session_key, self.user.pk)
+        self.checked_at = time.monotonic()
+        if not valid:
+            await self.shut(Close.SIGNED_OUT)
+        return valid
+
+    async def user_signed_out(self, message: dict[str, Any]) -> None:
+        """One of the user's sessions logged out: this socket's, or maybe another's."""
+        if message["session"] == self.session_key:
+            await self.shut(Close.SIGNED_OUT)
+        else:
+            await self.still_signed_in(now=True)
+
     async def watch(self, run_id: int, after: int) -> None:
         if run_id in self.sent:
             self.sent[run_id] = max(self.sent[run_id], after)
         else:
-            if len(self.sent) >= MAX_WATCHED_RUNS:
-                await self.close(code=CLOSE_POLICY)
-                return
             self.sent[run_id] = after
             # Join first, then read the log: an event stored after the read wakes us.
-            await self.channel_layer.group_add(bus.group_for(run_id), self.channel_name)
+            await self.join(bus.group_for(run_id))
             if bus.notifies():
-                await bus.listener().watch(run_id)
+                self.listened.append(run_id)
+                await self.layer(bus.listener().watch(run_id), "listen")
         await self.catch_up(run_id, acknowledge=True)
+
+    async def join(self, group: str) -> bool:
+        joined = await self.layer(self.channel_layer.group_add(group, self.channel_name), "join")
+        if joined:
+            self.joined.add(group)
+        return joined
+
+    async def layer(self, call: Awaitable[object], what: str) -> bool:
+        """A channel-layer call, bounded; False (and the page told) if it failed."""
+        try:
+            await asyncio.wait_for(call, LAYER_SECONDS)
+        except Exception as error:  # any failure of the layer: retry later
+            await self.layer_failed(what, error)
+            return False
+        return True
+
+    async def layer_failed(self, what: str, error: BaseException) -> None:
+        if not self.degraded:
+            logger.warning(
+                "A run socket's channel layer failed to %s (%s); live updates wait, the page "
+                "reads the event log every %s s until it answers",
+                what,
+                described(error),
+                RETRY_SECONDS,
+            )
+            self.degraded = True
+            await self.send_status()
+        if self.recovery is None or self.recovery.done():
+            self.recovery = asyncio.create_task(self.recover())
+
+    async def recover(self) -> None:
+        """While the layer fails: read the log for the page, and try the layer again (joining
+        a group twice is harmless, and proves the layer answers)."""
+        try:
+            while self.degraded and not self.closing:
+                await asyncio.sleep(RETRY_SECONDS)
+                wanted = [signed_in_group(self.user.pk), *map(bus.group_for, self.sent)]
+                answers = [await self.join(group) for group in wanted]
+                listening = not bus.notifies() or bus.listener().listening.is_set()
+                for run_id in list(self.sent):
+                    await self.catch_up(run_id)
+                if all(answers) and listening and not self.closing:
+                    self.degraded = False
+                    logger.info("A run socket's channel layer answers again")
+                    await self.send_status()
+        except Exception:
+            logger.exception("A run socket failed while the channel layer was down")
+            await self.shut(Close.FAILED)
+
+    async def send_status(self) -> None:
+        if not self.closing:
+            status = render_to_string("chat/cards.html#socket_status", {"degraded": self.degraded})
+            await self.send(text_data=status)
 
     async def run_delta(self, message: dict[str, Any]) -> None:
         """A piece of a reply being written: shown in a card of its own until the stored reply
         arrives and takes its place. Nothing is stored, so a page loaded later never shows it."""
         run_id, step = message["run"], message["step"]
         if run_id not in self.sent or step <= self.replied.get(run_id, 0):
+            return
+        if not await self.still_signed_in():
             return
         text = html.escape(message["text"])
         if (run_id, step) in self.streaming:
@@ -109,27 +316,83 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self.catch_up(run_id, wanted=message["seq"])
 
     async def catch_up(self, run_id: int, *, wanted: int = 0, acknowledge: bool = False) -> None:
-        """Send what the page lacks (at least up to event `wanted`); with `acknowledge`, send the
-        run's seq marker even when nothing is new, so the page knows it is watching."""
-        fragment, last, replied = await unsent(self.user, run_id, self.sent[run_id])
-        if last < wanted:  # a shared read that began before event `wanted` was stored
-            fragment, last, replied = await read_unsent(self.user, run_id, self.sent[run_id])
-        if not fragment or (last <= self.sent[run_id] and not acknowledge):
-            return
-        self.sent[run_id] = last
-        self.replied[run_id] = max(self.replied.get(run_id, 0), replied)
-        # A streamed card gives way to the stored reply of its step.
+        """Send what the page lacks (at least up to event `wanted`), a page of the log at a
+        time; with `acknowledge`, send the run's seq marker even when nothing is new, so the
+        page knows it is watching."""
+        async with self.sending:
+            await self.send_unsent(run_id, wanted=wanted, acknowledge=acknowledge)
+
+    async def send_unsent(self, run_id: int, *, wanted: int, acknowledge: bool) -> None:
+        while not self.closing and await self.still_signed_in():
+            after = self.sent[run_id]
+            read = await unsent(self.user, run_id, after)
+            if read.last < wanted and not read.more:  # a shared read from before `wanted`
+                read = await read_unsent(self.user, run_id, after)
+            if not read.frames or (read.last <= after and not acknowledge):
+                return
+            self.sent[run_id] = read.last
+            self.replied[run_id] = max(self.replied.get(run_id, 0), read.replied)
+            *frames, last = read.frames
+            for frame in frames:
+                await self.send(text_data=frame)
+            await self.send(text_data=last + self.streamed_removals(run_id, read.replied))
+            if not read.more:
+                return
+            acknowledge = False
+
+    def streamed_removals(self, run_id: int, replied: int) -> str:
+        """A streamed card gives way to the stored reply of its step, in the same frame."""
         done = {key for key in self.streaming if key[0] == run_id and key[1] <= replied}
         self.streaming -= done
-        removals = "".join(
+        return "".join(
             f'<div id="stream-{run}-{step}" hx-swap-oob="delete"></div>' for run, step in done
         )
-        await self.send(text_data=fragment + removals)
+
+
+@database_sync_to_async
+def signed_in(session_key: str | None, user_id: int) -> bool:
+    """Whether the session still logs this user in, by the rule of Django's own `get_user`
+    (the session exists and is not expired, its password hash holds, the user is active)."""
+    if not session_key:
+        return False
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    return get_user(SimpleNamespace(session=session)).pk == user_id
+
+
+def close_sockets_of(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    """On logout, tell the user's sockets (in every process the channel layer reaches); a
+    socket it cannot reach finds out at its next message or event by its own check."""
+    if user is None or request is None:
+        return
+    message = {"type": "user.signed_out", "session": request.session.session_key}
+
+    async def tell() -> None:
+        await asyncio.wait_for(
+            get_channel_layer().group_send(signed_in_group(user.pk), message), LAYER_SECONDS
+        )
+
+    try:
+        async_to_sync(tell)()
+    except Exception as error:  # a logout never fails for the socket's sake
+        logger.warning("Could not tell the sockets of a logout (%s)", described(error))
+
+
+# Connected where the sockets live: the process serving them imports this module.
+user_logged_out.connect(close_sockets_of, dispatch_uid="chat-close-sockets-of-session")
 
 
 # Reads of the log in progress in this process. The sockets of one user watching one run wake
 # together and want the same events: one read and one rendering serve them all.
-Unsent = tuple[str, int, int]  # fragments, last seq, last step settled
+@dataclass(frozen=True)
+class Unsent:
+    """Frames to send, the last seq in them, the last step settled, whether more follow."""
+
+    frames: list[str]
+    last: int
+    replied: int
+    more: bool
+
+
 _reading: dict[tuple[int, int, int], asyncio.Future[Unsent]] = {}
 
 
@@ -145,19 +408,26 @@ async def unsent(user: Any, run_id: int, after: int) -> Unsent:
 
 @database_sync_to_async
 def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
-    """The run's events after `after` as out-of-band fragments (or only its seq marker), the
-    last seq among them and the last step whose reply is stored. Nothing if the run is no longer
-    the user's to see (say, its conversation was deleted)."""
+    """The next page of the run's events after `after` as frames of out-of-band fragments (or
+    only its seq marker). Nothing if the run is no longer the user's to see (say, its
+    conversation was deleted)."""
     run = runs_for(user).filter(pk=run_id).first()
     if run is None:
-        return "", after, 0
+        return Unsent(frames=[], last=after, replied=0, more=False)
     events = list(
-        run.events.filter(seq__gt=after).order_by("seq").values_list("seq", "kind", "data")
+        run.events.filter(seq__gt=after)
+        .order_by("seq")
+        .values_list("seq", "kind", "data")[: EVENTS_PER_READ + 1]
     )
+    more = len(events) > EVENTS_PER_READ
+    events = events[:EVENTS_PER_READ]
     if not events:
         marker = {"run": run, "seq": after, "finished": run.is_finished, "oob": True}
-        return render_to_string("chat/cards.html#seq_marker", marker), after, 0
-    return fragments(run, events), events[-1][0], settled(events)
+        frames = [render_to_string("chat/cards.html#seq_marker", marker)]
+        return Unsent(frames=frames, last=after, replied=0, more=False)
+    return Unsent(
+        frames=framed(run, events, more), last=events[-1][0], replied=settled(events), more=more
+    )
 
 
 def settled(events: list[tuple[int, str, dict[str, Any]]]) -> int:
@@ -169,23 +439,39 @@ def settled(events: list[tuple[int, str, dict[str, Any]]]) -> int:
     return max((data["step"] for data in replies), default=0)
 
 
-def fragments(run: AgentRun, events: list[tuple[int, str, dict[str, Any]]]) -> str:
-    """Out-of-band swaps: new cards at the end of the run's steps; a card with the id of one
-    already there replaces it; then the run's status, its last seq, and the sidebar's icon."""
-    parts: list[str] = []
-    for seq, kind, data in events:
+def framed(run: AgentRun, events: list[tuple[int, str, dict[str, Any]]], more: bool) -> list[str]:
+    """Out-of-band swaps in frames of at most FRAME_BYTES: new cards at the end of the run's
+    steps; a card with the id of one already there replaces it. Each frame ends with the seq
+    marker of its last event, so a page cut off mid-way asks for the rest; the last frame also
+    carries the run's status and the sidebar's icon."""
+    frames: list[str] = []
+    frame: list[str] = []
+    size = 0
+    for index, (seq, kind, data) in enumerate(events):
         card = card_for(run.pk, seq, kind, data)
         if card is not None:
-            parts.append(render_card(card) if card.replaces else steps(run.pk, render_card(card)))
+            part = render_card(card) if card.replaces else steps(run.pk, render_card(card))
+            part_size = len(part.encode())
+            if frame and size + part_size > FRAME_BYTES:
+                frames.append("".join(frame) + seq_marker(run, events[index - 1][0]))
+                frame, size = [], 0
+            frame.append(part)
+            size += part_size
     kinds = {kind for _, kind, _ in events}
     finished = "run_finished" in kinds
-    context = {"run": run, "seq": events[-1][0], "finished": finished, "oob": True}
-    parts.append(render_to_string("chat/cards.html#seq_marker", context))
+    frame.append(seq_marker(run, events[-1][0], finished=finished and not more))
     if kinds & {"run_started", "run_finished"}:
-        parts.append(render_to_string("chat/cards.html#run_status", context))
+        context = {"run": run, "oob": True}
+        frame.append(render_to_string("chat/cards.html#run_status", context))
         if run.conversation_id is not None:
-            parts.append(sidebar_status(run.conversation_id))
-    return "".join(parts)
+            frame.append(sidebar_status(run.conversation_id))
+    frames.append("".join(frame))
+    return frames
+
+
+def seq_marker(run: AgentRun, seq: int, *, finished: bool = False) -> str:
+    context = {"run": run, "seq": seq, "finished": finished, "oob": True}
+    return render_to_string("chat/cards.html#seq_marker", context)
 
 
 def steps(run_id: int, card: str) -> str:

@@ -2,7 +2,9 @@
 
 One card per thing that happened, each drawn by one template partial (chat/cards.html) that the
 page, the replay and the live push all use, so a card looks the same however it arrived. Card
-ids come from the run and the event, so a card sent twice replaces itself.
+ids come from the run and the event, so a card sent twice replaces itself. A card shows at most
+SHORT_TEXT_CHARS of any one text (an answer, a reply, a tool's arguments or result), with a note
+and a link to the whole text, so no card is too big for the page or for one socket frame.
 """
 
 import json
@@ -12,6 +14,7 @@ from typing import Any
 
 import nh3
 from django.template.loader import render_to_string
+from django.urls import reverse
 from markdown_it import MarkdownIt
 
 from agent.events import HaltReason, RunStatus
@@ -26,6 +29,16 @@ ALLOWED_TAGS = {
 ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"align"}, "td": {"align"}}
 LONG_OUTPUT_LINES = 12
 LONG_OUTPUT_CHARS = 1200
+# Even Markdown's most expanding input (a list item per line) renders 10 000 characters as some
+# 200 KB of HTML: under the socket's frame bound (chat/consumers.py's FRAME_BYTES).
+SHORT_TEXT_CHARS = 10_000
+# The texts of an event a card may shorten: a key of the event's data, and what the note calls it.
+EVENT_TEXTS = {
+    "answer": "answer",
+    "text": "text",
+    "reasoning": "reasoning",
+    "arguments": "arguments",
+}
 
 HALT_REASONS = {
     HaltReason.TOOL_FAILURES: "the same tool failed too many times in a row",
@@ -92,8 +105,33 @@ class Card:
         return f"chat/cards.html#{self.partial}"
 
 
+class Texts:
+    """The texts one card shows, each shortened to SHORT_TEXT_CHARS with a note of its cut."""
+
+    def __init__(self, run_id: int, seq: int) -> None:
+        self.run_id, self.seq = run_id, seq
+        self.cuts: list[dict[str, Any]] = []
+
+    def shown(self, key: str, text: str) -> str:
+        if len(text) <= SHORT_TEXT_CHARS:
+            return text
+        url = reverse("chat:event_text", args=[self.run_id, self.seq, key])
+        self.cuts.append(
+            {"what": EVENT_TEXTS[key], "shown": SHORT_TEXT_CHARS, "total": len(text), "url": url}
+        )
+        return text[:SHORT_TEXT_CHARS]
+
+
 def card_for(run_id: int, seq: int, kind: str, data: dict[str, Any]) -> Card | None:
     """The card for one event, or None for an event a person need not see."""
+    texts = Texts(run_id, seq)
+    card = event_card(run_id, seq, kind, data, texts)
+    if card is not None and texts.cuts:
+        card.data["cuts"] = texts.cuts
+    return card
+
+
+def event_card(run_id: int, seq: int, kind: str, data: dict[str, Any], texts: Texts) -> Card | None:
     match kind:
         case "memories_recalled":
             memories = data["memories"]
@@ -104,14 +142,17 @@ def card_for(run_id: int, seq: int, kind: str, data: dict[str, Any]) -> Card | N
             return Card(
                 "model",
                 f"ev-{run_id}-{seq}",
-                {"html": markdown(data["text"]), "reasoning": data.get("reasoning", "")},
+                {
+                    "html": markdown(texts.shown("text", data["text"])),
+                    "reasoning": texts.shown("reasoning", data.get("reasoning", "")),
+                },
             )
         case "tool_call_started" | "tool_call_finished":
             finished = kind == "tool_call_finished"
             return Card(
                 "tool",
                 f"call-{run_id}-{data['step']}-{data['call_id']}",
-                tool_data(data, finished),
+                tool_data(data, finished, texts),
                 replaces=finished,
             )
         case "breaker_tripped":
@@ -126,7 +167,7 @@ def card_for(run_id: int, seq: int, kind: str, data: dict[str, Any]) -> Card | N
                 "answer",
                 f"ev-{run_id}-{seq}",
                 {
-                    "html": markdown(data["answer"]),
+                    "html": markdown(texts.shown("answer", data["answer"])),
                     "error": data["error"],
                     "next_step": NEXT_STEPS.get(RunStatus(status), ""),
                     **status_label(status),
@@ -142,12 +183,16 @@ def reason_text(reason: str) -> str:
         return reason.replace("_", " ")
 
 
-def tool_data(data: dict[str, Any], finished: bool) -> dict[str, Any]:
+def tool_data(data: dict[str, Any], finished: bool, texts: Texts) -> dict[str, Any]:
     code, arguments = shown_arguments(data["arguments"])
-    shown: dict[str, Any] = {"tool": data["tool"], "code": code, "arguments": arguments}
+    shown: dict[str, Any] = {
+        "tool": data["tool"],
+        "code": texts.shown("arguments", code) if code else "",
+        "arguments": texts.shown("arguments", arguments) if arguments else "",
+    }
     if not finished:
         return shown | {"status": "running", "icon": "…", "label": "Running"}
-    text = data["text"]
+    text = texts.shown("text", data["text"])
     ok = data["status"] == "ok"
     return shown | {
         "status": data["status"],

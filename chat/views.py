@@ -2,8 +2,10 @@
 
 from typing import Any
 
+from django import forms
+from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -11,7 +13,8 @@ from django.views.decorators.http import require_GET, require_POST
 from agent import services
 from agent.llm.factory import MOCK, default_model
 from agent.models import AgentRun, Conversation
-from chat.rendering import page_cards, status_label
+from chat.rendering import EVENT_TEXTS, page_cards, status_label
+from memory.forgetting import forget, remembered_by
 
 SUGGESTIONS = (
     "Compute the sum of 1..100 and save it to a file",
@@ -66,6 +69,8 @@ def chat_page(
         "model": model_context(),
         "error": error,
         "task": task,
+        # What deleting the conversation offers to forget.
+        "remembered": remembered_by(request.user, runs).count() if conversation else 0,
     }
     return render(request, "chat/page.html", context, status=status)
 
@@ -135,15 +140,40 @@ def stop(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "chat/cards.html#run_status", {"run": run})
 
 
+class RenameForm(forms.Form):
+    # A form field refuses what the database cannot store (a NUL character) with a message.
+    title = forms.CharField(required=False)
+
+
 @require_POST
 def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = owned_conversation(request, conversation_id)
-    services.rename_conversation(request.user, conversation.pk, request.POST.get("title", ""))
+    form = RenameForm(request.POST)
+    if not form.is_valid():
+        error = "The title was not changed: " + " ".join(form.errors["title"])
+        return chat_page(request, conversation, error=error, status=400)
+    services.rename_conversation(request.user, conversation.pk, form.cleaned_data["title"])
     return redirect("chat:conversation", conversation.pk)
 
 
 @require_POST
 def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """Delete the conversation and, if its owner asked, forget what its runs remembered."""
     conversation = owned_conversation(request, conversation_id)
-    services.delete_conversation(request.user, conversation.pk)
+    with transaction.atomic():
+        services.delete_conversation(request.user, conversation.pk)
+        if request.POST.get("forget"):
+            forget(remembered_by(request.user, conversation.runs.all()), by=request.user)
     return redirect("chat:home")
+
+
+@require_GET
+def event_text(request: HttpRequest, run_id: int, seq: int, key: str) -> HttpResponse:
+    """The whole text a card shows shortened (chat/rendering.py), for the run's owner only, as
+    plain text: nothing in it is ever read as HTML."""
+    run = get_object_or_404(services.runs_for(request.user), pk=run_id)
+    event = get_object_or_404(run.events, seq=seq)
+    text = event.data.get(key) if key in EVENT_TEXTS else None
+    if not isinstance(text, str):
+        raise Http404("No such text.")
+    return HttpResponse(text, content_type="text/plain; charset=utf-8")

@@ -19,7 +19,7 @@ from agent.events import ModelReplied, RunFinished
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.services import new_conversation, start_run, submit_run
-from chat.consumers import CLOSE_NOT_FOUND, CLOSE_TOO_BIG, MAX_MESSAGE_CHARS
+from chat.consumers import MAX_MESSAGE_CHARS, Close
 from chat.rendering import page_cards
 from loopsite.asgi import application
 
@@ -84,7 +84,7 @@ async def test_another_user_s_run_cannot_be_watched(alice, bob):
     await watch(communicator, run.pk)
     assert await communicator.receive_output(timeout=WAIT) == {
         "type": "websocket.close",
-        "code": CLOSE_NOT_FOUND,
+        "code": Close.NOT_FOUND,
     }
 
 
@@ -94,7 +94,7 @@ async def test_an_oversized_message_closes_the_socket(alice):
     await communicator.send_to(text_data=json.dumps({"watch": 1, "pad": "x" * MAX_MESSAGE_CHARS}))
     assert await communicator.receive_output(timeout=WAIT) == {
         "type": "websocket.close",
-        "code": CLOSE_TOO_BIG,
+        "code": Close.TOO_BIG,
     }
 
 

@@ -14,11 +14,26 @@
     if (element.querySelectorAll) element.querySelectorAll("[data-watch]").forEach(watch);
   }
 
+  // The header says whether live updates arrive; the server says when they are delayed.
+  function socketStatus(state, text) {
+    const status = document.getElementById("socket-status");
+    if (status) { status.dataset.state = state; status.textContent = text; }
+  }
+  // Closes after which htmx's ws extension reconnects by itself (the others are final).
+  const RECONNECTS = [1006, 1011, 1012, 1013];
+
   document.addEventListener("htmx:wsOpen", function (event) {
     socket = event.detail.socketWrapper;
+    socketStatus("live", "● live");
     watchWithin(document.body); // on every (re)connect: replay what was missed, then live
   });
-  document.addEventListener("htmx:wsClose", function () { socket = null; });
+  document.addEventListener("htmx:wsClose", function (event) {
+    socket = null;
+    const code = event.detail.event.code;
+    if (RECONNECTS.indexOf(code) >= 0) socketStatus("reconnecting", "◌ reconnecting…");
+    else if (code === 4401) socketStatus("closed", "■ signed out: reload the page to log in");
+    else socketStatus("closed", "■ not live: reload the page");
+  });
   document.addEventListener("htmx:load", function (event) {
     // A turn added by sending a task (not one swapped in by the socket, already watched).
     if (event.target.classList && event.target.classList.contains("turn")) watchWithin(event.target);
@@ -72,3 +87,11 @@
     if (timeline) timeline.scrollTop = timeline.scrollHeight;
   });
 })();
+
+// A form with data-confirm asks before it is sent (an inline onsubmit would break the CSP).
+document.addEventListener("submit", function (event) {
+  const form = event.target;
+  if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) {
+    event.preventDefault();
+  }
+});

@@ -1,0 +1,155 @@
+"""Shared by the test_socket_* files: a live daphne serving Loop's real ASGI application, and a
+websockets client that speaks to it as a browser (or an attacker's page) would.
+
+daphne serves `probe_application`: the real application, plus one page of its own that tells what
+the socket bookkeeping of daphne's process holds (the NOTIFY listener's watch counts and the
+in-memory channel layer's groups), so a test can prove that a closed socket leaves nothing behind.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.test import Client
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from loopsite.asgi import application
+from tests.conftest import PROJECT_DIR, child_environment, wait_for
+
+PROBE_PATH = "/_socket_probe/"
+WAIT = 60  # seconds: a bound that turns a hang into a failure, not a timing assertion
+DAPHNE_MAX_MESSAGE = 2**20  # daphne's (autobahn's) default limit on one message
+
+
+async def probe_application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] == "http" and scope["path"] == PROBE_PATH:
+        body = json.dumps(await bookkeeping()).encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+        return
+    await application(scope, receive, send)
+
+
+async def bookkeeping() -> dict[str, Any]:
+    from channels.layers import get_channel_layer
+
+    from agent import bus
+
+    groups = getattr(get_channel_layer(), "groups", {})
+    return {
+        "watched": {str(run): count for run, count in bus.listener().watched.items() if count},
+        "groups": sorted(name for name, members in groups.items() if members),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class LiveSite:
+    port: int
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def origin(self) -> str:
+        return self.url
+
+    def bookkeeping(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + PROBE_PATH, timeout=WAIT) as response:  # noqa: S310
+            return json.loads(response.read())
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def daphnes(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., LiveSite]]:
+    """For a test's `start_daphne` fixture: start daphne on a free port with the given
+    environment; each is stopped after the test."""
+    started: list[LiveSite] = []
+
+    def start(**env: str) -> LiveSite:
+        port = free_port()
+        log = tmp_path / f"daphne-{port}.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port),
+             "tests.test_socket_harness:probe_application"],
+            cwd=PROJECT_DIR,
+            env=child_environment(**worker_env, **env),
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+        )  # fmt: skip
+        site = LiveSite(port, process, log)
+        started.append(site)
+        wait_for(lambda: answers(site), "daphne to answer")
+        return site
+
+    yield start
+    for site in started:
+        site.process.terminate()
+        site.process.wait(timeout=60)
+
+
+def answers(site: LiveSite) -> bool:
+    if site.process.poll() is not None:
+        raise AssertionError(f"daphne exited: {site.stderr()}")
+    try:
+        with urllib.request.urlopen(site.url + PROBE_PATH, timeout=5) as response:  # noqa: S310
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def session_cookie(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+def open_socket(site: LiveSite, cookie: str, origin: str | None = None) -> ClientConnection:
+    """A socket to the site's /ws/runs/ with the cookie, from `origin` (the site's own by
+    default), taking messages up to daphne's own limit only."""
+    headers = {"Cookie": cookie}
+    if origin is None:
+        origin = site.origin
+    return connect(
+        f"ws://127.0.0.1:{site.port}/ws/runs/",
+        origin=origin or None,
+        additional_headers=headers,
+        max_size=DAPHNE_MAX_MESSAGE,
+        open_timeout=WAIT,
+    )
+
+
+def watch(page: ClientConnection, run_id: int, after: int = 0) -> None:
+    page.send(json.dumps({"watch": run_id, "after": after}))
+
+
+def close_code(page: ClientConnection) -> int | None:
+    """Read until the server closes the socket; the code it closed with (None: no close frame)."""
+    try:
+        while True:
+            page.recv(timeout=WAIT)
+    except ConnectionClosed as closed:
+        return closed.rcvd.code if closed.rcvd is not None else None
+
+
+def no_traceback(site: LiveSite) -> None:
+    log = site.stderr()
+    assert "Traceback" not in log, log
+    assert "1011" not in log, log
