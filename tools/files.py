@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.base import Tool, ToolContext, ToolDenied, ToolError
-from tools.quota import Budget, admitted
+from tools.quota import admitted
 
 MAX_READ_BYTES = 1_000_000
 MAX_WRITE_BYTES = 1_000_000
@@ -210,18 +210,10 @@ def _walk(root: int, names: list[str], stack: ExitStack) -> int:
     return directory
 
 
-def _walk_creating(
-    root: int, names: list[str], owner: Owner | None, budget: Budget, stack: ExitStack
-) -> int:
+def _walk_creating(root: int, names: list[str], owner: Owner | None, stack: ExitStack) -> int:
     """Like _walk, creating missing directories (owned by owner, when given) on the way."""
     directory = root
-    admitted = False
     for depth, name in enumerate(names):
-        if not admitted and not _exists(directory, name):
-            # Every directory from here down is new: the quota admits them all before the first.
-            missing = len(names) - depth
-            budget.admit(f"{_shown(names)} ({missing:,} new directories)", 0, new_entries=missing)
-            admitted = True
         created = _make_directory(directory, name)
         directory = _enter(directory, names, depth, stack)
         if created and owner is not None:
@@ -237,12 +229,16 @@ def _make_directory(parent: int, name: str) -> bool:
     return True
 
 
-def _exists(directory: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=directory, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
+def _missing_directories(root: int, names: list[str], stack: ExitStack) -> int:
+    """How many directories along names do not exist yet (all those below the first missing)."""
+    directory = root
+    for depth, name in enumerate(names):
+        try:
+            os.stat(name, dir_fd=directory, follow_symlinks=False)
+        except FileNotFoundError:
+            return len(names) - depth
+        directory = _enter(directory, names, depth, stack)
+    return 0
 
 
 # read_file ---------------------------------------------------------------------------------------
@@ -336,14 +332,19 @@ def write_file(args: WriteFileArguments, context: ToolContext) -> str:
         root = _open_root(context.workspace, stack)
         owner = _owner(root)
         budget = stack.enter_context(admitted(root))
-        directory = _walk_creating(root, names[:-1], owner, budget, stack)
+        missing = _missing_directories(root, names[:-1], stack)
+        if missing:  # the file is new too, in directories the quota must admit with it
+            what = f"{shown} ({len(data):,} bytes, {missing:,} new directories)"
+            budget.admit(what, len(data), new_entries=missing + 1)
+        directory = _walk_creating(root, names[:-1], owner, stack)
         replaced = _replaced_size(directory, names[-1], shown)
-        budget.admit(
-            f"{shown} ({len(data):,} bytes)",
-            len(data),
-            new_entries=1 if replaced is None else 0,
-            replaced_bytes=replaced or 0,
-        )
+        if not missing:
+            budget.admit(
+                f"{shown} ({len(data):,} bytes)",
+                len(data),
+                new_entries=1 if replaced is None else 0,
+                replaced_bytes=replaced or 0,
+            )
         _write_atomically(directory, names[-1], data, owner)
     return f"Wrote {len(data):,} bytes to {shown}."
 

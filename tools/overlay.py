@@ -2,14 +2,20 @@
 
 Run by the sandbox as `python3 -I -S overlay.py WORKSPACE MAX_BYTES MAX_FILES -- COMMAND...`,
 already as the unprivileged identity snippets run as. In a user and mount namespace of its own it
-lays an overlay over the workspace whose upper layer is a tmpfs sized to the room left under the
-quota, so a snippet's own write() calls fail with ENOSPC at the quota: no poll could stop a
-snippet writing 160 MiB in 0.09 s. It then forks a saver into a session of its own (so killing
-the sandbox's process group at the timeout spares it) and execs COMMAND, the sandbox. When the
-sandbox ends, however it ends, the saver applies the upper layer (new and changed files,
-deletions) to the real workspace under the workspace's lock, refusing any file that would take
-the workspace past the quota, and exits; it holds the sandbox's stdout and stderr until then, so
-the worker sees the call end only once its files are saved.
+lays an overlay over the workspace whose upper layer is a tmpfs of the quota's size, so nothing a
+snippet writes with its own syscalls reaches the disk while it runs, and more than a whole quota
+fails at once with ENOSPC (no poll could stop a snippet writing 160 MiB in 0.09 s). It then forks
+a saver into a session of its own (so killing the sandbox's process group at the timeout spares
+it) and execs COMMAND, the sandbox. When the sandbox ends, however it ends, the saver applies the
+upper layer (deletions first, then new and changed files) to the real workspace under the
+workspace's lock, counting exactly, and refuses each file once the workspace is at the quota
+(that file keeps its old version), so it ends at most one file past it. It holds the sandbox's
+stdout and stderr until it is done, so the worker sees the call end only once its files are
+saved.
+
+The upper layer is the quota's size rather than the room left, because deleting or replacing a
+file frees room only when the saver applies it: a snippet rewriting a large file near the quota
+must still work.
 
 Standard library only: it runs under the system interpreter, outside the project's virtualenv.
 The Django side (settings, messages, write_file's check) is tools.quota.
@@ -35,11 +41,11 @@ _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _OPAQUE = "user.overlay.opaque"
-# The overlay's own directories, the shared whiteout and deletions near the file cap take inodes
-# of the upper tmpfs too; the saver enforces the exact file cap.
+# The overlay's own directories and the deletions (whiteouts) take inodes of the upper tmpfs too;
+# the saver enforces the exact file cap.
 INODE_ALLOWANCE = 1_000
 PAGE = 4096
-# tmpfs allocates whole pages: less than this free means the snippet filled its room.
+# tmpfs allocates whole pages: less than this free means the snippet filled the upper layer.
 FULL_MARGIN = 16 * PAGE
 
 
@@ -80,7 +86,7 @@ def usage(directory: int) -> Usage:
 def _entries(directory: int) -> Iterator[tuple[str, os.stat_result, int | None]]:
     """Each entry's name and lstat, with an open descriptor when it is a directory."""
     with os.scandir(directory) as listing:
-        names = [entry.name for entry in listing]
+        names = sorted(entry.name for entry in listing)  # the saver's order is the same each time
     for name in names:
         try:
             info = os.stat(name, dir_fd=directory, follow_symlinks=False)
@@ -185,9 +191,13 @@ class _Budget:
     max_files: int
 
     def admits(self, size: int, replaced: os.stat_result | None) -> bool:
+        """A file fits, or the workspace is still under the quota: the one file a snippet was
+        writing when the upper layer filled is saved whole, so the workspace ends at most one
+        file (its file-size cap) past the quota. The file count is exact."""
         old = replaced.st_size if replaced and stat.S_ISREG(replaced.st_mode) else 0
         files = self.used.files + (0 if replaced else 1)
-        return self.used.bytes - old + size <= self.max_bytes and files <= self.max_files
+        under = self.used.bytes < self.max_bytes
+        return (under or self.used.bytes - old + size <= self.max_bytes) and files <= self.max_files
 
     def spend(self, size: int, replaced: os.stat_result | None) -> None:
         old = replaced.st_size if replaced and stat.S_ISREG(replaced.st_mode) else 0
@@ -282,9 +292,13 @@ def report(saved: Saved, used: Usage, max_bytes: int, max_files: int) -> str:
         f"{used.files:,} files and directories are used.]"
     ]
     if saved.skipped:
-        shown = ", ".join(saved.skipped[:10])
+        # A name with newlines could forge lines of the result: quote what is not printable.
+        shown = ", ".join(name if name.isprintable() else repr(name) for name in saved.skipped[:10])
         more = f" and {len(saved.skipped) - 10:,} more" if len(saved.skipped) > 10 else ""
-        lines.append(f"[Not saved, over the quota: {shown}{more}.]")
+        lines.append(
+            f"[Not saved, over the quota: {shown}{more}. Each keeps its earlier version, if it "
+            "had one.]"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -314,11 +328,12 @@ def _enter_namespaces() -> None:
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE, "")
 
 
-def _lay_overlay(path: str, workspace: int, room: Usage) -> int:
+def _lay_overlay(path: str, workspace: int, limits: tuple[int, int]) -> int:
     """Stack a sized tmpfs and an overlay on path; return the tmpfs's upper directory."""
     mode = stat.S_IMODE(os.fstat(workspace).st_mode)
-    size = max(room.bytes, PAGE)  # a tmpfs of size 0 would be unbounded
-    inodes = max(room.files, 0) + INODE_ALLOWANCE
+    max_bytes, max_files = limits
+    size = max(max_bytes, PAGE)  # a tmpfs of size 0 would be unbounded
+    inodes = max(max_files, 0) + INODE_ALLOWANCE
     _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size},nr_inodes={inodes}")
     scratch = os.open(path, _DIRECTORY)
     os.mkdir("upper", mode, dir_fd=scratch)
@@ -331,11 +346,6 @@ def _lay_overlay(path: str, workspace: int, room: Usage) -> int:
     upper = os.open("upper", _DIRECTORY, dir_fd=scratch)
     os.close(scratch)
     return upper
-
-
-def _room(workspace: int, max_bytes: int, max_files: int) -> Usage:
-    used = usage(workspace)
-    return Usage(max_bytes - used.bytes, max_files - used.files)
 
 
 def _full(upper: int) -> bool:
@@ -387,7 +397,7 @@ def main(argv: list[str]) -> None:
         _enter_namespaces()
         # Opened inside the new mount namespace: the overlay takes no layer from another.
         workspace = os.open(path, _DIRECTORY)
-        upper = _lay_overlay(path, workspace, _room(workspace, *limits))
+        upper = _lay_overlay(path, workspace, limits)
     except OSError as error:
         # The sandbox reports this the way bwrap reports its own failures.
         raise SystemExit(f"bwrap: cannot bound the workspace: {error}") from None
