@@ -74,6 +74,8 @@ class ModelReplied(Event):
     recovered_error: str = ""
     reasoning: str = ""
     cut: bool = False  # the provider stopped the reply at the model's output limit
+    # What went wrong on each attempt at this turn that the client retried.
+    retried: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -222,6 +222,7 @@ class AgentLoop:
                 reply.recovered_error,
                 reply.reasoning,
                 reply.cut,
+                list(reply.retried),
             )
         )
         self.messages.append(assistant_message(reply.text, reply.tool_calls))

@@ -30,7 +30,7 @@ Scripting (each call queues responses, answered in order):
 
 Faults of a streamed reply (`chunks` counts the stream's chunks from its first, the role's):
 
-    groq_server.reply("...", cut_after=3)  # 3 chunks, then the body ends: no last chunk, no [DONE]
+    groq_server.reply("...", cut_after=3)  # its first 3 chunks, then the body ends, no [DONE]
     groq_server.reply("...", drop_after=0)  # the headers, then the connection is reset
     groq_server.reply("...", drop_after=3)  # 3 chunks, then the connection is reset
     groq_server.reply("...", drip=0.5)  # one chunk every 0.5 s, until the client goes away
@@ -580,7 +580,7 @@ class FakeGroqServer:
                         sent += 1
                     if completion.drop_after is not None and not left:
                         self._reset()
-                    elif stop == len(chunks) and not left:
+                    elif completion.cut_after is None and not left:
                         self.wfile.write(b"data: [DONE]\n\n")
                 except (BrokenPipeError, ConnectionResetError):
                     left = True

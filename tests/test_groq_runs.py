@@ -1,12 +1,19 @@
 """Whole runs on Groq models: the same loop, the real groq client, a fake Groq server that answers
 as Groq does today. Each case ends in the recorded status and the message a person would read."""
 
+import logging
+
 import pytest
 
 from agent.events import RunStatus
 from agent.llm import groq as groq_module
+from agent.llm.groq import RETRY_NOTE
+from agent.loop import CUT_ANSWER
 from agent.models import AgentRun
 from agent.services import default_limits, execute_run, start_run
+from memory.models import Memory
+from memory.store import embed
+from tests.conftest import wait_for
 from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)
 from tests.test_settings import load_settings
 
@@ -62,6 +69,13 @@ def waits(monkeypatch) -> list[float]:
 
     monkeypatch.setattr(groq_module.time, "sleep", recorded)
     return asked
+
+
+@pytest.fixture
+def recall_ready() -> None:
+    """The embedder loaded before the run starts: a test of a short deadline is about the model's
+    turn, which the first recall's loading of the embedder would otherwise eat into."""
+    embed("warm up")
 
 
 def model_replies(run: AgentRun) -> list[dict]:
@@ -284,12 +298,13 @@ def test_a_provider_that_keeps_failing_ends_the_run_failed_with_its_progress(on_
     assert len(on_groq.requests) == 3  # one turn, then the failing one and its one retry
 
 
-def test_a_slow_provider_is_cut_off_at_the_runs_deadline(on_groq, alice):
+def test_a_slow_provider_is_cut_off_at_the_runs_deadline(on_groq, alice, recall_ready):
     on_groq.reply("too late", delay=5)
     run = start_run(alice, "List my files", limits=default_limits(max_seconds=1))
     run = execute_run(run)
     assert (run.status, run.halt_reason) == (RunStatus.HALTED, "deadline")
     assert len(on_groq.requests) == 1  # no retry past the deadline
+    assert run.error.startswith("The model provider did not answer in time: Groq did not finish")
 
 
 # --- streaming -----------------------------------------------------------------------------------
@@ -316,3 +331,113 @@ def test_a_run_on_groq_streams_its_answer_to_the_pages_before_storing_it(
     assert {(run_id, step) for run_id, step, _ in published} == {(run.pk, 2)}
     assert "".join(text for _, _, text in published) == run.answer
     assert list(run.tool_executions.values_list("tool", "status")) == [("list_files", "ok")]
+
+
+# --- a reply cut short, dropped or dripping in -------------------------------------------------
+
+ANSWER = "The sum of 1..100 is 5050, computed as 100 * 101 / 2."
+
+
+def remembered(run: AgentRun) -> list[str]:
+    return list(Memory.objects.filter(source_run=run).values_list("text", flat=True))
+
+
+def test_a_stream_cut_before_its_last_chunk_is_asked_for_again_and_the_run_succeeds(on_groq, alice):
+    on_groq.reply(ANSWER, cut_after=3)
+    on_groq.reply(ANSWER)
+
+    run = execute_run(start_run(alice, "What is the sum of 1..100?"))
+
+    assert (run.status, run.answer, run.error) == (RunStatus.SUCCEEDED, ANSWER, "")
+    assert len(on_groq.requests) == 2
+    [reply] = model_replies(run)
+    assert reply["retried"] == ["Groq cut its reply short: the stream ended before its last chunk."]
+    [memory] = remembered(run)
+    assert f"Answer: {ANSWER}" in memory
+
+
+def test_a_stream_cut_on_every_attempt_fails_the_run_with_its_progress(on_groq, alice):
+    on_groq.reply(tool_calls=[tool_call("list_files", {})])
+    on_groq.reply(ANSWER, cut_after=3, times=2)  # LOOP_GROQ_MAX_RETRIES = 1
+
+    run = execute_run(start_run(alice, "List my files, then sum 1..100"))
+
+    assert run.status == RunStatus.FAILED
+    assert run.error == (
+        "Model failed: Groq cut its reply short: the stream ended before its last chunk, on each "
+        "of 2 attempts."
+    )
+    assert "1. list_files -> ok" in run.answer
+    assert ANSWER[:16] not in run.answer  # the cut text is no answer
+    assert remembered(run) == []
+
+
+@pytest.mark.parametrize("finish_reason", ["length", "stop"])
+def test_an_answer_stopped_at_the_output_limit_is_kept_marked_cut_and_not_remembered(
+    on_groq, alice, finish_reason
+):
+    on_groq.reply(ANSWER, finish_reason=finish_reason)
+
+    run = execute_run(start_run(alice, "What is the sum of 1..100?"))
+
+    cut = finish_reason == "length"
+    assert (run.status, run.answer) == (RunStatus.SUCCEEDED, ANSWER)
+    assert run.error == (CUT_ANSWER if cut else "")
+    finished = run.events.get(kind="run_finished").data
+    assert (finished["cut"], finished["error"]) == (cut, run.error)
+    assert [reply["cut"] for reply in model_replies(run)] == [cut]
+    assert len(remembered(run)) == (0 if cut else 1)
+
+
+@pytest.mark.parametrize("chunks", [0, 3], ids=["after-the-headers", "mid-stream"])
+def test_a_connection_dropped_while_the_reply_streams_is_retried_and_the_run_succeeds(
+    on_groq, alice, monkeypatch, caplog, chunks
+):
+    published: list[tuple[int, str]] = []
+    monkeypatch.setattr(
+        "agent.bus.publish_delta", lambda run, step, text: published.append((step, text))
+    )
+    on_groq.reply(ANSWER, drop_after=chunks)
+    on_groq.reply(ANSWER)
+
+    with caplog.at_level(logging.WARNING, logger="agent.llm.groq"):
+        run = execute_run(start_run(alice, "What is the sum of 1..100?"))
+
+    assert (run.status, run.answer) == (RunStatus.SUCCEEDED, ANSWER)
+    assert len(on_groq.requests) == 2
+    [reply] = model_replies(run)
+    [retry] = reply["retried"]
+    assert retry.startswith("The connection to Groq broke while its reply came in: ")
+    assert [record.getMessage() for record in caplog.records] == [
+        f"Groq: attempt 1 failed, retrying: {retry}"
+    ]
+    # Both attempts stream into step 1's card, which the stored answer then replaces.
+    assert {step for step, _ in published} == {1}
+    shown_before = ANSWER[:16] + RETRY_NOTE if chunks else ""
+    assert "".join(text for _, text in published) == shown_before + ANSWER
+
+
+def test_a_reply_dripping_past_the_deadline_halts_the_run_saying_the_provider_was_too_slow(
+    on_groq, alice, monkeypatch, recall_ready
+):
+    published: list[str] = []
+    monkeypatch.setattr("agent.bus.publish_delta", lambda run, step, text: published.append(text))
+    on_groq.reply("word " * 400, drip=0.2)  # 251 chunks: 50 s, a chunk at a time
+
+    run = execute_run(start_run(alice, "Write a long essay", limits=default_limits(max_seconds=3)))
+
+    assert (run.status, run.halt_reason) == (RunStatus.HALTED, "deadline")
+    assert run.error.startswith(
+        "The model provider did not answer in time: Groq did not finish its reply within the "
+    )
+    halted = run.events.get(kind="run_halted").data
+    assert halted["detail"] == (
+        "the model provider did not answer before the run's deadline of 3 seconds."
+    )
+    assert "refine" not in (run.error + halted["detail"]).lower()
+    assert run.answer.startswith("Stopped before a final answer.")
+    assert published  # the reply was coming in when the deadline cut it off
+    [sent] = wait_for(lambda: on_groq.streams, "the fake to stop dripping")
+    assert sent.client_left
+    assert sent.chunks < sent.of
+    assert len(on_groq.requests) == 1

@@ -55,6 +55,8 @@ class Reply:
     recovered_error: str = ""
     # The provider stopped at its output limit (finish_reason "length"): the text is incomplete.
     cut: bool = False
+    # What went wrong on each attempt at this turn that was retried (a drop, a cut stream, a 503).
+    retried: tuple[str, ...] = ()
 
 
 class LLMError(Exception):

@@ -19,6 +19,7 @@ correct; a second one in a row ends the run. A model that does not exist for the
 
 import dataclasses
 import email.utils
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +32,8 @@ import httpx
 from agent.history import undelimited
 from agent.llm.base import LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
 from agent.llm.watchdog import Watchdog
+
+logger = logging.getLogger(__name__)
 
 # Models known to call tools well on Groq today, the first being Loop's default. A model that no
 # longer exists is answered by naming one of these.
@@ -101,18 +104,30 @@ class GroqLLM:
         self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
     ) -> Reply:
         deadline = None if timeout is None else time.monotonic() + timeout
+        retried: list[str] = []
         try:
-            return self._send(messages, tools, deadline)
+            reply = self._send(messages, tools, deadline, retried)
         except groq.BadRequestError as error:
             note = _rejected_reply_note(error, tools)
             if note is None:
                 raise LLMError(self._describe(error)) from None
+            reply = self._send_corrected([*messages, note], tools, deadline, retried)
+        return dataclasses.replace(reply, retried=tuple(retried))
+
+    def _send_corrected(
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        deadline: float | None,
+        retried: list[str],
+    ) -> Reply:
+        """The turn again, with the note on the rejected reply last in `messages`."""
         try:
-            reply = self._send([*messages, note], tools, deadline)
+            reply = self._send(messages, tools, deadline, retried)
         except groq.BadRequestError as error:
             again = " again, after the first was fed back" if _rejected_reply(error) else ""
             raise LLMError(f"{self._describe(error)}{again}") from None
-        return dataclasses.replace(reply, recovered_error=note["content"])
+        return dataclasses.replace(reply, recovered_error=messages[-1]["content"])
 
     def available_models(self) -> list[str]:
         """The models this key can use, as Groq lists them."""
@@ -134,9 +149,14 @@ class GroqLLM:
         return options
 
     def _send(
-        self, messages: list[Message], tools: list[ToolSpec] | None, deadline: float | None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        deadline: float | None,
+        retried: list[str],
     ) -> Reply:
-        """One completion, retried while the wait fits; a 400 is raised for `chat` to judge."""
+        """One completion, retried while the wait fits (what went wrong on each attempt retried
+        is added to `retried`); a 400 is raised for `chat` to judge."""
         options = self.request_options(tools)
         attempt = 0
         while True:
@@ -149,20 +169,33 @@ class GroqLLM:
             except groq.BadRequestError:
                 raise
             except TRANSIENT_ERRORS as error:
-                if watchdog.fired.is_set() or self._deadline_timeout(error, limit):
-                    raise ModelTimedOut(
-                        f"Groq did not finish its reply within the {limit:.1f} seconds the run "
-                        "had left."
-                    ) from None
-                wait = _retry_wait(error, attempt)
-                if not self._may_retry(error, attempt, wait, deadline):
-                    raise LLMError(self._describe(error, limit, wait, attempt + 1)) from None
+                wait = self._wait_to_retry(error, attempt, limit, deadline, watchdog)
+                retried.append(self._describe(error, limit, wait))
+                logger.warning("Groq: attempt %d failed, retrying: %s", attempt + 1, retried[-1])
                 if pieces.text and self.deltas is not None:
                     self.deltas(RETRY_NOTE)
             except groq.APIError as error:  # an error event in the stream: Groq gave up on it
                 raise LLMError(f"Groq's stream ended with an error: {error}") from None
             time.sleep(wait)
             attempt += 1
+
+    def _wait_to_retry(
+        self,
+        error: Exception,
+        attempt: int,
+        limit: float,
+        deadline: float | None,
+        watchdog: Watchdog,
+    ) -> float:
+        """How long to wait before the next attempt; raises when there is to be none."""
+        if watchdog.fired.is_set() or self._deadline_timeout(error, limit):
+            raise ModelTimedOut(
+                f"Groq did not finish its reply within the {limit:.1f} seconds the run had left."
+            ) from None
+        wait = _retry_wait(error, attempt)
+        if not self._may_retry(error, attempt, wait, deadline):
+            raise LLMError(self._describe(error, limit, wait, attempt + 1)) from None
+        return wait
 
     def _attempt(
         self,
