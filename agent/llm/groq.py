@@ -244,7 +244,7 @@ class GroqLLM:
         self, error: Exception, limit: float = 0.0, wait: float = 0.0, attempts: int = 1
     ) -> str:
         if isinstance(error, (groq.APITimeoutError, httpx.TimeoutException)):
-            return f"Groq did not answer within {limit:g} seconds, on any attempt."
+            return f"Groq did not answer within {limit:g} seconds{_on_attempts(attempts)}."
         if isinstance(error, StreamCut):
             return (
                 "Groq cut its reply short: the stream ended before its last chunk"
