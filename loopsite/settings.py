@@ -7,6 +7,7 @@ deployment must provide are required, and a missing or malformed one stops the s
 from datetime import timedelta
 from pathlib import Path
 
+from csp.constants import NONE, SELF
 from django.core.management.utils import get_random_secret_key
 
 from loopsite.database import database_settings
@@ -71,6 +72,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "loopsite.middleware.ContentSecurityPolicyMiddleware",
+    "loopsite.middleware.PrivatePagesMiddleware",
+    "loopsite.middleware.UnreadableFormMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -200,6 +204,22 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # Django's own bound on a form's body is the same figure.
 LOOP_REQUEST_MAX_BYTES = env_int("LOOP_REQUEST_MAX_BYTES", 2 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = LOOP_REQUEST_MAX_BYTES
+
+# Only this site's own scripts, styles and socket; loopsite/middleware.py adds the socket's
+# ws:/wss: origin, and the inline styles the admin's templates carry, on the admin's pages only.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"

@@ -1,4 +1,7 @@
-"""Forgetting memories on an operator's behalf, each one recorded (who, when, which)."""
+"""Forgetting memories on an operator's or their owner's behalf, each one recorded (who, when,
+which)."""
+
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -26,3 +29,9 @@ def forget(memories: QuerySet[Memory], by: AbstractBaseUser) -> list[ForgottenMe
         )
         Memory.objects.filter(pk__in=[memory.pk for memory in doomed]).delete()
     return records
+
+
+def remembered_by(owner: AbstractBaseUser, runs: QuerySet[Any]) -> QuerySet[Memory]:
+    """What these runs (agent.AgentRun rows) stored in their owner's memory; a memory a later run
+    merged into names that later run as its source."""
+    return Memory.objects.filter(owner=owner, source_run__in=runs)

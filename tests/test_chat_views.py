@@ -41,7 +41,7 @@ class ActiveParts(HTMLParser):
         if tag == "script" and not (values.get("src") or "").startswith("/static/"):
             self.found.append(f"<script> {values}")
         for name, value in attrs:
-            if name.startswith("on") and name != "onsubmit":  # our own delete confirmation
+            if name.startswith("on"):
                 self.found.append(f"{tag} {name}={value}")
             if (value or "").replace(" ", "").lower().startswith("javascript:"):
                 self.found.append(f"{tag} {name}={value}")

@@ -15,6 +15,7 @@ from agent.services import (
     runs_for,
     start_run,
 )
+from memory.models import ForgottenMemory, Memory
 
 pytestmark = pytest.mark.django_db
 
@@ -142,3 +143,56 @@ def test_deleting_hides_the_conversation_and_its_runs_but_keeps_the_records(alic
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED  # a run still going stops
     assert RunEvent.objects.filter(run=run, kind="run_finished").exists()  # kept for operators
+
+
+def told_teal(alice) -> Conversation:
+    told = ask(alice, new_conversation(alice), "Remember that my favourite colour is teal")
+    assert told.answer == "Remembered."
+    return told.conversation
+
+
+def favourite_colour(alice) -> str:
+    return ask(alice, new_conversation(alice), "What is my favourite colour?").answer
+
+
+@pytest.mark.django_db(transaction=True)  # the remember tool works in a thread of its own
+def test_deleting_a_conversation_forgets_what_its_runs_remembered_when_asked(
+    client, alice, workspaces
+):
+    conversation = told_teal(alice)
+    memories = Memory.objects.filter(source_run__conversation=conversation)
+    stored = set(memories.values_list("pk", flat=True))
+    client.force_login(alice)
+    page = client.get(f"/c/{conversation.pk}/").text
+    count = f"{len(stored)} memor{'y' if len(stored) == 1 else 'ies'}"
+    assert f"Also forget what its runs remembered ({count})" in page
+    assert 'name="forget" value="1" checked' in page  # offered, and the person may decline
+    assert client.post(f"/c/{conversation.pk}/delete/", {"forget": "1"}).url == "/"
+    assert "From what you told me" not in favourite_colour(alice)
+    records = ForgottenMemory.objects.filter(owner=alice)
+    assert {r.memory_id for r in records} == stored
+    assert {(r.forgotten_by, r.forgotten_by_name) for r in records} == {(alice, "alice")}
+    assert any("teal" in r.text for r in records)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_conversation_deleted_without_forgetting_keeps_its_memories(client, alice, workspaces):
+    conversation = told_teal(alice)
+    client.force_login(alice)
+    client.post(f"/c/{conversation.pk}/delete/")  # the box unticked
+    assert not conversations_for(alice).exists()
+    assert favourite_colour(alice) == "From what you told me: your favourite colour is teal"
+    assert not ForgottenMemory.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forgetting_a_conversation_forgets_nothing_of_another_or_of_another_user(
+    client, alice, bob, workspaces
+):
+    kept = ask(alice, new_conversation(alice), "What is 17 * 23?")
+    bobs = told_teal(bob)
+    conversation = told_teal(alice)
+    client.force_login(alice)
+    client.post(f"/c/{conversation.pk}/delete/", {"forget": "1"})
+    assert Memory.objects.filter(owner=alice, source_run=kept).exists()
+    assert Memory.objects.filter(owner=bob, source_run__conversation=bobs).exists()

@@ -1,0 +1,71 @@
+"""What every request and page goes through first: a form body Django cannot read is refused
+with the reason, every page gets its Content-Security-Policy, completed per request, and whatever
+an authenticated request is answered with gets `Cache-Control: private, no-store`."""
+
+from csp.constants import UNSAFE_INLINE
+from csp.middleware import CSPMiddleware, PolicyParts
+from django.core.exceptions import BadRequest, DisallowedHost, SuspiciousOperation
+from django.http import HttpRequest, HttpResponseBadRequest, HttpResponseBase
+from django.http.multipartparser import MultiPartParserError
+from django.urls import reverse
+from django.utils.cache import patch_cache_control
+from django.utils.deprecation import MiddlewareMixin
+
+
+class ContentSecurityPolicyMiddleware(CSPMiddleware):
+    """django-csp's policy from settings, plus what only the request can tell: the socket's own
+    ws:/wss: origin (older browsers do not count it as 'self'), and, on the admin's pages alone,
+    the inline <style> blocks the admin's templates carry. Scripts stay 'self' everywhere."""
+
+    def get_policy_parts(
+        self, request: HttpRequest, response: HttpResponseBase, report_only: bool = False
+    ) -> PolicyParts:
+        parts = super().get_policy_parts(request, response, report_only)
+        extra: dict[str, list[str]] = {}
+        if origin := socket_origin(request):
+            extra["connect-src"] = [origin]
+        if request.path.startswith(reverse("admin:index")):
+            extra["style-src"] = [UNSAFE_INLINE]
+        parts.update = {**(parts.update or {}), **extra}
+        return parts
+
+
+def socket_origin(request: HttpRequest) -> str:
+    """The origin of this site's websocket as the page reached it, or "" for a host Django
+    refuses (that response is an error page, which opens no socket)."""
+    try:
+        host = request.get_host()
+    except DisallowedHost:
+        return ""
+    return f"{'wss' if request.is_secure() else 'ws'}://{host}"
+
+
+class PrivatePagesMiddleware(MiddlewareMixin):
+    """A page made for a logged-in person is never stored by a browser or a shared cache: after
+    logout, Back or another user of the same proxy must not see it."""
+
+    def process_response(
+        self, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase:
+        user = getattr(request, "user", None)  # absent when a middleware above answered first
+        if user is not None and user.is_authenticated:
+            patch_cache_control(response, private=True, no_store=True)
+        return response
+
+
+class UnreadableFormMiddleware(MiddlewareMixin):
+    """A POST whose form body cannot be parsed (a charset other than UTF-8, a broken multipart
+    body, too many fields) is answered 400 with the reason here, before the CSRF check or a view
+    reads it. Left to them, the error page read the body again (in DEBUG, to show the form), and
+    that second failure was a 500."""
+
+    def process_request(self, request: HttpRequest) -> HttpResponseBase | None:
+        if request.method != "POST":
+            return None
+        try:
+            request.POST  # noqa: B018 (parsed once here; Django keeps the result)
+        except (BadRequest, SuspiciousOperation, MultiPartParserError) as error:
+            return HttpResponseBadRequest(
+                f"The form could not be read: {error}\n", content_type="text/plain; charset=utf-8"
+            )
+        return None
