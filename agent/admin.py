@@ -1,17 +1,16 @@
-"""The operators' console for runs: the run list and timeline, the event log, breaker trips, usage
-per user and day, and the people (sign-ups waiting for approval). Records are read-only here."""
+"""The operators' console for runs: the run list and timeline, the event log, breaker trips, and
+usage per user and day. Records are read-only here; the people's pages are accounts/admin.py."""
 
 import json
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
-from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -260,13 +259,10 @@ class AgentRunAdmin(AuditAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         form = UsageRange(request.GET or None)
-        today = timezone.localdate()
-        since, until, user = today - timedelta(days=USAGE_DEFAULT_DAYS - 1), today, None
-        if form.is_valid():
-            since = form.cleaned_data["since"] or since
-            until = form.cleaned_data["until"] or until
-            user = form.cleaned_data["user"]
-        rows = audit.usage(since, until, user.pk if user else None)
+        since, until, user = form.chosen()
+        if form.cut:
+            messages.info(request, form.cut)
+        rows = audit.usage(since, until, user.pk if user else None) if since <= until else []
         page = Paginator(rows, USAGE_ROWS_PER_PAGE).get_page(request.GET.get("p"))
         others = request.GET.copy()
         others.pop("p", None)
@@ -283,7 +279,10 @@ class AgentRunAdmin(AuditAdmin):
             "query": others.urlencode(),
             "totals": audit.usage_totals(rows),
         }
-        return TemplateResponse(request, "admin/agent/usage.html", context)
+        # A range or user that does not parse is the request's fault: the page says which field,
+        # and shows the last week meanwhile.
+        status = 400 if form.errors else 200
+        return TemplateResponse(request, "admin/agent/usage.html", context, status=status)
 
 
 class UsageRange(forms.Form):
@@ -293,6 +292,8 @@ class UsageRange(forms.Form):
     user = forms.ModelChoiceField(
         queryset=User.objects.all(), required=False, widget=forms.HiddenInput
     )
+    # What chosen() cut from the range asked for, said to the operator.
+    cut = ""
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -300,6 +301,29 @@ class UsageRange(forms.Form):
         if since and until and since > until:
             raise forms.ValidationError("The range starts after it ends.")
         return cleaned
+
+    def chosen(self) -> tuple[date, date, Any]:
+        """The days and user to show: the last week for everyone unless the form chose valid
+        ones. Days asked for are cut to those runs were made on, from the first run's to today:
+        the edges of the calendar (0001-01-01, 9999-12-31) cannot be turned into times, and no
+        run lies beyond those days anyway."""
+        today = timezone.localdate()
+        since, until = today - timedelta(days=USAGE_DEFAULT_DAYS - 1), today
+        if not self.is_valid():
+            return since, until, None
+        user = self.cleaned_data["user"]
+        if not (self.cleaned_data["since"] or self.cleaned_data["until"]):
+            return since, until, user
+        asked = (self.cleaned_data["since"] or since, self.cleaned_data["until"] or until)
+        first = AgentRun.objects.order_by("pk").values_list("created_at", flat=True).first()
+        earliest = timezone.localdate(first) if first else today
+        since, until = max(asked[0], earliest), min(asked[1], today)
+        made = f"Runs were made from {earliest:%Y-%m-%d} to today"
+        if since > until:
+            self.cut = f"{made}: none in the range asked for."
+        elif (since, until) != asked:
+            self.cut = f"{made}, so the range shown is {since:%Y-%m-%d} to {until:%Y-%m-%d}."
+        return since, until, user
 
 
 @admin.register(RunEvent)
@@ -368,62 +392,6 @@ class BreakerTripAdmin(StepLinks, AuditAdmin):
         return super().changelist_view(
             request, (extra_context or {}) | {"trip_summary": audit.trip_summary()}
         )
-
-
-# People: sign-ups wait, inactive, until an operator approves them.
-
-# An account that never logged in and is not active: a sign-up waiting for approval (an account
-# deactivated after use has a last login, and is not waiting for anything).
-WAITING_FOR_APPROVAL = Q(is_active=False, last_login__isnull=True)
-
-
-class ApprovalFilter(admin.SimpleListFilter):
-    title = "approval"
-    parameter_name = "approval"
-
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        return [("waiting", "Waiting for approval")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == "waiting":
-            return queryset.filter(WAITING_FOR_APPROVAL)
-        return queryset
-
-
-admin.site.unregister(User)
-
-
-@admin.register(User)
-class PeopleAdmin(UserAdmin):
-    list_display = ("username", "email", "is_active", "is_staff", "date_joined", "last_login")
-    list_filter = (ApprovalFilter, *UserAdmin.list_filter)
-    actions = ("approve",)
-    fieldsets = (*UserAdmin.fieldsets, ("Activity", {"fields": ("activity",)}))
-    readonly_fields = ("activity",)
-
-    @admin.action(description="Approve selected sign-ups", permissions=["change"])
-    def approve(self, request: HttpRequest, queryset: QuerySet) -> None:
-        waiting = list(queryset.filter(WAITING_FOR_APPROVAL))
-        User.objects.filter(pk__in=[user.pk for user in waiting]).update(is_active=True)
-        for user in waiting:
-            self.log_change(request, user, "Approved the sign-up.")
-        skipped = queryset.count() - len(waiting)
-        message = f"Approved {len(waiting)} sign-up{'s' if len(waiting) != 1 else ''}."
-        if skipped:
-            message += f" {skipped} selected were not waiting for approval and stay as they were."
-        self.message_user(request, message)
-
-    @admin.display(description="activity")
-    def activity(self, user: Any) -> SafeString:
-        if user.pk is None:
-            return "—"
-        links = (
-            link(list_url(AgentRun, user=user.pk), "runs"),
-            link(list_url(ToolExecution, user=user.pk), "tool executions"),
-            link(list_url(Memory, user=user.pk), "memories"),
-            link(reverse("admin:agent_agentrun_usage") + f"?user={user.pk}", "usage"),
-        )
-        return format_html_join(" · ", "{}", ((item,) for item in links))
 
 
 # The console joins the apps, so it lives in the top layer: tools/ and memory/ import nothing of

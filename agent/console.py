@@ -4,12 +4,13 @@ together, never colour alone), links between records, the read-only audit admin,
 import json
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ERROR_FLAG
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -131,7 +132,25 @@ class EstimatedCountPaginator(Paginator):
         return super().count
 
 
-class AuditAdmin(admin.ModelAdmin):
+IGNORED_FILTERS = (
+    "Ignored the filters in the address: one of them does not fit this list (a malformed id, "
+    "year or date, or a field the list does not have), so the whole list is shown."
+)
+
+
+class MalformedFiltersSaid:
+    """Django answers a filter that does not fit a list (`?run__id__exact=abc`, a field the list
+    does not have) by redirecting to the whole list with `?e=1`: say there what happened."""
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if ERROR_FLAG in request.GET:
+            messages.warning(request, IGNORED_FILTERS)
+        return super().changelist_view(request, extra_context)
+
+
+class AuditAdmin(MalformedFiltersSaid, admin.ModelAdmin):
     """Audit records are never added or edited through the admin, whatever is posted; only a
     superuser deletes them. The count of all rows is skipped: tables grow to millions."""
 
@@ -159,19 +178,35 @@ class UserFilter(admin.SimpleListFilter):
     path = "user"  # where the user is, from the listed model
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        chosen = self.value()
-        if not chosen or not chosen.isdigit():
+        chosen = user_id(self.value())
+        if chosen is None:
             return []
         name = get_user_model().objects.filter(pk=chosen).values_list("username", flat=True)
-        return [(chosen, name.first() or f"user {chosen}")]
+        return [(str(chosen), name.first() or f"user {chosen}")]
 
     def has_output(self) -> bool:
         return True
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value():
-            return queryset.filter(**{self.path: self.value()})
-        return queryset
+        if not self.value():
+            return queryset
+        chosen = user_id(self.value())
+        if chosen is None:
+            messages.warning(
+                request, f"Ignored the user filter: {self.value()!r} is not a user id."
+            )
+            return queryset
+        return queryset.filter(**{self.path: chosen})
+
+
+def user_id(value: str | None) -> int | None:
+    """`value` as a user id, or None when it cannot be one: only ASCII digits, within the range
+    of the id column (a larger number would reach the database and fail there)."""
+    if not value or not value.isascii() or not value.isdigit():
+        return None
+    pk = get_user_model()._meta.pk
+    _, largest = connection.ops.integer_field_range(pk.get_internal_type())
+    return int(value) if int(value) <= largest else None
 
 
 def filter_link(model_admin: admin.ModelAdmin, user: Model) -> SafeString:

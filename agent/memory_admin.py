@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 from agent.audit import recalls_of, short
 from agent.console import (
     AuditAdmin,
+    MalformedFiltersSaid,
     UserFilter,
     change_url,
     filter_link,
@@ -60,7 +61,7 @@ class OwnerFilter(UserFilter):
 
 
 @admin.register(Memory)
-class MemoryAdmin(admin.ModelAdmin):
+class MemoryAdmin(MalformedFiltersSaid, admin.ModelAdmin):
     list_display = (
         "id",
         "owner_name",

@@ -389,7 +389,7 @@ def test_the_admin_index_links_the_console_and_the_sign_ups_waiting(client, oper
     assert USAGE in page
     assert RUNS in page
     assert TRIPS in page
-    assert f"{reverse('admin:auth_user_changelist')}?approval=waiting" in page
+    assert reverse("admin:accounts_signup_changelist") in page
     assert "1 waiting" in page
 
 

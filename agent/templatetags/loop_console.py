@@ -5,12 +5,10 @@ from typing import Any
 from django import template
 from django.contrib.admin.templatetags.admin_list import date_hierarchy
 from django.contrib.admin.views.main import ChangeList
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from agent import console
-from agent.admin import WAITING_FOR_APPROVAL
 
 register = template.Library()
 
@@ -38,11 +36,6 @@ def words(name: str) -> str:
 @register.filter
 def pretty_json(value: object) -> SafeString:
     return console.pretty_json(value)
-
-
-@register.simple_tag
-def waiting_for_approval() -> int:
-    return get_user_model().objects.filter(WAITING_FOR_APPROVAL).count()
 
 
 @register.inclusion_tag("admin/date_hierarchy.html")
