@@ -1,4 +1,5 @@
-"""Logins: Django's own views for log in, log out (POST only) and password change; sign-up."""
+"""Logins: Django's own views for log in and log out (POST only), password change counted by
+django-axes like a login, and sign-up."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
@@ -8,7 +9,7 @@ from accounts import views
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
+    path("password/", views.PasswordChangeView.as_view(), name="password_change"),
     path(
         "password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"
     ),
