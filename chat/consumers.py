@@ -162,7 +162,7 @@ class RunConsumer(AsyncWebsocketConsumer):
     async def shut(self, code: Close) -> None:
         if not self.closing:
             self.closing = True
-            await self.close(code=code)
+            await self.close(code=int(code))  # autobahn takes an int, not an IntEnum
 
     @property
     def channel_receive(self) -> Callable[[], Awaitable[dict[str, Any]]]:
