@@ -145,7 +145,9 @@ LOOP_PARALLEL_TOOL_CALLS = env_int("LOOP_PARALLEL_TOOL_CALLS", 4)
 # Tools (see tools/ and docs/configuration.md).
 LOOP_WORKSPACES_DIR = Path(env_str("LOOP_WORKSPACES_DIR") or VAR_DIR / "workspaces").resolve()
 LOOP_SANDBOX = env_str("LOOP_SANDBOX", "bubblewrap")
-LOOP_SANDBOX_USER = env_str("LOOP_SANDBOX_USER", "loop-sandbox")
+# As root, user N's snippets run as host uid (and gid) LOOP_SANDBOX_UID_BASE + N: a process budget
+# of their own (numeric ids, no /etc/passwd entries). No host account may use that range.
+LOOP_SANDBOX_UID_BASE = env_int("LOOP_SANDBOX_UID_BASE", 1_900_000_000)
 LOOP_SANDBOX_PYTHON = env_str("LOOP_SANDBOX_PYTHON", "/usr/bin/python3")
 LOOP_SANDBOX_WARM = env_bool("LOOP_SANDBOX_WARM", default=True)
 LOOP_SANDBOX_MEMORY_MB = env_int("LOOP_SANDBOX_MEMORY_MB", 512)

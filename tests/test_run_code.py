@@ -2,8 +2,8 @@
 
 import json
 import os
+import secrets
 import socket
-import time
 import uuid
 from pathlib import Path
 
@@ -14,15 +14,33 @@ from django.test import override_settings
 
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
 from tools.code import RUN_CODE
-from tools.sandbox import WARM, BubblewrapSandbox, Limits, WarmSandboxes, sandbox_identity
+from tools.sandbox import (
+    WARM,
+    BubblewrapSandbox,
+    Limits,
+    SandboxUnavailable,
+    WarmSandboxes,
+    sandbox_identity,
+)
 from tools.workspace import ensure_workspace
 
-from .conftest import PROJECT_DIR
+from .conftest import PROJECT_DIR, wait_for
+
+
+def fresh_user_id() -> int:
+    """A user id (so a sandbox uid) no other test, nor another checkout's suite, is using now."""
+    return 10_000_000 + secrets.randbelow(100_000_000)
+
+
+def user_context(workspaces: Path, username: str = "alice") -> ToolContext:
+    user_id = fresh_user_id()
+    workspace = ensure_workspace(workspaces / str(user_id), user_id)
+    return ToolContext(user_id=user_id, username=username, workspace=workspace)
 
 
 @pytest.fixture
 def context(workspaces: Path) -> ToolContext:
-    return ToolContext(user_id=7, username="alice", workspace=ensure_workspace(workspaces / "7"))
+    return user_context(workspaces)
 
 
 def run(context: ToolContext, code: str, timeout: int = 10) -> ToolResult:
@@ -30,39 +48,36 @@ def run(context: ToolContext, code: str, timeout: int = 10) -> ToolResult:
     return ToolRegistry([RUN_CODE]).dispatch("run_code", arguments, context)
 
 
-def sandbox_processes() -> list[psutil.Process]:
-    """Live processes a snippet could have left behind: the sandbox interpreter or bwrap.
+def sandbox_processes(context: ToolContext) -> list[psutil.Process]:
+    """Live processes a snippet of this user could have left behind: any process of their
+    sandbox uid (bwrap, the interpreter, whatever it started).
 
     Zombies do not count: they run nothing, and the host's init reaps them in its own time.
     """
-    identity = sandbox_identity()
-    uid = identity.uid if identity else os.getuid()
-    interpreter = os.path.realpath(settings.LOOP_SANDBOX_PYTHON)
-    found = []
-    for process in psutil.process_iter(["uids", "exe", "name", "status"]):
-        info = process.info
-        if info["status"] == psutil.STATUS_ZOMBIE:
-            continue
-        ours = info["uids"] and info["uids"].real == uid
-        if ours and (info["name"] == "bwrap" or info["exe"] == interpreter):
-            found.append(process)
-    return found
+    identity = sandbox_identity(context.user_id)
+    if identity is None:  # all snippets run as the worker's uid: look at bwrap and the interpreter
+        interpreter = os.path.realpath(settings.LOOP_SANDBOX_PYTHON)
+        return [
+            process
+            for process in psutil.process_iter(["uids", "exe", "name", "status"])
+            if process.info["status"] != psutil.STATUS_ZOMBIE
+            and process.info["uids"].real == os.getuid()
+            and (process.info["name"] == "bwrap" or process.info["exe"] == interpreter)
+        ]
+    return [
+        process
+        for process in psutil.process_iter(["uids", "status"])
+        if process.info["status"] != psutil.STATUS_ZOMBIE
+        and process.info["uids"]
+        and process.info["uids"].real == identity.uid
+    ]
 
 
-def assert_no_sandbox_process_remains(grace: float = 5.0) -> None:
+def assert_no_sandbox_process_remains(context: ToolContext) -> None:
     """Killed sandboxes die asynchronously (bwrap's namespace init goes down when its parent
     does), so allow them a moment; anything still running after that was left behind."""
-    deadline = time.monotonic() + grace
-    while (remaining := sandbox_processes()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert remaining == [], [(p.pid, p.ppid(), p.status()) for p in remaining][:5]
-
-
-def settle(seconds: float = 0.5) -> None:
-    """Give the kernel a moment to reap what a killed namespace leaves, then retire the warm
-    sandbox started for the next call, which is not the snippet's doing."""
-    time.sleep(seconds)
-    WARM.drain()
+    WARM.drain()  # the sandbox started for the next call is not the snippet's doing
+    wait_for(lambda: not sandbox_processes(context), "the sandbox's processes to end", 10)
 
 
 def test_runs_a_snippet_and_returns_its_output_and_policy(context):
@@ -185,8 +200,7 @@ def test_fork_bomb_is_bounded_and_leaves_nothing_running(context):
     )
     result = run(context, code, timeout=3)
     assert result.status in {ToolStatus.TIMEOUT, ToolStatus.ERROR}
-    settle()
-    assert_no_sandbox_process_remains()
+    assert_no_sandbox_process_remains(context)
 
 
 def test_memory_bomb_gets_memory_error(context):
@@ -218,8 +232,7 @@ def test_endless_loop_times_out_and_is_killed(context):
     result = run(context, "while True:\n    pass\n", timeout=2)
     assert result.status is ToolStatus.TIMEOUT
     assert "Killed after 2 seconds" in result.text
-    settle()
-    assert_no_sandbox_process_remains()
+    assert_no_sandbox_process_remains(context)
 
 
 def test_sleep_past_the_timeout_is_killed(context):
@@ -244,11 +257,7 @@ def test_double_forked_background_process_does_not_outlive_the_call(context):
     )
     result = run(context, code, timeout=10)
     assert result.status is ToolStatus.OK  # returned when the snippet ended, not at the deadline
-    settle()
-    size = (context.workspace / "beat").stat().st_size
-    settle()
-    assert (context.workspace / "beat").stat().st_size == size
-    assert_no_sandbox_process_remains()
+    assert_no_sandbox_process_remains(context)  # the beating grandchild went with the sandbox
 
 
 def test_stdout_flood_is_capped_and_the_worker_stays_small(context):
@@ -260,8 +269,7 @@ def test_stdout_flood_is_capped_and_the_worker_stays_small(context):
     assert "[output over the cap was discarded]" in result.text
     assert len(result.text) < 100_000
     assert worker.memory_info().rss - before < 50 * 1024 * 1024
-    settle()
-    assert_no_sandbox_process_remains()
+    assert_no_sandbox_process_remains(context)
 
 
 def test_missing_bubblewrap_fails_closed_saying_how_to_fix_it(context, monkeypatch):
@@ -289,14 +297,21 @@ def test_a_sandbox_bubblewrap_cannot_build_fails_closed(context, monkeypatch):
     assert "bubblewrap could not build the sandbox" in result.text
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0, reason="the sandbox user matters only when the worker is root"
-)
-def test_root_worker_without_the_sandbox_user_refuses(context):
-    with override_settings(LOOP_SANDBOX_USER="no-such-loop-user"):
-        result = run(context, "print('ran')")
+def test_a_workspace_no_sandbox_uid_owns_is_refused(context):
+    os.chown(context.workspace, 0, 0)  # as if made by hand, or by an older Loop that failed
+    result = run(context, "print('ran')")
     assert result.status is ToolStatus.DENIED
-    assert "useradd" in result.text
+    assert "not to a sandbox uid" in result.text
+    assert "ran" not in result.text
+
+
+def test_a_uid_base_that_would_reach_root_or_overflow_refuses(workspaces, settings):
+    settings.LOOP_SANDBOX_UID_BASE = 0
+    with pytest.raises(SandboxUnavailable, match="LOOP_SANDBOX_UID_BASE"):
+        ensure_workspace(workspaces / "0", 0)
+    settings.LOOP_SANDBOX_UID_BASE = 2**31 - 10
+    with pytest.raises(SandboxUnavailable, match="LOOP_SANDBOX_UID_BASE"):
+        ensure_workspace(workspaces / "20", 20)
 
 
 def test_snippet_never_runs_as_root(context):
@@ -315,19 +330,18 @@ def test_subprocess_mode_is_opt_in_and_marks_every_result(context):
 
 def test_the_next_call_gets_a_fresh_sandbox_started_ahead(context):
     first = run(context, "open('/tmp/left-behind', 'w').write('x'); import os; print(os.getpid())")
-    time.sleep(0.5)  # the model's turn: time for the next sandbox to start
     assert (context.workspace, Limits.from_settings(10)) in WARM.idle
+    served = WARM.served
     second = run(context, "import os; print(os.path.exists('/tmp/left-behind'))")
     assert first.status is second.status is ToolStatus.OK
+    assert WARM.served == served + 1
     assert "False" in second.text  # a new sandbox: nothing of the last snippet survives
 
 
 def test_a_warm_sandbox_serves_only_its_own_workspace(workspaces):
-    alice = ToolContext(user_id=1, username="alice", workspace=ensure_workspace(workspaces / "1"))
-    bob = ToolContext(user_id=2, username="bob", workspace=ensure_workspace(workspaces / "2"))
+    alice, bob = user_context(workspaces, "alice"), user_context(workspaces, "bob")
     (alice.workspace / "alice.txt").write_text("private")
     run(alice, "print('warming alice')")
-    time.sleep(0.5)
     result = run(bob, "import os; print(os.listdir('.'))")
     assert "alice.txt" not in result.text
     assert "[]" in result.text
@@ -335,29 +349,24 @@ def test_a_warm_sandbox_serves_only_its_own_workspace(workspaces):
 
 def test_an_unused_warm_sandbox_expires(context):
     pool = WarmSandboxes(idle_seconds=0.2)
-    pool._add(context.workspace, Limits(), BubblewrapSandbox().launch)
-    [(sandbox, _)] = pool.idle.values()
-    sandbox.process.wait(timeout=5)
-    assert pool.idle == {}
+    pool.prepare(context.workspace, Limits(), BubblewrapSandbox().launch)
+    [warm] = pool.idle.values()
+    warm.sandbox.result().process.wait(timeout=5)
+    wait_for(lambda: pool.idle == {}, "the expired sandbox to leave the pool", 5)
 
 
 def test_draining_also_kills_a_sandbox_still_starting(context):
     pool = WarmSandboxes()
-
-    def slow_start(workspace: Path, limits: Limits):
-        time.sleep(0.3)  # drain() is called while this start is under way
-        return BubblewrapSandbox().launch(workspace, limits)
-
-    pool.prepare(context.workspace, Limits(), slow_start)
-    pool.drain()
-    time.sleep(0.5)  # past the moment the start would have registered its sandbox
+    pool.prepare(context.workspace, Limits(), BubblewrapSandbox().launch)
+    [warm] = pool.idle.values()
+    pool.drain()  # at once: the launcher may not have forked it yet
     assert pool.idle == {}
-    assert_no_sandbox_process_remains()
+    assert warm.sandbox.result().process.returncode is not None
+    assert_no_sandbox_process_remains(context)
 
 
 def test_warm_sandboxes_can_be_turned_off(context, settings):
     settings.LOOP_SANDBOX_WARM = False
     WARM.drain()
     run(context, "print(1)")
-    time.sleep(0.5)
     assert WARM.idle == {}

@@ -12,6 +12,7 @@ from tools.sandbox import Limits, SandboxUnavailable, SubprocessSandbox, get_san
 from tools.workspace import ensure_workspace
 
 PROBE = "print(6 * 7)"
+PROBE_USER_ID = 0  # no account has id 0: the probe's snippet counts against no user's budget
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ def probe_sandbox() -> SandboxReport:
     """Run a tiny snippet in a throwaway workspace, exactly as run_code would."""
     sandbox = get_sandbox()
     with tempfile.TemporaryDirectory(prefix="loop-sandbox-probe-") as directory:
-        workspace = ensure_workspace(Path(directory) / "workspace")
+        workspace = ensure_workspace(Path(directory) / "workspace", PROBE_USER_ID)
         try:
             # A throwaway workspace gets no sandbox started ahead for a next call.
             execution = sandbox.run(PROBE, workspace, Limits(timeout=20), start_next=False)

@@ -3,21 +3,25 @@
 The snippet sees a read-only /usr (the interpreter and its libraries), its user's workspace as the
 only writable directory, a small /tmp, no network, no host processes, no environment. Limits are
 set by prlimit (hard and soft alike, so the snippet cannot raise them) and hold for an unprivileged
-uid only, so when the worker is root the snippet runs as LOOP_SANDBOX_USER. A wall-clock timeout
-kills the whole tree, and output is read with a byte cap.
+uid only. When the worker is root, each user's snippets run as a host uid of their own (the owner
+of their workspace, LOOP_SANDBOX_UID_BASE + user id), so the process limit, which the kernel
+counts per uid, is each user's own budget. Every sandbox is forked by one long-lived thread
+(Launcher), a wall-clock timeout kills the whole tree, and output is read with a byte cap.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
-import pwd
+import queue
 import select
 import shutil
 import signal
 import subprocess
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,17 +30,23 @@ from typing import IO, Protocol
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from tools.base import ToolDenied
+from tools.base import ToolDenied, ToolError
 from tools.quota import sandbox_prefix as quota_prefix
 
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 WORKSPACE_MOUNT = "/workspace"
+# Sandbox uids stay below 2**31 - 1: some tools read uids as signed 32-bit numbers.
+UID_CEILING = 2**31 - 1
 
 
 class SandboxUnavailable(ToolDenied):
     """The configured sandbox cannot run here; the message says why and how to fix it."""
+
+
+class ProcessLimitReached(ToolError):
+    """The snippets of one uid hold every process their budget allows; the next must wait."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +85,8 @@ class Execution:
 
 @dataclass(frozen=True)
 class Identity:
-    name: str
+    """The host uid and gid snippets run as: numbers only, no /etc/passwd entry needed."""
+
     uid: int
     gid: int
 
@@ -88,37 +99,62 @@ class Sandbox(Protocol):
     ) -> Execution: ...
 
 
-def sandbox_identity() -> Identity | None:
-    """The host user snippets run as when the worker is root; None when it is not (then the
-    worker's own unprivileged uid runs them)."""
+def sandbox_identity(user_id: int) -> Identity | None:
+    """Whom this user's snippets run as when the worker is root: a host uid of their own, so no
+    other user's snippets count against their process limit. None when the worker is not root:
+    then every snippet runs as the worker's own unprivileged uid."""
     if os.geteuid() != 0:
         return None
-    try:
-        entry = pwd.getpwnam(settings.LOOP_SANDBOX_USER)
-    except KeyError:
+    uid = settings.LOOP_SANDBOX_UID_BASE + user_id
+    if not 0 < settings.LOOP_SANDBOX_UID_BASE <= uid < UID_CEILING:
+        raise SandboxUnavailable(
+            f"run_code cannot run: user {user_id}'s sandbox uid would be {uid}, outside "
+            f"1..{UID_CEILING - 1}. Set LOOP_SANDBOX_UID_BASE (now "
+            f"{settings.LOOP_SANDBOX_UID_BASE}) so that it plus the highest user id stays in range."
+        )
+    return Identity(uid, uid)
+
+
+def workspace_owner(workspace: Path) -> Identity | None:
+    """Whom snippets in this workspace run as: its owner, which ensure_workspace made the user's
+    sandbox identity (the file tools give what they write the same owner). None when not root."""
+    if os.geteuid() != 0:
         return None
-    return Identity(entry.pw_name, entry.pw_uid, entry.pw_gid)
+    info = os.stat(workspace)
+    if not 0 < settings.LOOP_SANDBOX_UID_BASE <= info.st_uid < UID_CEILING:
+        raise SandboxUnavailable(
+            f"run_code refuses to run: the workspace belongs to uid {info.st_uid}, not to a "
+            f"sandbox uid (LOOP_SANDBOX_UID_BASE={settings.LOOP_SANDBOX_UID_BASE} and up). "
+            "tools.workspace.ensure_workspace hands a workspace over to its user's sandbox uid."
+        )
+    return Identity(info.st_uid, info.st_gid)
 
 
-def identity_prefix() -> list[str]:
-    """setpriv: no new privileges ever; as root, also drop to the sandbox user and all caps."""
+def identity_prefix(workspace: Path) -> list[str]:
+    """setpriv: no new privileges ever; as root, also become the workspace's sandbox uid and drop
+    every capability and supplementary group."""
     prefix = [_require_program("setpriv", "util-linux"), "--no-new-privs"]
-    if os.geteuid() == 0:
-        identity = sandbox_identity()
-        if identity is None:
-            raise SandboxUnavailable(
-                f"run_code refuses to run snippets as root, and the sandbox user "
-                f"{settings.LOOP_SANDBOX_USER!r} does not exist. Create it with: useradd --system "
-                f"--no-create-home --shell /usr/sbin/nologin {settings.LOOP_SANDBOX_USER}"
-            )
+    owner = workspace_owner(workspace)
+    if owner is not None:
         prefix += [
-            f"--reuid={identity.uid}",
-            f"--regid={identity.gid}",
+            f"--reuid={owner.uid}",
+            f"--regid={owner.gid}",
             "--clear-groups",
             "--inh-caps=-all",
             "--bounding-set=-all",
         ]
     return [*prefix, "--"]
+
+
+def process_budget_prefix(limits: Limits) -> list[str]:
+    """prlimit --nproc, before anything in the chain makes a user namespace.
+
+    The kernel counts a uid's processes in every user namespace up to the host, and checks each
+    level against the limit its creator had: a namespace made under the worker's own limit would
+    count against that, not this one. Set first, it bounds all the uid's sandboxes together.
+    """
+    processes = limits.max_processes
+    return [_require_program("prlimit", "util-linux"), f"--nproc={processes}:{processes}", "--"]
 
 
 def limits_prefix(limits: Limits) -> list[str]:
@@ -129,7 +165,6 @@ def limits_prefix(limits: Limits) -> list[str]:
         _require_program("prlimit", "util-linux"),
         f"--cpu={hard(limits.cpu_seconds)}",
         f"--as={hard(limits.memory_bytes)}",
-        f"--nproc={hard(limits.max_processes)}",
         f"--fsize={hard(limits.max_file_bytes)}",
         f"--nofile={hard(limits.max_open_files)}",
         "--core=0:0",
@@ -143,22 +178,23 @@ class BubblewrapSandbox:
     def run(
         self, code: str, workspace: Path, limits: Limits, *, start_next: bool = True
     ) -> Execution:
-        sandbox = WARM.take(workspace, limits) or self.launch(workspace, limits)
+        sandbox = WARM.take(workspace, limits) or self.launch(workspace, limits).result()
         execution = sandbox.finish(code, limits, self.policy)
-        _raise_if_bwrap_failed(execution)
+        _raise_if_bwrap_failed(execution, limits)
         if start_next:
             WARM.prepare(workspace, limits, self.launch)
         return execution
 
-    def launch(self, workspace: Path, limits: Limits) -> Launched:
+    def launch(self, workspace: Path, limits: Limits) -> Future[Launched]:
         argv = [
-            *identity_prefix(),
+            *identity_prefix(workspace),
+            *process_budget_prefix(limits),
             *quota_prefix(workspace),  # bounds what the snippet writes: tools/overlay.py
             *limits_prefix(limits),
             *self.bwrap_arguments(workspace, limits),
             *interpreter_arguments(),
         ]
-        return launch(argv, limits, cwd=None)
+        return LAUNCHER.start(argv, limits)
 
     def bwrap_arguments(self, workspace: Path, limits: Limits) -> list[str]:
         return [
@@ -167,7 +203,9 @@ class BubblewrapSandbox:
             "--unshare-user",
             "--disable-userns",
             "--die-with-parent",
-            "--new-session",
+            # No --new-session: the launcher already gives the sandbox a session of its own with
+            # no terminal (nothing to inject input into), and bwrap's setsid would take its
+            # namespace init out of the process group that Launched.kill signals.
             "--cap-drop",
             "ALL",
             "--hostname",
@@ -207,7 +245,12 @@ class SubprocessSandbox:
     def run(
         self, code: str, workspace: Path, limits: Limits, *, start_next: bool = True
     ) -> Execution:
-        argv = [*identity_prefix(), *limits_prefix(limits), *interpreter_arguments()]
+        argv = [
+            *identity_prefix(workspace),
+            *process_budget_prefix(limits),
+            *limits_prefix(limits),
+            *interpreter_arguments(),
+        ]
         return execute(argv, code, limits, self.policy, cwd=workspace)
 
 
@@ -227,93 +270,148 @@ def get_sandbox() -> Sandbox:
         ) from None
 
 
+LaunchRequest = tuple[list[str], "Limits", Path | None, "Future[Launched]"]
+
+
+class Launcher:
+    """The one thread of this process that forks sandboxes.
+
+    bwrap --die-with-parent arms PR_SET_PDEATHSIG, whose "parent" is the thread that forked, not
+    the process: a sandbox forked by a short-lived thread (a tool call's, or one started only to
+    warm a sandbox) is killed as soon as that thread ends. Forked from this thread, which lives as
+    long as the process, every sandbox dies with the worker, a SIGKILLed one included, and never
+    before.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: queue.SimpleQueue[LaunchRequest] = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+
+    def start(self, argv: list[str], limits: Limits, cwd: Path | None = None) -> Future[Launched]:
+        """Have argv started; the future holds it within a fork and exec (a millisecond or two)."""
+        future: Future[Launched] = Future()
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._serve, name="sandbox-launcher", daemon=True
+                )
+                self.thread.start()
+            self.requests.put((argv, limits, cwd, future))
+        return future
+
+    def forget(self) -> None:
+        """In a forked child: the parent's launcher thread does not exist here."""
+        self.lock = threading.Lock()
+        self.requests = queue.SimpleQueue()
+        self.thread = None
+
+    def _serve(self) -> None:
+        while True:
+            argv, limits, cwd, future = self.requests.get()
+            try:
+                future.set_result(launch(argv, limits, cwd))
+            except BaseException as error:  # the caller's failure, never this thread's end
+                future.set_exception(error)
+
+
+LAUNCHER = Launcher()
+
+
+class Warm:
+    """A sandbox started ahead for one workspace and limits, and the timer that retires it."""
+
+    def __init__(
+        self,
+        key: tuple[Path, Limits],
+        sandbox: Future[Launched],
+        idle_seconds: float,
+        expire: Callable[[Warm], None],
+    ) -> None:
+        self.key, self.sandbox = key, sandbox
+        self.expiry = threading.Timer(idle_seconds, expire, args=(self,))
+        self.expiry.daemon = True
+
+    def discard(self) -> None:
+        self.expiry.cancel()
+        if self.sandbox.exception() is None:  # waits for a start under way: it is killed too
+            self.sandbox.result().discard()
+
+
 class WarmSandboxes:
     """One sandbox per recently used workspace, started ahead and idling on stdin.
 
     An agent calls run_code again and again in a run; starting the next sandbox while the model
     thinks takes the namespace and interpreter start-up off the call's latency. A warm sandbox
     serves only the workspace and limits it was built for, runs nothing until it gets a program,
-    dies with the worker, and is killed after `idle_seconds` unused.
+    counts against its user's process budget while it idles, dies with the worker, and is killed
+    after `idle_seconds` unused.
     """
 
     def __init__(self, idle_seconds: float = 120.0, capacity: int = 16) -> None:
         self.idle_seconds, self.capacity = idle_seconds, capacity
-        self.idle: dict[tuple[Path, Limits], tuple[Launched, threading.Timer]] = {}
+        self.idle: dict[tuple[Path, Limits], Warm] = {}
         self.lock = threading.Lock()
-        self.starting = 0  # sandboxes being started in the background right now
-        self.started = threading.Condition(self.lock)
+        self.served = 0  # calls a sandbox started ahead has served: what tests and the bench read
 
     def take(self, workspace: Path, limits: Limits) -> Launched | None:
         with self.lock:
-            entry = self.idle.pop((workspace, limits), None)
-        if entry is None:
+            warm = self.idle.pop((workspace, limits), None)
+        if warm is None:
             return None
-        sandbox, expiry = entry
-        expiry.cancel()
-        return sandbox if sandbox.alive() else None
+        warm.expiry.cancel()
+        if warm.sandbox.exception() is not None:
+            return None
+        sandbox = warm.sandbox.result()
+        if not sandbox.alive():
+            sandbox.discard()
+            return None
+        with self.lock:
+            self.served += 1
+        return sandbox
 
     def prepare(
-        self, workspace: Path, limits: Limits, start: Callable[[Path, Limits], Launched]
+        self, workspace: Path, limits: Limits, start: Callable[[Path, Limits], Future[Launched]]
     ) -> None:
-        if settings.LOOP_SANDBOX_WARM:
-            with self.lock:
-                self.starting += 1
-            thread = threading.Thread(target=self._start, args=(workspace, limits, start))
-            thread.daemon = True
-            thread.start()
-
-    def _start(
-        self, workspace: Path, limits: Limits, start: Callable[[Path, Limits], Launched]
-    ) -> None:
-        try:
-            self._add(workspace, limits, start)
-        finally:
-            with self.lock:
-                self.starting -= 1
-                self.started.notify_all()
-
-    def _add(
-        self, workspace: Path, limits: Limits, start: Callable[[Path, Limits], Launched]
-    ) -> None:
-        try:
-            sandbox = start(workspace, limits)
-        except SandboxUnavailable:
+        if not settings.LOOP_SANDBOX_WARM:
             return
-        expiry = threading.Timer(self.idle_seconds, self._expire, args=((workspace, limits),))
-        expiry.daemon = True
+        key = (workspace, limits)
+        warm = Warm(key, start(workspace, limits), self.idle_seconds, self._expire)
         with self.lock:
-            evicted = [self.idle.pop((workspace, limits), None)]
+            evicted = [self.idle.pop(key, None)]
             if len(self.idle) >= self.capacity:
                 evicted.append(self.idle.pop(next(iter(self.idle))))
-            self.idle[(workspace, limits)] = (sandbox, expiry)
-        expiry.start()
+            self.idle[key] = warm
+        warm.expiry.start()
         for entry in filter(None, evicted):
-            _discard(entry)
+            entry.discard()
 
-    def _expire(self, key: tuple[Path, Limits]) -> None:
+    def _expire(self, warm: Warm) -> None:
         with self.lock:
-            entry = self.idle.pop(key, None)
-        if entry is not None:
-            _discard(entry)
+            if self.idle.get(warm.key) is not warm:
+                return  # taken or replaced in the meantime
+            del self.idle[warm.key]
+        warm.discard()
 
-    def drain(self, timeout: float = 10.0) -> None:
+    def forget(self) -> None:
+        """In a forked child: the parent's sandboxes are not this process's to use or kill."""
+        self.lock = threading.Lock()
+        self.idle = {}
+
+    def drain(self) -> None:
         """Kill every idle sandbox, including those still starting (tests, shutdown)."""
         with self.lock:
-            self.started.wait_for(lambda: self.starting == 0, timeout)
             entries = list(self.idle.values())
             self.idle.clear()
-        for entry in entries:
-            _discard(entry)
-
-
-def _discard(entry: tuple[Launched, threading.Timer]) -> None:
-    sandbox, expiry = entry
-    expiry.cancel()
-    sandbox.kill()
-    sandbox.process.wait()
+        for warm in entries:
+            warm.discard()
 
 
 WARM = WarmSandboxes()
+
+
+os.register_at_fork(after_in_child=LAUNCHER.forget)
+os.register_at_fork(after_in_child=WARM.forget)
 
 
 def interpreter_arguments() -> list[str]:
@@ -323,7 +421,7 @@ def interpreter_arguments() -> list[str]:
 
 def execute(argv: list[str], code: str, limits: Limits, policy: str, cwd: Path | None) -> Execution:
     """Run argv with the code on stdin; kill its whole process group at the deadline."""
-    return launch(argv, limits, cwd).finish(code, limits, policy)
+    return LAUNCHER.start(argv, limits, cwd).result().finish(code, limits, policy)
 
 
 @dataclass
@@ -355,11 +453,19 @@ class Launched:
         )
 
     def kill(self) -> None:
-        # The group is setpriv/prlimit/bwrap (one exec chain) and anything sharing it. bwrap's
-        # --die-with-parent and its pid namespace take everything inside down with it. The
+        # The group is setpriv/prlimit/bwrap (one exec chain), bwrap's namespace init and whatever
+        # the snippet left in it; the init's death takes the rest of its pid namespace down. The
+        # kernel signals a group and a fork under way in it alike, so nothing is missed. The
         # process is not reaped yet, so its pid (and group id) cannot have been reused.
         with suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+
+    def discard(self) -> None:
+        """Kill a sandbox that will run nothing, reap it, and close its stdin."""
+        self.kill()
+        self.process.wait()
+        if self.process.stdin is not None:
+            self.process.stdin.close()
 
 
 def launch(argv: list[str], limits: Limits, cwd: Path | None) -> Launched:
@@ -468,17 +574,36 @@ def _require_program(name: str, package: str) -> str:
     return path
 
 
-def _raise_if_bwrap_failed(execution: Execution) -> None:
-    """bwrap reports its own failures (no user namespaces, say) as `bwrap: ...` on stderr."""
+def _raise_if_bwrap_failed(execution: Execution, limits: Limits) -> None:
+    """bwrap reports its own failures as `bwrap: ...` on stderr. A fork or clone refused with
+    EAGAIN ("Creating new namespace failed: Resource temporarily unavailable") is the process
+    limit of the snippets' uid, not the kernel's namespaces, and is reported as such."""
     if (
         execution.exit_status == 1
         and not execution.stdout
         and execution.stderr.startswith("bwrap:")
     ):
         reason = execution.stderr.strip().splitlines()[0]
+        if reason.endswith(os.strerror(errno.EAGAIN)):
+            raise ProcessLimitReached(_process_limit_message(limits), policy=execution.policy)
         raise SandboxUnavailable(
             f"run_code cannot run: bubblewrap could not build the sandbox ({reason}). The kernel "
             "must allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
             "user.max_user_namespaces > 0). An operator may opt into LOOP_SANDBOX=subprocess, "
             "which gives no isolation."
         )
+
+
+def _process_limit_message(limits: Limits) -> str:
+    if os.geteuid() == 0:
+        return (
+            f"run_code refused: your snippets are at their process limit ({limits.max_processes} "
+            "processes, counting your snippets still running, the processes they started and "
+            "the sandboxes started ahead for you). Let a running snippet finish, or start fewer "
+            "processes, then try again."
+        )
+    return (
+        f"run_code refused: the snippets' process limit ({limits.max_processes}) is reached. "
+        "This worker is not root, so every user's snippets run as its one uid and share that "
+        "budget; try again when other snippets have finished."
+    )

@@ -1,32 +1,51 @@
 """Each user's workspace: the one directory their file tools and run_code snippets may touch."""
 
 import os
+import stat
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
 from tools.base import ToolContext
-from tools.sandbox import sandbox_identity
+from tools.sandbox import Identity, sandbox_identity
 
 
 def workspace_path(user_id: int) -> Path:
     return settings.LOOP_WORKSPACES_DIR / str(user_id)
 
 
-def ensure_workspace(path: Path) -> Path:
-    """Create the workspace, private to the identity that runs snippets.
+def ensure_workspace(path: Path, user_id: int) -> Path:
+    """Create the workspace, private to the identity that runs this user's snippets.
 
     The parent is traversable but not listable (0711), so a sandbox reaches its own workspace
-    without learning which others exist.
+    without learning which others exist. A workspace another identity owns (the one sandbox user
+    all snippets shared before each user had a uid of their own) is handed over first.
     """
     path.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
     path.parent.chmod(0o711)
     path.mkdir(mode=0o700, exist_ok=True)
-    identity = sandbox_identity()
-    if identity is not None and os.geteuid() == 0:
-        os.chown(path, identity.uid, identity.gid)
+    identity = sandbox_identity(user_id)
+    if identity is not None and os.stat(path).st_uid != identity.uid:
+        hand_over(path, identity)
     return path
+
+
+def hand_over(path: Path, identity: Identity) -> None:
+    """Give identity what the workspace's present owner owns in it, the workspace itself last
+    (so an interrupted hand-over is finished on the next use).
+
+    Nothing is followed: symlinks are changed themselves, and a file with other hard links may
+    be a name for something outside the workspace, so it is left as it is.
+    """
+    previous = os.stat(path).st_uid
+    for _, directories, files, directory in os.fwalk(path, follow_symlinks=False):
+        for name in directories + files:
+            info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+            linked_elsewhere = not stat.S_ISDIR(info.st_mode) and info.st_nlink > 1
+            if info.st_uid == previous and not linked_elsewhere:
+                os.chown(name, identity.uid, identity.gid, dir_fd=directory, follow_symlinks=False)
+    os.chown(path, identity.uid, identity.gid, follow_symlinks=False)
 
 
 def context_for(user: AbstractBaseUser) -> ToolContext:
@@ -34,5 +53,5 @@ def context_for(user: AbstractBaseUser) -> ToolContext:
     return ToolContext(
         user_id=user.pk,
         username=user.get_username(),
-        workspace=ensure_workspace(workspace_path(user.pk)),
+        workspace=ensure_workspace(workspace_path(user.pk), user.pk),
     )
