@@ -17,9 +17,9 @@ from pathlib import Path
 
 from django.conf import settings
 
-from tools import overlay
+from tools import overlay, overlay_save
 from tools.base import ToolError
-from tools.overlay import Usage
+from tools.overlay_save import Usage
 
 __all__ = ["Quota", "QuotaExceeded", "Usage", "admitted", "sandbox_prefix", "usage"]
 
@@ -49,10 +49,10 @@ class QuotaExceeded(ToolError):
 def usage(workspace: Path | int) -> Usage:
     """What the workspace holds now: a path, or a directory already open (never followed)."""
     if isinstance(workspace, int):
-        return overlay.usage(workspace)
+        return overlay_save.usage(workspace)
     handle = os.open(workspace, _DIRECTORY)
     try:
-        return overlay.usage(handle)
+        return overlay_save.usage(handle)
     finally:
         os.close(handle)
 
@@ -80,7 +80,7 @@ def admitted(root: int) -> Iterator[Budget]:
     """Hold the workspace's lock (root is its open directory) and measure what it holds."""
     fcntl.flock(root, fcntl.LOCK_EX)
     try:
-        yield Budget(Quota.from_settings(), overlay.usage(root))
+        yield Budget(Quota.from_settings(), overlay_save.usage(root))
     finally:
         fcntl.flock(root, fcntl.LOCK_UN)
 
