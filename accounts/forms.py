@@ -3,9 +3,31 @@
 from typing import Any
 
 from django.contrib.auth import authenticate
-from django.contrib.auth.forms import PasswordChangeForm
+from django.contrib.auth.forms import PasswordChangeForm, UserCreationForm
+from django.contrib.auth.validators import ASCIIUsernameValidator
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
+
+NAME_HELP = "Letters a-z and A-Z, digits and @ . + - _ only; 150 characters or fewer."
+
+
+class SignUpForm(UserCreationForm):
+    """Django's sign-up form, for ASCII names only (a well-known rule that keeps look-alikes
+    from other scripts out at once), and silent on whether a name is taken: Django's form says
+    so, which tells anyone which accounts exist. accounts.signups decides, and the view answers
+    the same either way."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        username = self.fields["username"]
+        username.validators.append(ASCIIUsernameValidator())
+        username.help_text = NAME_HELP
+
+    def clean_username(self) -> str:
+        return self.cleaned_data["username"]
+
+    def validate_unique(self) -> None:
+        """Left to accounts.signups: the name is the only unique field a person fills in."""
 
 
 class ThrottledPasswordChangeForm(PasswordChangeForm):
