@@ -173,6 +173,7 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 LOOP_SIGNUP = env_choice("LOOP_SIGNUP", "approve", ("approve", "open", "off"))
+LOOP_SIGNUP_PER_HOUR = env_int("LOOP_SIGNUP_PER_HOUR", 5)  # sign-ups asked for, per client address
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # counts failed logins, locks out; first, as axes asks
     "django.contrib.auth.backends.ModelBackend",
