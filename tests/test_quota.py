@@ -1,6 +1,8 @@
 """The workspace quota: snippets and write_file trying to fill a workspace stop at its quota."""
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -8,7 +10,7 @@ import pytest
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
 from tools.code import RUN_CODE
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
-from tools.quota import Quota, usage
+from tools.quota import Quota, sandbox_prefix, usage
 from tools.sandbox import Limits
 from tools.workspace import ensure_workspace
 
@@ -244,3 +246,59 @@ def test_write_file_counts_new_directories_against_the_file_cap(
     assert "3 files and directories" in refused.text
     assert list(context.workspace.iterdir()) == []
     assert call(context, "write_file", path="a/b.txt", content="fits").ok
+
+
+def test_the_saver_replaces_a_planted_symlink_and_never_writes_through_it(
+    context: ToolContext, quota: Quota, tmp_path: Path
+) -> None:
+    """The saver writes as the workspace's owner: following a symlink would let a snippet write
+    anywhere that owner may (the worker's own files, when the worker is not root)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (context.workspace / "escape").symlink_to(outside)
+    code = """
+import os
+os.remove("escape")
+os.mkdir("escape")
+open("escape/planted.txt", "w").write("inside")
+"""
+    assert run(context, code).ok
+
+    assert not (context.workspace / "escape").is_symlink()
+    assert (context.workspace / "escape" / "planted.txt").read_text() == "inside"
+    assert list(outside.iterdir()) == []
+
+
+def test_the_bound_holds_when_the_worker_is_not_root(workspaces: Path, settings) -> None:
+    """tools/overlay.py runs as whoever runs snippets: a sandbox uid under a root worker, the
+    worker's own uid otherwise. Run it directly as an unprivileged uid, without the sandbox."""
+    settings.LOOP_WORKSPACE_MAX_BYTES = 5 * MB
+    settings.LOOP_WORKSPACE_MAX_FILES = 100
+    unprivileged = 65534
+    workspace = workspaces / "plain"
+    workspace.mkdir(mode=0o700)
+    identity: list[str] = []
+    if os.geteuid() == 0:
+        os.chown(workspace, unprivileged, unprivileged)
+        identity = ["setpriv", f"--reuid={unprivileged}", f"--regid={unprivileged}"]
+        identity += ["--clear-groups", "--no-new-privs", "--"]
+    fill = f"""
+import os
+for number in range(30):
+    with open(os.path.join({str(workspace)!r}, f"fill-{{number}}.bin"), "wb") as file:
+        file.write(os.urandom(1_000_000))
+"""
+    snippet = [settings.LOOP_SANDBOX_PYTHON, "-I", "-c", fill]
+    finished = subprocess.run(
+        [*identity, *sandbox_prefix(workspace), *snippet],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert finished.returncode == 1, finished.stderr
+    assert "No space left on device" in finished.stderr
+    assert "Workspace quota reached" in finished.stderr
+    assert usage(workspace).bytes <= 5 * MB + FILE_CAP
+    assert usage(workspace).files <= 100

@@ -56,8 +56,9 @@ RUN_CODE = Tool(
     description=(
         "Run a Python 3 program in an isolated sandbox with no network access. The working "
         f"directory is your workspace ({WORKSPACE_MOUNT}), the same files read_file and "
-        "write_file see; only the standard library is available. Returns the exit status, "
-        "stdout and stderr."
+        "write_file see; only the standard library is available. What it writes is saved "
+        "when it ends, within your workspace's quota; writes past the quota fail. Returns the "
+        "exit status, stdout and stderr."
     ),
     arguments=RunCodeArguments,
     function=run_code,
