@@ -112,7 +112,11 @@ def signed_in_group(user_id: int) -> str:
 
 
 class RunConsumer(AsyncWebsocketConsumer):
+    # The layer's receive starts before connect(), so these few hold from the start.
     closing = False  # set once the socket closes or is closed: it then acts on nothing more
+    accepted = False
+    degraded = False  # the channel layer failed: live updates wait, the log is read instead
+    recovery: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         self.user = self.scope.get("user")
@@ -124,12 +128,14 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.listened: list[int] = []  # runs counted in this process's NOTIFY listener
         self.checked_at = time.monotonic()  # the middleware has just checked the session
         self.sending = asyncio.Lock()  # one catch-up at a time, or a card could go twice
-        self.degraded = False
-        self.recovery: asyncio.Task[None] | None = None
         if self.user is None or not self.user.is_authenticated or not self.user.is_active:
             await self.close()
             return
         await self.accept()
+        self.accepted = True
+        if self.degraded:
+            await self.send_status()
+            self.start_recovery()
         await self.join(signed_in_group(self.user.pk))
 
     async def disconnect(self, code: int) -> None:
@@ -260,7 +266,10 @@ class RunConsumer(AsyncWebsocketConsumer):
             )
             self.degraded = True
             await self.send_status()
-        if self.recovery is None or self.recovery.done():
+        self.start_recovery()
+
+    def start_recovery(self) -> None:
+        if self.accepted and not self.closing and (self.recovery is None or self.recovery.done()):
             self.recovery = asyncio.create_task(self.recover())
 
     async def recover(self) -> None:
@@ -283,7 +292,7 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self.shut(Close.FAILED)
 
     async def send_status(self) -> None:
-        if not self.closing:
+        if self.accepted and not self.closing:
             status = render_to_string("chat/cards.html#socket_status", {"degraded": self.degraded})
             await self.send(text_data=status)
 

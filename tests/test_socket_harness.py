@@ -6,6 +6,7 @@ the socket bookkeeping of daphne's process holds (the NOTIFY listener's watch co
 in-memory channel layer's groups), so a test can prove that a closed socket leaves nothing behind.
 """
 
+import http.cookiejar
 import json
 import socket
 import subprocess
@@ -119,6 +120,17 @@ def session_cookie(user) -> str:
     client = Client()
     client.force_login(user)
     return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+
+
+def browser_with(cookie: str) -> urllib.request.OpenerDirector:
+    """An HTTP client holding the session cookie, as the logged-in browser would."""
+    jar = http.cookiejar.CookieJar()
+    name, value = cookie.split("=", 1)
+    jar.set_cookie(http.cookiejar.Cookie(
+        0, name, value, None, False, "127.0.0.1", False, False, "/", True, False, None, False,
+        None, None, {},
+    ))  # fmt: skip
+    return urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
 
 
 def open_socket(site: LiveSite, cookie: str, origin: str | None = None) -> ClientConnection:

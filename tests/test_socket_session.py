@@ -2,7 +2,6 @@
 once; a session ended some other way (deleted, a changed password) or a user made inactive stops
 the stream at the socket's next event. Through a live daphne, as a browser would see it."""
 
-import http.cookiejar
 import itertools
 import re
 import urllib.request
@@ -21,6 +20,7 @@ from tests.conftest import wait_for
 from tests.test_socket_harness import (
     WAIT,
     LiveSite,
+    browser_with,
     daphnes,
     no_traceback,
     open_socket,
@@ -40,13 +40,7 @@ def start_daphne(worker_env, tmp_path):
 
 def log_out(site: LiveSite, cookie: str) -> None:
     """Press the page's Log out button: POST the logout form with the page's CSRF token."""
-    jar = http.cookiejar.CookieJar()
-    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    name, value = cookie.split("=", 1)
-    jar.set_cookie(http.cookiejar.Cookie(
-        0, name, value, None, False, "127.0.0.1", False, False, "/", True, False, None, False,
-        None, None, {},
-    ))  # fmt: skip
+    browser = browser_with(cookie)
     page = browser.open(f"{site.url}/", timeout=WAIT).read().decode()
     token = CSRF_TOKEN.search(page).group(1)
     request = urllib.request.Request(  # noqa: S310 (the live site)

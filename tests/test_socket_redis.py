@@ -1,0 +1,130 @@
+"""A channel layer that is down or hangs: with REDIS_URL at a closed port, or at a server that
+accepts and never answers, the page's socket still opens, catches up from the event log, says
+live updates are delayed, keeps reading the log for the page, and the log says what failed."""
+
+import re
+import socket
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from agent.events import ToolCallStarted
+from agent.recorder import RunRecorder
+from agent.services import start_run
+from tests.test_socket_harness import (
+    WAIT,
+    daphnes,
+    free_port,
+    no_traceback,
+    open_socket,
+    session_cookie,
+    watch,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAILURE = re.compile(r"channel layer failed to \w+ \((\w+): ([^)]+)\)")
+
+
+@pytest.fixture
+def start_daphne(worker_env, tmp_path):
+    yield from daphnes(worker_env, tmp_path)
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP server that accepts every connection and never says a word; its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:  # the server closed at the end of the test
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    server.shutdown(socket.SHUT_RDWR)
+    server.close()
+    thread.join(timeout=WAIT)
+    for connection in held:
+        connection.close()
+
+
+@pytest.fixture(params=["dead port", "silent server"])
+def broken_redis(request) -> str:
+    port = free_port() if request.param == "dead port" else request.getfixturevalue("silent_server")
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def test_a_broken_channel_layer_leaves_the_page_reading_the_log(start_daphne, alice, broken_redis):
+    site = start_daphne(REDIS_URL=broken_redis)
+    run = start_run(alice, "Count slowly to 3", model="mock")
+    record = RunRecorder(run)
+    record(ToolCallStarted(1, "c1", "run_code", '{"code": "1"}'))
+    with open_socket(site, session_cookie(alice)) as page:
+        watch(page, run.pk)
+        frames = [page.recv(timeout=WAIT)]
+        while f"call-{run.pk}-1-c1" not in frames[-1]:
+            frames.append(page.recv(timeout=WAIT))
+        assert any('id="socket-status"' in f and 'data-state="degraded"' in f for f in frames)
+        # No wake-up can come; the socket reads the log for the page all the same.
+        record(ToolCallStarted(2, "c2", "run_code", '{"code": "2"}'))
+        while f"call-{run.pk}-2-c2" not in frames[-1]:
+            frames.append(page.recv(timeout=WAIT))
+    failures = FAILURE.findall(site.stderr())
+    assert failures, site.stderr()
+    assert all(kind and text.strip() for kind, text in failures), failures
+    no_traceback(site)
+
+
+@pytest.fixture
+def redis_later(tmp_path) -> Iterator[tuple[int, Callable[[], None]]]:
+    """A port with no Redis yet, and a function that starts one there."""
+    port = free_port()
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        started.append(subprocess.Popen(
+            ["/usr/bin/redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL,
+        ))  # fmt: skip
+
+    yield port, start
+    for server in started:
+        server.terminate()
+        server.wait(timeout=WAIT)
+
+
+def test_the_page_is_live_again_once_redis_answers(start_daphne, alice, redis_later, settings):
+    port, start_redis = redis_later
+    url = f"redis://127.0.0.1:{port}/0"
+    site = start_daphne(REDIS_URL=url)
+    run = start_run(alice, "Count slowly to 3", model="mock")
+    with open_socket(site, session_cookie(alice)) as page:
+        watch(page, run.pk)
+        frames = [page.recv(timeout=WAIT)]
+        while 'data-state="degraded"' not in frames[-1]:
+            frames.append(page.recv(timeout=WAIT))
+        start_redis()
+        while 'data-state="live"' not in frames[-1]:
+            frames.append(page.recv(timeout=WAIT))
+        # Live again: the worker's wake-up through Redis brings the next event.
+        settings.REDIS_URL = url
+        settings.CHANNEL_LAYERS = {
+            "default": {
+                "BACKEND": "channels_redis.core.RedisChannelLayer",
+                "CONFIG": {"hosts": [url], "prefix": "asgi"},
+            }
+        }
+        RunRecorder(run)(ToolCallStarted(1, "c1", "run_code", '{"code": "1"}'))
+        while f"call-{run.pk}-1-c1" not in frames[-1]:
+            frames.append(page.recv(timeout=WAIT))
+    assert "channel layer answers again" in site.stderr()
+    no_traceback(site)
