@@ -1,11 +1,10 @@
 """The ASGI entry point daphne serves: HTTP, and the chat page's websocket (authenticated by the
-session, and only from this site's own origin)."""
+session, and only from this site's own origins: chat/origins.py)."""
 
 import os
 
 from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
-from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
@@ -24,12 +23,13 @@ http_application = (
 # daphne buffers a whole request body before any application code runs: bound it in daphne.
 bound_request_bodies(settings.LOOP_REQUEST_MAX_BYTES)
 
-from chat.routing import websocket_urlpatterns  # noqa: E402 (needs the apps loaded)
+from chat.origins import SameOriginValidator  # noqa: E402 (needs the apps loaded)
+from chat.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": http_application,
-        "websocket": AllowedHostsOriginValidator(
+        "websocket": SameOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
     }
