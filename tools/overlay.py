@@ -123,11 +123,10 @@ def main(argv: list[str]) -> None:
         _enter_namespaces()
         # Opened inside the new mount namespace: the overlay takes no layer from another.
         workspace = os.open(path, _DIRECTORY)
-        upper = _lay_overlay(path, workspace, limits)
+        _fork_saver(_lay_overlay(path, workspace, limits), workspace, limits)
     except OSError as error:
         # The sandbox reports this the way bwrap reports its own failures.
-        raise SystemExit(f"bwrap: cannot bound the workspace: {error}") from None
-    _fork_saver(upper, workspace, limits)
+        raise SystemExit(f"bwrap: cannot bound the workspace: {error.strerror}") from None
     os.execv(command[0], command)  # noqa: S606 (the sandbox's argv, built by tools.sandbox)
 
 
