@@ -11,6 +11,7 @@ counts per uid, is each user's own budget. Every sandbox is forked by one long-l
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import os
@@ -307,15 +308,104 @@ class Launcher:
         self.thread = None
 
     def _serve(self) -> None:
+        if os.geteuid() == 0:
+            REAPER.adopt_orphans()
         while True:
             argv, limits, cwd, future = self.requests.get()
             try:
-                future.set_result(launch(argv, limits, cwd))
+                with REAPER.lock:  # no sandbox may be mistaken for an orphan before it is tracked
+                    sandbox = launch(argv, limits, cwd)
+                    REAPER.started.add(sandbox.process.pid)
+                future.set_result(sandbox)
             except BaseException as error:  # the caller's failure, never this thread's end
                 future.set_exception(error)
 
 
 LAUNCHER = Launcher()
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class Reaper:
+    """Reaps the sandbox processes whose parent ends before them.
+
+    bwrap's namespace init outlives bwrap by a moment, and the workspace quota's saver outlives
+    the sandbox by design. Their new parent would be PID 1, which in a container may reap them
+    late or never, and a zombie still counts against its user's process limit. As root, the
+    launcher makes this process a child subreaper, so they come to it instead; after each
+    sandbox ends, the children of a sandbox uid that it did not start itself are each waited for
+    on a pidfd by the reaper thread.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.started: set[int] = set()  # sandboxes this process started and has not reaped yet
+        self.waiting: dict[int, int] = {}  # pidfd: the pid of an orphan to reap when it ends
+        self.wake_reader, self.wake_writer = os.pipe()
+        self.thread: threading.Thread | None = None
+
+    def adopt_orphans(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+        self.thread = threading.Thread(target=self._serve, name="sandbox-reaper", daemon=True)
+        self.thread.start()
+
+    def reaped(self, pid: int) -> None:
+        """A sandbox this process started has been reaped: what it left is now ours to reap."""
+        with self.lock:
+            self.started.discard(pid)
+            if self.thread is None:
+                return
+            waited = set(self.waiting.values())
+            for orphan in _children() - self.started - waited:
+                if _runs_as_a_sandbox_uid(orphan):
+                    # Not reaped by anyone else, so its pid cannot be reused before the pidfd.
+                    self.waiting[os.pidfd_open(orphan)] = orphan
+        os.write(self.wake_writer, b"\0")
+
+    def forget(self) -> None:
+        """In a forked child: it is no subreaper, and nothing here is its to reap."""
+        os.close(self.wake_reader)
+        os.close(self.wake_writer)
+        self.__init__()
+
+    def _serve(self) -> None:
+        while True:
+            with self.lock:
+                pidfds = list(self.waiting)
+            ready, _, _ = select.select([self.wake_reader, *pidfds], [], [])
+            for pidfd in ready:
+                if pidfd == self.wake_reader:
+                    os.read(pidfd, 4096)
+                    continue
+                with self.lock:
+                    orphan = self.waiting.pop(pidfd)
+                with suppress(ChildProcessError):
+                    os.waitpid(orphan, 0)
+                os.close(pidfd)
+
+
+REAPER = Reaper()
+
+
+def _children() -> set[int]:
+    """This process's children, whichever of its threads each is attached to."""
+    children: set[int] = set()
+    for thread in os.listdir("/proc/self/task"):
+        with suppress(FileNotFoundError):  # a thread that ended meanwhile
+            children.update(
+                map(int, Path(f"/proc/self/task/{thread}/children").read_text().split())
+            )
+    return children
+
+
+def _runs_as_a_sandbox_uid(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+    return settings.LOOP_SANDBOX_UID_BASE <= uid < UID_CEILING
 
 
 class Warm:
@@ -376,20 +466,23 @@ class WarmSandboxes:
         if not settings.LOOP_SANDBOX_WARM:
             return
         key = (workspace, limits)
-        warm = Warm(key, start(workspace, limits), self.idle_seconds, self._expire)
         with self.lock:
-            evicted = [self.idle.pop(key, None)]
-            if len(self.idle) >= self.capacity:
-                evicted.append(self.idle.pop(next(iter(self.idle))))
+            if key in self.idle:
+                # A parallel call's sandbox already waits: starting another only to kill one
+                # would spend the user's process budget for nothing.
+                return
+            full = len(self.idle) >= self.capacity
+            evicted = self.idle.pop(next(iter(self.idle))) if full else None
+            warm = Warm(key, start(workspace, limits), self.idle_seconds, self._expire)
             self.idle[key] = warm
         warm.expiry.start()
-        for entry in filter(None, evicted):
-            entry.discard()
+        if evicted is not None:
+            evicted.discard()
 
     def _expire(self, warm: Warm) -> None:
         with self.lock:
             if self.idle.get(warm.key) is not warm:
-                return  # taken or replaced in the meantime
+                return  # taken in the meantime
             del self.idle[warm.key]
         warm.discard()
 
@@ -410,8 +503,8 @@ class WarmSandboxes:
 WARM = WarmSandboxes()
 
 
-os.register_at_fork(after_in_child=LAUNCHER.forget)
-os.register_at_fork(after_in_child=WARM.forget)
+for forget in (LAUNCHER.forget, REAPER.forget, WARM.forget):
+    os.register_at_fork(after_in_child=forget)
 
 
 def interpreter_arguments() -> list[str]:
@@ -441,6 +534,7 @@ class Launched:
         if timed_out:
             self.kill()
         self.process.wait()
+        REAPER.reaped(self.process.pid)
         self.stdout.join()
         self.stderr.join()
         return Execution(
@@ -464,6 +558,7 @@ class Launched:
         """Kill a sandbox that will run nothing, reap it, and close its stdin."""
         self.kill()
         self.process.wait()
+        REAPER.reaped(self.process.pid)
         if self.process.stdin is not None:
             self.process.stdin.close()
 
