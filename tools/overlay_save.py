@@ -24,7 +24,8 @@ _OPAQUE = "user.overlay.opaque"
 FULL_MARGIN = 16 * 4096
 
 
-# Plain classes rather than dataclasses: the saver loads this module as each sandbox starts.
+# Plain classes rather than dataclasses: the saver loads this module once a snippet has ended,
+# while the call waits.
 
 
 class Usage:
@@ -268,12 +269,18 @@ def _copy(upper: int, name: str, workspace: int, temp: str, info: os.stat_result
     return copied
 
 
+def describe(used: Usage, max_bytes: int, max_files: int) -> str:
+    """The quota and the usage, as every refusal states them (tools.quota's too)."""
+    return (
+        f"Your workspace quota is {max_bytes:,} bytes and {max_files:,} files and directories; "
+        f"{used.bytes:,} bytes in {used.files:,} files and directories are used."
+    )
+
+
 def report(saved: Saved, used: Usage, max_bytes: int, max_files: int) -> str:
     """The note the saver leaves on the snippet's stderr when the quota stopped something."""
     lines = [
-        f"[Workspace quota reached: writes past it failed. Your workspace quota is "
-        f"{max_bytes:,} bytes and {max_files:,} files and directories; {used.bytes:,} bytes in "
-        f"{used.files:,} files and directories are used.]"
+        f"[Workspace quota reached: writes past it failed. {describe(used, max_bytes, max_files)}]"
     ]
     if saved.skipped:
         # A name with newlines could forge lines of the result: quote what is not printable.

@@ -21,7 +21,7 @@ from tools import overlay, overlay_save
 from tools.base import ToolError
 from tools.overlay_save import Usage
 
-__all__ = ["Quota", "QuotaExceeded", "Usage", "admitted", "sandbox_prefix", "usage"]
+__all__ = ["Budget", "Quota", "QuotaExceeded", "Usage", "admitted", "sandbox_prefix", "usage"]
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -36,10 +36,7 @@ class Quota:
         return cls(settings.LOOP_WORKSPACE_MAX_BYTES, settings.LOOP_WORKSPACE_MAX_FILES)
 
     def describe(self, used: Usage) -> str:
-        return (
-            f"Your workspace quota is {self.max_bytes:,} bytes and {self.max_files:,} files and "
-            f"directories; {used.bytes:,} bytes in {used.files:,} files and directories are used."
-        )
+        return overlay_save.describe(used, self.max_bytes, self.max_files)
 
 
 class QuotaExceeded(ToolError):
