@@ -5,14 +5,12 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8095
 
-SANDBOX_USER ?= loop-sandbox
-
 .PHONY: run test lint format migrate system-deps browser-deps
 
-# run_code's sandbox needs bubblewrap, a system Python under /usr, and (when the worker runs as
-# root) an unprivileged user to run snippets as. As root on Debian we install them; elsewhere we
-# say exactly what is missing. `make run` carries on without them (run_code then refuses);
-# `make test` does not.
+# run_code's sandbox needs bubblewrap and a system Python under /usr (a root worker runs each
+# user's snippets as a numeric uid of their own, so no account needs creating). As root on Debian
+# we install them; elsewhere we say exactly what is missing. `make run` carries on without them
+# (run_code then refuses); `make test` does not.
 system-deps:
 	@missing=""; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
@@ -24,9 +22,6 @@ system-deps:
 	    echo "Missing system packages:$$missing. Install them, e.g.: sudo apt-get install$$missing"; \
 	    exit 1; \
 	  fi; \
-	fi
-	@if [ "$$(id -u)" = 0 ] && ! id $(SANDBOX_USER) >/dev/null 2>&1; then \
-	  useradd --system --no-create-home --shell /usr/sbin/nologin $(SANDBOX_USER); \
 	fi
 
 # The browser test drives Debian's Chromium through Playwright (which cannot download browsers
