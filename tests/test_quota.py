@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -302,3 +303,25 @@ for number in range(30):
     assert "Workspace quota reached" in finished.stderr
     assert usage(workspace).bytes <= 5 * MB + FILE_CAP
     assert usage(workspace).files <= 100
+
+
+def test_two_snippets_at_once_do_not_share_out_the_quota_twice(
+    context: ToolContext, quota: Quota
+) -> None:
+    """Each upper layer is a whole quota's size; the savers, one at a time under the workspace's
+    lock, count what the other saved."""
+
+    def fill(prefix: str) -> ToolResult:
+        code = f"""
+import os
+for number in range(15):
+    with open(f"{prefix}-{{number}}.bin", "wb") as file:
+        file.write(os.urandom(2_000_000))
+"""
+        return run(context, code)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(fill, ["first", "second"]))
+
+    assert usage(context.workspace).bytes <= quota.max_bytes + FILE_CAP
+    assert any("Not saved, over the quota" in result.text for result in results)
