@@ -470,6 +470,9 @@ def framed(run: AgentRun, events: list[tuple[int, str, dict[str, Any]]], more: b
     finished = "run_finished" in kinds
     frame.append(seq_marker(run, events[-1][0], finished=finished and not more))
     if kinds & {"run_started", "run_finished"}:
+        # The run's row as of these events at least: it was read before them, and the run may
+        # have finished in between (its status and its last event are stored together).
+        run.refresh_from_db()
         context = {"run": run, "oob": True}
         frame.append(render_to_string("chat/cards.html#run_status", context))
         if run.conversation_id is not None:

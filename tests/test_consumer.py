@@ -46,8 +46,10 @@ def session_cookie(user) -> str:
     return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
 
 
-async def socket(user=None, origin: str = "http://localhost") -> WebsocketCommunicator:
-    headers = [(b"origin", origin.encode()), (b"host", b"localhost")]
+async def socket(
+    user=None, origin: str = "http://localhost", extra: tuple[tuple[bytes, bytes], ...] = ()
+) -> WebsocketCommunicator:
+    headers = [(b"origin", origin.encode()), (b"host", b"localhost"), *extra]
     if user is not None:
         cookie = await database_sync_to_async(session_cookie)(user)
         headers.append((b"cookie", cookie.encode()))
@@ -75,6 +77,20 @@ async def test_a_socket_from_another_origin_is_refused(alice):
     communicator = await socket(alice, origin="https://evil.example")
     connected, _ = await communicator.connect()
     assert not connected
+
+
+async def test_behind_a_tls_proxy_the_socket_s_own_origin_is_https(alice, settings):
+    """SECURE_PROXY_SSL_HEADER counts as Django's request.is_secure() counts it."""
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    proxied = ((b"x-forwarded-proto", b"https"),)
+    for origin, extra, allowed in [
+        ("https://localhost", proxied, True),
+        ("http://localhost", proxied, False),
+        ("https://localhost", (), False),
+    ]:
+        communicator = await socket(alice, origin=origin, extra=extra)
+        assert (await communicator.connect())[0] is allowed, (origin, extra)
+        await communicator.disconnect()
 
 
 async def test_another_user_s_run_cannot_be_watched(alice, bob):
