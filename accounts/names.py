@@ -43,7 +43,17 @@ def prototypes() -> dict[int, str]:
         (other,) = others
         if len(other) > 1 or len(links[other]) > 1 or other < char:
             table[ord(char)] = other
-    return table
+    return {code: settled(prototype, table) for code, prototype in table.items()}
+
+
+def settled(prototype: str, table: dict[int, str]) -> str:
+    """`prototype` decomposed and mapped until nothing changes: the package keeps prototypes
+    composed (`ņ`, not `n` and a cedilla), and a few hold a character that a lone pair put the
+    other way round. Settled, one pass of the table gives a skeleton."""
+    prototype = unicodedata.normalize("NFD", prototype)
+    while (mapped := unicodedata.normalize("NFD", prototype.translate(table))) != prototype:
+        prototype = mapped
+    return prototype
 
 
 def skeleton(text: str) -> str:
