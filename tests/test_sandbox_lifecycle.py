@@ -13,7 +13,7 @@ import pytest
 from agent.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.services import execute_run, start_run
-from tools.sandbox import WARM, BubblewrapSandbox, Launched, Limits
+from tools.sandbox import WARM, BubblewrapSandbox, Launched, Limits, sandbox_identity
 from tools.workspace import workspace_path
 
 from .conftest import PROJECT_DIR, child_environment, wait_for
@@ -111,16 +111,36 @@ def test_80_parallel_calls_with_sandboxes_started_ahead_all_succeed(workspaces):
     parallel calls)."""
     users = [user_context(workspaces, "alice"), user_context(workspaces, "bob")]
     served = WARM.served
+    uids = {sandbox_identity(user.user_id).uid for user in users}
+    done = threading.Event()
+    orphaned: list[str] = []
+    scans = []
+
+    def watch_for_orphans() -> None:
+        """What outlives its parent comes to this process, never to PID 1 (which may reap it
+        late, leaving a zombie that counts against its user's budget)."""
+        while not done.wait(0.005):
+            for process in psutil.process_iter(["uids", "ppid", "name"]):
+                info = process.info
+                if info["uids"] and info["uids"].real in uids and info["ppid"] == 1:
+                    orphaned.append(info["name"])
+            scans.append(1)
 
     def call_number(n: int) -> tuple[int, str, str]:
         result = run(users[n % 2], f"print({n} * 3)")
         return n, result.status, result.text
 
+    watcher = threading.Thread(target=watch_for_orphans)
+    watcher.start()
     with ThreadPoolExecutor(16) as pool:
         results = list(pool.map(call_number, range(80)))
+    done.set()
+    watcher.join()
     failed = [(n, status, text[:300]) for n, status, text in results if f"\n{n * 3}\n" not in text]
     assert failed == []
     assert WARM.served > served  # sandboxes started ahead served some of them, in parallel
+    assert scans
+    assert orphaned == []
 
 
 WORKER = """
