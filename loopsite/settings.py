@@ -51,7 +51,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "accounts.apps.LoopAdminConfig",  # django.contrib.admin; its password change counted by axes
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

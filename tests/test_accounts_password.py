@@ -72,3 +72,22 @@ def test_a_right_old_password_under_the_limit_changes_it(stolen, carol):
     assert change_password(stolen, PASSWORD).url == "/accounts/password/done/"
     carol.refresh_from_db()
     assert carol.check_password(NEW)
+
+
+def test_the_admins_own_password_change_is_counted_the_same(carol):
+    User.objects.filter(pk=carol.pk).update(is_staff=True)
+    stolen = Client(REMOTE_ADDR="10.0.0.9")
+    stolen.force_login(carol)
+    for guess in range(settings.AXES_FAILURE_LIMIT - 1):
+        refused = stolen.post(
+            "/admin/password_change/",
+            {"old_password": f"guess {guess}", "new_password1": NEW, "new_password2": NEW},
+        )
+        assert refused.status_code == 200
+    form = {"old_password": PASSWORD, "new_password1": NEW, "new_password2": NEW}
+    assert (
+        stolen.post("/admin/password_change/", form | {"old_password": "last"}).status_code == 429
+    )
+    assert stolen.post("/admin/password_change/", form).status_code == 429
+    carol.refresh_from_db()
+    assert carol.check_password(PASSWORD)
