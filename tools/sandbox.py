@@ -6,7 +6,8 @@ set by prlimit (hard and soft alike, so the snippet cannot raise them) and hold 
 uid only. When the worker is root, each user's snippets run as a host uid of their own (the owner
 of their workspace, LOOP_SANDBOX_UID_BASE + user id), so the process limit, which the kernel
 counts per uid, is each user's own budget. Every sandbox is forked by one long-lived thread
-(Launcher), a wall-clock timeout kills the whole tree, and output is read with a byte cap.
+(Launcher), what outlives its sandbox is reaped by this process (Reaper), a wall-clock timeout
+kills the whole tree, and output is read with a byte cap.
 """
 
 from __future__ import annotations
@@ -271,7 +272,7 @@ def get_sandbox() -> Sandbox:
         ) from None
 
 
-LaunchRequest = tuple[list[str], "Limits", Path | None, "Future[Launched]"]
+LaunchRequest = tuple[list[str], Limits, Path | None, "Future[Launched]"]
 
 
 class Launcher:
@@ -358,9 +359,10 @@ class Reaper:
                 return
             waited = set(self.waiting.values())
             for orphan in _children() - self.started - waited:
+                # Nobody else reaps it, so its pid cannot have been reused before the pidfd.
                 if _runs_as_a_sandbox_uid(orphan):
-                    # Not reaped by anyone else, so its pid cannot be reused before the pidfd.
-                    self.waiting[os.pidfd_open(orphan)] = orphan
+                    with suppress(ProcessLookupError):
+                        self.waiting[os.pidfd_open(orphan)] = orphan
         os.write(self.wake_writer, b"\0")
 
     def forget(self) -> None:
@@ -371,10 +373,11 @@ class Reaper:
 
     def _serve(self) -> None:
         while True:
+            poller = select.poll()  # not select(): a busy worker's descriptors pass 1024
             with self.lock:
-                pidfds = list(self.waiting)
-            ready, _, _ = select.select([self.wake_reader, *pidfds], [], [])
-            for pidfd in ready:
+                for pidfd in [self.wake_reader, *self.waiting]:
+                    poller.register(pidfd, select.POLLIN)
+            for pidfd, _ in poller.poll():
                 if pidfd == self.wake_reader:
                     os.read(pidfd, 4096)
                     continue
@@ -402,7 +405,7 @@ def _children() -> set[int]:
 def _runs_as_a_sandbox_uid(pid: int) -> bool:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
+    except OSError:  # it ended and was reaped meanwhile
         return False
     uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
     return settings.LOOP_SANDBOX_UID_BASE <= uid < UID_CEILING
@@ -626,7 +629,9 @@ def _exited_within(process: subprocess.Popen[bytes], timeout: float) -> bool:
     growing sleeps, which would add up to tens of milliseconds to every snippet)."""
     pidfd = os.pidfd_open(process.pid)
     try:
-        return bool(select.select([pidfd], [], [], timeout)[0])
+        poller = select.poll()  # not select(): a busy worker's descriptors pass 1024
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(timeout * 1000))
     finally:
         os.close(pidfd)
 
