@@ -11,8 +11,10 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,8 +86,8 @@ def daphnes(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[...
     environment; each is stopped after the test."""
     started: list[LiveSite] = []
 
-    def start(**env: str) -> LiveSite:
-        port = free_port()
+    def start(port: int = 0, **env: str) -> LiveSite:
+        port = port or free_port()
         log = tmp_path / f"daphne-{port}.log"
         process = subprocess.Popen(
             [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port),
@@ -104,6 +106,31 @@ def daphnes(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[...
     for site in started:
         site.process.terminate()
         site.process.wait(timeout=60)
+
+
+@contextmanager
+def silent_server() -> Iterator[int]:
+    """A TCP server that accepts every connection and never says a word; its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:  # the server closed at the end of the test
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.shutdown(socket.SHUT_RDWR)
+        server.close()
+        thread.join(timeout=WAIT)
+        for connection in held:
+            connection.close()
 
 
 def answers(site: LiveSite) -> bool:

@@ -3,9 +3,7 @@ accepts and never answers, the page's socket still opens, catches up from the ev
 live updates are delayed, keeps reading the log for the page, and the log says what failed."""
 
 import re
-import socket
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -20,6 +18,7 @@ from tests.test_socket_harness import (
     no_traceback,
     open_socket,
     session_cookie,
+    silent_server,
     watch,
 )
 
@@ -33,33 +32,13 @@ def start_daphne(worker_env, tmp_path):
     yield from daphnes(worker_env, tmp_path)
 
 
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """A TCP server that accepts every connection and never says a word; its port."""
-    server = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:  # the server closed at the end of the test
-                return
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    server.shutdown(socket.SHUT_RDWR)
-    server.close()
-    thread.join(timeout=WAIT)
-    for connection in held:
-        connection.close()
-
-
 @pytest.fixture(params=["dead port", "silent server"])
-def broken_redis(request) -> str:
-    port = free_port() if request.param == "dead port" else request.getfixturevalue("silent_server")
-    return f"redis://127.0.0.1:{port}/0"
+def broken_redis(request) -> Iterator[str]:
+    if request.param == "dead port":
+        yield f"redis://127.0.0.1:{free_port()}/0"
+        return
+    with silent_server() as port:
+        yield f"redis://127.0.0.1:{port}/0"
 
 
 def test_a_broken_channel_layer_leaves_the_page_reading_the_log(start_daphne, alice, broken_redis):

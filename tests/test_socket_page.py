@@ -1,0 +1,83 @@
+"""The page's side of a failing transport, in a real browser (Debian's Chromium): the header says
+when live updates are delayed or the socket is gone, and a page whose socket comes back catches
+up on what it missed."""
+
+from collections.abc import Iterator
+
+import pytest
+from django.contrib.auth.models import User
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from agent.events import ToolCallStarted
+from agent.models import AgentRun
+from agent.recorder import RunRecorder
+from agent.services import submit_first_run
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, LAPTOP, PASSWORD, WAIT_MS, db, logged_in
+from tests.test_socket_harness import LiveSite, daphnes, free_port, silent_server
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def start_daphne(worker_env, tmp_path):
+    yield from daphnes(worker_env, tmp_path)
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(params=["dead port", "silent server"])
+def broken_redis(request) -> Iterator[str]:
+    if request.param == "dead port":
+        yield f"redis://127.0.0.1:{free_port()}/0"
+        return
+    with silent_server() as port:
+        yield f"redis://127.0.0.1:{port}/0"
+
+
+def a_run_on_its_page(browser: Browser, site: LiveSite) -> tuple[Page, AgentRun]:
+    """Alice's conversation with a run that a worker has not picked up yet, open in a page."""
+    alice = db(lambda: User.objects.create_user("alice", password=PASSWORD))
+    run = db(lambda: submit_first_run(alice, "Count slowly to 3", model="mock"))
+    page = logged_in(browser, site.url, "alice", LAPTOP)
+    page.goto(f"{site.url}/c/{run.conversation_id}/")
+    return page, run
+
+
+def step(run: AgentRun, number: int) -> str:
+    """Store a step of the run as a worker would; the id of its card."""
+    db(lambda: RunRecorder(run)(ToolCallStarted(number, f"c{number}", "run_code", "{}")))
+    return f"#call-{run.pk}-{number}-c{number}"
+
+
+def test_the_page_says_live_updates_are_delayed_and_still_gets_them(
+    start_daphne, browser, broken_redis
+):
+    site = start_daphne(REDIS_URL=broken_redis)
+    page, run = a_run_on_its_page(browser, site)
+    status = page.locator("#socket-status")
+    expect(status).to_have_text("◌ reconnecting…", timeout=WAIT_MS)
+    expect(status).to_have_attribute("data-state", "degraded")
+    expect(page.locator(step(run, 1))).to_be_visible(timeout=WAIT_MS)  # read from the log
+
+
+def test_a_page_whose_socket_drops_says_so_and_catches_up_when_it_is_back(start_daphne, browser):
+    site = start_daphne()
+    page, run = a_run_on_its_page(browser, site)
+    status = page.locator("#socket-status")
+    expect(status).to_have_text("● live", timeout=WAIT_MS)
+    expect(page.locator(step(run, 1))).to_be_visible(timeout=WAIT_MS)
+
+    site.process.terminate()
+    site.process.wait(timeout=60)
+    expect(status).to_have_text("◌ reconnecting…", timeout=WAIT_MS)
+    missed = step(run, 2)  # stored while the page had no socket
+    start_daphne(port=site.port)
+    expect(status).to_have_text("● live", timeout=WAIT_MS)
+    expect(page.locator(missed)).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator(f"#run-{run.pk}-steps .card")).to_have_count(2)  # none twice
