@@ -11,7 +11,11 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("password/", views.PasswordChangeView.as_view(), name="password_change"),
     path(
-        "password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"
+        "password/done/",
+        auth_views.PasswordChangeDoneView.as_view(
+            template_name="registration/password_changed.html"
+        ),
+        name="password_change_done",
     ),
     path("signup/", views.signup, name="signup"),
 ]

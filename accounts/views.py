@@ -56,6 +56,9 @@ class PasswordChangeView(auth_views.PasswordChangeView):
     """Django's view, with the old password checked as a login attempt (see the form)."""
 
     form_class = ThrottledPasswordChangeForm
+    # Not Django's name for it: django.contrib.admin ships a template of that name, and comes
+    # first in INSTALLED_APPS, so the site's password page would be drawn as the admin's.
+    template_name = "registration/password_change.html"
 
     def get_form_kwargs(self) -> dict[str, Any]:
         return super().get_form_kwargs() | {"request": self.request}

@@ -91,3 +91,17 @@ def test_the_admins_own_password_change_is_counted_the_same(carol):
     assert stolen.post("/admin/password_change/", form).status_code == 429
     carol.refresh_from_db()
     assert carol.check_password(PASSWORD)
+
+
+def test_the_password_pages_are_loops_not_the_admins(carol):
+    client = Client()
+    client.force_login(carol)
+    page = client.get("/accounts/password/")
+    assert "registration/card.html" in [template.name for template in page.templates]
+    assert "admin/base.html" not in [template.name for template in page.templates]
+    done = client.post(
+        "/accounts/password/",
+        {"old_password": PASSWORD, "new_password1": NEW, "new_password2": NEW},
+        follow=True,
+    )
+    assert "Your password is changed." in done.text
