@@ -44,7 +44,8 @@ class Approves:
 
     @admin.action(description="Approve selected sign-ups", permissions=["approve_signup"])
     def approve(self, request: HttpRequest, queryset: QuerySet) -> None:
-        waiting = list(queryset.filter(WAITING_FOR_APPROVAL))
+        # As User rows, whichever page asked: each approval is then in the account's history.
+        waiting = list(User.objects.filter(WAITING_FOR_APPROVAL, pk__in=queryset.values("pk")))
         # Filtered again as it is written: an account given privileges meanwhile stays out.
         User.objects.filter(WAITING_FOR_APPROVAL, pk__in=[user.pk for user in waiting]).update(
             is_active=True

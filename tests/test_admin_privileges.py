@@ -97,7 +97,10 @@ def test_approving_a_sign_up_needs_only_its_own_permission(approver, newcomer):
     assert "Approved 1 sign-up." in response.content.decode()
     newcomer.refresh_from_db()
     assert newcomer.is_active
-    assert LogEntry.objects.filter(user=approver, object_id=str(newcomer.pk)).exists()
+    history = reverse("admin:auth_user_history", args=[newcomer.pk])
+    root = logged_in(User.objects.create_superuser("root", password=PASSWORD))
+    assert "Approved the sign-up." in root.get(history).text
+    assert LogEntry.objects.get(object_id=str(newcomer.pk)).user == approver
 
 
 def test_the_sign_ups_page_shows_only_accounts_waiting_and_lets_nothing_be_edited(
@@ -217,3 +220,16 @@ def test_approving_is_its_own_permission_on_the_proxy_model():
     assert not Permission.objects.filter(content_type=permission.content_type).exclude(
         pk=permission.pk
     )
+
+
+def test_adding_an_account_sets_no_privilege(admins_group):
+    adder = staff("adder", "auth.add_user", "auth.change_user", "auth.view_user")
+    form = {
+        "username": "made",
+        "usable_password": "true",
+        "password1": PASSWORD,
+        "password2": PASSWORD,
+        **escalation(admins_group),
+    }
+    assert logged_in(adder).post(reverse("admin:auth_user_add"), form).status_code == 302
+    assert privileges(User.objects.get(username="made")) == (False, False, set(), set())
