@@ -149,7 +149,7 @@ admin.site.unregister(Group)
 
 
 @admin.register(Group)
-class GroupAdmin(auth_admin.GroupAdmin):
+class GroupAdmin(MalformedFiltersSaid, auth_admin.GroupAdmin):
     """A group's permissions are its members' privileges: only a superuser makes or edits one."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
