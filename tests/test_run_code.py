@@ -52,7 +52,7 @@ def sandbox_processes(context: ToolContext) -> list[psutil.Process]:
     """Live processes a snippet of this user could have left behind: any process of their
     sandbox uid (bwrap, the interpreter, whatever it started).
 
-    Zombies do not count: they run nothing, and the host's init reaps them in its own time.
+    Zombies do not count: they run nothing, and the sandbox's reaper takes each as it ends.
     """
     identity = sandbox_identity(context.user_id)
     if identity is None:  # all snippets run as the worker's uid: look at bwrap and the interpreter
