@@ -45,7 +45,8 @@ logger = logging.getLogger(__name__)
 
 
 class Close(IntEnum):
-    """The codes the socket closes with (a server may send only 1000 and 3000-4999)."""
+    """The codes the socket closes with (a server may send only 1000 and 3000-4999). Before
+    closing, the socket sends the page a status frame saying why (daphne drops close reasons)."""
 
     BAD_MESSAGE = 4400  # not a JSON object {"watch": run id, "after": seq} with valid values
     SIGNED_OUT = 4401  # the session ended (logout, expiry, password change) or user inactive
@@ -55,6 +56,14 @@ class Close(IntEnum):
     FAILED = 4500  # the socket failed; the log has the traceback
 
 
+CLOSE_REASONS = {
+    Close.BAD_MESSAGE: "the page sent a message the socket does not take; reload the page",
+    Close.SIGNED_OUT: "signed out; reload the page to log in",
+    Close.NOT_FOUND: "no such run; reload the page",
+    Close.TOO_BIG: "the page sent too long a message; reload the page",
+    Close.TOO_MANY_RUNS: "too many runs on one page; reload the page",
+    Close.FAILED: "the socket failed; reload the page",
+}
 MAX_MESSAGE_CHARS = 1024
 MAX_WATCHED_RUNS = 50
 MAX_RUN_ID = 2**63 - 1  # a bigint primary key
@@ -165,8 +174,9 @@ class RunConsumer(AsyncWebsocketConsumer):
             logger.exception("The run socket failed on %s", message["type"])
             await self.shut(Close.FAILED)
 
-    async def shut(self, code: Close) -> None:
+    async def shut(self, code: Close, reason: str = "") -> None:
         if not self.closing:
+            await self.send_status(closed=reason or CLOSE_REASONS[code])
             self.closing = True
             await self.close(code=int(code))  # autobahn takes an int, not an IntEnum
 
@@ -194,7 +204,7 @@ class RunConsumer(AsyncWebsocketConsumer):
             run_id, after = parse_watch(raw)
         except BadMessage as bad:
             logger.info("Closed a run socket (%d): %s", bad.code, bad)
-            await self.shut(bad.code)
+            await self.shut(bad.code, str(bad))
             return
         if not await self.still_signed_in():
             return
@@ -291,9 +301,13 @@ class RunConsumer(AsyncWebsocketConsumer):
             logger.exception("A run socket failed while the channel layer was down")
             await self.shut(Close.FAILED)
 
-    async def send_status(self) -> None:
+    async def send_status(self, *, closed: str = "") -> None:
+        """Tell the page's header how its live updates are: live, delayed, or `closed` why."""
         if self.accepted and not self.closing:
-            status = render_to_string("chat/cards.html#socket_status", {"degraded": self.degraded})
+            state = "closed" if closed else "degraded" if self.degraded else "live"
+            status = render_to_string(
+                "chat/cards.html#socket_status", {"state": state, "reason": closed}
+            )
             await self.send(text_data=status)
 
     async def run_delta(self, message: dict[str, Any]) -> None:

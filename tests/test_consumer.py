@@ -67,6 +67,15 @@ async def receive_until_finished(communicator: WebsocketCommunicator) -> list[st
     return messages
 
 
+async def closed_with(communicator: WebsocketCommunicator) -> int:
+    """The code the socket closes with, after the status frame that tells the page why."""
+    status = await communicator.receive_output(timeout=WAIT)
+    assert 'data-state="closed"' in status["text"], status
+    closed = await communicator.receive_output(timeout=WAIT)
+    assert closed["type"] == "websocket.close", closed
+    return closed["code"]
+
+
 async def test_an_anonymous_socket_is_refused():
     communicator = await socket()
     connected, _ = await communicator.connect()
@@ -98,27 +107,21 @@ async def test_another_user_s_run_cannot_be_watched(alice, bob):
     communicator = await socket(bob)
     assert (await communicator.connect())[0]
     await watch(communicator, run.pk)
-    assert await communicator.receive_output(timeout=WAIT) == {
-        "type": "websocket.close",
-        "code": Close.NOT_FOUND,
-    }
+    assert await closed_with(communicator) == Close.NOT_FOUND
 
 
 async def test_an_oversized_message_closes_the_socket(alice):
     communicator = await socket(alice)
     assert (await communicator.connect())[0]
     await communicator.send_to(text_data=json.dumps({"watch": 1, "pad": "x" * MAX_MESSAGE_CHARS}))
-    assert await communicator.receive_output(timeout=WAIT) == {
-        "type": "websocket.close",
-        "code": Close.TOO_BIG,
-    }
+    assert await closed_with(communicator) == Close.TOO_BIG
 
 
 async def test_a_malformed_message_closes_the_socket(alice):
     communicator = await socket(alice)
     assert (await communicator.connect())[0]
     await communicator.send_to(text_data="watch everything")
-    assert (await communicator.receive_output(timeout=WAIT))["type"] == "websocket.close"
+    assert await closed_with(communicator) == Close.BAD_MESSAGE
 
 
 def expected_card_ids(run_id: int) -> list[str]:

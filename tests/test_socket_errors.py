@@ -15,6 +15,7 @@ from tests.test_socket_harness import (
     WAIT,
     LiveSite,
     close_code,
+    closing,
     daphnes,
     no_traceback,
     open_socket,
@@ -64,7 +65,10 @@ def test_a_bad_message_closes_the_socket_with_its_own_code(start_daphne, alice):
             assert f'data-run="{run.pk}"' in page.recv(timeout=WAIT)
             assert site.bookkeeping()["watched"] == {str(run.pk): 1}
             page.send(message.replace("RUN", str(run.pk)))
-            assert close_code(page) == Close.BAD_MESSAGE, message
+            code, frames = closing(page)
+            assert code == Close.BAD_MESSAGE, message
+            assert 'data-state="closed"' in frames[-1]  # the page is told why, in its header
+            assert "■ not live: " in frames[-1]
         nothing_left(site)
     no_traceback(site)
 

@@ -179,13 +179,19 @@ def watch(page: ClientConnection, run_id: int, after: int = 0) -> None:
     page.send(json.dumps({"watch": run_id, "after": after}))
 
 
-def close_code(page: ClientConnection) -> int | None:
-    """Read until the server closes the socket; the code it closed with (None: no close frame)."""
+def closing(page: ClientConnection) -> tuple[int | None, list[str]]:
+    """Read until the server closes the socket: the code it closed with (None: no close frame),
+    and the frames it sent before."""
+    frames: list[str] = []
     try:
         while True:
-            page.recv(timeout=WAIT)
+            frames.append(page.recv(timeout=WAIT))
     except ConnectionClosed as closed:
-        return closed.rcvd.code if closed.rcvd is not None else None
+        return (closed.rcvd.code if closed.rcvd is not None else None), frames
+
+
+def close_code(page: ClientConnection) -> int | None:
+    return closing(page)[0]
 
 
 def no_traceback(site: LiveSite) -> None:

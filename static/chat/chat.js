@@ -30,9 +30,10 @@
   document.addEventListener("htmx:wsClose", function (event) {
     socket = null;
     const code = event.detail.event.code;
+    const status = document.getElementById("socket-status");
+    // A socket the server closed has just said why, in the header: keep its words.
     if (RECONNECTS.indexOf(code) >= 0) socketStatus("reconnecting", "◌ reconnecting…");
-    else if (code === 4401) socketStatus("closed", "■ signed out: reload the page to log in");
-    else socketStatus("closed", "■ not live: reload the page");
+    else if (status && status.dataset.state !== "closed") socketStatus("closed", "■ not live: reload the page");
   });
   document.addEventListener("htmx:load", function (event) {
     // A turn added by sending a task (not one swapped in by the socket, already watched).
