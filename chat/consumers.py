@@ -72,6 +72,7 @@ ALL_STEPS = 2**31
 # daphne refuses a message over 1 MiB; a frame stays well under it. Only one card bigger than
 # this (bounded by chat/rendering.py's SHORT_TEXT_CHARS) goes out alone in a frame of its own.
 FRAME_BYTES = 256 * 1024
+FRAME_TAIL_BYTES = 8 * 1024  # kept for what ends a frame: seq marker, status, removals
 EVENTS_PER_READ = 100  # a catch-up reads the log in pages, never a whole long run at once
 SESSION_CHECK_SECONDS = 1.0
 LAYER_SECONDS = 2.0  # the longest any one channel-layer call may take
@@ -475,7 +476,7 @@ def framed(run: AgentRun, events: list[tuple[int, str, dict[str, Any]]], more: b
         if card is not None:
             part = render_card(card) if card.replaces else steps(run.pk, render_card(card))
             part_size = len(part.encode())
-            if frame and size + part_size > FRAME_BYTES:
+            if frame and size + part_size > FRAME_BYTES - FRAME_TAIL_BYTES:
                 frames.append("".join(frame) + seq_marker(run, events[index - 1][0]))
                 frame, size = [], 0
             frame.append(part)
