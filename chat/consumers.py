@@ -5,7 +5,7 @@ The socket joins the run's group (only for a run of its user), sends what the pa
 event log, then whatever a wake-up (agent/bus.py) says is new, always by seq from the log: a
 reconnecting page gets no gap and no duplicate. Every read of the log re-checks ownership.
 
-The socket's rules (docs/chat.md, "The socket"): a message is validated whole and a bad one
+Its rules (docs/chat.md, "The socket's rules"): a message is validated whole, and a bad one
 closes the socket with a code of `Close`; before acting on a message or pushing an event, the
 socket re-checks (at most once a second) that its session is valid and its user active, and a
 logout closes the sockets of that session at once. What the page lacks goes out in frames of at
