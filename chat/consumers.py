@@ -18,7 +18,6 @@ import asyncio
 import html
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -136,7 +135,6 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.streaming: set[tuple[int, int]] = set()  # (run, step) with a streamed card shown
         self.joined: set[str] = set()  # channel-layer groups this socket is in
         self.listened: list[int] = []  # runs counted in this process's NOTIFY listener
-        self.checked_at = time.monotonic()  # the middleware has just checked the session
         self.sending = asyncio.Lock()  # one catch-up at a time, or a card could go twice
         if self.user is None or not self.user.is_authenticated or not self.user.is_active:
             await self.close()
@@ -223,11 +221,12 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     async def still_signed_in(self, *, now: bool = False) -> bool:
         """Whether the session is still valid and its user active (read at most once a
-        second, or `now`); if not, the socket closes."""
-        if not now and time.monotonic() - self.checked_at < SESSION_CHECK_SECONDS:
-            return True
-        valid = await signed_in(self.session_key, self.user.pk)
-        self.checked_at = time.monotonic()
+        second for all the session's sockets in this process, or `now`); if not, the socket
+        closes."""
+        if now:
+            valid = await signed_in(self.session_key, self.user.pk)
+        else:
+            valid = await checked_session(self.session_key, self.user.pk)
         if not valid:
             await self.shut(Close.SIGNED_OUT)
         return valid
@@ -371,6 +370,26 @@ class RunConsumer(AsyncWebsocketConsumer):
         return "".join(
             f'<div id="stream-{run}-{step}" hx-swap-oob="delete"></div>' for run, step in done
         )
+
+
+# A session's check, shared for a second by all of its sockets in this process: they wake
+# together for the same events, and one read of the session serves them all.
+_checks: dict[tuple[str | None, int], asyncio.Future[bool]] = {}
+
+
+async def checked_session(session_key: str | None, user_id: int) -> bool:
+    key = (session_key, user_id)
+    check = _checks.get(key)
+    if check is None or check.get_loop() is not asyncio.get_running_loop():
+        check = asyncio.ensure_future(signed_in(session_key, user_id))
+        _checks[key] = check
+        asyncio.get_running_loop().call_later(SESSION_CHECK_SECONDS, forget_check, key, check)
+    return await asyncio.shield(check)
+
+
+def forget_check(key: tuple[str | None, int], check: asyncio.Future[bool]) -> None:
+    if _checks.get(key) is check:
+        del _checks[key]
 
 
 @database_sync_to_async
