@@ -1,4 +1,4 @@
-"""How a persisted event reaches the pages watching its run, from whichever process ran it.
+"""How a persisted event, and the text a model is writing, reach the pages watching its run.
 
 A run's events are appended to its log by the worker (agent/recorder.py). Each page's socket
 (chat/consumers.py) joins its run's channel-layer group; a message to that group says only "run R
@@ -10,14 +10,31 @@ or doubled never loses or doubles a step: the log is the truth, the message a wa
 - No REDIS_URL: the worker's INSERT of the event also runs `pg_notify` in the same statement, so
   the notification is delivered only once the event is durable. Each web process keeps one
   connection LISTENing (`NotifyListener`) and passes the wake-up to its in-memory channel layer.
+
+Publishing never holds up a run. The run's thread hands each message to the process's one
+`Publisher`, whose thread sends it within SEND_SECONDS; what cannot be sent (a Redis that is down
+or silent, a full queue) is dropped and counted, the log says once per outage what failed, and
+each run's latest wake-up is sent again when the transport is back.
+
+Streamed text is coalesced: a reply's first piece goes out at once, what follows at most every
+STREAM_SECONDS or as soon as a message's worth has gathered, and the rest when the reply ends; so
+a long answer is a few messages, in order, with no gap.
+
+Group names carry the site's prefix (LOOP_CHANNEL_PREFIX, else the database's name), so two sites
+on one Redis database do not hear each other.
 """
 
 import asyncio
+import atexit
 import json
 import logging
+import re
 import threading
-from collections import Counter
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 from asgiref.sync import sync_to_async
@@ -29,14 +46,33 @@ logger = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "loop_run_events"
 DELTA_CHANNEL = "loop_run_deltas"
-# PostgreSQL refuses a NOTIFY payload of 8000 bytes or more; a delta is a few words.
-MAX_DELTA_CHARS = 1000
 RECONNECT_SECONDS = 1.0
-PUBLISH_SECONDS = 2.0
+
+SEND_SECONDS = 0.5  # a send the transport has not taken by then is dropped
+RETRY_SECONDS = 1.0  # after a failed send, what comes this soon is dropped untried
+QUEUE_LIMIT = 1000  # messages waiting for the transport; beyond it they are dropped
+EXIT_SECONDS = 1.0  # how long a process that exits waits for what it has queued
+STREAM_SECONDS = 0.05  # streamed text gathers this long between two messages of one reply
+# PostgreSQL refuses a NOTIFY payload of 8000 bytes or more.
+NOTIFY_PAYLOAD_BYTES = 7900
+# A streamed message over Redis becomes one websocket frame, escaped as HTML (up to 6 bytes a
+# character): well under daphne's 1 MiB.
+REDIS_DELTA_CHARS = 64_000
+
+# Channels accepts group names of these characters, shorter than 100.
+NOT_IN_GROUP_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+PREFIX_CHARS = 64
+
+
+def site_prefix() -> str:
+    """This site's part of every group name: LOOP_CHANNEL_PREFIX, or its database's name (read
+    at use, so a test database or a worker pointed at it by DATABASE_URL agree)."""
+    prefix = settings.LOOP_CHANNEL_PREFIX or settings.DATABASES["default"]["NAME"]
+    return NOT_IN_GROUP_NAME.sub("_", str(prefix))[:PREFIX_CHARS]
 
 
 def group_for(run_id: int) -> str:
-    return f"run-{run_id}"
+    return f"{site_prefix()}.run-{run_id}"
 
 
 def wake_up(run_id: int, seq: int) -> dict[str, Any]:
@@ -54,44 +90,331 @@ def delta(run_id: int, step: int, text: str) -> dict[str, Any]:
 
 def publish_delta(run_id: int, step: int, text: str) -> None:
     """A piece of the reply to step `step` as the model writes it; never stored."""
-    for start in range(0, len(text), MAX_DELTA_CHARS):
-        piece = text[start : start + MAX_DELTA_CHARS]
-        if notifies():
-            payload = json.dumps({"run": run_id, "step": step, "text": piece})
-            with connections["default"].cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [DELTA_CHANNEL, payload])
-        else:
-            _publisher.send(group_for(run_id), delta(run_id, step, piece))
+    _publisher.stream(run_id, step, text)
+
+
+def finish_deltas(run_id: int) -> None:
+    """The run's reply is over: its streamed text not sent yet goes now, ahead of what follows."""
+    _publisher.finish(run_id)
 
 
 def publish(run_id: int, seq: int) -> None:
     """Tell the pages watching the run that event `seq` is stored (the Redis path)."""
     if not notifies():
-        _publisher.send(group_for(run_id), wake_up(run_id, seq))
+        _publisher.put(Outgoing(run_id, group_for(run_id), wake_up(run_id, seq)))
+
+
+def drain(timeout: float) -> bool:
+    """Wait (at most `timeout` seconds) until this process has nothing left to publish."""
+    return _publisher.drain(timeout)
+
+
+def transport() -> str:
+    """What carries the messages, as an operator would look for it (no credentials)."""
+    if notifies():
+        return "PostgreSQL NOTIFY"
+    url = urlsplit(settings.REDIS_URL)
+    if url.hostname is None:
+        return f"Redis at {url.path}"
+    return f"Redis at {url.hostname}:{url.port or 6379}{url.path}"
+
+
+def describe(error: BaseException) -> str:
+    """The exception's type and text; a timeout has no text of its own."""
+    text = str(error) or f"no answer within {SEND_SECONDS} s"
+    return f"{type(error).__name__}: {text}"
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One message for a run's group."""
+
+    run_id: int
+    group: str
+    message: dict[str, Any]
+
+
+@dataclass
+class Stream:
+    """The text of one reply gathered since its last message."""
+
+    group: str
+    text: list[str] = field(default_factory=list)
+    chars: int = 0
+    due: float = 0.0  # when what has gathered goes out (at once, for a reply's first piece)
+    broken: bool = False  # a message was dropped: the rest waits for the stored reply
+
+    def take(self) -> str:
+        taken = "".join(self.text)
+        self.text, self.chars = [], 0
+        return taken
+
+
+@dataclass
+class Outage:
+    """The transport failing: since when it is tried again, and what failed first."""
+
+    transport: str
+    retry_at: float
+    dropped: int = 0
 
 
 class Publisher:
-    """Sends from synchronous code (a worker's run) on one event loop kept for the process, so
-    the channel layer's Redis connections are made once, not once per event."""
+    """Sends the messages of every run in this process from one thread of its own, so a slow or
+    absent transport costs a run nothing. The queue is bounded; a send is bounded by SEND_SECONDS;
+    after a failure the transport is tried again every RETRY_SECONDS, dropping what comes between.
+    """
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.queue: deque[tuple[int, Outgoing]] = deque()  # (ticket, message), oldest first
+        self.streams: dict[tuple[int, int], Stream] = {}  # (run, step) -> its gathered text
+        self.missed: dict[int, Outgoing] = {}  # run -> its latest wake-up dropped in an outage
+        self.tickets = 0  # messages queued so far
+        self.handled = 0  # the ticket of the last message sent or dropped by the thread
+        self.sending: Outgoing | None = None
+        self.dropped = 0
+        self.outage: Outage | None = None
+        self.thread: threading.Thread | None = None
+        self.stopping = False
+        self.redis = RedisSender()
+        self.notify = NotifySender()
+
+    # --- the run's side: never waits on the transport ---
+
+    def put(self, outgoing: Outgoing) -> int:
+        """Queue a message; its ticket, or 0 if the queue is full and it is dropped."""
+        with self.changed:
+            self.start()
+            if len(self.queue) >= QUEUE_LIMIT:
+                self.drop(outgoing)
+                return 0
+            self.tickets += 1
+            self.queue.append((self.tickets, outgoing))
+            self.changed.notify_all()
+            return self.tickets
+
+    def stream(self, run_id: int, step: int, text: str) -> None:
+        with self.changed:
+            stream = self.streams.setdefault((run_id, step), Stream(group_for(run_id)))
+            if stream.broken or not text:
+                return
+            stream.text.append(text)
+            stream.chars += len(text)
+            if time.monotonic() >= stream.due or stream.chars >= message_chars():
+                self.release(run_id, step, stream)  # queued: the thread is woken
+            elif stream.chars == len(text):  # the first text to gather: the thread sleeps
+                self.changed.notify_all()  # until it is due, not until the next message
+
+    def finish(self, run_id: int) -> None:
+        with self.changed:
+            last = 0
+            for run, step in [key for key in self.streams if key[0] == run_id]:
+                last = self.release(run, step, self.streams.pop((run, step))) or last
+            # Over NOTIFY, the event's own INSERT carries its wake-up: let the reply's text go
+            # first (PostgreSQL is the run's own database, so this waits on nothing new).
+            if last and notifies():
+                self.changed.wait_for(lambda: self.handled >= last, SEND_SECONDS)
+
+    def release(self, run_id: int, step: int, stream: Stream) -> int:
+        """Queue the stream's gathered text; the last ticket (0 if nothing was queued)."""
+        stream.due = time.monotonic() + STREAM_SECONDS
+        text, last = stream.take(), 0
+        if stream.broken:
+            return 0
+        size = message_chars()
+        for start in range(0, len(text), size):
+            piece = text[start : start + size]
+            last = self.put(Outgoing(run_id, stream.group, delta(run_id, step, piece)))
+            if not last:
+                stream.broken = True
+                return 0
+        return last
+
+    def drain(self, timeout: float) -> bool:
+        with self.changed:
+            return self.changed.wait_for(
+                lambda: not self.queue and self.sending is None and not self.gathered(), timeout
+            )
+
+    def gathered(self) -> bool:
+        return any(stream.text for stream in self.streams.values())
+
+    # --- the publisher's thread ---
+
+    def start(self) -> None:
+        if self.thread is None or not self.thread.is_alive():
+            self.stopping = False
+            self.thread = threading.Thread(target=self.work, name="loop-publisher", daemon=True)
+            self.thread.start()
+
+    def stop(self) -> None:
+        with self.changed:
+            self.stopping = True
+            self.changed.notify_all()
+        if self.thread is not None:
+            self.thread.join()
+
+    def work(self) -> None:
+        while (item := self.next()) is not None:
+            ticket, outgoing = item
+            self.send(outgoing)
+            with self.changed:
+                self.handled, self.sending = max(self.handled, ticket), None
+                self.changed.notify_all()
+        self.redis.close()
+        self.notify.close()
+
+    def next(self) -> tuple[int, Outgoing] | None:
+        """The next message to send, once there is one; None when stopping."""
+        with self.changed:
+            while not self.stopping:
+                now = time.monotonic()
+                for (run_id, step), stream in self.streams.items():
+                    if stream.text and stream.due <= now:
+                        self.release(run_id, step, stream)
+                if self.outage is not None and self.missed and self.outage.retry_at <= now:
+                    self.queue.extend((0, wake) for wake in self.missed.values())
+                    self.missed.clear()
+                if self.queue:
+                    self.sending = self.queue[0][1]
+                    return self.queue.popleft()
+                if not self.streams:  # between replies: no connection is held for nothing
+                    self.notify.close()
+                self.changed.wait(self.sleep(now))
+        return None
+
+    def sleep(self, now: float) -> float | None:
+        """Until the next stream is due, or the transport is to be tried again."""
+        due = [stream.due for stream in self.streams.values() if stream.text]
+        if self.outage is not None and self.missed:
+            due.append(self.outage.retry_at)
+        return max(0.0, min(due) - now) if due else None
+
+    def send(self, outgoing: Outgoing) -> None:
+        if self.outage is not None and time.monotonic() < self.outage.retry_at:
+            with self.changed:
+                self.drop(outgoing)
+            return
+        sender = self.notify if notifies() else self.redis
+        try:
+            sender.send(outgoing)
+        except Exception as error:  # any failure of the transport: dropped, logged, run goes on
+            with self.changed:
+                self.fail(outgoing, error)
+        else:
+            with self.changed:
+                self.recover()
+
+    def drop(self, outgoing: Outgoing) -> None:
+        self.dropped += 1
+        if self.outage is not None:
+            self.outage.dropped += 1
+        if outgoing.message["type"] == "run.event":
+            self.missed[outgoing.run_id] = outgoing
+
+    def fail(self, outgoing: Outgoing, error: Exception) -> None:
+        retry_at = time.monotonic() + RETRY_SECONDS
+        if self.outage is None:
+            self.outage = Outage(transport(), retry_at)
+            logger.warning(
+                "Publishing run events to %s failed (%s); messages are dropped while it fails "
+                "(pages catch up from the event log), and it is tried again every %s s",
+                self.outage.transport,
+                describe(error),
+                RETRY_SECONDS,
+            )
+        self.outage.retry_at = retry_at
+        self.drop(outgoing)
+        self.notify.close()  # a connection that failed is not trusted again
+
+    def recover(self) -> None:
+        if self.outage is None:
+            return
+        logger.info(
+            "Publishing run events to %s works again; %s messages were dropped",
+            self.outage.transport,
+            self.outage.dropped,
+        )
+        self.outage = None
+        self.queue.extend((0, wake) for wake in self.missed.values())
+        self.missed.clear()
+
+
+def message_chars() -> int:
+    """The most text one streamed message carries on this site's transport."""
+    return NOTIFY_PAYLOAD_BYTES if notifies() else REDIS_DELTA_CHARS
+
+
+class RedisSender:
+    """group_send on an event loop of the publisher's thread, kept so the channel layer's Redis
+    connections are made once, not once per message."""
 
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.lock = threading.Lock()
 
-    def send(self, group: str, message: dict[str, Any]) -> None:
-        with self.lock:
-            if self.loop is None or self.loop.is_closed():
-                self.loop = asyncio.new_event_loop()
-                threading.Thread(
-                    target=self.loop.run_forever, name="loop-event-publisher", daemon=True
-                ).start()
-        sent = asyncio.run_coroutine_threadsafe(
-            get_channel_layer().group_send(group, message), self.loop
-        )
-        sent.result(timeout=PUBLISH_SECONDS)
+    def send(self, outgoing: Outgoing) -> None:
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+        sending = get_channel_layer().group_send(outgoing.group, outgoing.message)
+        self.loop.run_until_complete(asyncio.wait_for(sending, SEND_SECONDS))
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.close()
+            self.loop = None
+
+
+class NotifySender:
+    """pg_notify on the publisher thread's own database connection, held only while replies
+    stream. A message too big for one NOTIFY goes as several."""
+
+    def __init__(self) -> None:
+        self.connected = False
+
+    def send(self, outgoing: Outgoing) -> None:
+        message = outgoing.message
+        payloads = list(notify_payloads(message["run"], message["step"], message["text"]))
+        self.connected = True
+        with connections["default"].cursor() as cursor:
+            for payload in payloads:
+                cursor.execute("SELECT pg_notify(%s, %s)", [DELTA_CHANNEL, payload])
+
+    def close(self) -> None:
+        if self.connected:
+            connections["default"].close()
+            self.connected = False
+
+
+def notify_payloads(run_id: int, step: int, text: str) -> list[str]:
+    """The text as NOTIFY payloads under PostgreSQL's limit, each as long as fits (escaping
+    makes some characters longer, so the cut is searched for)."""
+    payloads = []
+    while text:
+        fits, over = 1, min(len(text), NOTIFY_PAYLOAD_BYTES) + 1
+        while over - fits > 1:  # the longest head of the text whose payload fits
+            middle = (fits + over) // 2
+            if len(payload(run_id, step, text[:middle])) <= NOTIFY_PAYLOAD_BYTES:
+                fits = middle
+            else:
+                over = middle
+        payloads.append(payload(run_id, step, text[:fits]))
+        text = text[fits:]
+    return payloads
+
+
+def payload(run_id: int, step: int, text: str) -> str:
+    """A delta as a NOTIFY payload: JSON in ASCII, so its length is its size in bytes."""
+    return json.dumps({"run": run_id, "step": step, "text": text})
 
 
 _publisher = Publisher()
+
+
+@atexit.register
+def _publish_the_rest() -> None:
+    """A process that exits (a worker stopping, `runagent` done) sends what it queued, briefly."""
+    _publisher.drain(EXIT_SECONDS)
 
 
 class NotifyListener:
@@ -136,7 +459,7 @@ class NotifyListener:
                             await layer.group_send(group_for(message["run"]), message)
             except (psycopg.Error, OSError) as error:
                 self.listening.clear()
-                logger.warning("Listening for run events failed (%s); retrying", error)
+                logger.warning("Listening for run events failed (%s); retrying", describe(error))
                 await asyncio.sleep(RECONNECT_SECONDS)
 
 

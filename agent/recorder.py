@@ -1,8 +1,9 @@
 """The Django event sink: each event is appended to the run's log, then passed on.
 
-Persist first, publish second, so an event anyone has seen is never lost. Each event costs a few
-single-row writes (an append and, for some events, the run's summary row or an audit row): the
-history is never rewritten, so a step costs the same at step 200 as at step 2.
+Persist first, publish second, so an event anyone has seen is never lost; publishing only hands
+messages to agent.bus's publisher, so a slow or absent transport never slows the run. Each event
+costs a few single-row writes (an append and, for some events, the run's summary row or an audit
+row): the history is never rewritten, so a step costs the same at step 200 as at step 2.
 """
 
 import logging
@@ -51,6 +52,7 @@ class RunRecorder:
         self.notify = bus.NOTIFY_CHANNEL if bus.notifies() else ""
 
     def __call__(self, event: Event) -> None:
+        bus.finish_deltas(self.run.pk)  # a reply streamed so far is over: its text goes first
         self.seq += 1
         writes = self.writes_for(event)
         if writes:
@@ -71,20 +73,14 @@ class RunRecorder:
         RunEvent.objects.append(self.run.pk, self.seq, event.kind, step, data, self.notify)
 
     def stream(self, text: str) -> None:
-        """A piece of the reply the model is writing now: published, never stored (the stored
-        reply replaces it). A failure only logs: the run goes on."""
-        try:
-            bus.publish_delta(self.run.pk, self.iterations + 1, text)
-        except Exception as error:
-            logger.warning("Run %s: streaming a reply failed: %s", self.run.pk, error)
+        """A piece of the reply the model is writing now: published (gathered with the pieces
+        around it), never stored; the stored reply replaces it."""
+        bus.publish_delta(self.run.pk, self.iterations + 1, text)
 
     def announce(self) -> None:
         """Wake the pages watching this run (through Redis; PostgreSQL's NOTIFY went with the
-        INSERT). A page that misses it catches up from the log, so a failure only logs."""
-        try:
-            bus.publish(self.run.pk, self.seq)
-        except Exception as error:
-            logger.warning("Run %s: announcing event %s failed: %s", self.run.pk, self.seq, error)
+        INSERT). Queued, never waited for: a page that misses it catches up from the log."""
+        bus.publish(self.run.pk, self.seq)
 
     def publish(self, event: Event) -> None:
         """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""

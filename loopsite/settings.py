@@ -108,11 +108,20 @@ DATABASES = {"default": database_settings(env_str("DATABASE_URL"), VAR_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
+# Every group name starts with this (agent.bus.group_for), so sites sharing a Redis database do not
+# hear each other; empty: the database's name, read at use. Set, it also prefixes Redis's keys.
+LOOP_CHANNEL_PREFIX = env_str("LOOP_CHANNEL_PREFIX")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {
+                # redis-py 8 gives up on a read after 5 s by default, as long as channels_redis's
+                # blocking receive waits, so every idle socket's receive failed (channels_redis
+                # issue 422); a longer bound still gives up on a Redis that never answers.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 10}],
+                "prefix": LOOP_CHANNEL_PREFIX or "asgi",
+            },
         }
     }
 else:
