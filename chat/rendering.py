@@ -117,7 +117,12 @@ class Texts:
             return text
         url = reverse("chat:event_text", args=[self.run_id, self.seq, key])
         self.cuts.append(
-            {"what": EVENT_TEXTS[key], "shown": SHORT_TEXT_CHARS, "total": len(text), "url": url}
+            {
+                "what": EVENT_TEXTS[key],
+                "shown": f"{SHORT_TEXT_CHARS:,}",
+                "total": f"{len(text):,}",
+                "url": url,
+            }
         )
         return text[:SHORT_TEXT_CHARS]
 

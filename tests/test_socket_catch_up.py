@@ -96,7 +96,7 @@ def test_a_catch_up_over_a_mebibyte_arrives_whole_in_bounded_frames(start_daphne
 
     links = [link for frame in frames for link in WHOLE_TEXT.findall(frame)]
     assert len(links) == 2  # the big tool result, and the answer
-    assert f"the first {SHORT_TEXT_CHARS} of {len(ANSWER)} characters" in frames[-1]
+    assert f"the first {SHORT_TEXT_CHARS:,} of {len(ANSWER):,} characters" in frames[-1]
     assert whole_text(site, cookie, links[-1]) == (200, ANSWER)
     assert whole_text(site, cookie, links[0]) == (200, TOOL_RESULT)
     assert whole_text(site, session_cookie(bob), links[-1])[0] == 404
