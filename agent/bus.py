@@ -201,8 +201,10 @@ class Publisher:
                 return
             stream.text.append(text)
             stream.chars += len(text)
-            if time.monotonic() >= stream.due or stream.chars >= message_chars():
+            if time.monotonic() >= stream.due:
                 self.release(run_id, step, stream)  # queued: the thread is woken
+            elif stream.chars >= message_chars():  # full messages go; the rest waits its time
+                self.release(run_id, step, stream, whole=False)
             elif stream.chars == len(text):  # the first text to gather: the thread sleeps
                 self.changed.notify_all()  # until it is due, not until the next message
 
@@ -216,13 +218,18 @@ class Publisher:
             if last and notifies():
                 self.changed.wait_for(lambda: self.handled >= last, SEND_SECONDS)
 
-    def release(self, run_id: int, step: int, stream: Stream) -> int:
-        """Queue the stream's gathered text; the last ticket (0 if nothing was queued)."""
-        stream.due = time.monotonic() + STREAM_SECONDS
-        text, last = stream.take(), 0
+    def release(self, run_id: int, step: int, stream: Stream, *, whole: bool = True) -> int:
+        """Queue the stream's gathered text (`whole`), or only its full messages; the last
+        ticket (0 if nothing was queued)."""
+        size, text, last = message_chars(), stream.take(), 0
+        if whole:
+            stream.due = time.monotonic() + STREAM_SECONDS
+        else:
+            cut = len(text) - len(text) % size
+            text, rest = text[:cut], text[cut:]
+            stream.text, stream.chars = ([rest] if rest else []), len(rest)
         if stream.broken:
             return 0
-        size = message_chars()
         for start in range(0, len(text), size):
             piece = text[start : start + size]
             last = self.put(Outgoing(run_id, stream.group, delta(run_id, step, piece)))

@@ -1,5 +1,6 @@
 """Streamed text is coalesced: a 1.2 MB answer that Groq sends in 8-character pieces reaches the
-run's subscribers whole, in order, in a few hundred messages, over Redis and over NOTIFY.
+run's subscribers whole, in order, in a few hundred messages, over Redis and over NOTIFY; text
+gathered while the model pauses goes out without waiting for more.
 
 The run is a real one on GroqLLM against the fake Groq server; Redis is the real one at
 127.0.0.1:6379, and NOTIFY is heard on a LISTEN connection of the test's own.
@@ -37,6 +38,13 @@ def on_groq(settings, groq_server, workspaces):
     settings.LOOP_GROQ_MODEL = "openai/gpt-oss-120b"
     groq_server.reply(ANSWER)
     return groq_server
+
+
+@pytest.fixture
+def only_full_messages(monkeypatch) -> None:
+    """Gathered text waits for nothing but a full message or the reply's end, so how many
+    messages a reply takes depends on its length alone, not on how fast the machine is."""
+    monkeypatch.setattr(bus, "STREAM_SECONDS", 3600.0)
 
 
 @pytest.fixture
@@ -80,7 +88,15 @@ async def sync_connections_closed():
 
 @pytest.mark.asyncio
 async def test_a_long_answer_reaches_a_redis_subscriber_whole_in_few_messages(
-    settings, monkeypatch, tmp_path, alice, on_groq, pieces, publisher, sync_connections_closed
+    settings,
+    monkeypatch,
+    tmp_path,
+    alice,
+    on_groq,
+    pieces,
+    publisher,
+    only_full_messages,
+    sync_connections_closed,
 ):
     use_redis(settings, monkeypatch, tmp_path, REAL_REDIS)
     run = await database_sync_to_async(start_run)(alice, "Write it all out")
@@ -99,6 +115,8 @@ async def test_a_long_answer_reaches_a_redis_subscriber_whole_in_few_messages(
     deltas = [m for m in messages if m["type"] == "run.delta"]
     texts = [m["text"] for m in deltas]
     assert_streamed_whole(texts, {m["step"] for m in deltas}, pieces[0], bus.REDIS_DELTA_CHARS)
+    # The first piece at once, then full messages, then the rest at the reply's end.
+    assert {len(text) for text in texts[1:-1]} == {bus.REDIS_DELTA_CHARS}
     # The text is all out before the wake-up for the stored reply.
     reply_seq = await database_sync_to_async(lambda: run.events.get(kind="model_replied").seq)()
     last_delta = max(i for i, m in enumerate(messages) if m["type"] == "run.delta")
@@ -115,7 +133,7 @@ def finished_at(run: AgentRun, message: dict) -> bool:
 
 
 def test_a_long_answer_reaches_a_notify_listener_whole_in_few_messages(
-    settings, alice, on_groq, pieces, publisher
+    settings, alice, on_groq, pieces, publisher, only_full_messages
 ):
     assert bus.notifies()
     run = start_run(alice, "Write it all out")
@@ -146,3 +164,21 @@ def test_a_notify_payload_holds_as_much_text_as_fits_and_never_too_much():
     assert "".join(json.loads(p)["text"] for p in payloads) == text
     assert all(len(p) <= bus.NOTIFY_PAYLOAD_BYTES for p in payloads)
     assert all(len(p) > bus.NOTIFY_PAYLOAD_BYTES - 20 for p in payloads[:-1])
+
+
+def test_text_gathered_while_the_model_pauses_goes_out_without_waiting_for_more(
+    settings, publisher
+):
+    assert bus.notifies()
+    with psycopg.connect(**bus.connection_params(), autocommit=True) as listening:
+        listening.execute(f"LISTEN {bus.DELTA_CHANNEL}")
+        bus.publish_delta(4, 1, "The first words ")  # a reply's first piece: at once
+        bus.publish_delta(4, 1, "and then ")  # gathered, then the model pauses
+        # Nothing more comes and the reply has not ended, yet nothing is left gathered.
+        assert publisher.drain(WAIT)
+        heard = [
+            json.loads(note.payload)["text"]
+            for note in listening.notifies(timeout=WAIT, stop_after=2)
+        ]
+    assert heard == ["The first words ", "and then "]
+    bus.finish_deltas(4)
