@@ -28,6 +28,7 @@ import django
 django.setup()
 
 from django.conf import settings  # noqa: E402
+from django.contrib import admin  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.contrib.auth.hashers import make_password  # noqa: E402
 from django.db import connection, reset_queries  # noqa: E402
@@ -213,6 +214,10 @@ def pages() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     last = AgentRun.objects.order_by("-pk").values_list("pk", "user_id", "created_at").first()
     run_id, user_id, created = last
     memory = Memory.objects.order_by("-pk").values_list("pk", flat=True).first()
+    # A deep page that exists: the admin redirects a page past the last (fewer --runs).
+    deep = min(
+        100, -(-AgentRun.objects.count() // admin.site.get_model_admin(AgentRun).list_per_page)
+    )
     day = f"created_at__year={created.year}&created_at__month={created.month}"
     lists = [
         ("index", reverse("admin:index")),
@@ -223,7 +228,7 @@ def pages() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         ("runs: one user", f"{runs}?user={user_id}"),
         ("runs: one month", f"{runs}?{day}"),
         ("runs: one day", f"{runs}?{day}&created_at__day={created.day}"),
-        ("runs: page 100", f"{runs}?p=100"),
+        (f"runs: page {deep}", f"{runs}?p={deep}"),
         ("events", events),
         ("events: one run", f"{events}?run__id__exact={run_id}"),
         ("tool executions", executions),
