@@ -153,6 +153,8 @@ LOOP_PARALLEL_TOOL_CALLS = env_int("LOOP_PARALLEL_TOOL_CALLS", 4)
 
 # Tools (see tools/ and docs/configuration.md).
 LOOP_WORKSPACES_DIR = Path(env_str("LOOP_WORKSPACES_DIR") or VAR_DIR / "workspaces").resolve()
+LOOP_WORKSPACE_MAX_BYTES = env_int("LOOP_WORKSPACE_MAX_BYTES", 200_000_000)  # tools.quota
+LOOP_WORKSPACE_MAX_FILES = env_int("LOOP_WORKSPACE_MAX_FILES", 10_000)  # files and directories
 LOOP_SANDBOX = env_str("LOOP_SANDBOX", "bubblewrap")
 # As root, user N's snippets run as host uid (and gid) LOOP_SANDBOX_UID_BASE + N: a process budget
 # of their own (numeric ids, no /etc/passwd entries). No host account may use that range.
@@ -162,8 +164,6 @@ LOOP_SANDBOX_WARM = env_bool("LOOP_SANDBOX_WARM", default=True)
 LOOP_SANDBOX_MEMORY_MB = env_int("LOOP_SANDBOX_MEMORY_MB", 512)
 LOOP_SANDBOX_MAX_PROCESSES = env_int("LOOP_SANDBOX_MAX_PROCESSES", 64)
 LOOP_TOOL_RESULT_MAX_CHARS = env_int("LOOP_TOOL_RESULT_MAX_CHARS", 16_000)
-LOOP_WORKSPACE_MAX_BYTES = env_int("LOOP_WORKSPACE_MAX_BYTES", 200_000_000)  # tools.quota
-LOOP_WORKSPACE_MAX_FILES = env_int("LOOP_WORKSPACE_MAX_FILES", 10_000)  # files and directories
 LOOP_WEB_SEARCH_BACKEND = env_str("LOOP_WEB_SEARCH_BACKEND", "tools.search.DdgsSearch")
 LOOP_WEB_SEARCH_ENGINE = env_str("LOOP_WEB_SEARCH_ENGINE", "duckduckgo")
 

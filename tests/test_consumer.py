@@ -137,8 +137,10 @@ def bus(request, settings) -> dict[str, str]:
         return {}
     url = "redis://127.0.0.1:6379/0"
     settings.REDIS_URL = url
+    # As loopsite.settings builds it: redis-py's own 5 s read bound would cut a blocking receive.
+    hosts = [{"address": url, "socket_timeout": 10}]
     settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [url]}}
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": hosts}}
     }
     return {"REDIS_URL": url}
 

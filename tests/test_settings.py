@@ -66,7 +66,7 @@ def test_production_values_are_used(monkeypatch, tmp_path):
     )
     layer = settings["CHANNEL_LAYERS"]["default"]
     assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
-    assert layer["CONFIG"]["hosts"] == ["redis://cache:6379/1"]
+    assert layer["CONFIG"]["hosts"] == [{"address": "redis://cache:6379/1", "socket_timeout": 10}]
 
 
 @pytest.mark.parametrize("missing", ["SECRET_KEY", "ALLOWED_HOSTS"])
