@@ -66,6 +66,18 @@ NEXT_STEPS = {
     RunStatus.HALTED: "Loop stopped it to protect your budget. Refine the task and send it "
     "again, or ask for the part that is left.",
 }
+# A deadline halt with an error is the provider's fault (agent.loop records why), not the task's.
+SLOW_PROVIDER_STEP = (
+    "The model provider did not answer in time. Send the task again later, or ask the operator "
+    "to raise LOOP_RUN_SECONDS."
+)
+
+
+def next_step(data: dict[str, Any]) -> str:
+    """What a person can do about how a run ended, from its run_finished event."""
+    if data.get("halt_reason") == HaltReason.DEADLINE and data.get("error"):
+        return SLOW_PROVIDER_STEP
+    return NEXT_STEPS.get(RunStatus(data["status"]), "")
 
 
 def markdown(text: str) -> str:
@@ -174,7 +186,7 @@ def event_card(run_id: int, seq: int, kind: str, data: dict[str, Any], texts: Te
                 {
                     "html": markdown(texts.shown("answer", data["answer"])),
                     "error": data["error"],
-                    "next_step": NEXT_STEPS.get(RunStatus(status), ""),
+                    "next_step": next_step(data),
                     **status_label(status),
                 },
             )

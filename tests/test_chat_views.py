@@ -10,7 +10,7 @@ from agent.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, Conversation
 from agent.services import execute_run, new_conversation, start_run
-from chat.rendering import markdown
+from chat.rendering import markdown, page_cards
 
 pytestmark = pytest.mark.django_db
 
@@ -196,3 +196,19 @@ def test_markdown_keeps_formatting_and_drops_what_could_run():
     assert "href" not in markdown("[x](javascript:alert(1))")
     assert 'href="https://example.com"' in markdown("[x](https://example.com)")
     assert 'rel="noopener noreferrer nofollow"' in markdown("[x](https://example.com)")
+
+
+def finished(**fields: object) -> dict[str, object]:
+    return {"status": "halted", "answer": "", "halt_reason": "deadline", "error": ""} | fields
+
+
+def test_a_run_halted_because_the_provider_was_too_slow_does_not_blame_the_task():
+    slow = finished(error="The model provider did not answer in time: Groq did not finish.")
+    [card] = page_cards(1, [(9, "run_finished", slow)])
+    assert "did not answer in time" in card.data["next_step"]
+    assert "Refine the task" not in card.data["next_step"]
+
+
+def test_a_run_that_used_up_its_own_time_is_told_to_refine_the_task():
+    [card] = page_cards(1, [(9, "run_finished", finished())])
+    assert "Refine the task" in card.data["next_step"]

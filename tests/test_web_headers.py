@@ -99,10 +99,7 @@ def test_no_page_carries_an_inline_script_or_handler(client, alice, operator, co
     assert "Also forget what its runs remembered (1 memory)" in chat[conversation_url].text
     for url, response in {**anonymous, **chat}.items():
         found = InlineParts(response.text)
-        assert found.scripts == [], url
-        # The password page is drawn by the admin's template of that name (django.contrib.admin
-        # precedes accounts in INSTALLED_APPS), whose <style> the policy refuses there.
-        assert url == "/accounts/password/" or found.styles == [], url
+        assert (found.scripts, found.styles) == ([], []), url
     admin = pages(client, operator, ["/admin/", "/admin/agent/agentrun/", "/admin/memory/memory/"])
     for url, response in admin.items():
         assert InlineParts(response.text).scripts == [], url
