@@ -149,3 +149,25 @@ def others_gone() -> None:
             return cursor.fetchone()[0] == 0
 
     wait_for(alone, "the stopped processes' database sessions to end")
+
+
+@pytest.fixture
+def start_daphne(worker_env, tmp_path) -> Iterator[Callable[..., object]]:
+    """Start daphne (serving tests.socket_harness's probe application) on a free port with the
+    given environment, as `make run` would; each is stopped after the test."""
+    from tests.socket_harness import daphnes
+
+    yield from daphnes(worker_env, tmp_path)
+
+
+@pytest.fixture(params=["dead port", "silent server"])
+def broken_redis(request) -> Iterator[str]:
+    """A REDIS_URL that cannot serve: nothing listens there, or a server accepts and never
+    answers."""
+    from tests.socket_harness import free_port, silent_server
+
+    if request.param == "dead port":
+        yield f"redis://127.0.0.1:{free_port()}/0"
+        return
+    with silent_server() as port:
+        yield f"redis://127.0.0.1:{port}/0"

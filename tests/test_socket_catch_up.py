@@ -14,12 +14,11 @@ from agent.recorder import RunRecorder
 from agent.services import start_run
 from chat.consumers import FRAME_BYTES
 from chat.rendering import SHORT_TEXT_CHARS, page_cards
-from tests.test_socket_harness import (
+from tests.socket_harness import (
     DAPHNE_MAX_MESSAGE,
     WAIT,
     LiveSite,
     browser_with,
-    daphnes,
     no_traceback,
     open_socket,
     session_cookie,
@@ -36,11 +35,6 @@ TOOL_RESULT = ('<tag a="1"> & more\n' * 60_000)[:1_000_000]
 ANSWER = ("- an <item> & another\n" * 60_000)[:1_200_000]
 SMALL_RESULT = TOOL_RESULT[:9_000]  # shown whole: 119 of them make a catch-up of some 2 MB
 STEPS = 120  # more events than one read of the log takes
-
-
-@pytest.fixture
-def start_daphne(worker_env, tmp_path):
-    yield from daphnes(worker_env, tmp_path)
 
 
 def huge_run(user) -> AgentRun:

@@ -11,12 +11,11 @@ from agent.models import AgentRun
 from agent.services import start_run
 from chat.consumers import MAX_MESSAGE_CHARS, MAX_WATCHED_RUNS, Close
 from tests.conftest import wait_for
-from tests.test_socket_harness import (
+from tests.socket_harness import (
     WAIT,
     LiveSite,
     close_code,
     closing,
-    daphnes,
     no_traceback,
     open_socket,
     session_cookie,
@@ -43,11 +42,6 @@ BAD_MESSAGES = [
     "[" * 1000,
     "1" * 1000,
 ]
-
-
-@pytest.fixture
-def start_daphne(worker_env, tmp_path):
-    yield from daphnes(worker_env, tmp_path)
 
 
 def nothing_left(site: LiveSite) -> None:

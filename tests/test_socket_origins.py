@@ -6,14 +6,9 @@ import pytest
 from websockets.exceptions import InvalidStatus
 
 from agent.services import start_run
-from tests.test_socket_harness import daphnes, free_port, open_socket, session_cookie, watch
+from tests.socket_harness import free_port, open_socket, session_cookie, watch
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def start_daphne(worker_env, tmp_path):
-    yield from daphnes(worker_env, tmp_path)
 
 
 def refused(site, cookie: str, origin: str) -> bool:

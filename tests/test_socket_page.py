@@ -12,15 +12,10 @@ from agent.events import ToolCallStarted
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.services import submit_first_run
+from tests.socket_harness import LiveSite
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, LAPTOP, PASSWORD, WAIT_MS, db, logged_in
-from tests.test_socket_harness import LiveSite, daphnes, free_port, silent_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def start_daphne(worker_env, tmp_path):
-    yield from daphnes(worker_env, tmp_path)
 
 
 @pytest.fixture
@@ -29,15 +24,6 @@ def browser() -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
-
-
-@pytest.fixture(params=["dead port", "silent server"])
-def broken_redis(request) -> Iterator[str]:
-    if request.param == "dead port":
-        yield f"redis://127.0.0.1:{free_port()}/0"
-        return
-    with silent_server() as port:
-        yield f"redis://127.0.0.1:{port}/0"
 
 
 def a_run_on_its_page(browser: Browser, site: LiveSite) -> tuple[Page, AgentRun]:

@@ -11,34 +11,18 @@ import pytest
 from agent.events import ToolCallStarted
 from agent.recorder import RunRecorder
 from agent.services import start_run
-from tests.test_socket_harness import (
+from tests.socket_harness import (
     WAIT,
-    daphnes,
     free_port,
     no_traceback,
     open_socket,
     session_cookie,
-    silent_server,
     watch,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FAILURE = re.compile(r"channel layer failed to \w+ \((\w+): ([^)]+)\)")
-
-
-@pytest.fixture
-def start_daphne(worker_env, tmp_path):
-    yield from daphnes(worker_env, tmp_path)
-
-
-@pytest.fixture(params=["dead port", "silent server"])
-def broken_redis(request) -> Iterator[str]:
-    if request.param == "dead port":
-        yield f"redis://127.0.0.1:{free_port()}/0"
-        return
-    with silent_server() as port:
-        yield f"redis://127.0.0.1:{port}/0"
 
 
 def test_a_broken_channel_layer_leaves_the_page_reading_the_log(start_daphne, alice, broken_redis):

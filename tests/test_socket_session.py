@@ -17,12 +17,11 @@ from agent.recorder import RunRecorder
 from agent.services import start_run
 from chat.consumers import Close
 from tests.conftest import wait_for
-from tests.test_socket_harness import (
+from tests.socket_harness import (
     WAIT,
     LiveSite,
     browser_with,
     closing,
-    daphnes,
     no_traceback,
     open_socket,
     session_cookie,
@@ -32,11 +31,6 @@ from tests.test_socket_harness import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 CSRF_TOKEN = re.compile(r'"X-CSRFToken": "([^"]+)"')
-
-
-@pytest.fixture
-def start_daphne(worker_env, tmp_path):
-    yield from daphnes(worker_env, tmp_path)
 
 
 def log_out(site: LiveSite, cookie: str) -> None:

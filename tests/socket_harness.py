@@ -92,7 +92,7 @@ def daphnes(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[...
         log = tmp_path / f"daphne-{port}.log"
         process = subprocess.Popen(
             [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port),
-             "tests.test_socket_harness:probe_application"],
+             "tests.socket_harness:probe_application"],
             cwd=PROJECT_DIR,
             env=child_environment(**worker_env, **env),
             stdout=subprocess.DEVNULL,
