@@ -85,6 +85,16 @@ def alice():
 
 
 @pytest.fixture
+def operator(client):
+    """A superuser logged in on the test's client: the console's operator."""
+    from django.contrib.auth.models import User
+
+    user = User.objects.create_superuser("root", "root@example.com", "a long password")
+    client.force_login(user)
+    return user
+
+
+@pytest.fixture
 def bob():
     from django.contrib.auth.models import User
 

@@ -39,13 +39,6 @@ def listed(response) -> set[int]:
 
 
 @pytest.fixture
-def operator(client):
-    user = User.objects.create_superuser("root", "root@example.com", "a long password")
-    client.force_login(user)
-    return user
-
-
-@pytest.fixture
 def runs(alice, bob, workspaces):
     """One run of every ending, by two users, made the way the site makes them."""
     made = {

@@ -29,13 +29,6 @@ def changelist(model) -> str:
 
 
 @pytest.fixture
-def operator(client):
-    user = User.objects.create_superuser("root", "root@example.com", "a long password")
-    client.force_login(user)
-    return user
-
-
-@pytest.fixture
 def run(alice, workspaces):
     return execute_run(start_run(alice, "Keep reading missing.txt until it exists", model="mock"))
 

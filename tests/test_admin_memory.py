@@ -24,13 +24,6 @@ def memory_page(memory: Memory) -> str:
     return reverse("admin:memory_memory_change", args=[memory.pk])
 
 
-@pytest.fixture
-def operator(client):
-    user = User.objects.create_superuser("root", "root@example.com", "a long password")
-    client.force_login(user)
-    return user
-
-
 def run(user, task):
     return execute_run(start_run(user, task, model="mock"))
 

@@ -48,13 +48,6 @@ def queries(client, url: str) -> int:
     return len(captured)
 
 
-@pytest.fixture
-def operator(client):
-    user = User.objects.create_superuser("root", "root@example.com", "a long password")
-    client.force_login(user)
-    return user
-
-
 @pytest.mark.parametrize("page", LIST_PAGES)
 def test_a_list_page_costs_the_same_queries_for_more_rows(client, operator, workspaces, page):
     url = reverse(page)

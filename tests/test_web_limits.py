@@ -5,16 +5,12 @@ what was sent; bodies within the bound still reach Django."""
 import http.client
 import re
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psutil
 import pytest
 from django.conf import settings
-
-from tests.conftest import PROJECT_DIR, child_environment, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,38 +31,10 @@ class Daphne:
         return self.process.memory_info().rss
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def login_page_answers(port: int) -> bool:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        connection.request("GET", LOGIN)
-        return connection.getresponse().status == 200
-    except OSError:
-        return False
-    finally:
-        connection.close()
-
-
 @pytest.fixture
-def daphne(worker_env) -> Iterator[Daphne]:
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port),
-         "loopsite.asgi:application"],
-        cwd=PROJECT_DIR,
-        env=child_environment(**worker_env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    wait_for(lambda: login_page_answers(port), "daphne to answer")
-    yield Daphne(port, psutil.Process(server.pid))
-    server.terminate()
-    server.wait(timeout=60)
+def daphne(start_daphne) -> Daphne:
+    site = start_daphne()
+    return Daphne(site.port, psutil.Process(site.process.pid))
 
 
 def head(length: int | None) -> bytes:
