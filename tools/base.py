@@ -27,6 +27,9 @@ class ToolStatus(StrEnum):
     DENIED = "denied"
     # Never ran: the run was cancelled or halted before this call's turn came.
     SKIPPED = "skipped"
+    # Started, but the worker running it stopped before it finished: whether it completed (and
+    # what it changed) is unknown. Recorded when the run is resumed from its log.
+    INTERRUPTED = "interrupted"
 
 
 class ToolError(Exception):
