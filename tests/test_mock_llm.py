@@ -4,11 +4,15 @@ import json
 import posixpath
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import pytest
 
-from agent.llm.base import Message, Reply, ToolCall
+from agent.interrupt import Interrupt, Interrupted, StopReason
+from agent.llm import mock
+from agent.llm.base import Message, ModelTimedOut, Reply, ToolCall
+from agent.llm.factory import llm_for
 from agent.llm.mock import MockLLM
 
 TOOLS = [
@@ -438,3 +442,43 @@ def test_the_mock_streams_its_answer_in_pieces_that_make_the_whole():
     reply = MockLLM(deltas=pieces.append).chat(messages, TOOLS)
     assert len(pieces) > 1
     assert "".join(pieces) == reply.text == "notes.txt (12 bytes)"
+
+
+LIST_FILES_TASK = [{"role": "system", "content": "s"}, {"role": "user", "content": "List my files"}]
+
+
+def test_the_mock_takes_its_latency_on_every_turn(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(mock.time, "sleep", slept.append)
+    llm = MockLLM(latency=0.25)
+    llm.chat(LIST_FILES_TASK, TOOLS)
+    llm.chat(LIST_FILES_TASK, None)
+    assert slept == [0.25, 0.25]
+
+
+def test_the_mock_without_latency_does_not_wait(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(mock.time, "sleep", slept.append)
+    MockLLM().chat(LIST_FILES_TASK, TOOLS)
+    assert slept == []
+
+
+def test_an_interrupt_ends_the_mocks_wait_at_once():
+    llm = MockLLM(latency=30.0)
+    llm.interrupt = Interrupt()
+    threading.Timer(0.05, llm.interrupt.set, (StopReason.HAND_BACK,)).start()
+    with pytest.raises(Interrupted) as raised:
+        llm.chat(LIST_FILES_TASK, TOOLS)
+    assert raised.value.reason is StopReason.HAND_BACK
+
+
+def test_a_turn_longer_than_the_time_left_times_out():
+    with pytest.raises(ModelTimedOut, match="takes 30 seconds a turn"):
+        MockLLM(latency=30.0).chat(LIST_FILES_TASK, TOOLS, timeout=0.01)
+
+
+def test_the_factory_gives_the_mock_the_configured_latency(settings):
+    settings.LOOP_MOCK_LATENCY_MS = 250
+    llm = llm_for("mock")
+    assert isinstance(llm, MockLLM)
+    assert llm.latency == 0.25

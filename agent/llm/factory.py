@@ -22,7 +22,7 @@ def default_model() -> str:
 def llm_for(model: str = "") -> LLM:
     model = model or default_model()
     if model == MOCK:
-        return MockLLM()
+        return MockLLM(latency=settings.LOOP_MOCK_LATENCY_MS / 1000)
     if not settings.GROQ_API_KEY:
         raise ModelUnavailable(
             f"Model {model!r} runs on Groq and needs GROQ_API_KEY. Set it, or use the keyless "

@@ -7,11 +7,13 @@ other task it says plainly that it is a mock.
 
 import json
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.llm.base import Message, Reply, ToolCall, ToolSpec, Usage
+from agent.interrupt import Interrupt
+from agent.llm.base import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
 from agent.llm.tokens import count_prompt_tokens, count_tokens
 
 FAILURE_PREFIXES = ("ERROR:", "TIMEOUT:", "DENIED:", "SKIPPED:")
@@ -128,17 +130,26 @@ STREAM_PIECE = re.compile(r"\S+\s*|\s+")
 
 class MockLLM:
     """`deltas`, if given, hears the answer in small pieces before the reply is returned, as a
-    streaming model's client would, so streaming can be seen and tested without a provider."""
+    streaming model's client would, so streaming can be seen and tested without a provider.
+
+    `latency` is how many seconds each turn takes, as a real model's would (load tests and demos
+    without a network: LOOP_MOCK_LATENCY_MS). The wait ends early when `interrupt` (set by the
+    run's owner, like `deltas`) is set, raising Interrupted; a turn longer than the time the run
+    has left times out as a provider's would.
+    """
 
     provider = "mock"
     model = "mock"
 
-    def __init__(self, deltas: Deltas | None = None) -> None:
+    def __init__(self, deltas: Deltas | None = None, *, latency: float = 0.0) -> None:
         self.deltas = deltas
+        self.latency = latency
+        self.interrupt: Interrupt | None = None
 
     def chat(
         self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
     ) -> Reply:
+        self.think(timeout)
         at = task_index(messages)
         task = messages[at]["content"]
         seen = observations(messages[at:])
@@ -154,6 +165,19 @@ class MockLLM:
             for piece in STREAM_PIECE.findall(move):
                 self.deltas(piece)
         return reply(move, len(seen) + 1, count_prompt_tokens(messages, tools))
+
+    def think(self, timeout: float | None) -> None:
+        """The turn's latency, cut short by an interrupt or by the time the run has left."""
+        wait = self.latency if timeout is None else min(self.latency, max(timeout, 0.0))
+        if wait > 0:
+            if self.interrupt is None:
+                time.sleep(wait)
+            elif self.interrupt.wait(wait):
+                self.interrupt.raise_if_set()
+        if wait < self.latency:
+            raise ModelTimedOut(
+                f"The mock model takes {self.latency:g} seconds a turn; the run had {wait:g} left."
+            )
 
 
 def task_index(messages: list[Message]) -> int:
