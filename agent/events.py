@@ -39,6 +39,12 @@ BREAKER_REASONS = frozenset(
 )
 
 
+class ResumeReason(StrEnum):
+    WORKER_LOST = "worker_lost"  # the worker working it died; a live one took the run over
+    HANDED_BACK = "handed_back"  # the worker working it was stopped and handed it back
+    CONTINUED = "continued"  # a person asked a run that had ended to go on
+
+
 @dataclass(frozen=True)
 class Event:
     kind: ClassVar[str]
@@ -136,6 +142,20 @@ class RunFinished(Event):
     cut: bool = False  # the answer is the model's, stopped at its output limit
 
 
+@dataclass(frozen=True)
+class RunResumed(Event):
+    """The run goes on from its log, at claim `attempt`. `note`, when set, is a user message the
+    model reads (a person's Continue); `limits` are the run's limits from here on, absolute (a
+    continue adds fresh budgets to what was already used)."""
+
+    kind = "run_resumed"
+    attempt: int = 0
+    reason: str = ResumeReason.WORKER_LOST.value
+    lost_worker: str = ""
+    note: str = ""
+    limits: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -147,6 +167,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         BreakerTripped,
         RunHalted,
         RunFinished,
+        RunResumed,
     )
 }
 

@@ -1,4 +1,5 @@
-"""The guards that stop a run: a halt with its reason, and the circuit breaker."""
+"""The guards that stop a run: a halt with its reason, the circuit breaker, a cancel, and the
+release of a run this process no longer works."""
 
 import json
 from collections import defaultdict
@@ -34,6 +35,19 @@ class BreakerTrip(Halt):
 
 class Cancelled(Exception):
     """Someone asked the run to stop."""
+
+
+class RunReleased(Exception):
+    """This process no longer works the run: nothing more may be recorded for it here.
+
+    Raised by the sink (the recorder's RunLost: its write was fenced off, or the database is gone)
+    or by the loop itself (HandedBack); the loop lets it out of run_agent and records nothing,
+    not even the run's end, so whoever works the run now is the only one writing to it.
+    """
+
+
+class HandedBack(RunReleased):
+    """The worker is stopping and hands the run back, to be resumed from its log elsewhere."""
 
 
 def call_identity(call: ToolCall) -> tuple[str, str]:
