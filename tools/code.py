@@ -3,10 +3,15 @@
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
-from tools.sandbox import WORKSPACE_MOUNT, Execution, Limits, get_sandbox
+from tools.sandbox import WORKSPACE_MOUNT, Execution, ForRun, Limits, get_sandbox
 
 MAX_TIMEOUT = 60
 MAX_CODE_CHARS = 100_000
+# What the model reads (as "ERROR: " + this) when the run was stopped while its snippet ran.
+STOPPED = (
+    "stopped: the run was stopped while this snippet ran, so it was killed; what it wrote "
+    "before that was saved."
+)
 
 
 class RunCodeArguments(BaseModel):
@@ -27,10 +32,13 @@ class RunCodeArguments(BaseModel):
 
 
 def run_code(arguments: RunCodeArguments, context: ToolContext) -> ToolOutput:
+    run = None if context.run_id is None else ForRun(context.run_id, context.stopped)
     execution = get_sandbox().run(
-        arguments.code, context.workspace, Limits.from_settings(arguments.timeout)
+        arguments.code, context.workspace, Limits.from_settings(arguments.timeout), run=run
     )
     report = describe(execution)
+    if execution.stopped:
+        raise ToolError(f"{STOPPED}\n{report}", policy=execution.policy)
     if execution.timed_out:
         raise ToolTimeout(
             f"Killed after {arguments.timeout} seconds (timeout).\n{report}",

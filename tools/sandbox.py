@@ -7,7 +7,8 @@ uid only. When the worker is root, each user's snippets run as a host uid of the
 of their workspace, LOOP_SANDBOX_UID_BASE + user id), so the process limit, which the kernel
 counts per uid, is each user's own budget. Every sandbox is forked by one long-lived thread
 (Launcher), what outlives its sandbox is reaped by this process (Reaper), a wall-clock timeout
-kills the whole tree, and output is read with a byte cap.
+kills the whole tree, and output is read with a byte cap. A stopped run's snippets are killed at
+once from any thread (kill_run), their writes saved as at a timeout.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from contextlib import suppress
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -75,7 +76,8 @@ class Limits:
 
 @dataclass(frozen=True)
 class Execution:
-    """What a snippet did: exit status (None when killed at the deadline), capped output."""
+    """What a snippet did: exit status (None when killed at the deadline or because its run was
+    stopped), capped output."""
 
     exit_status: int | None
     stdout: str
@@ -83,6 +85,20 @@ class Execution:
     timed_out: bool
     output_truncated: bool
     policy: str
+    stopped: bool = False  # killed by kill_run: the run it ran for was stopped
+
+
+@dataclass(frozen=True)
+class ForRun:
+    """The run a snippet runs for, so that stopping the run kills it (kill_run).
+
+    `stopped` says whether the run has been stopped already: a snippet that starts after kill_run
+    looked (it had not reached its sandbox yet) is killed as soon as it is registered, so no
+    snippet of a stopped run outlives the stop. It must turn true before kill_run is called.
+    """
+
+    run_id: int
+    stopped: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +113,13 @@ class Sandbox(Protocol):
     policy: str
 
     def run(
-        self, code: str, workspace: Path, limits: Limits, *, start_next: bool = True
+        self,
+        code: str,
+        workspace: Path,
+        limits: Limits,
+        *,
+        start_next: bool = True,
+        run: ForRun | None = None,
     ) -> Execution: ...
 
 
@@ -178,12 +200,18 @@ class BubblewrapSandbox:
     policy = "bubblewrap"
 
     def run(
-        self, code: str, workspace: Path, limits: Limits, *, start_next: bool = True
+        self,
+        code: str,
+        workspace: Path,
+        limits: Limits,
+        *,
+        start_next: bool = True,
+        run: ForRun | None = None,
     ) -> Execution:
         sandbox = WARM.take(workspace, limits) or self.launch(workspace, limits).result()
-        execution = sandbox.finish(code, limits, self.policy)
+        execution = sandbox.finish(code, limits, self.policy, run=run)
         _raise_if_bwrap_failed(execution, limits)
-        if start_next:
+        if start_next and not execution.stopped:  # a stopped run calls no more
             WARM.prepare(workspace, limits, self.launch)
         return execution
 
@@ -245,7 +273,13 @@ class SubprocessSandbox:
     policy = "subprocess (no isolation)"
 
     def run(
-        self, code: str, workspace: Path, limits: Limits, *, start_next: bool = True
+        self,
+        code: str,
+        workspace: Path,
+        limits: Limits,
+        *,
+        start_next: bool = True,
+        run: ForRun | None = None,
     ) -> Execution:
         argv = [
             *identity_prefix(workspace),
@@ -253,7 +287,7 @@ class SubprocessSandbox:
             *limits_prefix(limits),
             *interpreter_arguments(),
         ]
-        return execute(argv, code, limits, self.policy, cwd=workspace)
+        return execute(argv, code, limits, self.policy, cwd=workspace, run=run)
 
 
 SANDBOXES: dict[str, type[BubblewrapSandbox] | type[SubprocessSandbox]] = {
@@ -506,7 +540,62 @@ class WarmSandboxes:
 WARM = WarmSandboxes()
 
 
-for forget in (LAUNCHER.forget, REAPER.forget, WARM.forget):
+class RunningSnippets:
+    """The sandboxes running a snippet now, by the run they run for.
+
+    Stopping a run (a cancel, or its worker handing it back) must not wait out a 60-second
+    snippet: the thread that stops it (the run's watcher) kills the run's sandboxes while the
+    run's own thread waits on them in Launched.finish.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_run: dict[int, set[Launched]] = {}
+
+    @contextmanager
+    def running(self, run: ForRun | None, sandbox: Launched) -> Iterator[None]:
+        """Hold the sandbox under its run while it runs the snippet."""
+        if run is None:
+            yield
+            return
+        with self.lock:
+            self.by_run.setdefault(run.run_id, set()).add(sandbox)
+        try:
+            if run.stopped is not None and run.stopped():
+                sandbox.stop()  # stopped before kill_run could see this sandbox
+            yield
+        finally:
+            with self.lock:
+                sandboxes = self.by_run[run.run_id]
+                sandboxes.discard(sandbox)
+                if not sandboxes:
+                    del self.by_run[run.run_id]
+
+    def kill(self, run_id: int) -> int:
+        with self.lock:
+            sandboxes = list(self.by_run.get(run_id, ()))
+        return sum(sandbox.stop() for sandbox in sandboxes)
+
+    def forget(self) -> None:
+        """In a forked child: the parent's sandboxes are not this process's to kill."""
+        self.lock = threading.Lock()
+        self.by_run = {}
+
+
+RUNNING = RunningSnippets()
+
+
+def kill_run(run_id: int) -> int:
+    """Kill every sandbox running a snippet for this run now, from any thread; how many it killed.
+
+    Each such snippet ends as a stopped Execution (run_code's result says the run was stopped),
+    and what it wrote before it was killed is saved, as at a timeout. A snippet that had just
+    ended on its own keeps its result and is not counted.
+    """
+    return RUNNING.kill(run_id)
+
+
+for forget in (LAUNCHER.forget, REAPER.forget, WARM.forget, RUNNING.forget):
     os.register_at_fork(after_in_child=forget)
 
 
@@ -515,39 +604,74 @@ def interpreter_arguments() -> list[str]:
     return [settings.LOOP_SANDBOX_PYTHON, "-I", "-"]
 
 
-def execute(argv: list[str], code: str, limits: Limits, policy: str, cwd: Path | None) -> Execution:
+def execute(
+    argv: list[str],
+    code: str,
+    limits: Limits,
+    policy: str,
+    cwd: Path | None,
+    *,
+    run: ForRun | None = None,
+) -> Execution:
     """Run argv with the code on stdin; kill its whole process group at the deadline."""
-    return LAUNCHER.start(argv, limits, cwd).result().finish(code, limits, policy)
+    return LAUNCHER.start(argv, limits, cwd).result().finish(code, limits, policy, run=run)
 
 
-@dataclass
+@dataclass(eq=False)  # each is its own process: held in sets by identity (RunningSnippets)
 class Launched:
     """An interpreter started and waiting for its program on stdin, its output being drained."""
 
     process: subprocess.Popen[bytes]
     stdout: CappedReader
     stderr: CappedReader
+    # Held while it is reaped or killed from another thread, so a kill never reaches a pid that
+    # was reaped and could have been reused.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    reaped: bool = False
+    stopped: bool = False
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def finish(self, code: str, limits: Limits, policy: str) -> Execution:
-        _feed(self.process, code)
-        timed_out = not _exited_within(self.process, limits.timeout)
-        if timed_out:
-            self.kill()
-        self.process.wait()
-        REAPER.reaped(self.process.pid)
+    def finish(
+        self, code: str, limits: Limits, policy: str, *, run: ForRun | None = None
+    ) -> Execution:
+        with RUNNING.running(run, self):
+            _feed(self.process, code)
+            timed_out = not _exited_within(self.process, limits.timeout)
+            if timed_out:
+                self.kill()
+            self.reap()
+        # The saver holds both pipes until it has saved, after a kill too.
         self.stdout.join()
         self.stderr.join()
+        timed_out = timed_out and not self.stopped
         return Execution(
-            exit_status=None if timed_out else self.process.returncode,
+            exit_status=None if timed_out or self.stopped else self.process.returncode,
             stdout=self.stdout.text(),
             stderr=self.stderr.text(),
             timed_out=timed_out,
             output_truncated=self.stdout.truncated or self.stderr.truncated,
             policy=policy,
+            stopped=self.stopped,
         )
+
+    def stop(self) -> bool:
+        """Kill it because its run was stopped (from any thread); False if it had ended already,
+        on its own or at its deadline, so its result stands, or was stopped before."""
+        with self.lock:
+            if self.stopped or self.reaped or _has_exited(self.process.pid):
+                return False
+            self.stopped = True
+            self.kill()
+            return True
+
+    def reap(self) -> None:
+        """Wait for it to end (the caller has seen it end, or killed it) and reap it."""
+        with self.lock:
+            self.process.wait()
+            self.reaped = True
+        REAPER.reaped(self.process.pid)
 
     def kill(self) -> None:
         # The group is setpriv/prlimit/bwrap (one exec chain), bwrap's namespace init and whatever
@@ -560,8 +684,7 @@ class Launched:
     def discard(self) -> None:
         """Kill a sandbox that will run nothing, reap it, and close its stdin."""
         self.kill()
-        self.process.wait()
-        REAPER.reaped(self.process.pid)
+        self.reap()
         if self.process.stdin is not None:
             self.process.stdin.close()
 
@@ -622,6 +745,14 @@ def _feed(process: subprocess.Popen[bytes], code: str) -> None:
             process.stdin.write(code.encode())
     except BrokenPipeError:
         pass  # the sandbox died before reading its code; its exit status and stderr say why
+
+
+def _has_exited(pid: int) -> bool:
+    """Whether a child has ended, without reaping it (its pid stays ours until finish reaps)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already
+        return True
 
 
 def _exited_within(process: subprocess.Popen[bytes], timeout: float) -> bool:
