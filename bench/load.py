@@ -1,0 +1,269 @@
+"""Many people at once through the real stack: runs per minute, waits, and what the workers hold.
+
+    .venv/bin/python bench/load.py [--people 50] [--concurrency 1,4,16,32] [--workers 1]
+    .venv/bin/python bench/load.py --project /work/old --engine db_worker   # the old engine
+
+Starts a fresh site (bench/_stack.py: daphne, an embedded PostgreSQL of its own, Redis as the
+channel layer, the mock model at --latency-ms a turn), then for each concurrency: starts the
+workers (`manage.py worker --concurrency C`, or the old `db_worker`, one run at a time), works one
+warm-up run (the embedder and the sandbox load once per process), and has `--people` new users
+each log in through the login form, open the home page, and all at one moment send the demo task
+with the send form and watch it on the conversation page's socket to its end.
+
+Figures per concurrency:
+- runs per minute: runs / (last finish seen on a socket - first send) x 60; beside it what the
+  model latency alone allows, C x 60 / (turns per run x latency), turns counted in the log, and
+  the ratio;
+- pickup wait (created_at -> started_at, from the database) p50/p99, and p99 of the runs that
+  arrived while a slot was free (fewer runs ahead of them than workers x C);
+- end to end (send -> the socket's marker that the run finished) p50/p99;
+- events lost: per run, the events in the log beyond what the page and the socket's seq markers
+  covered (must be 0); runs failed: not `succeeded`, or not seen to finish (must be 0);
+- worker RSS: idle (after the warm-up), peak during the load, and (peak - idle) per run at the
+  most runs at once the log shows.
+Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; pickup p99 under
+100 ms when a slot is free.
+"""
+
+import argparse
+import asyncio
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._stack import (
+    ENGINES,
+    MAIN_PROJECT,
+    TERMINAL,
+    RunRow,
+    Stack,
+    Watched,
+    everyone_sends,
+    log_in_all,
+    percentile,
+    rss_mb,
+    run_rows,
+    running_stack,
+)
+
+
+@dataclass
+class Figures:
+    concurrency: int
+    runs: int
+    per_minute: float
+    ideal: float
+    turns: float
+    pickup_p50: float
+    pickup_p99: float
+    free_slot_p99: float
+    free_slot_runs: int
+    e2e_p50: float
+    e2e_p99: float
+    lost: int
+    failed: int
+    rss_idle: float
+    rss_peak: float
+    most_at_once: int
+
+    def lines(self, latency: float) -> list[str]:
+        per_run = (self.rss_peak - self.rss_idle) / max(1, self.most_at_once)
+        ratio = self.per_minute / self.ideal if self.ideal else float("nan")
+        return [
+            f"concurrency {self.concurrency}: {self.runs} runs, {self.per_minute:.1f} runs/min; "
+            f"model latency alone allows {self.ideal:.1f} ({self.concurrency} x 60 / "
+            f"({self.turns:g} turns x {latency:g} s)): {ratio:.0%}",
+            f"  pickup wait p50 {self.pickup_p50 * 1000:.0f} ms, p99 {self.pickup_p99 * 1000:.0f} "
+            f"ms; with a free slot p99 {self.free_slot_p99 * 1000:.0f} ms "
+            f"({self.free_slot_runs} runs)",
+            f"  end to end p50 {self.e2e_p50:.2f} s, p99 {self.e2e_p99:.2f} s",
+            f"  events lost {self.lost}, runs failed {self.failed}",
+            f"  worker RSS idle {self.rss_idle:.0f} MB, peak {self.rss_peak:.0f} MB, "
+            f"{per_run:.1f} MB per run at {self.most_at_once} at once",
+        ]
+
+
+class RssSampler:
+    """Samples the workers' resident memory (summed) every 0.2 s in a thread; keeps the peak."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.peak = 0.0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def now(self) -> float:
+        return sum(rss_mb(pid) for pid in self.pids)
+
+    def sample(self) -> None:
+        while not self.stopped.wait(0.2):
+            self.peak = max(self.peak, self.now())
+
+    def __enter__(self) -> "RssSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+        self.peak = max(self.peak, self.now())
+
+
+def most_at_once(rows: list[RunRow]) -> int:
+    """The most runs being worked at one moment (started, not yet finished)."""
+    edges = sorted(
+        [(row.started_at, 1) for row in rows if row.started_at and row.finished_at]
+        + [(row.finished_at, -1) for row in rows if row.started_at and row.finished_at]
+    )
+    level = peak = 0
+    for _, step in edges:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
+def free_slot_waits(rows: list[RunRow], capacity: int) -> list[float]:
+    """Pickup waits of the runs that arrived with fewer than `capacity` runs ahead of them
+    (queued or running): a worker had a slot free for them at once."""
+    waits = []
+    for row in rows:
+        if row.started_at is None:
+            continue
+        ahead = sum(
+            1
+            for other in rows
+            if other is not row
+            and other.created_at <= row.created_at
+            and (other.finished_at is None or other.finished_at > row.created_at)
+        )
+        if ahead < capacity:
+            waits.append(row.started_at - row.created_at)
+    return waits
+
+
+def warm_up(stack: Stack, name: str) -> None:
+    """One run first, so each worker has loaded what it loads once (the embedder, a warm
+    sandbox) before memory and times are measured."""
+    usernames = stack.create_people(name, len(stack.workers))
+    watched = asyncio.run(one_round(stack, usernames))
+    bad = [seen for seen in watched if seen.error or not seen.finished_at]
+    if bad:
+        raise SystemExit(f"the warm-up run did not finish: {bad[0]}")
+
+
+async def one_round(stack: Stack, usernames: list[str]) -> list[Watched]:
+    people = await log_in_all(stack, usernames)
+    try:
+        return await everyone_sends(people)
+    finally:
+        await asyncio.gather(*(person.close() for person in people))
+
+
+def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: float) -> Figures:
+    for _ in range(workers):
+        stack.start_worker(concurrency)
+    try:
+        warm_up(stack, f"bench-warm-c{concurrency}-")
+        usernames = stack.create_people(f"bench-load-c{concurrency}-", people)
+        pids = [process.pid for process in stack.workers]
+        with RssSampler(pids) as rss:
+            idle = rss.now()
+            watched = asyncio.run(one_round(stack, usernames))
+        waited_for = time.monotonic() + 60
+        ids = [seen.run_id for seen in watched if seen.run_id]
+        rows = run_rows(stack, ids)
+        while any(row.status not in TERMINAL for row in rows.values()):
+            if time.monotonic() > waited_for:
+                break
+            time.sleep(0.5)
+            rows = run_rows(stack, ids)
+    finally:
+        stack.stop_workers()
+    return figures(watched, rows, concurrency, workers, latency, idle, rss.peak)
+
+
+def figures(
+    watched: list[Watched],
+    rows: dict[int, RunRow],
+    concurrency: int,
+    workers: int,
+    latency: float,
+    idle: float,
+    peak: float,
+) -> Figures:
+    effective = concurrency if len(rows) and workers else 1
+    finished = [seen for seen in watched if seen.finished_at]
+    span = max(s.finished_at for s in finished) - min(s.sent_at for s in watched) if finished else 0
+    done = list(rows.values())
+    turns = statistics.mean(row.turns for row in done) if done else 0
+    pickups = [row.started_at - row.created_at for row in done if row.started_at]
+    ends = [seen.finished_at - seen.sent_at for seen in finished]
+    lost = sum(max(0, rows[s.run_id].last_seq - s.seen_seq) for s in watched if s.run_id in rows)
+    failed = sum(
+        1
+        for seen in watched
+        if seen.error
+        or not seen.finished_at
+        or seen.run_id not in rows
+        or rows[seen.run_id].status != "succeeded"
+    )
+    for seen in watched:
+        if seen.error:
+            print(f"  {seen.username}: {seen.error}", file=sys.stderr)
+    capacity = effective * workers
+    free = free_slot_waits(done, capacity)
+    return Figures(
+        concurrency=capacity,
+        runs=len(finished),
+        per_minute=len(finished) / span * 60 if span else 0.0,
+        ideal=capacity * 60 / (turns * latency) if turns and latency else float("nan"),
+        turns=round(turns, 2),
+        pickup_p50=percentile(pickups, 0.5),
+        pickup_p99=percentile(pickups, 0.99),
+        free_slot_p99=percentile(free, 0.99),
+        free_slot_runs=len(free),
+        e2e_p50=percentile(ends, 0.5),
+        e2e_p99=percentile(ends, 0.99),
+        lost=lost,
+        failed=failed,
+        rss_idle=idle,
+        rss_peak=peak,
+        most_at_once=most_at_once(done),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--people", type=int, default=50)
+    parser.add_argument("--concurrency", default="1,4,16,32", help="comma-separated")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--latency-ms", type=int, default=500, help="the mock's time per turn")
+    parser.add_argument("--project", type=Path, default=MAIN_PROJECT, help="the tree to run")
+    parser.add_argument("--engine", choices=ENGINES, default="worker")
+    parser.add_argument("--keep", action="store_true", help="keep the site's directory (logs)")
+    options = parser.parse_args()
+    levels = [int(c) for c in options.concurrency.split(",")]
+    if options.engine == "db_worker":
+        levels = [1]  # db_worker works one task at a time
+    latency = options.latency_ms / 1000
+    settings = {"LOOP_USER_ACTIVE_RUNS": "1000"}
+    with running_stack(
+        options.project, options.engine, latency_ms=options.latency_ms, keep=options.keep,
+        **settings,
+    ) as stack:  # fmt: skip
+        print(
+            f"{options.people} people, {options.workers} x `{options.engine}` in "
+            f"{stack.project}, mock at {options.latency_ms} ms a turn"
+        )
+        for concurrency in levels:
+            result = measure(stack, concurrency, options.people, options.workers, latency)
+            print("\n".join(result.lines(latency)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
