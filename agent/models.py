@@ -8,7 +8,8 @@ from django.conf import settings
 from django.db import connections, models
 from django.utils import timezone
 
-from agent.events import BREAKER_REASONS, EVENT_TYPES, HaltReason, RunStatus
+from agent.events import BREAKER_REASONS, EVENT_TYPES, HaltReason, ResumeReason, RunStatus
+from agent.loop import MODEL_FAILED
 
 FINISHED = (
     RunStatus.SUCCEEDED,
@@ -69,8 +70,13 @@ class AgentRun(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # The engine's side (agent/tasks.py). `attempt` grows by one each time a worker takes the run:
+    # the recorder's writes carry it, so a worker that lost the run can no longer write to it.
+    attempt = models.PositiveIntegerField(default=0)
+    job_id = models.BigIntegerField(null=True, blank=True)  # the Procrastinate job working it
+    worker = models.CharField(max_length=200, blank=True)  # who works it now; "" once handed back
+    resumes = models.PositiveIntegerField(default=0)  # times a live worker took it from a lost one
 
     class Meta:
         ordering = ("-created_at",)
@@ -90,12 +96,30 @@ class AgentRun(models.Model):
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    @property
+    def can_continue(self) -> bool:
+        """Halted by a limit, interrupted, or failed because the model did not answer: the person
+        may ask it to go on from where it stopped."""
+        if self.status in (RunStatus.HALTED, RunStatus.INTERRUPTED):
+            return True
+        return self.status == RunStatus.FAILED and self.error.startswith(MODEL_FAILED)
+
 
 class RunEventManager(models.Manager["RunEvent"]):
     def append(
-        self, run_id: int, seq: int, kind: str, step: int, data: dict[str, Any], notify: str = ""
-    ) -> None:
-        """Append one event as a single INSERT, without building a model instance.
+        self,
+        run_id: int,
+        seq: int,
+        kind: str,
+        step: int,
+        data: dict[str, Any],
+        notify: str = "",
+        *,
+        attempt: int | None = None,
+    ) -> bool:
+        """Append one event as a single INSERT, without building a model instance; False if
+        `attempt` is given and the run is no longer at that attempt (another worker took it over),
+        in which case nothing is written.
 
         Every step of every run appends three events, so this is the hot path; it costs about
         120 µs less per event than Model.save() (bench/loop.py). With `notify`, the same
@@ -107,11 +131,17 @@ class RunEventManager(models.Manager["RunEvent"]):
         columns = ("run_id", "seq", "kind", "step", "data", "created_at")
         data_field = self.model._meta.get_field("data")
         values = [run_id, seq, kind, step, data_field.get_db_prep_save(data, connection)]
-        insert = (
-            f"INSERT INTO {quote(self.model._meta.db_table)} "  # noqa: S608 (names, not input)
-            f"({', '.join(map(quote, columns))}) VALUES (%s, %s, %s, %s, %s, %s)"
-        )
         params = [*values, timezone.now()]
+        insert = (
+            f"INSERT INTO {quote(self.model._meta.db_table)} "
+            f"({', '.join(map(quote, columns))}) SELECT %s, %s, %s, %s, %s, %s"
+        )
+        if attempt is not None:
+            insert += (
+                f" WHERE EXISTS (SELECT 1 FROM {quote(AgentRun._meta.db_table)} "  # noqa: S608
+                "WHERE id = %s AND attempt = %s)"
+            )
+            params += [run_id, attempt]
         if notify:
             insert = (
                 f"WITH event AS ({insert} RETURNING run_id, seq) "  # noqa: S608 (ours)
@@ -120,6 +150,7 @@ class RunEventManager(models.Manager["RunEvent"]):
             params.append(notify)
         with connection.cursor() as cursor:
             cursor.execute(insert, params)
+            return cursor.rowcount == 1
 
 
 class RunEvent(models.Model):
@@ -157,3 +188,20 @@ class BreakerTrip(models.Model):
 
     def __str__(self) -> str:
         return f"Breaker on {self.tool} in run {self.run_id} ({self.reason})"
+
+
+class RunResume(models.Model):
+    """A worker took up a run where it had stopped: its worker was lost or handed it back, or its
+    owner (or an operator) asked it to go on."""
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="resumes_log")
+    attempt = models.PositiveIntegerField()
+    reason = models.CharField(max_length=16, choices=choices(ResumeReason))
+    lost_worker = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("run", "attempt")
+
+    def __str__(self) -> str:
+        return f"Run {self.run_id} attempt {self.attempt} ({self.reason})"

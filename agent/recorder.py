@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -26,6 +26,7 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from agent.guards import RunReleased
 from agent.llm.base import Usage
 from agent.models import AgentRun, BreakerTrip, RunEvent
 from tools.base import ToolStatus
@@ -39,9 +40,19 @@ logger = logging.getLogger(__name__)
 SUMMARY_INTERVAL = 1.0
 
 
+class RunLost(RunReleased):
+    """This worker may no longer write to the run: another took it over (its attempt moved on),
+    or the database stopped answering. The run is resumed from its log by whoever works it next.
+    """
+
+
 class RunRecorder:
+    """Writes carry the run's `attempt` as this worker took it: once another worker takes the run
+    (it was thought dead, say after a network partition), every write from this one is refused."""
+
     def __init__(self, run: AgentRun, then: EventSink | None = None) -> None:
         self.run = run
+        self.attempt = run.attempt
         self.then = then
         self.seq = run.events.aggregate(last=Max("seq"))["last"] or 0
         self.iterations = 0
@@ -53,6 +64,17 @@ class RunRecorder:
 
     def __call__(self, event: Event) -> None:
         bus.finish_deltas(self.run.pk)  # a reply streamed so far is over: its text goes first
+        try:
+            self.record(event)
+        except (OperationalError, InterfaceError) as error:
+            self.seq -= 1
+            raise RunLost(f"Run {self.run.pk}: the database stopped answering: {error}") from error
+        self.finished = isinstance(event, RunFinished)
+        self.announce()
+        if self.then is not None:
+            self.publish(event)
+
+    def record(self, event: Event) -> None:
         self.seq += 1
         writes = self.writes_for(event)
         if writes:
@@ -62,15 +84,18 @@ class RunRecorder:
                     write()
         else:  # most events write one row, which needs no transaction of its own
             self.append(event)
-        self.finished = isinstance(event, RunFinished)
-        self.announce()
-        if self.then is not None:
-            self.publish(event)
 
     def append(self, event: Event) -> None:
         step = getattr(event, "step", 0)
         data = event.as_dict()
-        RunEvent.objects.append(self.run.pk, self.seq, event.kind, step, data, self.notify)
+        appended = RunEvent.objects.append(
+            self.run.pk, self.seq, event.kind, step, data, self.notify, attempt=self.attempt
+        )
+        if not appended:
+            raise RunLost(
+                f"Run {self.run.pk} was taken over by another worker (this one held attempt "
+                f"{self.attempt}); this one stops working it."
+            )
 
     def stream(self, text: str) -> None:
         """A piece of the reply the model is writing now: published (gathered with the pieces
@@ -135,7 +160,10 @@ class RunRecorder:
 
     def end(self, status: RunStatus, error: str) -> None:
         """Record the end of a run the loop could not finish itself, with its progress so far."""
-        if not AgentRun.objects.filter(pk=self.run.pk, status=RunStatus.RUNNING).exists():
+        mine = AgentRun.objects.filter(
+            pk=self.run.pk, status=RunStatus.RUNNING, attempt=self.attempt
+        )
+        if not mine.exists():
             return
         self(
             RunFinished(
@@ -150,7 +178,7 @@ class RunRecorder:
         )
 
     def update(self, **fields: object) -> None:
-        AgentRun.objects.filter(pk=self.run.pk).update(heartbeat_at=timezone.now(), **fields)
+        AgentRun.objects.filter(pk=self.run.pk, attempt=self.attempt).update(**fields)
         self.summarised = time.monotonic()
 
     def record_trip(self, event: BreakerTripped) -> None:

@@ -3,38 +3,61 @@
 import dataclasses
 import logging
 import math
+import os
+import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
 from functools import partial
 
-import django_tasks
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from agent.events import RunFinished, RunStatus, event_from_dict
-from agent.history import messages_from_events
+from agent.events import (
+    Event,
+    ResumeReason,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    RunStatus,
+    event_from_dict,
+)
+from agent.guards import RunReleased
+from agent.history import RunState, messages_from_events, replay
+from agent.interrupt import Interrupt, StopReason
 from agent.llm.base import LLM, Message
 from agent.llm.factory import default_model, llm_for
 from agent.llm.tokens import count_tokens
-from agent.loop import Limits, RecalledMemory, Tools, run_agent
-from agent.models import FINISHED, AgentRun, Conversation
+from agent.loop import Limits, RecalledMemory, RunResult, Tools, run_agent
+from agent.models import FINISHED, AgentRun, Conversation, RunResume
 from agent.recorder import RunRecorder
+from agent.tasks import abort_job, defer_run
 from agent.toolset import default_registry
-from agent.worker import WorkerStopping, stop_signals_interrupt
 from memory.hygiene import carries_nothing, files_written, outcome_text
 from memory.store import recall, remember
 from tools.base import ToolStatus
 from tools.files import WRITE_FILE
+from tools.sandbox import kill_run
 from tools.workspace import context_for
 
 logger = logging.getLogger(__name__)
 
 CANCEL_POLL_INTERVAL = 0.2
+# How often a run's watcher looks for a stop request (from procrastinate, or the database).
+WATCH_INTERVAL = 0.1
+
+# What the model reads when a person asks a run that had ended to go on.
+CONTINUE_NOTE = (
+    "[Loop] The person asked you to go on from where you stopped, with the run's limits renewed. "
+    "Carry on with the task; do not repeat the tool calls that already worked."
+)
 
 
 class InvalidTask(ValueError):
@@ -94,16 +117,7 @@ def start_run(
     model = model or default_model()
     llm = llm_for(model)
     with transaction.atomic():
-        # One start at a time per user, so two at once cannot both pass the limit.
-        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        active = AgentRun.objects.filter(
-            user=user, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
-        ).count()
-        if active >= settings.LOOP_USER_ACTIVE_RUNS:
-            raise TooManyActiveRuns(
-                f"You have {active} runs going, the most Loop runs at once for one person. "
-                "Wait for one to finish, or stop one, then send this again."
-            )
+        check_room_for_a_run(user.pk)
         if conversation is not None:
             conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
             conversation.title = conversation.title or title_from(task)
@@ -118,27 +132,34 @@ def start_run(
         )
 
 
+def check_room_for_a_run(user_id: int) -> None:
+    """Refuse one live run more than LOOP_USER_ACTIVE_RUNS. Call inside a transaction: the user's
+    row stays locked to its end, so two starts at once cannot both pass the limit."""
+    get_user_model().objects.select_for_update().filter(pk=user_id).first()
+    active = AgentRun.objects.filter(
+        user_id=user_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
+    ).count()
+    if active >= settings.LOOP_USER_ACTIVE_RUNS:
+        raise TooManyActiveRuns(
+            f"You have {active} runs going, the most Loop runs at once for one person. "
+            "Wait for one to finish, or stop one, then send this again."
+        )
+
+
 def submit_run(
     user: AbstractBaseUser, task: str, conversation: Conversation, *, model: str = ""
 ) -> AgentRun:
     """Start a run in `conversation` and queue it for a worker; returns at once."""
     with transaction.atomic():
         run = start_run(user, task, model=model, conversation=conversation)
-        work_run.enqueue(run.pk)  # stored with the run: a worker sees both or neither
+        queue(run)
     return run
 
 
-@django_tasks.task()
-def work_run(run_id: int) -> str:
-    """Work a queued run to its end; one cancelled before it started has nothing left to do."""
-    run = AgentRun.objects.get(pk=run_id)
-    if run.status != RunStatus.QUEUED:
-        return run.status
-    with stop_signals_interrupt() as stopping:
-        try:
-            return execute_run(run, cancelled=stopping).status
-        except WorkerStopping:  # recorded as interrupted; the worker stops next
-            return RunStatus.INTERRUPTED
+def queue(run: AgentRun) -> None:
+    """Give the run a job, stored with it: a worker sees both or neither."""
+    run.job_id = defer_run(run.pk)
+    AgentRun.objects.filter(pk=run.pk).update(job_id=run.job_id)
 
 
 def submit_first_run(user: AbstractBaseUser, task: str, *, model: str = "") -> AgentRun:
@@ -160,24 +181,119 @@ def execute_run(
     llm: LLM | None = None,
     tools: Tools | None = None,
 ) -> AgentRun:
-    """Work a queued run to its end in this process; every event is recorded as it happens."""
-    now = timezone.now()
-    claimed = AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now
-    )
-    if not claimed:
+    """Work a queued run (new, or continued) to its end in this process; every event is recorded
+    as it happens. A worker that had its job queued learns the run is taken, and leaves it."""
+    claimed = claim(run.pk, job_id=None, worker=this_process())
+    if claimed is None:
+        run.refresh_from_db()
         raise RunNotQueued(f"Run {run.pk} is not queued; it is {run.status}.")
+    interrupt = Interrupt()
+    with watching(claimed.run, interrupt, stop_requested=None):
+        return work(
+            claimed, interrupt, on_event=on_event, cancelled=cancelled, llm=llm, tools=tools
+        )
+
+
+def work_job(
+    run_id: int,
+    *,
+    job_id: int | None,
+    worker: str,
+    stop_requested: Callable[[], StopReason | None],
+) -> str:
+    """A worker's job: take the run (new, continued, or left by a worker that stopped) and work
+    it to its end. RunReleased out of here means this worker gave the run up unfinished."""
+    claimed = claim(run_id, job_id=job_id, worker=f"{worker} {this_process()}")
+    if claimed is None:
+        return "nothing to do"
+    interrupt = Interrupt()
+    with watching(claimed.run, interrupt, stop_requested=stop_requested):
+        return work(claimed, interrupt).status
+
+
+def this_process() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """A run this worker took: why it resumes (None: it starts afresh) and whom it took it from."""
+
+    run: AgentRun
+    reason: ResumeReason | None
+    lost_worker: str = ""
+
+
+def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
+    """Take the run for this worker: its attempt grows by one, which fences off whoever held it
+    before. None if there is nothing to work:
+    it ended meanwhile, or this job is no longer the run's (a newer one replaced it).
+
+    In this process (`job_id` None) only a queued run is taken; its job, if any, then finds the
+    run is not its own any more.
+    """
+    with transaction.atomic():
+        run = AgentRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
+            return None
+        if job_id is not None and run.job_id != job_id:
+            return None
+        if job_id is None and run.status != RunStatus.QUEUED:
+            return None
+        reason = resume_reason(run)
+        lost_worker = run.worker if reason is ResumeReason.WORKER_LOST else ""
+        if reason is ResumeReason.WORKER_LOST:
+            run.resumes += 1
+        run.attempt += 1
+        run.status = RunStatus.RUNNING
+        run.started_at = run.started_at or timezone.now()
+        run.worker = worker
+        run.job_id = job_id
+        run.save(update_fields=["resumes", "attempt", "status", "started_at", "worker", "job_id"])
+        if reason is not None:
+            RunResume.objects.create(
+                run=run, attempt=run.attempt, reason=reason, lost_worker=lost_worker
+            )
+    return Claim(run, reason, lost_worker)
+
+
+def resume_reason(run: AgentRun) -> ResumeReason | None:
+    """Why a run is being taken up again, read from how it was left; None for a fresh start."""
+    if run.status == RunStatus.QUEUED:
+        started = run.events.filter(kind=RunStarted.kind).exists()
+        return ResumeReason.CONTINUED if started else None
+    return ResumeReason.WORKER_LOST if run.worker else ResumeReason.HANDED_BACK
+
+
+def work(
+    claimed: Claim,
+    interrupt: Interrupt,
+    *,
+    on_event: Callable[..., None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    llm: LLM | None = None,
+    tools: Tools | None = None,
+) -> AgentRun:
+    """Work a claimed run from where its log ends, to its end or until this worker lets it go."""
+    run = claimed.run
     recorder = RunRecorder(run, then=on_event)
     try:
         llm = llm or streaming(llm_for(run.model), recorder.stream)
         tools = tools or tools_for(run)
-        limits = Limits(**run.limits)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
         recorder.end(RunStatus.FAILED, f"The run could not start: {error}")
         run.refresh_from_db()
         return run
+    if hasattr(llm, "interrupt"):
+        llm.interrupt = interrupt
+    interrupt.on_set(partial(kill_run, run.pk))
     try:
+        resume, limits, worked = pick_up(claimed, recorder)
+        if too_often_resumed(run):
+            recorder.end(RunStatus.FAILED, resumed_too_often(claimed))
+            run.refresh_from_db()
+            return run
         result = run_agent(
             run.task,
             llm=llm,
@@ -187,24 +303,155 @@ def execute_run(
             recall=partial(recall_for, run.user),
             cancelled=cancel_flag(run, cancelled),
             history=conversation_context(run),
+            interrupt=interrupt,
+            resume=resume,
+            worked_seconds=worked,
         )
+    except RunReleased:
+        release(run, recorder.attempt)
+        raise
     except (KeyboardInterrupt, SystemExit) as stop:  # the process is going away
         recorder.end(
             RunStatus.INTERRUPTED, f"The process running it stopped ({type(stop).__name__})."
         )
         raise
-    if not recorder.finished:  # the loop reported its end, but recording that failed
-        AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING).update(
-            status=result.status,
-            halt_reason=result.halt_reason or "",
-            answer=result.answer,
-            error=result.error,
-            finished_at=timezone.now(),
-        )
+    settle(run, recorder, result)
     run.refresh_from_db()
     if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
         remember_outcome(run)
     return run
+
+
+def settle(run: AgentRun, recorder: RunRecorder, result: RunResult) -> None:
+    """The loop reported its end; if recording that failed, store the outcome another way."""
+    if recorder.finished:
+        return
+    AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=recorder.attempt).update(
+        status=result.status,
+        halt_reason=result.halt_reason or "",
+        answer=result.answer,
+        error=result.error,
+        finished_at=timezone.now(),
+    )
+
+
+def pick_up(claimed: Claim, recorder: RunRecorder) -> tuple[RunState | None, Limits, float]:
+    """The state to go on from (None: start afresh), the limits from here on, and the seconds
+    already worked. A resumed run's log says so first: a RunResumed event."""
+    run, reason = claimed.run, claimed.reason
+    rows = list(run.events.order_by("seq").values_list("kind", "data", "created_at"))
+    events = [event_from_dict(kind, data) for kind, data, _ in rows]
+    limits = Limits(**run.limits)
+    if reason is None:
+        return None, limits, 0.0
+    worked = worked_seconds([(kind, at) for kind, _, at in rows])
+    state = replay(events) if any(isinstance(e, RunStarted) for e in events) else None
+    note = ""
+    if reason is ResumeReason.CONTINUED:
+        limits = renewed_limits(events, state, worked)
+        note = CONTINUE_NOTE
+        AgentRun.objects.filter(pk=run.pk).update(limits=dataclasses.asdict(limits))
+    resumed = RunResumed(
+        attempt=run.attempt,
+        reason=reason.value,
+        lost_worker=claimed.lost_worker,
+        note=note,
+        limits=dataclasses.asdict(limits),
+    )
+    recorder(resumed)
+    if state is None:  # it stopped before its first event: it starts afresh
+        return None, limits, worked
+    return replay([*events, resumed]), limits, worked
+
+
+def worked_seconds(rows: Sequence[tuple[str, datetime]]) -> float:
+    """Time the run was being worked: from each start or resume to the last event before the
+    next one. The time it lay with a dead worker (after its last event) does not count."""
+    worked = 0.0
+    began = last = None
+    for kind, at in rows:
+        if kind in (RunStarted.kind, RunResumed.kind):
+            if began is not None:
+                worked += (last - began).total_seconds()
+            began = at
+        last = at
+    if began is not None:
+        worked += (last - began).total_seconds()
+    return worked
+
+
+def renewed_limits(events: Sequence[Event], state: RunState | None, worked: float) -> Limits:
+    """A continued run gets the budgets it started with once more, counted from what it used."""
+    first = next(e for e in events if isinstance(e, RunStarted))
+    budget = Limits(**first.limits)
+    if state is None:
+        return budget
+    return dataclasses.replace(
+        budget,
+        max_iterations=state.step + budget.max_iterations,
+        max_tool_calls=state.tool_calls + budget.max_tool_calls,
+        max_tokens=state.usage.total_tokens + budget.max_tokens,
+        max_seconds=worked + budget.max_seconds,
+    )
+
+
+def too_often_resumed(run: AgentRun) -> bool:
+    return run.resumes > settings.LOOP_MAX_RESUMES
+
+
+def resumed_too_often(claimed: Claim) -> str:
+    return (
+        f"The worker running this stopped {claimed.run.resumes} times while working it (last: "
+        f"{claimed.lost_worker}); Loop resumes a run at most {settings.LOOP_MAX_RESUMES} times "
+        "(LOOP_MAX_RESUMES), so a run that brings its worker down cannot go on for ever."
+    )
+
+
+def release(run: AgentRun, attempt: int) -> None:
+    """Say this worker gave the run back (so its next worker knows it was not lost), if the
+    database still answers; if it does not, the run counts as lost, which is what it is."""
+    try:
+        AgentRun.objects.filter(pk=run.pk, attempt=attempt).update(worker="")
+    except DatabaseError as error:
+        logger.warning("Run %s: could not record the hand back: %s", run.pk, error)
+
+
+@contextmanager
+def watching(
+    run: AgentRun, interrupt: Interrupt, *, stop_requested: Callable[[], StopReason | None] | None
+) -> Iterator[None]:
+    """A thread that interrupts the run as soon as it is asked to stop: by procrastinate (a Stop
+    delivered by NOTIFY, or the worker shutting down) when `stop_requested` is given, else by
+    a cancel request in the database (a run worked in this process)."""
+    done = threading.Event()
+
+    def asked() -> StopReason | None:
+        if stop_requested is not None:
+            return stop_requested()
+        requested = AgentRun.objects.filter(pk=run.pk, cancel_requested_at__isnull=False)
+        return StopReason.CANCEL if requested.exists() else None
+
+    def watch() -> None:
+        interval = WATCH_INTERVAL if stop_requested is not None else CANCEL_POLL_INTERVAL
+        try:
+            while not done.wait(interval):
+                try:
+                    reason = asked()
+                except DatabaseError:  # the run's own writes say what became of it
+                    continue
+                if reason is not None:
+                    interrupt.set(reason)
+                    return
+        finally:
+            connection.close()  # this thread's own, if it opened one
+
+    watcher = threading.Thread(target=watch, name=f"run-{run.pk}-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(timeout=5)
 
 
 def streaming(llm: LLM, deltas: Callable[[str], None]) -> LLM:
@@ -282,8 +529,8 @@ def cancel_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
 
 
 def request_cancel(run: AgentRun) -> AgentRun:
-    """A queued run ends at once; a running one stops at its next check. A finished run stays as
-    it ended."""
+    """A queued run ends at once; a running one stops within a second wherever it is (its worker
+    hears it from procrastinate). A finished run stays as it ended."""
     now = timezone.now()
     if AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
         status=RunStatus.CANCELLED, cancel_requested_at=now, finished_at=now
@@ -293,7 +540,67 @@ def request_cancel(run: AgentRun) -> AgentRun:
         AgentRun.objects.filter(
             pk=run.pk, status=RunStatus.RUNNING, cancel_requested_at__isnull=True
         ).update(cancel_requested_at=now)
+    abort_job(run.job_id)
     run.refresh_from_db()
+    return run
+
+
+def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
+    """Queue `user`'s halted, interrupted or model-failed run to go on from its log. Another
+    user's run does not exist, as far as this is concerned."""
+    return reopen(runs_for(user), run_id, queue_it=True)
+
+
+def can_continue_any_run(user: AbstractBaseUser) -> bool:
+    """Operators who may stop anyone's run may also ask it to go on."""
+    return can_cancel_any_run(user)
+
+
+def continue_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
+    if not can_continue_any_run(operator):
+        raise PermissionDenied(f"{operator.get_username()} may not continue other users' runs.")
+    return reopen(AgentRun.objects.all(), run_id, queue_it=True)
+
+
+def resume_here(
+    run: AgentRun,
+    *,
+    on_event: Callable[..., None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> AgentRun:
+    """Continue a run in this process (`runagent --resume`): the checks of Continue, then it is
+    worked here to its end."""
+    return execute_run(
+        reopen(AgentRun.objects.all(), run.pk, queue_it=False),
+        on_event=on_event,
+        cancelled=cancelled,
+    )
+
+
+def reopen(runs: QuerySet[AgentRun], run_id: int, *, queue_it: bool) -> AgentRun:
+    """Put a run that may go on back in the queue: it counts as one of its owner's live runs
+    again, and its next worker picks it up from its log with renewed limits."""
+    with transaction.atomic():
+        run = runs.select_for_update().get(pk=run_id)
+        if not run.can_continue:
+            raise InvalidTask(
+                f"Run {run.pk} {run.status}: only a run that was halted, interrupted, or failed "
+                "because the model did not answer can be continued."
+            )
+        check_room_for_a_run(run.user_id)
+        AgentRun.objects.filter(pk=run.pk).update(
+            status=RunStatus.QUEUED,
+            halt_reason="",
+            answer="",
+            error="",
+            finished_at=None,
+            cancel_requested_at=None,
+            worker="",
+            job_id=None,
+        )
+        run.refresh_from_db()
+        if queue_it:
+            queue(run)
     return run
 
 

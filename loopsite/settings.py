@@ -60,8 +60,7 @@ INSTALLED_APPS = [
     "channels",
     "django_htmx",
     "template_partials",
-    "django_tasks",
-    "django_tasks_db",
+    "procrastinate.contrib.django",
     "axes",
     "agent",
     "tools",
@@ -127,12 +126,19 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+# The run engine: Procrastinate on the same PostgreSQL (agent/tasks.py, docs/engine.md).
+# `manage.py worker` works LOOP_WORKER_CONCURRENCY runs at once; a run whose worker stops sending
+# heartbeats for LOOP_STALE_SECONDS is resumed by a live worker, at most LOOP_MAX_RESUMES times.
+LOOP_WORKER_CONCURRENCY = env_int("LOOP_WORKER_CONCURRENCY", 16)
+LOOP_STALE_SECONDS = env_int("LOOP_STALE_SECONDS", 30)
+LOOP_MAX_RESUMES = env_int("LOOP_MAX_RESUMES", 2)
 
 # The model (see agent/llm/ and docs/configuration.md). No key: the keyless mock model.
 GROQ_API_KEY = env_str("GROQ_API_KEY")
 GROQ_BASE_URL = env_str("GROQ_BASE_URL")
 LOOP_MODEL = env_str("LOOP_MODEL")
+# The mock model waits this long per turn, as a real one would (load tests, demos); 0: no wait.
+LOOP_MOCK_LATENCY_MS = env_int("LOOP_MOCK_LATENCY_MS", 0)
 LOOP_GROQ_MODEL = env_str("LOOP_GROQ_MODEL", "openai/gpt-oss-120b")
 # Sent only to models that take these values (agent.llm.groq.REASONING_MODELS).
 LOOP_GROQ_REASONING_EFFORT = env_choice(

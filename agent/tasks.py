@@ -1,0 +1,113 @@
+"""The run engine's tasks on Procrastinate: one job works one run; a periodic job recovers runs
+whose worker died.
+
+Procrastinate (PostgreSQL-native, so the embedded default needs nothing new) hands a deferred job
+to a worker at once by LISTEN/NOTIFY, runs many sync jobs at once in threads, keeps a heartbeat per
+worker and delivers abort requests. `manage.py worker` runs it. What a job does with its run is
+agent/services.py's `work_job`; this module only binds it to the engine.
+"""
+
+import logging
+
+from django.conf import settings
+from django.db import close_old_connections
+from procrastinate import JobContext, RetryStrategy
+from procrastinate.contrib.django import app
+from procrastinate.job_context import AbortReason
+from procrastinate.jobs import Status
+
+from agent.guards import RunReleased
+from agent.interrupt import StopReason
+
+logger = logging.getLogger(__name__)
+
+RUNS_QUEUE = "runs"
+# The recovery has a queue (and a one-slot worker in each `manage.py worker`) of its own, so it
+# runs even while every run slot is taken.
+RECOVERY_QUEUE = "recovery"
+WORK_RUN = "agent.work_run"
+RECOVERY_EVERY_SECONDS = 5
+
+
+class RunHandedBack(Exception):
+    """The worker is stopping (or lost the database): the job goes back to the queue, at once,
+    and whichever worker takes it next resumes the run from its log."""
+
+
+@app.task(
+    name=WORK_RUN,
+    queue=RUNS_QUEUE,
+    pass_context=True,
+    # A hand back is not a failure: the job is queued again at once, as often as it happens. The
+    # runs a crashing worker takes down are bounded by LOOP_MAX_RESUMES, not here.
+    retry=RetryStrategy(max_attempts=1_000_000, retry_exceptions={RunHandedBack}),
+)
+def work_run(context: JobContext, run_id: int) -> str:
+    from agent.services import work_job
+
+    close_old_connections()
+    try:
+        return work_job(
+            run_id,
+            job_id=context.job.id,
+            worker=context.worker_name or "worker",
+            stop_requested=lambda: stop_reason(context),
+        )
+    except RunReleased as released:
+        raise RunHandedBack(str(released)) from None
+    finally:
+        close_old_connections()
+
+
+def stop_reason(context: JobContext) -> StopReason | None:
+    """What procrastinate asks of this job now: abort on a person's request (Stop), or give it
+    back because the worker is shutting down."""
+    match context.abort_reason():
+        case AbortReason.USER_REQUEST:
+            return StopReason.CANCEL
+        case AbortReason.SHUTDOWN:
+            return StopReason.HAND_BACK
+    return None
+
+
+def defer_run(run_id: int) -> int:
+    """Queue a job working `run_id`; inside the caller's transaction, so a worker sees the run and
+    its job together or neither. Returns the job's id."""
+    return work_run.defer(run_id=run_id)
+
+
+def abort_job(job_id: int | None) -> None:
+    """Ask the worker running this job to stop it (delivered by NOTIFY, polled as a fallback); a
+    job not yet started is cancelled and never runs."""
+    if job_id is not None:
+        app.job_manager.cancel_job_by_id(job_id, abort=True)
+
+
+@app.periodic(cron=f"* * * * * */{RECOVERY_EVERY_SECONDS}", periodic_id="recover_runs")
+@app.task(name="agent.recover_runs", queue=RECOVERY_QUEUE, queueing_lock="recover_runs")
+async def recover_runs(timestamp: int) -> int:
+    """Give each run of a dead worker (no heartbeat for LOOP_STALE_SECONDS) a new job, which a
+    live worker picks up and resumes from the run's log. The dead worker's job is ended as failed
+    first: if that worker was only cut off and comes back, finishing its old job cannot touch the
+    new one, and its writes to the run are already fenced off by the run's attempt."""
+    manager = app.job_manager
+    stalled = await manager.get_stalled_jobs(
+        task_name=WORK_RUN, seconds_since_heartbeat=settings.LOOP_STALE_SECONDS
+    )
+    for job in stalled:
+        await manager.finish_job_by_id_async(job.id, status=Status.FAILED, delete_job=False)
+        run_id = job.task_kwargs["run_id"]
+        new_job = await work_run.defer_async(run_id=run_id)
+        await _point_run_at(run_id, old_job=job.id, new_job=new_job)
+        logger.warning("Run %s: its worker stopped; job %s resumes it", run_id, new_job)
+    return len(list(stalled))
+
+
+async def _point_run_at(run_id: int, *, old_job: int | None, new_job: int) -> None:
+    from asgiref.sync import sync_to_async
+
+    from agent.models import AgentRun
+
+    await sync_to_async(
+        AgentRun.objects.filter(pk=run_id, job_id=old_job).update, thread_sensitive=False
+    )(job_id=new_job)
