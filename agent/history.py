@@ -1,14 +1,34 @@
-"""The message history as the model sees it, and how to rebuild it from a run's event log.
+"""The message history as the model sees it, and how to rebuild a run from its event log.
 
 Every message the loop sends is derived from an event it reported first, so the history of any run
-can be recovered, step by step, from its appended events alone (and a run can later resume).
+can be recovered, step by step, from its appended events alone: `replay` rebuilds all the loop needs
+to go on from where the log stops (after a lost worker, a hand-back, or a person's Continue).
 """
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
 
-from agent.events import Event, ModelReplied, RunHalted, RunStarted, ToolCallFinished
-from agent.llm.base import Message, ToolCall
+from agent.events import (
+    BreakerTripped,
+    Event,
+    ModelReplied,
+    ResumeReason,
+    RunFinished,
+    RunHalted,
+    RunResumed,
+    RunStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from agent.llm.base import Message, ToolCall, Usage
+from tools.base import ToolResult, ToolStatus
+
+# The result of a call that started and never finished: its worker stopped mid-call.
+INTERRUPTED_CALL = "the worker running this call stopped; it is unknown whether it completed"
+# The result of a call the model asked for that never started before the run ended.
+NOT_RUN_ENDED = "not run: the run ended before this call's turn came"
 
 # Runs of angle brackets: removing them all (not just "<<<") leaves nothing that can join up into
 # a delimiter again.
@@ -39,16 +59,119 @@ def summary_request(prompt: str) -> Message:
 
 
 def messages_from_events(events: Iterable[Event]) -> list[Message]:
-    messages: list[Message] = []
+    return replay(events).messages
+
+
+@dataclass
+class RunState:
+    """Where a run's log stops, as the loop needs it to go on.
+
+    `pending`: calls the last reply asked for that never started; `dangling`: calls that started
+    and never finished; `final`: the text of a last reply that called no tool, with no RunFinished
+    after it (the run only has to finish); `halted`: a RunHalted with no RunFinished after it;
+    `tripped`: a BreakerTripped with no RunHalted after it; `finished`: the RunFinished the log
+    ends with (None once a RunResumed follows it); `limits`: the latest RunStarted or RunResumed
+    limits; `breaker_since`: the observations since the last Continue, which rebuild the breaker.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    step: int = 0
+    tool_calls: int = 0
+    usage: Usage = field(default_factory=Usage)
+    observations: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
+    last_text: str = ""
+    pending: list[ToolCall] = field(default_factory=list)
+    dangling: list[ToolCall] = field(default_factory=list)
+    final: str | None = None
+    final_cut: bool = False
+    halted: RunHalted | None = None
+    tripped: BreakerTripped | None = None
+    finished: RunFinished | None = None
+    limits: dict[str, Any] = field(default_factory=dict)
+    breaker_since: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
+
+
+def replay(events: Iterable[Event]) -> RunState:
+    """The state of a run after `events`, its log in order. Pure: the log is only read.
+
+    A run that ended (RunFinished) or was continued with a note while calls were open closes them
+    in its messages as the loop would have: a started call as interrupted, one never started as
+    not run, so the history stays a valid chat (each tool call answered once, in order).
+    """
+    state = RunState()
     for event in events:
-        match event:
-            case RunStarted():
-                messages.extend(event.messages)
-            case ModelReplied():
-                calls = [ToolCall(**call) for call in event.tool_calls]
-                messages.append(assistant_message(event.text, calls))
-            case ToolCallFinished():
-                messages.append(tool_message(event.call_id, event.status, event.text))
-            case RunHalted() if event.summary_prompt:
-                messages.append(summary_request(event.summary_prompt))
-    return messages
+        _apply(state, event)
+    return state
+
+
+def _apply(state: RunState, event: Event) -> None:
+    match event:
+        case RunStarted():
+            state.messages.extend(event.messages)
+            state.limits = dict(event.limits)
+        case ModelReplied():
+            _replied(state, event)
+        case ToolCallStarted():
+            call = ToolCall(event.call_id, event.tool, event.arguments)
+            state.pending = [c for c in state.pending if c.id != call.id]
+            state.dangling.append(call)
+            state.tool_calls += 1
+        case ToolCallFinished():
+            _finished_call(state, event)
+        case BreakerTripped():
+            state.tripped = event
+        case RunHalted():
+            state.halted, state.tripped, state.final = event, None, None
+            if event.summary_prompt:
+                state.messages.append(summary_request(event.summary_prompt))
+        case RunFinished():
+            _close_open_calls(state)
+            state.finished, state.halted, state.tripped, state.final = event, None, None, None
+        case RunResumed():
+            _resumed(state, event)
+
+
+def _replied(state: RunState, event: ModelReplied) -> None:
+    calls = [ToolCall(**call) for call in event.tool_calls]
+    state.messages.append(assistant_message(event.text, calls))
+    state.step = max(state.step, event.step)
+    state.usage += Usage(event.prompt_tokens, event.completion_tokens)
+    state.last_text = event.text or state.last_text
+    state.pending = calls
+    state.final, state.final_cut = (None, False) if calls else (event.text, event.cut)
+
+
+def _finished_call(state: RunState, event: ToolCallFinished) -> None:
+    call = ToolCall(event.call_id, event.tool, event.arguments)
+    result = ToolResult(
+        ToolStatus(event.status), event.text, event.duration, event.policy, event.truncated
+    )
+    state.pending = [c for c in state.pending if c.id != call.id]
+    state.dangling = [c for c in state.dangling if c.id != call.id]
+    _observe(state, call, result)
+
+
+def _observe(state: RunState, call: ToolCall, result: ToolResult) -> None:
+    state.observations.append((call, result))
+    state.breaker_since.append((call, result))
+    state.messages.append(tool_message(call.id, result.status.value, result.text))
+
+
+def _close_open_calls(state: RunState) -> None:
+    """Answer, in the messages only, the calls the run left open; in the model's order."""
+    for call in state.dangling:
+        _observe(state, call, ToolResult(ToolStatus.INTERRUPTED, INTERRUPTED_CALL, 0.0))
+    for call in state.pending:
+        _observe(state, call, ToolResult(ToolStatus.SKIPPED, NOT_RUN_ENDED, 0.0))
+    state.dangling, state.pending = [], []
+
+
+def _resumed(state: RunState, event: RunResumed) -> None:
+    state.finished = None
+    if event.limits:
+        state.limits = dict(event.limits)
+    if event.reason == ResumeReason.CONTINUED:
+        state.breaker_since, state.halted, state.tripped, state.final = [], None, None, None
+    if event.note:
+        _close_open_calls(state)
+        state.messages.append({"role": "user", "content": event.note})
