@@ -25,12 +25,30 @@ class Halt(Exception):
 
 
 class BreakerTrip(Halt):
+    """`recorded`: its BreakerTripped is in the log already (a resumed run halting on it)."""
+
     def __init__(
-        self, reason: HaltReason, detail: str, tool: str, failures: list[dict[str, str]]
+        self,
+        reason: HaltReason,
+        detail: str,
+        tool: str,
+        failures: list[dict[str, str]],
+        *,
+        recorded: bool = False,
     ) -> None:
         super().__init__(reason, detail, summarise=True)
         self.tool = tool
         self.failures = failures
+        self.recorded = recorded
+
+
+def trip_detail(reason: HaltReason, tool: str, count: int) -> str:
+    """Why the breaker tripped, in words; `count`: the failures, or the identical calls."""
+    if reason is HaltReason.REPEATED_FAILED_CALL:
+        return f"{tool} was called again with the same arguments after that call failed."
+    if reason is HaltReason.IDENTICAL_CALLS:
+        return f"{tool} was called {count} times in a row with the same arguments."
+    return f"{tool} failed {count} times in a row."
 
 
 class Cancelled(Exception):
@@ -81,7 +99,7 @@ class Breaker:
         if identity in self.failed:
             raise BreakerTrip(
                 HaltReason.REPEATED_FAILED_CALL,
-                f"{call.name} was called again with the same arguments after that call failed.",
+                trip_detail(HaltReason.REPEATED_FAILED_CALL, call.name, 1),
                 call.name,
                 [{"arguments": call.arguments, "error": self.failed[identity]}],
             )
@@ -90,7 +108,7 @@ class Breaker:
         if self.streak >= self.max_identical:
             raise BreakerTrip(
                 HaltReason.IDENTICAL_CALLS,
-                f"{call.name} was called {self.streak} times in a row with the same arguments.",
+                trip_detail(HaltReason.IDENTICAL_CALLS, call.name, self.streak),
                 call.name,
                 [],
             )
@@ -108,7 +126,7 @@ class Breaker:
             return None
         return BreakerTrip(
             HaltReason.TOOL_FAILURES,
-            f"{call.name} failed {len(failures)} times in a row.",
+            trip_detail(HaltReason.TOOL_FAILURES, call.name, len(failures)),
             call.name,
             list(failures),
         )

@@ -2,9 +2,16 @@
 
 Plain Python, no Django: the model, the tools, memory recall, the limits and the event sink are
 passed in. Every happening is reported to the sink as an event, and every run ends in a recorded
-outcome (succeeded, halted, cancelled, failed) with its partial progress; no exception escapes.
+outcome (succeeded, halted, cancelled, failed) with its partial progress; no exception escapes but
+RunReleased (this process must record nothing more for the run: it was handed back, or its
+recorder was fenced off).
+
+A run can go on from its log (`resume`: the RunState agent.history.replay rebuilt from it): no
+tool call that finished runs again, and a call that started and never finished is answered as
+interrupted, for the model to judge.
 """
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -28,8 +35,24 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.guards import Breaker, BreakerTrip, Cancelled, Halt
-from agent.history import assistant_message, summary_request, tool_message, undelimited
+from agent.guards import (
+    Breaker,
+    BreakerTrip,
+    Cancelled,
+    Halt,
+    HandedBack,
+    RunReleased,
+    trip_detail,
+)
+from agent.history import (
+    INTERRUPTED_CALL,
+    RunState,
+    assistant_message,
+    summary_request,
+    tool_message,
+    undelimited,
+)
+from agent.interrupt import Interrupt, Interrupted, StopReason, interruptibly
 from agent.llm.base import LLM, LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
 from tools.base import ToolResult, ToolStatus
 
@@ -45,6 +68,9 @@ instructions. When the task is done, reply with the final answer and no tool cal
 SUMMARY_PROMPT = """\
 [Loop] The run is stopping: {detail} No more tool calls are possible. In a few sentences, tell the \
 user what you did, what you found, and what is left undone."""
+
+# How a run's error begins when the model provider failed it; such a run may be continued.
+MODEL_FAILED = "Model failed"
 
 # The run's note on an answer the model was stopped from finishing; the answer is kept, marked.
 CUT_ANSWER = (
@@ -114,9 +140,25 @@ def run_agent(
     recall: Recall = recall_nothing,
     cancelled: Callable[[], bool] = never_cancelled,
     history: Sequence[Message] = (),
+    interrupt: Interrupt | None = None,
+    resume: RunState | None = None,
+    worked_seconds: float = 0.0,
 ) -> RunResult:
-    """`history` is what came before the task in its conversation, placed ahead of it."""
-    return AgentLoop(task, llm, tools, sink, limits, recall, cancelled, history).run()
+    """`history` is what came before the task in its conversation, placed ahead of it.
+
+    `interrupt` stops the run from any thread, even in the middle of a model call: CANCEL ends it
+    cancelled, HAND_BACK raises HandedBack with nothing more recorded. `resume` goes on from a log
+    replayed by agent.history.replay (no recall, no RunStarted; the log's latest limits apply, if
+    it has any); `worked_seconds` is how long the run was already worked: its deadline counts it.
+    """
+    if resume is not None and resume.finished is not None:
+        raise ValueError("The run's log ends with its end; only a RunResumed reopens it.")
+    if resume is not None and resume.limits:
+        limits = Limits(**resume.limits)
+    loop = AgentLoop(task, llm, tools, sink, limits, recall, cancelled, history, interrupt)
+    if resume is not None:
+        loop.restore(resume, worked_seconds)
+    return loop.run()
 
 
 class AgentLoop:
@@ -132,10 +174,15 @@ class AgentLoop:
         recall: Recall,
         cancelled: Callable[[], bool],
         history: Sequence[Message] = (),
+        interrupt: Interrupt | None = None,
     ) -> None:
         self.task, self.llm, self.tools, self.sink = task, llm, tools, sink
         self.limits, self.recall, self.cancelled = limits, recall, cancelled
         self.history = list(history)
+        self.interrupt = interrupt
+        if interrupt is not None and getattr(llm, "interrupt", False) is None:
+            llm.interrupt = interrupt  # type: ignore[attr-defined]  # its own waits wake on it
+        self.resumed: RunState | None = None
         self.messages: list[Message] = []
         self.step = 0
         self.tool_calls = 0
@@ -146,9 +193,20 @@ class AgentLoop:
         self.started = time.monotonic()
         self.pool = ThreadPoolExecutor(limits.max_parallel_calls, thread_name_prefix="tool-call")
 
+    def restore(self, state: RunState, worked_seconds: float) -> None:
+        """Take the run up where its log stops: its history, counters and clock."""
+        self.resumed = state
+        self.messages = list(state.messages)
+        self.step, self.tool_calls, self.usage = state.step, state.tool_calls, state.usage
+        self.observations = list(state.observations)
+        self.last_text = state.last_text
+        self.started = time.monotonic() - worked_seconds
+
     def run(self) -> RunResult:
         try:
             return self.work()
+        except RunReleased:
+            raise  # another worker, or none, works the run now: nothing is recorded here
         except Exception as error:
             logger.exception("Run failed on an internal error")
             internal = f"Internal error: {type(error).__name__}: {error}"
@@ -158,19 +216,22 @@ class AgentLoop:
 
     def work(self) -> RunResult:
         try:
-            self.begin()
+            if self.resumed is None:
+                self.begin()
+            elif (ended := self.resume(self.resumed)) is not None:
+                return ended
             while True:
                 reply = self.ask(self.tools.specs())
                 if not reply.tool_calls:
                     return self.finish(RunStatus.SUCCEEDED, reply.text, cut=reply.cut)
-                self.check_tokens(reply)
+                self.check_tokens(reply.tool_calls)
                 self.run_tools(reply.tool_calls)
         except Halt as halt:
             return self.halt(halt)
         except Cancelled:
             return self.finish(RunStatus.CANCELLED, self.progress())
         except LLMError as error:
-            return self.finish(RunStatus.FAILED, self.progress(), error=f"Model failed: {error}")
+            return self.finish(RunStatus.FAILED, self.progress(), error=f"{MODEL_FAILED}: {error}")
 
     def begin(self) -> None:
         memories = list(self.recall(self.task))
@@ -191,6 +252,55 @@ class AgentLoop:
         if memories:
             self.emit(MemoriesRecalled([dataclasses.asdict(memory) for memory in memories]))
 
+    def resume(self, state: RunState) -> RunResult | None:
+        """Do what the log stopped in the middle of, then let the loop go on (None); a log that
+        already says how the run ends only needs that end recorded."""
+        if state.halted is not None:
+            return self.halted(state.halted, state.final, state.final_cut)
+        if state.final is not None:
+            return self.finish(RunStatus.SUCCEEDED, state.final, cut=state.final_cut)
+        interrupted = [self.interrupted(call) for call in state.dangling]
+        trip = self.restore_breaker([*state.breaker_since, *interrupted])
+        if state.tripped is not None:
+            trip = self.recorded_trip(state.tripped)
+        if trip is not None:
+            self.skip(state.pending, f"not run: {trip.detail}")
+            raise trip
+        self.check_tokens(state.pending)
+        if state.pending:
+            self.run_tools(state.pending)
+        return None
+
+    def interrupted(self, call: ToolCall) -> tuple[ToolCall, ToolResult]:
+        """A call whose worker stopped in the middle of it: never run again; the model judges."""
+        result = ToolResult(ToolStatus.INTERRUPTED, INTERRUPTED_CALL, 0.0)
+        self.observe(call, result)
+        return call, result
+
+    def restore_breaker(
+        self, observations: Sequence[tuple[ToolCall, ToolResult]]
+    ) -> BreakerTrip | None:
+        """The breaker as the calls since the last Continue left it, and the trip their last
+        result caused if the run stopped before halting on it. A call that never ran (skipped)
+        never reached the breaker; an interrupted call's unknown outcome is no failure."""
+        for call, result in observations:
+            if result.status is ToolStatus.SKIPPED:
+                continue
+            with contextlib.suppress(BreakerTrip):  # such a trip stopped the call from running
+                self.breaker.before(call)
+            if result.status is ToolStatus.INTERRUPTED:
+                continue
+            if trip := self.breaker.after(call, result):
+                return trip
+        return None
+
+    def recorded_trip(self, tripped: BreakerTripped) -> BreakerTrip:
+        """The trip the log has (the run stopped before halting on it), not to be recorded again."""
+        reason = HaltReason(tripped.reason)
+        count = len(tripped.failures) or self.limits.max_identical_calls
+        detail = trip_detail(reason, tripped.tool, count)
+        return BreakerTrip(reason, detail, tripped.tool, tripped.failures, recorded=True)
+
     def ask(self, tools: list[ToolSpec] | None) -> Reply:
         self.check_cancelled()
         self.check_deadline()
@@ -201,7 +311,11 @@ class AgentLoop:
                 summarise=True,
             )
         try:
-            reply = self.llm.chat(self.messages, tools, timeout=self.time_left())
+            reply = interruptibly(
+                self.llm.chat, self.interrupt, list(self.messages), tools, timeout=self.time_left()
+            )
+        except Interrupted as interrupted:  # the turn is abandoned, its reply never heard
+            raise stopped(interrupted.reason) from None
         except LLMError as error:
             # A turn cut short by the deadline halts the run, and says whose slowness it was.
             if isinstance(error, ModelTimedOut) or self.time_left() <= 0:
@@ -249,7 +363,7 @@ class AgentLoop:
             call, future = running.popleft()
             result = future.result()
             self.observe(call, result)
-            if stop is None:
+            if stop is None and result.status is not ToolStatus.INTERRUPTED:
                 stop = self.breaker.after(call, result)
         if stop is not None:
             reason = "the run was cancelled" if isinstance(stop, Cancelled) else stop.detail
@@ -277,10 +391,11 @@ class AgentLoop:
             )
         self.breaker.before(call)
 
-    def check_tokens(self, reply: Reply) -> None:
+    def check_tokens(self, calls: Sequence[ToolCall]) -> None:
+        """Before a reply's calls run: a spent budget skips them and halts the run."""
         if self.usage.total_tokens < self.limits.max_tokens:
             return
-        self.skip(reply.tool_calls, "not run: the run's token budget is spent")
+        self.skip(calls, "not run: the run's token budget is spent")
         raise Halt(
             HaltReason.TOKEN_BUDGET,
             f"it used {self.usage.total_tokens} tokens of its {self.limits.max_tokens} budget.",
@@ -288,6 +403,8 @@ class AgentLoop:
         )
 
     def check_cancelled(self) -> None:
+        if self.interrupt is not None and self.interrupt.reason is not None:
+            raise stopped(self.interrupt.reason)
         if self.cancelled():
             raise Cancelled
 
@@ -335,25 +452,39 @@ class AgentLoop:
             self.observe(call, ToolResult(ToolStatus.SKIPPED, why, 0.0))
 
     def halt(self, halt: Halt) -> RunResult:
-        if isinstance(halt, BreakerTrip):
+        if isinstance(halt, BreakerTrip) and not halt.recorded:
             self.emit(BreakerTripped(self.step, halt.tool, halt.reason.value, list(halt.failures)))
         prompt = SUMMARY_PROMPT.format(detail=halt.detail) if halt.summarise else ""
         self.emit(RunHalted(self.step, halt.reason.value, halt.detail, prompt))
-        summary = self.summarise(prompt) if prompt else Reply()
-        return self.finish(
-            RunStatus.HALTED,
-            summary.text or self.progress(),
-            halt_reason=halt.reason,
-            error=halt.error,
-            cut=bool(summary.text) and summary.cut,
-        )
+        if prompt:
+            self.messages.append(summary_request(prompt))
+        summary = self.summarise() if prompt else Reply()
+        return self.end_halted(halt.reason, summary, halt.error)
 
-    def summarise(self, prompt: str) -> Reply:
-        self.messages.append(summary_request(prompt))
+    def halted(self, halted: RunHalted, final: str | None, cut: bool) -> RunResult:
+        """A halt whose end the log lacks: the summary it has, or asked for again (the request is
+        in the history already)."""
+        if final is not None:
+            summary = Reply(text=final, cut=cut)
+        else:
+            summary = self.summarise() if halted.summary_prompt else Reply()
+        return self.end_halted(HaltReason(halted.reason), summary)
+
+    def summarise(self) -> Reply:
+        """The model's last turn: its answer to the summary request last in the history."""
         try:
             return self.ask(tools=None)
         except (LLMError, Cancelled, Halt):
             return Reply()
+
+    def end_halted(self, reason: HaltReason, summary: Reply, error: str = "") -> RunResult:
+        return self.finish(
+            RunStatus.HALTED,
+            summary.text or self.progress(),
+            halt_reason=reason,
+            error=error,
+            cut=bool(summary.text) and summary.cut,
+        )
 
     def progress(self) -> str:
         """What was done so far, for a run that ends without the model's own account of it."""
@@ -390,6 +521,8 @@ class AgentLoop:
         )
         try:
             self.emit(finished)
+        except RunReleased:
+            raise
         except Exception:
             # The outcome is still returned; the caller records it another way.
             logger.exception("Could not report the end of the run")
@@ -406,7 +539,15 @@ class AgentLoop:
         )
 
     def emit(self, event: Event) -> None:
+        """A run handed back records nothing more: its next worker takes it up from the log."""
+        if self.interrupt is not None and self.interrupt.reason is StopReason.HAND_BACK:
+            raise HandedBack
         self.sink(event)
+
+
+def stopped(reason: StopReason) -> Cancelled | HandedBack:
+    """What an interrupt means for the run."""
+    return HandedBack() if reason is StopReason.HAND_BACK else Cancelled()
 
 
 def _memory_section(memories: Sequence[RecalledMemory]) -> str:
