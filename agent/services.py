@@ -279,7 +279,7 @@ def work(
     recorder = RunRecorder(run, then=on_event)
     try:
         llm = llm or streaming(llm_for(run.model), recorder.stream)
-        tools = tools or tools_for(run)
+        tools = tools or tools_for(run, stopped=interrupt.is_set)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
         recorder.end(RunStatus.FAILED, f"The run could not start: {error}")
@@ -462,9 +462,11 @@ def streaming(llm: LLM, deltas: Callable[[str], None]) -> LLM:
     return llm
 
 
-def tools_for(run: AgentRun) -> Tools:
-    """The tools as the run sees them: acting for its owner, in the owner's workspace."""
-    return default_registry().bind(dataclasses.replace(context_for(run.user), run_id=run.pk))
+def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools:
+    """The tools as the run sees them: acting for its owner, in the owner's workspace. A sandbox
+    that starts once `stopped()` is true is killed at once (the run was stopped meanwhile)."""
+    context = dataclasses.replace(context_for(run.user), run_id=run.pk, stopped=stopped)
+    return default_registry().bind(context)
 
 
 def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
@@ -581,7 +583,7 @@ def reopen(runs: QuerySet[AgentRun], run_id: int, *, queue_it: bool) -> AgentRun
     """Put a run that may go on back in the queue: it counts as one of its owner's live runs
     again, and its next worker picks it up from its log with renewed limits."""
     with transaction.atomic():
-        run = runs.select_for_update().get(pk=run_id)
+        run = runs.select_for_update(of=("self",)).get(pk=run_id)
         if not run.can_continue:
             raise InvalidTask(
                 f"Run {run.pk} {run.status}: only a run that was halted, interrupted, or failed "
