@@ -59,15 +59,16 @@ def on_groq(settings, groq_server, workspaces):
 
 @pytest.fixture
 def waits(monkeypatch) -> list[float]:
-    """Every wait between attempts, as asked for (the wait itself still happens)."""
+    """Every wait between attempts, as asked for (the wait itself still happens, on the run's
+    interrupt when it has one)."""
     asked: list[float] = []
-    sleep = groq_module.time.sleep
+    sit_out = groq_module.GroqLLM._sit_out
 
-    def recorded(seconds: float) -> None:
+    def recorded(llm: groq_module.GroqLLM, seconds: float) -> None:
         asked.append(seconds)
-        sleep(seconds)
+        sit_out(llm, seconds)
 
-    monkeypatch.setattr(groq_module.time, "sleep", recorded)
+    monkeypatch.setattr(groq_module.GroqLLM, "_sit_out", recorded)
     return asked
 
 

@@ -15,6 +15,9 @@ is returned marked as cut.
 A 400 the model itself caused (Groq's `tool_use_failed`: a malformed call, a call to a tool that is
 not in the request, a tool call when tools are off) is fed back to the model once as an error it can
 correct; a second one in a row ends the run. A model that does not exist for the key fails at once.
+
+A run's `interrupt` (set by its owner, like `deltas`) ends a wait before a retry at once, raising
+Interrupted: a stopped run is never asked for again after a rate limit or an outage.
 """
 
 import dataclasses
@@ -30,6 +33,7 @@ import groq
 import httpx
 
 from agent.history import undelimited
+from agent.interrupt import Interrupt
 from agent.llm.base import LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
 from agent.llm.watchdog import Watchdog
 
@@ -98,6 +102,8 @@ class GroqLLM:
         # Set (by the run's owner) to hear the answer's text as it is generated; the reply is
         # then streamed, and tool calls are assembled from their pieces.
         self.deltas: Callable[[str], None] | None = None
+        # Set (by the run's owner) to stop waiting to retry as soon as the run is interrupted.
+        self.interrupt: Interrupt | None = None
         self.client = groq.Groq(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
 
     def chat(
@@ -176,8 +182,15 @@ class GroqLLM:
                     self.deltas(RETRY_NOTE)
             except groq.APIError as error:  # an error event in the stream: Groq gave up on it
                 raise LLMError(f"Groq's stream ended with an error: {error}") from None
-            time.sleep(wait)
+            self._sit_out(wait)
             attempt += 1
+
+    def _sit_out(self, wait: float) -> None:
+        """The wait before the next attempt; an interrupt ends it with Interrupted, no retry."""
+        if self.interrupt is None:
+            time.sleep(wait)
+        elif self.interrupt.wait(wait):
+            self.interrupt.raise_if_set()
 
     def _wait_to_retry(
         self,
