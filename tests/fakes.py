@@ -1,9 +1,14 @@
-"""Fake web search backends for tests: fixed answers, failures and hangs, never the network."""
+"""Fakes for tests: web search backends (fixed answers, failures and hangs, never the network),
+and a run's tools and model that count or hang, for the loop's resume and interrupt tests."""
 
+import threading
 import time
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
+from agent.llm.base import Message, Reply, ToolSpec
 from memory.embedders import HashedNgramEmbedder
+from tools.base import ToolResult, ToolStatus
 from tools.search import SearchFailed, SearchHit
 
 FORGED_SNIPPET = (
@@ -83,3 +88,58 @@ class OtherEmbedder(HashedNgramEmbedder):
 
     def embed_one(self, text: str) -> list[float]:
         return list(reversed(super().embed_one(text)))
+
+
+class CountingTools:
+    """The run's tools, counting what each call did: every dispatch is kept in `dispatched`, so a
+    test can tell that no call ran twice. `fail` fails; `slow` signals `entered` and waits (up to
+    30 s) for `release`; `during` (if set) is called inside each dispatch, as something happening
+    while a tool runs (a Stop, a worker's hand-back)."""
+
+    NAMES = ("echo", "fail", "slow")
+
+    def __init__(self, during: Callable[[str], None] | None = None) -> None:
+        self.dispatched: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.during = during
+
+    def specs(self) -> list[dict[str, Any]]:
+        return [
+            {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+            for name in self.NAMES
+        ]
+
+    def dispatch(self, name: str, arguments: str) -> ToolResult:
+        with self.lock:
+            self.dispatched.append((name, arguments))
+        if self.during is not None:
+            self.during(name)
+        if name == "slow":
+            self.entered.set()
+            self.release.wait(30)
+        if name == "fail":
+            return ToolResult(ToolStatus.ERROR, f"failed on {arguments}", 0.0)
+        return ToolResult(ToolStatus.OK, f"{name} ran with {arguments}", 0.0)
+
+
+class BlockingLLM:
+    """A model whose turn hangs (up to 30 s, until `release`): a provider that has not answered
+    yet. `asked` is set when a turn begins; `answered` only if a turn ever returned."""
+
+    provider = "fake"
+    model = "blocking"
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.release = threading.Event()
+        self.answered = threading.Event()
+
+    def chat(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+    ) -> Reply:
+        self.asked.set()
+        self.release.wait(30)
+        self.answered.set()
+        return Reply(text="an answer nobody should hear")
