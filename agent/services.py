@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import PermissionDenied
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -182,16 +182,16 @@ def execute_run(
     tools: Tools | None = None,
 ) -> AgentRun:
     """Work a queued run (new, or continued) to its end in this process; every event is recorded
-    as it happens. A worker that had its job queued learns the run is taken, and leaves it."""
+    as it happens. A worker that had its job queued learns the run is taken, and leaves it.
+
+    Here a Stop is seen at the run's next check (`cancelled`, and the database every
+    CANCEL_POLL_INTERVAL); a worker's runs are also interrupted mid-step (see `work_job`).
+    """
     claimed = claim(run.pk, job_id=None, worker=this_process())
     if claimed is None:
         run.refresh_from_db()
         raise RunNotQueued(f"Run {run.pk} is not queued; it is {run.status}.")
-    interrupt = Interrupt()
-    with watching(claimed.run, interrupt, stop_requested=None):
-        return work(
-            claimed, interrupt, on_event=on_event, cancelled=cancelled, llm=llm, tools=tools
-        )
+    return work(claimed, on_event=on_event, cancelled=cancelled, llm=llm, tools=tools)
 
 
 def work_job(
@@ -207,7 +207,7 @@ def work_job(
     if claimed is None:
         return "nothing to do"
     interrupt = Interrupt()
-    with watching(claimed.run, interrupt, stop_requested=stop_requested):
+    with watching(claimed.run, interrupt, stop_requested):
         return work(claimed, interrupt).status
 
 
@@ -267,27 +267,30 @@ def resume_reason(run: AgentRun) -> ResumeReason | None:
 
 def work(
     claimed: Claim,
-    interrupt: Interrupt,
+    interrupt: Interrupt | None = None,
     *,
     on_event: Callable[..., None] | None = None,
     cancelled: Callable[[], bool] | None = None,
     llm: LLM | None = None,
     tools: Tools | None = None,
 ) -> AgentRun:
-    """Work a claimed run from where its log ends, to its end or until this worker lets it go."""
+    """Work a claimed run from where its log ends, to its end or until this worker lets it go.
+    With `interrupt`, a stop abandons the step under way: the model call, a rate-limit wait, or
+    the run's sandboxes, which are killed."""
     run = claimed.run
     recorder = RunRecorder(run, then=on_event)
     try:
         llm = llm or streaming(llm_for(run.model), recorder.stream)
-        tools = tools or tools_for(run, stopped=interrupt.is_set)
+        tools = tools or tools_for(run, stopped=interrupt.is_set if interrupt else None)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
         recorder.end(RunStatus.FAILED, f"The run could not start: {error}")
         run.refresh_from_db()
         return run
-    if hasattr(llm, "interrupt"):
-        llm.interrupt = interrupt
-    interrupt.on_set(partial(kill_run, run.pk))
+    if interrupt is not None:
+        if hasattr(llm, "interrupt"):
+            llm.interrupt = interrupt
+        interrupt.on_set(partial(kill_run, run.pk))
     try:
         resume, limits, worked = pick_up(claimed, recorder)
         if too_often_resumed(run):
@@ -418,32 +421,18 @@ def release(run: AgentRun, attempt: int) -> None:
 
 @contextmanager
 def watching(
-    run: AgentRun, interrupt: Interrupt, *, stop_requested: Callable[[], StopReason | None] | None
+    run: AgentRun, interrupt: Interrupt, stop_requested: Callable[[], StopReason | None]
 ) -> Iterator[None]:
-    """A thread that interrupts the run as soon as it is asked to stop: by procrastinate (a Stop
-    delivered by NOTIFY, or the worker shutting down) when `stop_requested` is given, else by
-    a cancel request in the database (a run worked in this process)."""
+    """A thread that interrupts the run as soon as procrastinate asks it to stop: a Stop
+    (delivered to the worker by NOTIFY) or the worker shutting down. It reads only memory."""
     done = threading.Event()
 
-    def asked() -> StopReason | None:
-        if stop_requested is not None:
-            return stop_requested()
-        requested = AgentRun.objects.filter(pk=run.pk, cancel_requested_at__isnull=False)
-        return StopReason.CANCEL if requested.exists() else None
-
     def watch() -> None:
-        interval = WATCH_INTERVAL if stop_requested is not None else CANCEL_POLL_INTERVAL
-        try:
-            while not done.wait(interval):
-                try:
-                    reason = asked()
-                except DatabaseError:  # the run's own writes say what became of it
-                    continue
-                if reason is not None:
-                    interrupt.set(reason)
-                    return
-        finally:
-            connection.close()  # this thread's own, if it opened one
+        while not done.wait(WATCH_INTERVAL):
+            reason = stop_requested()
+            if reason is not None:
+                interrupt.set(reason)
+                return
 
     watcher = threading.Thread(target=watch, name=f"run-{run.pk}-watch", daemon=True)
     watcher.start()
