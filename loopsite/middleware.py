@@ -1,15 +1,26 @@
 """What every request and page goes through first: a form body Django cannot read is refused
-with the reason, every page gets its Content-Security-Policy, completed per request, and whatever
-an authenticated request is answered with gets `Cache-Control: private, no-store`."""
+with the reason, every page gets its Content-Security-Policy, completed per request, whatever
+an authenticated request is answered with gets `Cache-Control: private, no-store`, and a request
+that finds the database not answering gets a 503 page saying so."""
+
+import sys
+from collections.abc import Callable
+from typing import Any
 
 from csp.constants import UNSAFE_INLINE
 from csp.middleware import CSPMiddleware, PolicyParts
 from django.core.exceptions import BadRequest, DisallowedHost, SuspiciousOperation
-from django.http import HttpRequest, HttpResponseBadRequest, HttpResponseBase
+from django.core.signals import got_request_exception
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseBase
 from django.http.multipartparser import MultiPartParserError
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.cache import patch_cache_control
 from django.utils.deprecation import MiddlewareMixin
+
+from loopsite.database import database_unreachable
+
+RETRY_AFTER_SECONDS = 5
 
 
 class ContentSecurityPolicyMiddleware(CSPMiddleware):
@@ -69,3 +80,42 @@ class UnreadableFormMiddleware(MiddlewareMixin):
                 f"The form could not be read: {error}\n", content_type="text/plain; charset=utf-8"
             )
         return None
+
+
+OUTAGE = "_loop_database_outage"  # set on a request that met an unreachable database
+
+
+class DatabaseOutageMiddleware:
+    """A request that finds the database not answering (a restart, a crash, a server being
+    started again) is answered 503 with a page that says so, not a traceback, and sooner or later
+    the next request works: each request connects afresh, or health-checks a kept connection.
+
+    The database may fail in a view, or in a middleware below this one (a session read, a user
+    looked up for a response header). Django turns each of those into a 500 response on the spot
+    and only its `got_request_exception` signal sees the exception, so the signal marks the request
+    and this middleware, near the top of the list, replaces the 500 with the 503."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+        got_request_exception.connect(note_outage, dispatch_uid="loop-database-outage")
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        response = self.get_response(request)
+        if getattr(request, OUTAGE, False):
+            return outage_page(request)
+        return response
+
+
+def note_outage(sender: object, request: HttpRequest | None = None, **kwargs: Any) -> None:
+    """Sent while Django handles the request's exception: sys.exc_info() is that exception."""
+    if request is not None and database_unreachable(sys.exc_info()[1]):
+        setattr(request, OUTAGE, True)
+
+
+def outage_page(request: HttpRequest) -> HttpResponse:
+    """Rendered without the request's context processors: they would read the database."""
+    page = render_to_string("503.html", {"path": request.get_full_path()})
+    response = HttpResponse(page, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    patch_cache_control(response, no_store=True)
+    return response

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "loopsite.middleware.ContentSecurityPolicyMiddleware",
+    "loopsite.middleware.DatabaseOutageMiddleware",  # above all that may read the database
     "loopsite.middleware.PrivatePagesMiddleware",
     "loopsite.middleware.UnreadableFormMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
