@@ -18,6 +18,7 @@ from procrastinate.jobs import Status
 
 from agent.guards import RunReleased
 from agent.interrupt import StopReason
+from agent.models import AgentRun
 
 logger = logging.getLogger(__name__)
 
@@ -94,20 +95,24 @@ async def recover_runs(timestamp: int) -> int:
     stalled = await manager.get_stalled_jobs(
         task_name=WORK_RUN, seconds_since_heartbeat=settings.LOOP_STALE_SECONDS
     )
+    recovered = 0
     for job in stalled:
         await manager.finish_job_by_id_async(job.id, status=Status.FAILED, delete_job=False)
-        run_id = job.task_kwargs["run_id"]
+        run_id = await _run_of(job.id)
+        if run_id is None:  # its run ended or moved on meanwhile
+            continue
         new_job = await work_run.defer_async(run_id=run_id)
         await _point_run_at(run_id, old_job=job.id, new_job=new_job)
         logger.warning("Run %s: its worker stopped; job %s resumes it", run_id, new_job)
-    return len(list(stalled))
+        recovered += 1
+    return recovered
 
 
-async def _point_run_at(run_id: int, *, old_job: int | None, new_job: int) -> None:
-    from asgiref.sync import sync_to_async
+async def _run_of(job_id: int) -> int | None:
+    """The live run this job was working, if it still is that run's job."""
+    live = AgentRun.objects.filter(job_id=job_id, status__in=("queued", "running"))
+    return await live.values_list("pk", flat=True).afirst()
 
-    from agent.models import AgentRun
 
-    await sync_to_async(
-        AgentRun.objects.filter(pk=run_id, job_id=old_job).update, thread_sensitive=False
-    )(job_id=new_job)
+async def _point_run_at(run_id: int, *, old_job: int, new_job: int) -> None:
+    await AgentRun.objects.filter(pk=run_id, job_id=old_job).aupdate(job_id=new_job)

@@ -260,3 +260,34 @@ def test_stop_reaches_a_run_in_the_middle_of_a_tool_call(alice, workspaces):
     assert run.status == RunStatus.CANCELLED
     assert run.tool_executions.count() == 1  # the call it was in ended; no other started
     assert run.events.last().kind == "run_finished"
+
+
+def test_the_recovery_gives_a_dead_workers_run_a_new_job(alice, settings):
+    from asgiref.sync import async_to_sync
+    from django.db import connection
+    from procrastinate.contrib.django import app
+
+    from agent.tasks import recover_runs
+
+    settings.LOOP_STALE_SECONDS = 30
+    run = submit_run(alice, SLOW, new_conversation(alice), model="mock")
+    old_job = run.job_id
+    dead = async_to_sync(app.job_manager.register_worker)()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE procrastinate_jobs SET status = 'doing', worker_id = %s WHERE id = %s",
+            [dead, old_job],
+        )
+        cursor.execute(
+            "UPDATE procrastinate_workers SET last_heartbeat = NOW() - INTERVAL '31 seconds' "
+            "WHERE id = %s",
+            [dead],
+        )
+    assert async_to_sync(recover_runs.func)(timestamp=0) == 1
+    run.refresh_from_db()
+    assert run.job_id != old_job
+    assert ProcrastinateJob.objects.get(pk=old_job).status == "failed"
+    new = ProcrastinateJob.objects.get(pk=run.job_id)
+    assert (new.status, new.args) == ("todo", {"run_id": run.pk})
+    # A live worker's run is left alone.
+    assert async_to_sync(recover_runs.func)(timestamp=0) == 0
