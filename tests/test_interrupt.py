@@ -11,6 +11,7 @@ from agent.interrupt import Interrupt, Interrupted, StopReason, interruptibly
 from agent.llm.base import Reply, ToolCall
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.loop import Limits, run_agent
+from tests.conftest import wait_for
 from tests.fakes import BlockingLLM, CountingTools
 from tests.groq_server import groq_server_fixture  # noqa: F401 (the fixture)
 from tests.test_groq import QUESTION, TOOLS, make_llm
@@ -288,3 +289,22 @@ def test_a_run_stopped_during_groqs_rate_limit_wait_ends_cancelled(groq_server):
     assert llm.interrupt is interrupt  # the loop handed its interrupt to the model's waits
     assert len(groq_server.requests) == 1
     assert [type(event) for event in events] == [RunStarted, RunFinished]
+
+
+def test_a_reply_streaming_in_is_read_no_further_once_the_run_is_interrupted(groq_server):
+    groq_server.reply("word " * 200, drip=0.05)  # over 6 s, a chunk at a time
+    llm, heard = make_llm(groq_server, max_retries=2), []
+    llm.interrupt = Interrupt()
+
+    def hear(piece: str) -> None:
+        heard.append(piece)
+        llm.interrupt.set(StopReason.CANCEL)  # Stop pressed as the answer starts showing
+
+    llm.deltas = hear
+    with pytest.raises(Interrupted):
+        llm.chat(QUESTION, TOOLS, timeout=120)
+
+    assert len(heard) == 1  # the first piece, and nothing shown after the Stop
+    [sent] = wait_for(lambda: groq_server.streams, "the server to stop dripping")
+    assert sent.client_left
+    assert len(groq_server.requests) == 1

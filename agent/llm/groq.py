@@ -17,7 +17,8 @@ not in the request, a tool call when tools are off) is fed back to the model onc
 correct; a second one in a row ends the run. A model that does not exist for the key fails at once.
 
 A run's `interrupt` (set by its owner, like `deltas`) ends a wait before a retry at once, raising
-Interrupted: a stopped run is never asked for again after a rate limit or an outage.
+Interrupted: a stopped run is never asked for again after a rate limit or an outage; a reply
+streaming in stops being read (and shown) at its next piece.
 """
 
 import dataclasses
@@ -167,7 +168,7 @@ class GroqLLM:
         attempt = 0
         while True:
             limit = self._attempt_limit(deadline)
-            pieces = ReplyPieces(self.deltas)
+            pieces = ReplyPieces(self.deltas, self.interrupt)
             watchdog = Watchdog(deadline)
             try:
                 with watchdog:
@@ -313,10 +314,13 @@ class StreamCut(Exception):
 class ReplyPieces:
     """A reply put together from a stream: text pieces go to `deltas` as they come; a tool call's
     id and name come in its first piece and its arguments in any number of them. Only a stream
-    that reached its finish reason is a reply."""
+    that reached its finish reason is a reply. An interrupted run's reply is read no further."""
 
-    def __init__(self, deltas: Callable[[str], None] | None) -> None:
+    def __init__(
+        self, deltas: Callable[[str], None] | None, interrupt: Interrupt | None = None
+    ) -> None:
         self.deltas = deltas
+        self.interrupt = interrupt
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
@@ -326,6 +330,8 @@ class ReplyPieces:
     def read(self, chunks: Iterable[Any]) -> Reply:
         try:
             for chunk in chunks:
+                if self.interrupt is not None:
+                    self.interrupt.raise_if_set()
                 self.take(chunk)
         except TRANSIENT_ERRORS:
             if self.finish_reason is None:
