@@ -90,7 +90,7 @@ FROM agent_agentrun r CROSS JOIN (VALUES
 RUNS_SQL = """
 INSERT INTO agent_agentrun (user_id, task, status, halt_reason, answer, error, provider, model,
   limits, iterations, tool_calls, prompt_tokens, completion_tokens, created_at, started_at,
-  finished_at, heartbeat_at, cancel_requested_at)
+  finished_at, cancel_requested_at, attempt, worker, resumes)
 SELECT u.ids[1 + g %% %(users)s],
   'Task ' || g || ': read notes.txt and tell me what to buy',
   CASE WHEN g %% 20 = 0 THEN 'halted' WHEN g %% 50 = 1 THEN 'failed'
@@ -103,8 +103,7 @@ SELECT u.ids[1 + g %% %(users)s],
   start + g * interval '1 second' * %(spacing)s,
   start + g * interval '1 second' * %(spacing)s,
   start + g * interval '1 second' * %(spacing)s + interval '1.5 seconds',
-  start + g * interval '1 second' * %(spacing)s + interval '1.5 seconds',
-  NULL
+  NULL, 1, '', 0
 FROM generate_series(1, %(runs)s) AS g,
   (SELECT array_agg(id ORDER BY id) AS ids FROM auth_user WHERE username LIKE 'bench%%') AS u,
   (SELECT now() - interval '365 days' AS start) AS t

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/events.py [--clients 100] [--runs 10] [--redis redis://127.0.0.1:6379/0]
 
-Starts daphne and one db_worker (as `make run` does) on the development database, queues
+Starts daphne and one `manage.py worker` (as `make run` does) on the development database, queues
 `--runs` demo runs for as many bench users, connects `--clients` websockets (spread evenly over
 the runs, logged in as their owners) and watches them all, then starts the worker. For every event
 each client receives it notes the arrival time; latency is arrival minus the event's `created_at`,
@@ -115,7 +115,7 @@ async def bench(
     ]
     await asyncio.wait_for(asyncio.gather(*(ready.wait() for ready in readies)), WAIT)
     worker = subprocess.Popen(
-        [sys.executable, "manage.py", "db_worker", "--no-reload", "--interval", "0.1"],
+        [sys.executable, "manage.py", "worker"],
         cwd=PROJECT_DIR, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
