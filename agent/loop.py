@@ -180,7 +180,7 @@ class AgentLoop:
         self.limits, self.recall, self.cancelled = limits, recall, cancelled
         self.history = list(history)
         self.interrupt = interrupt
-        if interrupt is not None and getattr(llm, "interrupt", False) is None:
+        if interrupt is not None and hasattr(llm, "interrupt"):
             llm.interrupt = interrupt  # type: ignore[attr-defined]  # its own waits wake on it
         self.resumed: RunState | None = None
         self.messages: list[Message] = []
