@@ -70,7 +70,7 @@ class RunState:
     and never finished; `final`: the text of a last reply that called no tool, with no RunFinished
     after it (the run only has to finish); `halted`: a RunHalted with no RunFinished after it;
     `tripped`: a BreakerTripped with no RunHalted after it; `finished`: the RunFinished the log
-    ends with (None once a RunResumed follows it); `limits`: the latest RunStarted or RunResumed
+    ends with (None once a Continue follows it); `limits`: the latest RunStarted or RunResumed
     limits; `breaker_since`: the observations since the last Continue, which rebuild the breaker.
     """
 
@@ -167,11 +167,12 @@ def _close_open_calls(state: RunState) -> None:
 
 
 def _resumed(state: RunState, event: RunResumed) -> None:
-    state.finished = None
+    """Only a Continue reopens a run that ended; a run taken over after its end stays ended."""
     if event.limits:
         state.limits = dict(event.limits)
     if event.reason == ResumeReason.CONTINUED:
-        state.breaker_since, state.halted, state.tripped, state.final = [], None, None, None
+        state.finished, state.breaker_since = None, []
+        state.halted, state.tripped, state.final = None, None, None
     if event.note:
         _close_open_calls(state)
         state.messages.append({"role": "user", "content": event.note})

@@ -150,9 +150,10 @@ def run_agent(
     cancelled, HAND_BACK raises HandedBack with nothing more recorded. `resume` goes on from a log
     replayed by agent.history.replay (no recall, no RunStarted; the log's latest limits apply, if
     it has any); `worked_seconds` is how long the run was already worked: its deadline counts it.
+    A log that has the run's end (its worker stopped right after recording it) is only read back.
     """
     if resume is not None and resume.finished is not None:
-        raise ValueError("The run's log ends with its end; only a RunResumed reopens it.")
+        return finished_result(resume.finished, resume.messages)
     if resume is not None and resume.limits:
         limits = Limits(**resume.limits)
     loop = AgentLoop(task, llm, tools, sink, limits, recall, cancelled, history, interrupt)
@@ -543,6 +544,21 @@ class AgentLoop:
         if self.interrupt is not None and self.interrupt.reason is StopReason.HAND_BACK:
             raise HandedBack
         self.sink(event)
+
+
+def finished_result(finished: RunFinished, messages: list[Message]) -> RunResult:
+    """The outcome a run's log recorded, as run_agent would have returned it."""
+    return RunResult(
+        RunStatus(finished.status),
+        finished.answer,
+        HaltReason(finished.halt_reason) if finished.halt_reason else None,
+        finished.error,
+        finished.iterations,
+        finished.tool_calls,
+        Usage(finished.prompt_tokens, finished.completion_tokens),
+        list(messages),
+        finished.cut,
+    )
 
 
 def stopped(reason: StopReason) -> Cancelled | HandedBack:

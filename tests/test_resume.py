@@ -275,9 +275,17 @@ def test_replay_reads_events_as_they_are_stored():
     assert replay(stored) == replay(SUCCEEDED_LOG[:-1])
 
 
-def test_resuming_a_log_that_ended_is_refused():
-    with pytest.raises(ValueError, match="ends with its end"):
-        run([], resume=replay(SUCCEEDED_LOG))
+@pytest.mark.parametrize("reason", [ResumeReason.WORKER_LOST, ResumeReason.HANDED_BACK])
+def test_a_log_that_has_the_runs_end_is_only_read_back(reason):
+    """Its worker stopped right after recording the end: taken over, the run stays ended."""
+    _, first = run(SUCCEEDS)
+    state = replay([*SUCCEEDED_LOG, resumed_event(reason)])
+    assert state.finished == SUCCEEDED_LOG[-1]
+
+    events, result = run([], resume=state)
+
+    assert events == []
+    assert result == first
 
 
 def test_a_final_reply_the_log_has_is_finished_without_asking_the_model():
