@@ -283,14 +283,13 @@ class AgentLoop:
     ) -> BreakerTrip | None:
         """The breaker as the calls since the last Continue left it, and the trip their last
         result caused if the run stopped before halting on it. A call that never ran (skipped)
-        never reached the breaker; an interrupted call's unknown outcome is no failure."""
+        never reached it; an interrupted one is left out: its outcome is unknown, and asking for
+        it again is no repeat."""
         for call, result in observations:
-            if result.status is ToolStatus.SKIPPED:
+            if result.status in (ToolStatus.SKIPPED, ToolStatus.INTERRUPTED):
                 continue
             with contextlib.suppress(BreakerTrip):  # such a trip stopped the call from running
                 self.breaker.before(call)
-            if result.status is ToolStatus.INTERRUPTED:
-                continue
             if trip := self.breaker.after(call, result):
                 return trip
         return None

@@ -482,3 +482,29 @@ def test_the_factory_gives_the_mock_the_configured_latency(settings):
     llm = llm_for("mock")
     assert isinstance(llm, MockLLM)
     assert llm.latency == 0.25
+
+
+def test_the_mock_asks_again_for_a_call_its_worker_was_stopped_in():
+    run = Run("Count slowly to 3")
+    run.result(ran("1"))
+    second = run.call
+    run.result(
+        "INTERRUPTED: the worker running this call stopped; it is unknown whether it completed"
+    )
+    again = run.call
+    assert (again.name, again.arguments) == (second.name, second.arguments)
+    assert again.id != second.id
+    run.result(ran("2"))
+    assert "print(3)" in run.arguments["code"]  # the interrupted call is not counted as a step
+    run.result(ran("3"))
+    assert run.answer == "I counted to 3, one step a second."
+
+
+def test_the_mocks_demo_goes_on_after_its_computation_was_interrupted():
+    run = Run(DEMO)
+    run.result(
+        "INTERRUPTED: the worker running this call stopped; it is unknown whether it completed"
+    )
+    assert run.call.name == "run_code"
+    run.result(ran("5050"))
+    assert run.call.name == "read_file"

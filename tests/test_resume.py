@@ -26,6 +26,7 @@ from agent.events import (
 )
 from agent.history import INTERRUPTED_CALL, NOT_RUN_ENDED, messages_from_events, replay
 from agent.llm.base import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
+from agent.llm.mock import MockLLM
 from agent.llm.scripted import ScriptedLLM, answer
 from agent.loop import Limits, RunResult, run_agent
 from tests.fakes import CountingTools
@@ -532,3 +533,31 @@ def test_the_continue_note_is_a_user_message_in_the_history():
     messages = messages_from_events(continued(HALTED_LOG, Limits()))
     assert messages[-1] == {"role": "user", "content": NOTE}
     assert_history_valid(messages)
+
+
+def test_the_mock_model_asks_again_for_the_call_a_lost_worker_was_in():
+    """The keyless model goes on after a resume, as the worker tests need it to."""
+    first: list[Event] = []
+    run_agent("Count slowly to 3", llm=MockLLM(), tools=CountingTools(), sink=first.append)
+    cut = cut_after(first, ToolCallStarted, 2)
+    tools, events = CountingTools(), []
+
+    result = run_agent(
+        "Count slowly to 3",
+        llm=MockLLM(),
+        tools=tools,
+        sink=events.append,
+        resume=replay(first[:cut]),
+    )
+
+    assert (result.status, result.answer) == (
+        RunStatus.SUCCEEDED,
+        "I counted to 3, one step a second.",
+    )
+    ends = [event.status for event in events if isinstance(event, ToolCallFinished)]
+    assert ends == ["interrupted", "ok", "ok"]
+    assert [json.loads(arguments)["code"][-8:] for _, arguments in tools.dispatched] == [
+        "print(2)",
+        "print(3)",
+    ]
+    assert_history_valid(result.messages)

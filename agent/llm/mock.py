@@ -16,7 +16,10 @@ from agent.interrupt import Interrupt
 from agent.llm.base import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
 from agent.llm.tokens import count_prompt_tokens, count_tokens
 
-FAILURE_PREFIXES = ("ERROR:", "TIMEOUT:", "DENIED:", "SKIPPED:")
+FAILURE_PREFIXES = ("ERROR:", "TIMEOUT:", "DENIED:", "SKIPPED:", "INTERRUPTED:")
+# A call whose worker stopped in the middle of it (the run was resumed): it may or may not have
+# completed.
+INTERRUPTED = "INTERRUPTED:"
 FILE_NAME = r"([\w\-/]+\.\w+)"
 RANGE_SUM = re.compile(r"sum of (\d+)\s*(?:\.\.|to|through|-)\s*(\d+)", re.I)
 LISTED_SUM = re.compile(r"(?:sum|add|total) (?:of )?(\d+(?:\s*(?:,|and|\+)\s*\d+)+)", re.I)
@@ -114,6 +117,10 @@ class Observation:
         return not self.text.startswith(FAILURE_PREFIXES)
 
     @property
+    def interrupted(self) -> bool:
+        return self.text.startswith(INTERRUPTED)
+
+    @property
     def stdout(self) -> str:
         """run_code's standard output, as its report shows it."""
         match = re.search(r"--- stdout ---\n(.*?)\n--- stderr ---", self.text, re.S)
@@ -153,14 +160,17 @@ class MockLLM:
         at = task_index(messages)
         task = messages[at]["content"]
         seen = observations(messages[at:])
+        settled = [observation for observation in seen if not observation.interrupted]
         if tools is None:
             move: Move = summary(seen, messages[-1]["content"])
+        elif seen and seen[-1].interrupted:  # whether it completed is unknown: ask for it again
+            move = seen[-1].tool, seen[-1].arguments
         elif ASKS_ABOUT_EARLIER.search(task):
             move = from_memory(recalled(messages))
         elif (match := SAVE_THAT.search(task)) and (earlier := earlier_answers(messages[:at])):
-            move = save_that(match, earlier[-1], seen)
+            move = save_that(match, earlier[-1], settled)
         else:
-            move = next_move(task, seen, recalled(messages))
+            move = next_move(task, settled, recalled(messages))
         if isinstance(move, str) and self.deltas is not None:
             for piece in STREAM_PIECE.findall(move):
                 self.deltas(piece)
