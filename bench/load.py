@@ -16,11 +16,14 @@ Figures per concurrency:
   the ratio;
 - pickup wait (created_at -> started_at, from the database) p50/p99, and p99 of the runs that
   arrived while a slot was free (fewer runs ahead of them than workers x C);
-- end to end (send -> the socket's marker that the run finished) p50/p99;
+- end to end (send -> the socket's marker that the run finished) p50/p99, and how long a run
+  holds its slot (started_at -> finished_at), of which before its first step (-> RunStarted: the
+  claim and the memory recall);
 - events lost: per run, the events in the log beyond what the page and the socket's seq markers
   covered (must be 0); runs failed: not `succeeded`, or not seen to finish (must be 0);
 - worker RSS: idle (after the warm-up), peak during the load, and (peak - idle) per run at the
-  most runs at once the log shows.
+  most runs at once the log shows;
+- database sessions at the most (counted by PGAPPNAME: web, workers, all) beside max_connections.
 Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; pickup p99 under
 100 ms when a slot is free.
 """
@@ -65,11 +68,15 @@ class Figures:
     free_slot_runs: int
     e2e_p50: float
     e2e_p99: float
+    before_step_p50: float  # started_at -> RunStarted: the claim and the recall
+    slot_p50: float  # started_at -> finished_at: how long a run holds its slot
     lost: int
     failed: int
     rss_idle: float
     rss_peak: float
     most_at_once: int
+    sessions: tuple[int, int, int] = (0, 0, 0)  # database sessions at most: web, workers, all
+    max_connections: int = 0
 
     def lines(self, latency: float) -> list[str]:
         per_run = (self.rss_peak - self.rss_idle) / max(1, self.most_at_once)
@@ -81,19 +88,26 @@ class Figures:
             f"  pickup wait p50 {self.pickup_p50 * 1000:.0f} ms, p99 {self.pickup_p99 * 1000:.0f} "
             f"ms; with a free slot p99 {self.free_slot_p99 * 1000:.0f} ms "
             f"({self.free_slot_runs} runs)",
-            f"  end to end p50 {self.e2e_p50:.2f} s, p99 {self.e2e_p99:.2f} s",
+            f"  end to end p50 {self.e2e_p50:.2f} s, p99 {self.e2e_p99:.2f} s; a run holds its "
+            f"slot p50 {self.slot_p50:.2f} s, of which {self.before_step_p50:.2f} s before its "
+            f"first step",
             f"  events lost {self.lost}, runs failed {self.failed}",
             f"  worker RSS idle {self.rss_idle:.0f} MB, peak {self.rss_peak:.0f} MB, "
             f"{per_run:.1f} MB per run at {self.most_at_once} at once",
+            f"  database sessions at most: web {self.sessions[0]}, workers {self.sessions[1]}, "
+            f"all {self.sessions[2]} (max_connections {self.max_connections})",
         ]
 
 
-class RssSampler:
-    """Samples the workers' resident memory (summed) every 0.2 s in a thread; keeps the peak."""
+class Sampler:
+    """Every 0.2 s, in a thread: the workers' resident memory (summed) and the database
+    sessions of the web, the workers and all; keeps the peaks."""
 
-    def __init__(self, pids: list[int]) -> None:
+    def __init__(self, stack: Stack, pids: list[int]) -> None:
+        self.stack = stack
         self.pids = pids
         self.peak = 0.0
+        self.sessions = (0, 0, 0)  # the most at once of web, workers, all
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self.sample, daemon=True)
 
@@ -101,10 +115,13 @@ class RssSampler:
         return sum(rss_mb(pid) for pid in self.pids)
 
     def sample(self) -> None:
-        while not self.stopped.wait(0.2):
-            self.peak = max(self.peak, self.now())
+        with self.stack.new_connection() as db:
+            while not self.stopped.wait(0.2):
+                self.peak = max(self.peak, self.now())
+                now = self.stack.connections(db)
+                self.sessions = tuple(map(max, self.sessions, now))  # type: ignore[assignment]
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> "Sampler":
         self.thread.start()
         return self
 
@@ -171,8 +188,8 @@ def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: 
         warm_up(stack, f"bench-warm-c{concurrency}-")
         usernames = stack.create_people(f"bench-load-c{concurrency}-", people)
         pids = [process.pid for process in stack.workers]
-        with RssSampler(pids) as rss:
-            idle = rss.now()
+        with Sampler(stack, pids) as sampled:
+            idle = sampled.now()
             watched = asyncio.run(one_round(stack, usernames))
         waited_for = time.monotonic() + 60
         ids = [seen.run_id for seen in watched if seen.run_id]
@@ -184,7 +201,9 @@ def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: 
             rows = run_rows(stack, ids)
     finally:
         stack.stop_workers()
-    return figures(watched, rows, concurrency, workers, latency, idle, rss.peak)
+    result = figures(watched, rows, concurrency, workers, latency, idle, sampled.peak)
+    result.sessions = sampled.sessions
+    return result
 
 
 def figures(
@@ -203,6 +222,7 @@ def figures(
     turns = statistics.mean(row.turns for row in done) if done else 0
     pickups = [row.started_at - row.created_at for row in done if row.started_at]
     ends = [seen.finished_at - seen.sent_at for seen in finished]
+    worked = [row for row in done if row.started_at and row.finished_at and row.first_step_at]
     lost = sum(max(0, rows[s.run_id].last_seq - s.seen_seq) for s in watched if s.run_id in rows)
     failed = sum(
         1
@@ -229,6 +249,8 @@ def figures(
         free_slot_runs=len(free),
         e2e_p50=percentile(ends, 0.5),
         e2e_p99=percentile(ends, 0.99),
+        before_step_p50=percentile([r.first_step_at - r.started_at for r in worked], 0.5),
+        slot_p50=percentile([r.finished_at - r.started_at for r in worked], 0.5),
         lost=lost,
         failed=failed,
         rss_idle=idle,
@@ -262,6 +284,7 @@ def main() -> None:
         )
         for concurrency in levels:
             result = measure(stack, concurrency, options.people, options.workers, latency)
+            result.max_connections = int(stack.query("SHOW max_connections")[0][0])
             print("\n".join(result.lines(latency)), flush=True)
 
 
