@@ -12,7 +12,7 @@ from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquer
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from agent.events import RunStatus, event_from_dict
+from agent.events import ResumeReason, RunStatus, event_from_dict
 from agent.history import messages_from_events
 from agent.llm.base import Message
 from agent.models import AgentRun, BreakerTrip, RunEvent
@@ -21,8 +21,32 @@ from tools.base import ToolStatus
 from tools.models import ToolExecution
 
 # A tool call that ran and did not work. A skipped call never ran: the run stopped first.
-FAILED_TOOL_STATUSES = (ToolStatus.ERROR, ToolStatus.TIMEOUT, ToolStatus.DENIED)
+# An interrupted call's worker stopped under it: as far as anyone knows, it did not work.
+FAILED_TOOL_STATUSES = (
+    ToolStatus.ERROR,
+    ToolStatus.TIMEOUT,
+    ToolStatus.DENIED,
+    ToolStatus.INTERRUPTED,
+)
 TRANSCRIPT_FORMAT = "loop.transcript/1"
+# How each reader says a run went on after it had stopped (a run_resumed event). `{who}` is who
+# asked for a continue, as that reader addresses them: "you" in the chat and the terminal.
+RESUMED_TEXTS = {
+    ResumeReason.WORKER_LOST: "Resumed: the worker running this stopped",
+    ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
+    ResumeReason.CONTINUED: "Continued: {who} asked it to go on",
+}
+OPERATORS_WHO = "the owner or an operator"
+
+
+def resumed_text(reason: str, who: str = OPERATORS_WHO) -> str:
+    """The plain marker a timeline shows where a run went on; a reason from a later version of
+    Loop reads as its words rather than failing the page."""
+    try:
+        text = RESUMED_TEXTS[ResumeReason(reason)]
+    except ValueError:
+        return f"Resumed ({reason.replace('_', ' ')})"
+    return text.format(who=who)
 
 
 def failed_tool_calls() -> Subquery:
@@ -59,6 +83,10 @@ class TimelineEntry:
     execution: ToolExecution | None = None
     trip: BreakerTrip | None = None
     recalled: list[RecalledMemoryEntry] = field(default_factory=list)
+
+    @property
+    def resumed(self) -> str:
+        return resumed_text(self.data["reason"]) if self.kind == "run_resumed" else ""
 
     @property
     def reasoning(self) -> str:
@@ -130,6 +158,9 @@ def gist(kind: str, data: dict[str, Any]) -> str:
         case "run_finished":
             reason = f" ({data['halt_reason']})" if data.get("halt_reason") else ""
             return f"{data['status']}{reason}: {short(data['answer'] or data.get('error', ''))}"
+        case "run_resumed":
+            lost = f", lost {data['lost_worker']}" if data.get("lost_worker") else ""
+            return f"{resumed_text(data['reason'])} (attempt {data['attempt']}{lost})"
     return ""
 
 
@@ -161,6 +192,9 @@ def run_summary(run: AgentRun) -> dict[str, Any]:
         "started_at": when(run.started_at),
         "finished_at": when(run.finished_at),
         "cancel_requested_at": when(run.cancel_requested_at),
+        "attempt": run.attempt,
+        "worker": run.worker,
+        "resumes": run.resumes,
     }
 
 

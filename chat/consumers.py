@@ -354,11 +354,15 @@ class RunConsumer(AsyncWebsocketConsumer):
             if not read.frames or (read.last <= after and not acknowledge):
                 return
             self.sent[run_id] = read.last
-            self.replied[run_id] = max(self.replied.get(run_id, 0), read.replied)
+            # A run that went on again streams its steps again (its old end settled them all);
+            # a reply cut off by a lost worker is asked again, so its streamed card goes.
+            earlier = 0 if read.resumed else self.replied.get(run_id, 0)
+            self.replied[run_id] = max(earlier, read.replied)
+            removed = ALL_STEPS if read.resumed else read.replied
             *frames, last = read.frames
             for frame in frames:
                 await self.send(text_data=frame)
-            await self.send(text_data=last + self.streamed_removals(run_id, read.replied))
+            await self.send(text_data=last + self.streamed_removals(run_id, removed))
             if not read.more:
                 return
             acknowledge = False
@@ -434,6 +438,7 @@ class Unsent:
     last: int
     replied: int
     more: bool
+    resumed: bool = False  # the run went on again: what streamed before it is void
 
 
 _reading: dict[tuple[int, int, int], asyncio.Future[Unsent]] = {}
@@ -469,17 +474,34 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
         frames = [render_to_string("chat/cards.html#seq_marker", marker)]
         return Unsent(frames=frames, last=after, replied=0, more=False)
     return Unsent(
-        frames=framed(run, events, more), last=events[-1][0], replied=settled(events), more=more
+        frames=framed(run, events, more),
+        last=events[-1][0],
+        replied=settled(events),
+        more=more,
+        resumed=resumes(events),
     )
 
 
 def settled(events: list[tuple[int, str, dict[str, Any]]]) -> int:
     """The last step whose streamed text a stored card now shows: a reply that called tools
-    shows in its own card; the final reply shows when the run's end arrives."""
-    if any(kind == "run_finished" for _, kind, _ in events):
+    shows in its own card; the final reply shows when the run's end arrives (and a run that
+    went on after an end streams again)."""
+    if ends(events):
         return ALL_STEPS
     replies = [data for _, kind, data in events if kind == "model_replied" and data["tool_calls"]]
     return max((data["step"] for data in replies), default=0)
+
+
+def ends(events: list[tuple[int, str, dict[str, Any]]]) -> bool:
+    """Whether these events end with the run's end: a run continued or resumed after it goes
+    on, its later events to come."""
+    lifecycle = [kind for _, kind, _ in events if kind in ("run_finished", "run_resumed")]
+    return bool(lifecycle) and lifecycle[-1] == "run_finished"
+
+
+def resumes(events: list[tuple[int, str, dict[str, Any]]]) -> bool:
+    """Whether the run went on again within these events (a continue, a resume)."""
+    return any(kind == "run_resumed" for _, kind, _ in events)
 
 
 def framed(run: AgentRun, events: list[tuple[int, str, dict[str, Any]]], more: bool) -> list[str]:
@@ -501,17 +523,20 @@ def framed(run: AgentRun, events: list[tuple[int, str, dict[str, Any]]], more: b
             frame.append(part)
             size += part_size
     kinds = {kind for _, kind, _ in events}
-    finished = "run_finished" in kinds
-    frame.append(seq_marker(run, events[-1][0], finished=finished and not more))
-    if kinds & {"run_started", "run_finished"}:
+    finished = ends(events) and not more
+    tail = []
+    if kinds & {"run_started", "run_finished", "run_resumed"}:
         # The run's row as of these events at least: it was read before them, and the run may
-        # have finished in between (its status and its last event are stored together).
+        # have finished in between (its status and its last event are stored together), or
+        # been continued since (then it is not finished, and the page keeps watching).
         run.refresh_from_db()
+        finished = finished and run.is_finished
         context = {"run": run, "oob": True}
-        frame.append(render_to_string("chat/cards.html#run_status", context))
+        tail.append(render_to_string("chat/cards.html#run_status", context))
         if run.conversation_id is not None:
-            frame.append(sidebar_status(run.conversation_id))
-    frames.append("".join(frame))
+            tail.append(sidebar_status(run.conversation_id))
+    frame.append(seq_marker(run, events[-1][0], finished=finished))
+    frames.append("".join(frame + tail))
     return frames
 
 

@@ -17,6 +17,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from markdown_it import MarkdownIt
 
+from agent.audit import resumed_text
 from agent.events import HaltReason, RunStatus
 
 # Raw HTML in Markdown is shown as text; nh3 then keeps only these tags and link schemes, so a
@@ -61,15 +62,17 @@ STATUS_LABELS = {
 NEXT_STEPS = {
     RunStatus.FAILED: "Send the task again; if it keeps failing, rephrase it or try a smaller "
     "step. If the model provider is down, try again later.",
-    RunStatus.INTERRUPTED: "The worker running it stopped before the end. Send the task again "
-    "to start over.",
-    RunStatus.HALTED: "Loop stopped it to protect your budget. Refine the task and send it "
-    "again, or ask for the part that is left.",
+    RunStatus.INTERRUPTED: "It stopped before the end. Continue it to go on from where it "
+    "stopped, or send the task again to start over.",
+    RunStatus.HALTED: "Loop stopped it to protect your budget. Continue it to go on with a fresh "
+    "set of limits, or refine the task and send it again.",
 }
+# The events the page draws no card for: the task shows as the person's own bubble.
+UNDRAWN_KINDS = frozenset({"run_started"})
 # A deadline halt with an error is the provider's fault (agent.loop records why), not the task's.
 SLOW_PROVIDER_STEP = (
-    "The model provider did not answer in time. Send the task again later, or ask the operator "
-    "to raise LOOP_RUN_SECONDS."
+    "The model provider did not answer in time. Continue it later, or ask the operator to raise "
+    "LOOP_RUN_SECONDS."
 )
 
 
@@ -178,6 +181,10 @@ def event_card(run_id: int, seq: int, kind: str, data: dict[str, Any], texts: Te
         case "run_halted":
             text = f"Halted: {reason_text(data['reason'])}. {data['detail']}"
             return Card("banner", f"ev-{run_id}-{seq}", {"text": text, "tone": "warn"})
+        case "run_resumed":
+            # The person reading the chat owns the run: a continue is theirs.
+            text = resumed_text(data["reason"], who="you")
+            return Card("marker", f"ev-{run_id}-{seq}", {"text": text})
         case "run_finished":
             status = data["status"]
             return Card(
