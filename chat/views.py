@@ -134,10 +134,41 @@ def stop(request: HttpRequest, run_id: int) -> HttpResponse:
     except AgentRun.DoesNotExist:
         return HttpResponse("No such run.", status=404)
     if not request.htmx:
-        if run.conversation_id is None:  # a run from the terminal
-            return redirect("chat:home")
-        return redirect("chat:conversation", run.conversation_id)
+        return redirect_to_run(run)
     return render(request, "chat/cards.html#run_status", {"run": run})
+
+
+@require_POST
+def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Its owner asks a run that stopped early to go on: the turn, queued again, takes its own
+    place on the page, and its seq marker has the page watch it live, as after a send."""
+    try:
+        run = services.continue_run(request.user, run_id)
+    except AgentRun.DoesNotExist:
+        return HttpResponse("No such run.", status=404)
+    except services.InvalidTask as error:
+        return refused(request, run_id, str(error))
+    if not request.htmx:
+        return redirect_to_run(run)
+    return render(request, "chat/cards.html#turn", {"turn": turn(run)})
+
+
+def refused(request: HttpRequest, run_id: int, error: str) -> HttpResponse:
+    """A continue refused with its sentence, where a refused send shows its own."""
+    if request.htmx:
+        response = HttpResponse(error)
+        response["HX-Retarget"] = "#send-error"
+        response["HX-Reswap"] = "innerHTML"
+        return response
+    run = get_object_or_404(services.runs_for(request.user), pk=run_id)
+    conversation = owned_conversation(request, run.conversation_id) if run.conversation_id else None
+    return chat_page(request, conversation, error=error, status=400)
+
+
+def redirect_to_run(run: AgentRun) -> HttpResponse:
+    if run.conversation_id is None:  # a run from the terminal
+        return redirect("chat:home")
+    return redirect("chat:conversation", run.conversation_id)
 
 
 class RenameForm(forms.Form):

@@ -4,12 +4,13 @@ from html.parser import HTMLParser
 
 import pytest
 from django.test import Client
-from django_tasks_db.models import DBTaskResult
+from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, Conversation
 from agent.services import execute_run, new_conversation, start_run
+from agent.tasks import WORK_RUN
 from chat.rendering import markdown, page_cards
 
 pytestmark = pytest.mark.django_db
@@ -66,7 +67,8 @@ def test_the_first_task_stores_a_conversation_and_queues_its_run(as_alice, alice
     assert response.url == f"/c/{conversation.pk}/"
     run = AgentRun.objects.get(conversation=conversation)
     assert (run.task, run.status) == (DEMO, RunStatus.QUEUED)
-    assert DBTaskResult.objects.get().args_kwargs["args"] == [run.pk]
+    job = ProcrastinateJob.objects.get()
+    assert (job.id, job.task_name, job.args) == (run.job_id, WORK_RUN, {"run_id": run.pk})
     page = as_alice.get(response.url).text
     assert conversation.title in page
     assert f'data-run="{run.pk}" data-seq="0" data-watch' in page
@@ -206,9 +208,11 @@ def test_a_run_halted_because_the_provider_was_too_slow_does_not_blame_the_task(
     slow = finished(error="The model provider did not answer in time: Groq did not finish.")
     [card] = page_cards(1, [(9, "run_finished", slow)])
     assert "did not answer in time" in card.data["next_step"]
-    assert "Refine the task" not in card.data["next_step"]
+    assert "refine the task" not in card.data["next_step"].lower()
+    assert "Continue it later" in card.data["next_step"]
 
 
-def test_a_run_that_used_up_its_own_time_is_told_to_refine_the_task():
+def test_a_run_that_used_up_its_own_time_is_told_to_continue_or_refine_the_task():
     [card] = page_cards(1, [(9, "run_finished", finished())])
-    assert "Refine the task" in card.data["next_step"]
+    assert "Continue it to go on with a fresh set of limits" in card.data["next_step"]
+    assert "refine the task" in card.data["next_step"]

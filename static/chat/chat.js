@@ -60,6 +60,11 @@
       const timeline = document.getElementById("timeline");
       timeline.scrollTop = timeline.scrollHeight;
     }
+    // A run that goes on again: an earlier refusal no longer holds.
+    if (form.classList.contains("continue-form") && event.detail.successful &&
+        !event.detail.xhr.getResponseHeader("HX-Retarget")) {
+      document.getElementById("send-error").textContent = "";
+    }
   });
 
   // Keep the newest step in view, unless the person has scrolled up to read.
