@@ -16,7 +16,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
@@ -82,7 +82,7 @@ class AgentRunAdmin(AuditAdmin):
     search_fields = ("task", "answer", "error")
     # Newest first by id: ids follow creation, and the primary key index serves the order.
     ordering = ("-id",)
-    actions = ("cancel_runs", "export_transcripts")
+    actions = ("cancel_runs", "continue_runs", "export_transcripts")
     change_form_template = "admin/agent/agentrun/change_form.html"
     fieldsets = (
         (None, {"fields": ("user_page", "task", "status_badge", "halt_reason_badge", "answer")}),
@@ -103,10 +103,11 @@ class AgentRunAdmin(AuditAdmin):
             {
                 "fields": (
                     ("created_at", "started_at", "finished_at", "duration"),
-                    ("heartbeat_at", "cancel_requested_at"),
+                    "cancel_requested_at",
                 )
             },
         ),
+        ("Engine", {"fields": (("attempt", "worker", "job_id", "resumes"), "resume_rows")}),
         ("Records", {"fields": ("records",)}),
     )
     readonly_fields = (
@@ -118,6 +119,7 @@ class AgentRunAdmin(AuditAdmin):
         "duration",
         "limits_json",
         "records",
+        "resume_rows",
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
@@ -176,6 +178,31 @@ class AgentRunAdmin(AuditAdmin):
         links.append(link(list_url(AgentRun, user=run.user_id), f"{run.user}'s runs"))
         return format_html_join(" · ", "{}", ((item,) for item in links))
 
+    @admin.display(description="went on")
+    def resume_rows(self, run: AgentRun) -> SafeString:
+        """Each time the run went on where it had stopped: its audit rows (agent.RunResume)."""
+        rows = list(run.resumes_log.order_by("attempt"))
+        if not rows:
+            return format_html('<span class="loop-none">{}</span>', "never: one attempt")
+        body = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    row.attempt,
+                    audit.resumed_text(row.reason),
+                    row.lost_worker or "—",
+                    timezone.localtime(row.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+                )
+                for row in rows
+            ),
+        )
+        return format_html(
+            '<table class="loop-table loop-resumes"><thead><tr><th>attempt</th><th>why</th>'
+            "<th>worker lost</th><th>when</th></tr></thead><tbody>{}</tbody></table>",
+            body,
+        )
+
     def render_change_form(
         self,
         request: HttpRequest,
@@ -190,6 +217,7 @@ class AgentRunAdmin(AuditAdmin):
                 "timeline": audit.timeline(obj),
                 "stored_memories": Memory.objects.filter(source_run=obj).defer("embedding"),
                 "can_cancel": not obj.is_finished and services.can_cancel_any_run(request.user),
+                "can_continue": obj.can_continue and services.can_continue_any_run(request.user),
             }
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -206,6 +234,11 @@ class AgentRunAdmin(AuditAdmin):
                 "<int:run_id>/cancel/",
                 view(require_POST(self.cancel_view)),
                 name="agent_agentrun_cancel",
+            ),
+            path(
+                "<int:run_id>/continue/",
+                view(require_POST(self.continue_view)),
+                name="agent_agentrun_continue",
             ),
             *super().get_urls(),
         ]
@@ -224,6 +257,24 @@ class AgentRunAdmin(AuditAdmin):
         if finished:
             message += f" {finished} had already finished and stay as they ended."
         self.message_user(request, message, messages.SUCCESS if asked else messages.WARNING)
+
+    def has_continue_permission(self, request: HttpRequest) -> bool:
+        return services.can_continue_any_run(request.user)
+
+    @admin.action(description="Continue the selected runs", permissions=["continue"])
+    def continue_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
+        """Each run that can go on is queued again; each that cannot says why, by its id."""
+        for run in queryset.order_by("pk"):
+            self.go_on(request, run.pk)
+
+    def go_on(self, request: HttpRequest, run_id: int) -> None:
+        try:
+            run = services.continue_run_as_operator(request.user, run_id)
+        except services.InvalidTask as error:
+            self.message_user(request, f"Run {run_id} was not continued: {error}", messages.WARNING)
+            return
+        self.log_change(request, run, "Continued by an operator.")
+        self.message_user(request, f"Run {run.pk} continues: it is {run.status} again.")
 
     @admin.action(description="Export transcripts as JSON")
     def export_transcripts(
@@ -245,6 +296,13 @@ class AgentRunAdmin(AuditAdmin):
         else:
             run = self.cancel(request, run)
             self.message_user(request, f"Run {run.pk} was asked to stop; it is {run.status}.")
+        return HttpResponseRedirect(reverse("admin:agent_agentrun_change", args=[run.pk]))
+
+    def continue_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
+        if not self.has_continue_permission(request):
+            raise PermissionDenied
+        run = get_object_or_404(AgentRun, pk=run_id)
+        self.go_on(request, run.pk)
         return HttpResponseRedirect(reverse("admin:agent_agentrun_change", args=[run.pk]))
 
     def transcript_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
