@@ -1,4 +1,6 @@
-"""`manage.py runagent "task"`: run one task from the terminal, printing each step as it happens."""
+"""`manage.py runagent "task"`: run one task from the terminal, printing each step as it happens.
+`manage.py runagent --resume RUN_ID`: continue a run that stopped early, here, from where it
+stopped."""
 
 import dataclasses
 import json
@@ -13,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agent.audit import resumed_text
 from agent.events import (
     BreakerTripped,
     Event,
@@ -20,6 +23,7 @@ from agent.events import (
     ModelReplied,
     RunFinished,
     RunHalted,
+    RunResumed,
     RunStarted,
     RunStatus,
     ToolCallFinished,
@@ -28,7 +32,7 @@ from agent.events import (
 from agent.llm.factory import ModelUnavailable
 from agent.loop import Limits
 from agent.models import AgentRun
-from agent.services import InvalidTask, default_limits, execute_run, start_run
+from agent.services import InvalidTask, default_limits, execute_run, resume_here, start_run
 
 CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -46,11 +50,18 @@ class Command(BaseCommand):
     help = (
         "Run one task through the agent, printing each step live. Exit status: 0 succeeded, "
         "1 failed, 2 bad usage, 3 halted (breaker, cap or budget), 4 cancelled (Ctrl-C or "
-        "SIGTERM), 5 interrupted. -v 2 prints the model's reasoning whole and every library's log."
+        "SIGTERM), 5 interrupted. -v 2 prints the model's reasoning whole and every library's log. "
+        "--resume RUN_ID continues a halted, interrupted or model-failed run instead."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("task", help="What the agent should do.")
+        parser.add_argument("task", nargs="?", help="What the agent should do.")
+        parser.add_argument(
+            "--resume",
+            type=int,
+            metavar="RUN_ID",
+            help="Continue this run here from where it stopped, with a fresh set of limits.",
+        )
         parser.add_argument(
             "--user",
             help=f"The user the run acts for (default: {CLI_USER!r}, created on first use).",
@@ -69,6 +80,15 @@ class Command(BaseCommand):
         self.verbose = options["verbosity"] >= 2
         if self.verbose:  # every library's INFO log too, httpx's request lines among them
             logging.getLogger().setLevel(logging.INFO)
+        run = self.resume(options) if options["resume"] is not None else self.start(options)
+        if EXIT_CODES.get(run.status, 1):
+            raise SystemExit(EXIT_CODES.get(run.status, 1))
+
+    def start(self, options: dict[str, Any]) -> AgentRun:
+        if options["task"] is None:
+            raise CommandError(
+                "Say what the agent should do, or give --resume RUN_ID.", returncode=USAGE_ERROR
+            )
         limits = self.limits(options["max_iterations"])
         user = self.user(options["user"])
         try:
@@ -77,9 +97,36 @@ class Command(BaseCommand):
             raise CommandError(str(error), returncode=USAGE_ERROR) from None
         show = self.json_line(run) if options["json"] else self.transcript(run)
         with cancel_on_interrupt(self.stderr.write) as cancelled:
-            run = execute_run(run, on_event=show, cancelled=cancelled)
-        if EXIT_CODES.get(run.status, 1):
-            raise SystemExit(EXIT_CODES.get(run.status, 1))
+            return execute_run(run, on_event=show, cancelled=cancelled)
+
+    def resume(self, options: dict[str, Any]) -> AgentRun:
+        """The run goes on in this process as a worker would take it, printing what follows."""
+        given = [f"--{name}" for name in ("user", "model", "max_iterations") if options[name]]
+        if options["task"] is not None or given:
+            asked = ", ".join(["a task"] * (options["task"] is not None) + given)
+            raise CommandError(
+                f"--resume continues a run as it was: leave out {asked}.", returncode=USAGE_ERROR
+            )
+        run_id = options["resume"]
+        run = AgentRun.objects.filter(pk=run_id).first()
+        if run is None:
+            raise CommandError(f"No run {run_id}.", returncode=USAGE_ERROR)
+        if not run.can_continue:
+            raise CommandError(
+                f"Run {run_id} cannot continue: it is {run.status}. Only a run that halted, was "
+                "interrupted or failed because the model did not answer can go on.",
+                returncode=USAGE_ERROR,
+            )
+        if not options["json"]:
+            self.stdout.write(f"Continuing run {run.pk} ({run.status}): {run.task}")
+        show = self.json_line(run) if options["json"] else self.transcript(run)
+        with cancel_on_interrupt(self.stderr.write) as cancelled:
+            try:
+                return resume_here(run, on_event=show, cancelled=cancelled)
+            except (InvalidTask, ModelUnavailable) as error:
+                raise CommandError(
+                    f"Run {run_id} cannot continue: {error}", returncode=USAGE_ERROR
+                ) from None
 
     def limits(self, max_iterations: int | None) -> Limits:
         if max_iterations is None:
@@ -148,6 +195,9 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             return [f"Circuit breaker tripped on {event.tool} ({event.reason})."]
         case RunHalted():
             return [f"Halted: {event.detail}"]
+        case RunResumed():
+            # Whoever typed `runagent --resume` asked for a continue.
+            return [f"{resumed_text(event.reason, who='you')} (attempt {event.attempt})."]
         case RunFinished():
             return finished(event, run_id)
     return []
