@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8095
 
-.PHONY: run test lint format migrate system-deps browser-deps
+.PHONY: run worker test lint format migrate system-deps browser-deps
 
 # run_code's sandbox needs bubblewrap and a system Python under /usr (a root worker runs each
 # user's snippets as a numeric uid of their own, so no account needs creating). As root on Debian
@@ -61,6 +61,11 @@ run: migrate
 	@echo "Operators' admin: http://$(HOST):$(PORT)/admin/"
 	@echo
 	HOST=$(HOST) $(BIN)/honcho start --procfile Procfile --port $(PORT)
+
+# One more worker, on this machine or any other that reaches the same DATABASE_URL (runs are
+# shared out between all of them): `make worker`, or `make worker CONCURRENCY=32`.
+worker: migrate
+	$(BIN)/python manage.py worker $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
 test: $(VENV)/.installed system-deps browser-deps
 	$(BIN)/pytest

@@ -31,8 +31,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 # Threads beyond one per run: the recovery and the runs' own sync_to_async calls share the pool.
 SPARE_THREADS = 4
-# NOTIFY hands a new job over at once; polling is only the fallback for a lost notification.
-FETCH_POLL_SECONDS = 5.0
+# NOTIFY hands a new job over at once; the poll bounds a miss: Procrastinate clears its "new job"
+# flag after each fetch, so a notification that lands while a fetch is in flight is lost with it.
+FETCH_POLL_SECONDS = 1.0
 # Stop requests come by NOTIFY too; the poll covers one sent while the listener reconnected.
 ABORT_POLL_SECONDS = 1.0
 # A stopping worker gives its runs this long to hand back (honcho's SIGKILL comes at 5 s; the

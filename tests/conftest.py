@@ -1,7 +1,9 @@
 """Shared helpers: running manage.py in a separate process, as an operator or a worker would."""
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -121,27 +123,41 @@ def worker_env(child_database_url, workspaces) -> dict[str, str]:
 
 @pytest.fixture
 def start_worker(worker_env) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Start `manage.py db_worker` processes, as `make run` does; each is stopped after the test."""
+    """Start `manage.py worker ARGS` processes (`--supervise` as `make run` does), with the given
+    environment overrides; each, with any worker a supervisor started, is stopped after the
+    test. Each runs in a process group of its own, which a supervisor's worker shares."""
     started: list[subprocess.Popen[str]] = []
 
-    def start(**env: str) -> subprocess.Popen[str]:
+    def start(*args: str, **env: str) -> subprocess.Popen[str]:
         process = subprocess.Popen(
-            [sys.executable, "manage.py", "db_worker", "--no-reload", "--interval", "0.1"],
+            [sys.executable, "manage.py", "worker", *args],
             cwd=PROJECT_DIR,
-            env=child_environment(**worker_env, **env),
+            env=child_environment(**{**worker_env, **env}),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,
         )
         started.append(process)
         return process
 
     yield start
     for process in started:
-        if process.poll() is None:
-            process.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    for process in started:
         process.communicate(timeout=60)
+        wait_for(lambda pid=process.pid: not group_alive(pid), "a supervised worker to stop")
     others_gone()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the process group `pgid` is still running."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def others_gone() -> None:

@@ -1,7 +1,7 @@
 """`manage.py worker`: one run-engine worker process, on any machine that reaches DATABASE_URL."""
 
 from argparse import ArgumentTypeError
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
@@ -25,6 +25,10 @@ class Command(BaseCommand):
         "dies (what `make run` uses)."
     )
 
+    # The worker runs the checks itself; the supervisor has no use for them (the sandbox's check
+    # starts one) and becomes a process without Django at once.
+    requires_system_checks: ClassVar[list[str]] = []
+
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--concurrency", type=positive, help="Runs worked at once in this process."
@@ -41,6 +45,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["supervise"]:
             become_supervisor(worker_arguments(options))
+        self.check()
         config = WorkerConfig(
             concurrency=options["concurrency"] or settings.LOOP_WORKER_CONCURRENCY,
             name=options["name"] or default_name(),
