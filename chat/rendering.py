@@ -9,7 +9,7 @@ and a link to the whole text, so no card is too big for the page or for one sock
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import nh3
@@ -242,13 +242,16 @@ def shown_arguments(raw: str) -> tuple[str, str]:
 
 
 def page_cards(run_id: int, events: Iterable[tuple[int, str, dict[str, Any]]]) -> list[Card]:
-    """A run's cards as the page shows them at first: each later card in its earlier's place."""
+    """A run's cards as the page shows them at first: each later card in its earlier's place.
+    Drawn where they belong, none is an out-of-band swap: in a whole turn that htmx swaps in (a
+    continued run's), such a card would be taken out of the turn to replace its old self."""
     cards: list[Card] = []
     at: dict[str, int] = {}
     for seq, kind, data in events:
         card = card_for(run_id, seq, kind, data)
         if card is None:
             continue
+        card = replace(card, replaces=False)
         if card.id in at:
             cards[at[card.id]] = card
         else:

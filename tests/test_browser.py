@@ -1,5 +1,5 @@
 """The chat in a real browser (Debian's Chromium through Playwright), against a live daphne and a
-real db_worker, as two people would use it. Screenshots land in var/test-artifacts/."""
+real worker, as two people would use it. Screenshots land in var/test-artifacts/."""
 
 import socket
 import subprocess
@@ -77,31 +77,45 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def live_site(worker_env, start_worker) -> Iterator[str]:
-    """daphne serving Loop, and one worker: what `make run` starts."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port),
-         "loopsite.asgi:application"],
-        cwd=PROJECT_DIR,
-        env=child_environment(**worker_env),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    start_worker()
-    url = f"http://127.0.0.1:{port}"
+def start_site(worker_env, start_worker) -> Iterator[Callable[..., str]]:
+    """Start daphne serving Loop, and one worker, both with the given settings: what `make run`
+    starts. Answers the site's address."""
+    servers: list[subprocess.Popen[bytes]] = []
 
-    def answers() -> bool:
-        try:
-            with urllib.request.urlopen(f"{url}/accounts/login/", timeout=5) as response:  # noqa: S310
-                return response.status == 200
-        except OSError:
-            return False
+    def start(**env: str) -> str:
+        port = free_port()
+        servers.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port),
+                 "loopsite.asgi:application"],
+                cwd=PROJECT_DIR,
+                env=child_environment(**worker_env, **env),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )  # fmt: skip
+        start_worker(**env)
+        url = f"http://127.0.0.1:{port}"
 
-    wait_for(answers, "daphne to answer")
-    yield url
-    server.terminate()
-    server.wait(timeout=60)  # start_worker then waits for both processes' sessions to end
+        def answers() -> bool:
+            try:
+                with urllib.request.urlopen(f"{url}/accounts/login/", timeout=5) as response:  # noqa: S310
+                    return response.status == 200
+            except OSError:
+                return False
+
+        wait_for(answers, "daphne to answer")
+        return url
+
+    yield start
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=60)  # start_worker then waits for both processes' sessions to end
+
+
+@pytest.fixture
+def live_site(start_site) -> str:
+    return start_site()
 
 
 @pytest.fixture
@@ -208,3 +222,40 @@ def test_two_people_use_the_chat(live_site, browser):
     assert bob.goto(f"{live_site}/c/{conversation.pk}/").status == 404
     assert bob.request.get(f"{live_site}/runs/{run.pk}/").status == 404
     assert Path(ARTIFACTS / "chat-phone.png").stat().st_size > 0
+
+
+def test_a_halted_run_is_continued_live_to_its_end(start_site, browser):
+    """At a cap of two model turns the demo halts before it has saved the file; Continue gives it
+    a fresh set of limits and the page follows it, without a reload, to its answer."""
+    site = start_site(LOOP_MAX_ITERATIONS="2")
+    db(lambda: User.objects.create_user("alice", password=PASSWORD))
+    page = logged_in(browser, site, "alice", LAPTOP)
+    page.click(f"button[name=task][value='{DEMO}']")
+    turn = last_turn(page)
+    expect(turn.locator(".card.answer.status-halted")).to_be_visible(timeout=WAIT_MS)
+    run = db(lambda: AgentRun.objects.get())
+    assert (run.status, run.halt_reason) == ("halted", "iteration_cap")
+    ran_before = db(lambda: list(run.tool_executions.values_list("call_id", flat=True)))
+
+    page.evaluate("window.arrivals = []; window.sameDocument = true")
+    turn.get_by_role("button", name="Continue").click()
+    turn = page.locator(f"#run-{run.pk}")
+    expect(turn.locator(".card.marker")).to_have_text(
+        "↻ Continued: you asked it to go on", timeout=WAIT_MS
+    )
+    expect(turn.locator(".card.answer.status-succeeded")).to_contain_text(
+        "The sum of 1..100 is 5050. I saved it to sum.txt.", timeout=WAIT_MS
+    )
+    expect(turn.get_by_role("button", name="Continue")).to_have_count(0)
+    expect(page.locator(".send-error")).to_be_empty()
+    # It came live over the socket: the page was never reloaded.
+    assert page.evaluate("window.sameDocument === true")
+    arrivals = page.evaluate("window.arrivals")
+    assert any("status-succeeded" in card for card in arrivals), arrivals
+    page.screenshot(path=ARTIFACTS / "chat-continued.png")
+    run = db(lambda: AgentRun.objects.get())
+    assert run.status == "succeeded"
+    assert card_ids(turn) == db(lambda: expected_ids(run))
+    calls = db(lambda: list(run.tool_executions.values_list("call_id", flat=True)))
+    assert len(calls) == len(set(calls))  # no tool call ran twice
+    assert set(ran_before) < set(calls)

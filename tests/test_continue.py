@@ -92,6 +92,9 @@ def test_the_owner_continues_a_halted_run_and_the_page_follows_it(alice, workspa
     assert f'<section class="turn" id="run-{run.pk}"' in response.text
     assert f'data-run="{run.pk}" data-seq="{run.events.count()}" data-watch' in response.text
     assert "Waiting for a worker" in response.text
+    # Swapped in whole: no card in it may be an out-of-band swap, or htmx takes it out.
+    assert "hx-swap-oob" not in response.text
+    assert response.text.count('class="card tool') == 2
     assert 'class="continue"' not in response.text
 
     run = execute_run(run)  # what the worker that takes the job does
