@@ -19,6 +19,7 @@ from markdown_it import MarkdownIt
 
 from agent.audit import resumed_text
 from agent.events import HaltReason, RunStatus
+from agent.loop import MODEL_FAILED
 
 # Raw HTML in Markdown is shown as text; nh3 then keeps only these tags and link schemes, so a
 # <script>, an onerror= or a javascript: link in model output can never run.
@@ -76,10 +77,18 @@ SLOW_PROVIDER_STEP = (
 )
 
 
+MODEL_DOWN_STEP = (
+    "The model provider did not answer. Continue it once the provider is back, to go on from "
+    "where it stopped."
+)
+
+
 def next_step(data: dict[str, Any]) -> str:
     """What a person can do about how a run ended, from its run_finished event."""
     if data.get("halt_reason") == HaltReason.DEADLINE and data.get("error"):
         return SLOW_PROVIDER_STEP
+    if data["status"] == RunStatus.FAILED and data.get("error", "").startswith(MODEL_FAILED):
+        return MODEL_DOWN_STEP  # such a run may be continued (AgentRun.can_continue)
     return NEXT_STEPS.get(RunStatus(data["status"]), "")
 
 
@@ -179,7 +188,8 @@ def event_card(run_id: int, seq: int, kind: str, data: dict[str, Any], texts: Te
             text = f"Circuit breaker: {data['tool']} — {reason_text(data['reason'])}."
             return Card("banner", f"ev-{run_id}-{seq}", {"text": text, "tone": "bad"})
         case "run_halted":
-            text = f"Halted: {reason_text(data['reason'])}. {data['detail']}"
+            detail = data["detail"][:1].upper() + data["detail"][1:]
+            text = f"Halted: {reason_text(data['reason'])}. {detail}"
             return Card("banner", f"ev-{run_id}-{seq}", {"text": text, "tone": "warn"})
         case "run_resumed":
             # The person reading the chat owns the run: a continue is theirs.

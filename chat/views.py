@@ -7,6 +7,7 @@ from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
@@ -150,7 +151,14 @@ def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
         return refused(request, run_id, str(error))
     if not request.htmx:
         return redirect_to_run(run)
-    return render(request, "chat/cards.html#turn", {"turn": turn(run)})
+    response = render(request, "chat/cards.html#turn", {"turn": turn(run)})
+    if run.conversation_id is not None:  # the sidebar's icon says it is waiting again
+        conversation = with_status(sidebar(request.user).get(pk=run.conversation_id))
+        context = {"conversation": conversation, "oob": True}
+        response.content += render_to_string(
+            "chat/cards.html#conversation_status", context
+        ).encode()
+    return response
 
 
 def refused(request: HttpRequest, run_id: int, error: str) -> HttpResponse:

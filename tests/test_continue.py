@@ -31,6 +31,8 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from agent.llm.base import LLMError
+from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.loop import Limits
 from agent.management.commands.runagent import describe
 from agent.models import AgentRun
@@ -92,8 +94,12 @@ def test_the_owner_continues_a_halted_run_and_the_page_follows_it(alice, workspa
     assert f'<section class="turn" id="run-{run.pk}"' in response.text
     assert f'data-run="{run.pk}" data-seq="{run.events.count()}" data-watch' in response.text
     assert "Waiting for a worker" in response.text
-    # Swapped in whole: no card in it may be an out-of-band swap, or htmx takes it out.
-    assert "hx-swap-oob" not in response.text
+    # Swapped in whole: no card in it may be an out-of-band swap, or htmx takes it out; only
+    # the sidebar's icon is, which now says the conversation waits again.
+    turn, icon = response.text.split("</section>")
+    assert "hx-swap-oob" not in turn
+    assert f'id="conversation-{run.conversation_id}-status" hx-swap-oob="true"' in icon
+    assert "Waiting for a worker" in icon
     assert response.text.count('class="card tool') == 2
     assert 'class="continue"' not in response.text
 
@@ -104,6 +110,23 @@ def test_the_owner_continues_a_halted_run_and_the_page_follows_it(alice, workspa
     assert DEMO_ANSWER in page
     assert 'class="continue"' not in page  # it succeeded: nothing to continue
     assert set(executions_per_call(run).values()) == {1}
+
+
+def test_a_run_the_model_provider_failed_is_continued_once_it_is_back(alice, workspaces):
+    run = start_run(alice, "List my files", model="mock", conversation=new_conversation(alice))
+    down = ScriptedLLM([call("list_files", {}), LLMError("Groq answered 503: overloaded")])
+    run = execute_run(run, llm=down)
+    assert run.status == RunStatus.FAILED
+    client = logged_in(alice)
+    page = client.get(reverse("chat:conversation", args=[run.conversation_id])).text
+    assert "Continue it once the provider is back" in page
+    assert f'hx-post="{continue_url(run)}"' in page
+
+    client.post(continue_url(run), headers=HTMX)
+    back = ScriptedLLM([answer("Your workspace is empty.")])
+    run = execute_run(AgentRun.objects.get(pk=run.pk), llm=back)
+    assert (run.status, run.answer) == (RunStatus.SUCCEEDED, "Your workspace is empty.")
+    assert set(executions_per_call(run).values()) == {1}  # list_files ran once
 
 
 def test_without_htmx_a_continue_goes_back_to_the_conversation(alice, workspaces):
