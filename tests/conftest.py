@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -158,6 +159,43 @@ def group_alive(pgid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def children(parent: int) -> dict[int, list[str]]:
+    """The processes whose parent is `parent`, each with its command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+        except (OSError, NotADirectoryError):
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            found[int(entry.name)] = argv
+    return found
+
+
+class OutputLines:
+    """A running process's output, read as it comes (a pipe nobody reads would fill up)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, args=(process,), daemon=True)
+        self._reader.start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.lines.append(line)
+
+    def count(self, words: str) -> int:
+        return sum(words in line for line in list(self.lines))
+
+    @property
+    def text(self) -> str:
+        """All of it, once the process has closed its output."""
+        self._reader.join(timeout=60)
+        return "".join(self.lines)
 
 
 def others_gone() -> None:

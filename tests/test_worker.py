@@ -9,7 +9,6 @@ fake. Each tool call appends its own line to a file in the workspace, so a call 
 import os
 import signal
 import subprocess
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from agent.history import INTERRUPTED_CALL
 from agent.models import AgentRun
 from agent.services import cancel_run, new_conversation, submit_run
 from agent.tasks import WORK_RUN
-from tests.conftest import PROJECT_DIR, wait_for
+from tests.conftest import PROJECT_DIR, OutputLines, children, wait_for
 from tests.groq_server import (  # noqa: F401 (the fixture)
     CHAT_COMPLETIONS_PATH,
     FakeGroqServer,
@@ -239,6 +238,12 @@ def test_a_killed_worker_s_run_is_resumed_by_another_mid_model_turn(
     assert executions(run) == {"call_first": 1}
 
 
+def supervised(supervisor: int) -> int | None:
+    """The pid of the `manage.py worker` the supervisor runs now, if it runs one."""
+    worker = [str(MANAGE), "worker"]
+    return next((pid for pid, argv in children(supervisor).items() if argv[1:3] == worker), None)
+
+
 def test_a_supervised_worker_that_is_killed_is_started_again(alice, start_worker):
     supervisor = start_worker("--supervise")
     worker = wait_for(lambda: supervised(supervisor.pid), "the supervised worker to start")
@@ -272,39 +277,3 @@ def test_a_worker_that_cannot_reach_its_database_waits_for_it_and_stops_when_tol
     assert "Traceback" not in lines.text, lines.text
     assert "starting again in 1 s" in lines.text
     assert "starting again in 2 s" in lines.text
-
-
-def supervised(supervisor: int) -> int | None:
-    """The pid of the `manage.py worker` the supervisor runs now, if it runs one."""
-    for entry in Path("/proc").iterdir():
-        try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, NotADirectoryError):
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == supervisor and command[1:3] == [str(MANAGE).encode(), b"worker"]:
-            return int(entry.name)
-    return None
-
-
-class OutputLines:
-    """A running process's output, read as it comes (a pipe nobody reads would fill up)."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, args=(process,), daemon=True)
-        self._reader.start()
-
-    def _read(self, process: subprocess.Popen[str]) -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            self.lines.append(line)
-
-    def count(self, words: str) -> int:
-        return sum(words in line for line in list(self.lines))
-
-    @property
-    def text(self) -> str:
-        self._reader.join(timeout=60)
-        return "".join(self.lines)
