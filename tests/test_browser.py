@@ -7,6 +7,7 @@ import sys
 import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -76,46 +77,50 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture
-def start_site(worker_env, start_worker) -> Iterator[Callable[..., str]]:
-    """Start daphne serving Loop, and one worker, both with the given settings: what `make run`
-    starts. Answers the site's address."""
-    servers: list[subprocess.Popen[bytes]] = []
+@contextmanager
+def site(
+    worker_env: dict[str, str], start_worker: Callable[..., object], **env: str
+) -> Iterator[str]:
+    """daphne serving Loop, and one worker, both with the given settings: what `make run`
+    starts. Yields the site's address."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port),
+         "loopsite.asgi:application"],
+        cwd=PROJECT_DIR,
+        env=child_environment(**worker_env, **env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    start_worker(**env)
+    url = f"http://127.0.0.1:{port}"
 
-    def start(**env: str) -> str:
-        port = free_port()
-        servers.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port),
-                 "loopsite.asgi:application"],
-                cwd=PROJECT_DIR,
-                env=child_environment(**worker_env, **env),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )  # fmt: skip
-        start_worker(**env)
-        url = f"http://127.0.0.1:{port}"
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/accounts/login/", timeout=5) as response:  # noqa: S310
+                return response.status == 200
+        except OSError:
+            return False
 
-        def answers() -> bool:
-            try:
-                with urllib.request.urlopen(f"{url}/accounts/login/", timeout=5) as response:  # noqa: S310
-                    return response.status == 200
-            except OSError:
-                return False
-
+    try:
         wait_for(answers, "daphne to answer")
-        return url
-
-    yield start
-    for server in servers:
+        yield url
+    finally:
         server.terminate()
         server.wait(timeout=60)  # start_worker then waits for both processes' sessions to end
 
 
 @pytest.fixture
-def live_site(start_site) -> str:
-    return start_site()
+def live_site(worker_env, start_worker) -> Iterator[str]:
+    with site(worker_env, start_worker) as url:
+        yield url
+
+
+@pytest.fixture
+def capped_site(worker_env, start_worker) -> Iterator[str]:
+    """The site with a cap of two model turns a run: the demo halts before it saves its file."""
+    with site(worker_env, start_worker, LOOP_MAX_ITERATIONS="2") as url:
+        yield url
 
 
 @pytest.fixture
@@ -224,12 +229,11 @@ def test_two_people_use_the_chat(live_site, browser):
     assert Path(ARTIFACTS / "chat-phone.png").stat().st_size > 0
 
 
-def test_a_halted_run_is_continued_live_to_its_end(start_site, browser):
+def test_a_halted_run_is_continued_live_to_its_end(capped_site, browser):
     """At a cap of two model turns the demo halts before it has saved the file; Continue gives it
     a fresh set of limits and the page follows it, without a reload, to its answer."""
-    site = start_site(LOOP_MAX_ITERATIONS="2")
     db(lambda: User.objects.create_user("alice", password=PASSWORD))
-    page = logged_in(browser, site, "alice", LAPTOP)
+    page = logged_in(browser, capped_site, "alice", LAPTOP)
     page.click(f"button[name=task][value='{DEMO}']")
     turn = last_turn(page)
     expect(turn.locator(".card.answer.status-halted")).to_be_visible(timeout=WAIT_MS)
