@@ -270,11 +270,16 @@ def is_database_error(error: BaseException | None) -> bool:
         db.InterfaceError,
         OSError,
     )
-    while error is not None:
-        if isinstance(error, kinds):
-            return True
+    return any(isinstance(each, kinds) for each in chain(error))
+
+
+def chain(error: BaseException | None) -> list[BaseException]:
+    """`error` and what caused it, in turn, down to the first cause."""
+    found: list[BaseException] = []
+    while error is not None and error not in found:
+        found.append(error)
         error = error.__cause__ or error.__context__
-    return False
+    return found
 
 
 def describe_failure(error: BaseException | None) -> str:
@@ -284,9 +289,7 @@ def describe_failure(error: BaseException | None) -> str:
     if not is_database_error(error):
         logger.error("The worker failed", exc_info=error)
         return f"it failed ({type(error).__name__})"
-    root = error
-    while root.__cause__ or root.__context__:
-        root = root.__cause__ or root.__context__
+    root = chain(error)[-1]
     words = str(root).strip().splitlines()
     return f"the database is unreachable ({words[0] if words else type(root).__name__})"
 
