@@ -8,16 +8,20 @@ suite's own server. The server's postmaster is the first line of <var>/postgres/
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import psutil
+import psycopg
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from loopsite.embedded_postgres import keeper
 from tests.conftest import PROJECT_DIR, child_environment, wait_for
@@ -66,6 +70,16 @@ run = RUN and AgentRun.objects.get(pk=RUN) or start_run(
 RunRecorder(run)(ModelReplied(1, "One.", [], 1, 1))
 print(run.pk, run.events.aggregate(last=Max("seq"))["last"])
 """
+
+SUBMIT = """
+from django.contrib.auth import get_user_model
+from agent.services import new_conversation, submit_run
+
+user = get_user_model().objects.get(username="alice")
+print(submit_run(user, TASK, new_conversation(user), model="mock").pk)
+"""
+COUNT_TO = 6
+TASK = f"Count slowly to {COUNT_TO}"  # the mock: one run_code call a second, then the answer
 
 OUTAGE_SENTENCE = "Loop's database is not answering; try again in a moment."
 
@@ -288,25 +302,142 @@ def record_event(var: Path, run_id: int = 0) -> tuple[int, int]:
     return int(run), int(seq)
 
 
-def until_seq(socket, seq: int) -> None:
-    """Read the socket's frames until one says the page has the run up to event `seq`."""
-    while f'data-seq="{seq}"' not in socket.recv(timeout=WAIT):
-        pass
+# The codes after which the page's socket opens again by itself (static/chat/chat.js); after any
+# other, the page says "not live: reload the page".
+RECONNECTS = (1006, 1011, 1012, 1013)
+SEQ = re.compile(r'data-seq="(\d+)"')
+
+
+class Page:
+    """A run's page as chat.js keeps it: a socket watching the run from the last event it has,
+    opened again (watching from there) after a close the page reconnects after."""
+
+    def __init__(self, site: LiveSite, cookie: str, run_id: int) -> None:
+        self.site, self.cookie, self.run_id = site, cookie, run_id
+        self.last = 0
+        self.sockets = ExitStack()
+        self.open()
+
+    def open(self) -> None:
+        self.socket = self.sockets.enter_context(open_socket(self.site, self.cookie))
+        watch(self.socket, self.run_id, after=self.last)
+
+    def until_seq(self, seq: int) -> None:
+        """Read until the page has the run up to event `seq`."""
+        while self.last < seq:
+            try:
+                frame = self.socket.recv(timeout=WAIT)
+            except ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd is not None else 1006
+                assert code in RECONNECTS, f"the socket closed with {code}: the page stays stale"
+                self.open()
+                continue
+            self.last = max([self.last, *map(int, SEQ.findall(frame))])
+
+    def close(self) -> None:
+        self.sockets.close()
 
 
 def test_the_page_socket_hears_its_run_again_after_the_server_restarts(var, cookie, start_site):
     run_id, seq = record_event(var)
     site = start_site()
-    with open_socket(site, cookie) as socket:
-        watch(socket, run_id)
-        until_seq(socket, seq)
-        # One event heard live first: the socket has read all it was woken for, so the kill
-        # below does not cut a read of the log in the middle.
-        until_seq(socket, record_event(var, run_id)[1])
-        killed = kill_postmaster(var)
-        # Nothing else uses the server: daphne's listener, reconnecting, starts it again.
-        wait_for(lambda: postmaster(var) not in (None, killed), "the listener to start it again")
+    page = Page(site, cookie, run_id)
+    page.until_seq(seq)
+    # One event heard live first: the socket has read all it was woken for, so the kill below
+    # does not cut a read of the log in the middle.
+    page.until_seq(record_event(var, run_id)[1])
+    killed = kill_postmaster(var)
+    # Nothing else uses the server: daphne's listener, reconnecting, starts it again.
+    wait_for(lambda: postmaster(var) not in (None, killed), "the listener to start it again")
 
-        _, later = record_event(var, run_id)
-        until_seq(socket, later)  # woken by the listener's NOTIFY, read from the log
+    _, later = record_event(var, run_id)
+    page.until_seq(later)  # woken by the listener's NOTIFY, read from the log
+    page.close()
     assert site.process.poll() is None
+
+
+@pytest.fixture
+def start_worker_on(var, workspaces) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """`manage.py worker` on the test's own server, in a process group of its own; stopped
+    (SIGTERM: it hands its runs back) after the test."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(**env: str) -> subprocess.Popen[str]:
+        environment = {"LOOP_VAR_DIR": str(var), "LOOP_WORKSPACES_DIR": str(workspaces), **env}
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "manage.py", "worker", "--concurrency", "2"],
+                cwd=PROJECT_DIR,
+                env=child_environment(**environment),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
+        return started[-1]
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+        process.communicate(timeout=WAIT)
+
+
+def query(var: Path, sql: str, *params: object) -> list[tuple] | None:
+    """Read the test's own database as a plain client (not one of the server's recorded users,
+    so it keeps nothing running); None while the server is down."""
+    try:
+        socket_dir = (var / "postgres" / "postmaster.pid").read_text().splitlines()[4]
+        with psycopg.connect(
+            host=socket_dir, user="postgres", dbname="loop", connect_timeout=5
+        ) as connection:
+            return connection.execute(sql, params).fetchall()  # type: ignore[arg-type]
+    except (OSError, IndexError, psycopg.Error):
+        return None
+
+
+def run_row(var: Path, run_id: int) -> tuple[str, int, str] | None:
+    rows = query(var, "SELECT status, resumes, answer FROM agent_agentrun WHERE id = %s", run_id)
+    return rows[0] if rows else None
+
+
+def run_events(var: Path, run_id: int) -> list[tuple[int, str, dict]]:
+    rows = query(
+        var, "SELECT seq, kind, data FROM agent_runevent WHERE run_id = %s ORDER BY seq", run_id
+    )
+    return rows or []
+
+
+def test_a_run_goes_on_when_the_database_is_killed_in_its_middle(
+    var, cookie, start_site, start_worker_on
+):
+    """daphne and a worker up, a page watching the run: the postmaster is SIGKILLed mid-run.
+    Both processes stay up, the server is started again, the run resumes from its log and
+    succeeds, its log is seq 1..N with no event twice, and the page catches up to its end."""
+    site = start_site()
+    worker = start_worker_on(LOOP_STALE_SECONDS="3")
+    submitted = manage(var, "shell", "--no-imports", "-c", f"TASK = {TASK!r}\n{SUBMIT}")
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = int(submitted.stdout)
+    watching = Page(site, cookie, run_id)
+    wait_for(
+        lambda: sum(kind == "tool_call_finished" for _, kind, _ in run_events(var, run_id)) >= 2,
+        "the run to be under way",
+    )
+    kill_postmaster(var)
+    assert page(site, cookie)[0] in (200, 503)  # answered either way, never a hang
+
+    wait_for(lambda: (run_row(var, run_id) or ("",))[0] == "succeeded", "the run to succeed")
+    events = run_events(var, run_id)
+    watching.until_seq(events[-1][0])  # the page caught up to the end of the run
+    watching.close()
+
+    assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
+    assert any(kind == "run_resumed" for _, kind, _ in events)
+    for kind in ("tool_call_started", "tool_call_finished"):
+        calls = [data["call_id"] for _, event_kind, data in events if event_kind == kind]
+        assert len(calls) == len(set(calls)), f"a call {kind} twice"
+    assert page(site, cookie)[0] == 200
+    assert site.process.poll() is None
+    assert worker.poll() is None

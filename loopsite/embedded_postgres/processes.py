@@ -80,6 +80,15 @@ def leave(pgdata: Path, pid: int) -> list[int]:
     return users(pgdata)
 
 
+def running(pgdata: Path) -> bool:
+    """Whether postmaster.pid names a live postmaster: a quick look, without the lock."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return False
+    return alive(pid)
+
+
 def postmaster(pgdata: Path) -> PostmasterInfo | None:
     """The running postmaster of this data directory, or None. The lock files (postmaster.pid,
     the socket's .lock) of a postmaster that died are removed when that postmaster is a zombie:

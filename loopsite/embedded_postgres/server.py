@@ -47,11 +47,16 @@ _joined: dict[Path, Path] = {}  # data directory -> its server's socket director
 
 
 def socket_dir(pgdata: Path, database: str) -> Path:
-    """Return the Unix socket directory of the running server, starting it first if needed."""
+    """Return the Unix socket directory of the running server, starting it first if needed:
+    the first time in this process, or again when it is no longer running (a look at its
+    postmaster.pid, so whoever reads the parameters for a connection of its own, such as the
+    worker's pool or the NOTIFY listener, brings a killed server back too)."""
     pgdata = pgdata.resolve()
     with _lock:
         if pgdata not in _joined:
             _joined[pgdata] = _join(pgdata, database)
+        elif not processes.running(pgdata):
+            _joined[pgdata] = _revive(pgdata)
         return _joined[pgdata]
 
 
@@ -59,7 +64,13 @@ def revive(pgdata: Path) -> Path:
     """After a connection failed: start the server again if it is not running (it died), and
     return its socket directory. If another process started it meanwhile, this only joins."""
     pgdata = pgdata.resolve()
-    with _lock, processes.exclusive(pgdata):
+    with _lock:
+        _joined[pgdata] = _revive(pgdata)
+        return _joined[pgdata]
+
+
+def _revive(pgdata: Path) -> Path:
+    with processes.exclusive(pgdata):
         if processes.postmaster(pgdata) is None:
             logger.warning(
                 "The embedded PostgreSQL in %s is not running; starting it again", pgdata
@@ -67,7 +78,6 @@ def revive(pgdata: Path) -> Path:
         directory = _start(pgdata)
         processes.join(pgdata, os.getpid())
         keeper.ensure(pgdata)
-        _joined[pgdata] = directory
         return directory
 
 
