@@ -140,9 +140,10 @@ def check_room_for_a_run(user_id: int) -> None:
         user_id=user_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
     ).count()
     if active >= settings.LOOP_USER_ACTIVE_RUNS:
+        runs = "run" if active == 1 else "runs"
         raise TooManyActiveRuns(
-            f"You have {active} runs going, the most Loop runs at once for one person. "
-            "Wait for one to finish, or stop one, then send this again."
+            f"You have {active} {runs} going, the most Loop runs at once for one person. "
+            "Wait for one to finish, or stop one, then try again."
         )
 
 
@@ -203,7 +204,7 @@ def work_job(
 ) -> str:
     """A worker's job: take the run (new, continued, or left by a worker that stopped) and work
     it to its end. RunReleased out of here means this worker gave the run up unfinished."""
-    claimed = claim(run_id, job_id=job_id, worker=f"{worker} {this_process()}")
+    claimed = claim(run_id, job_id=job_id, worker=worker)
     if claimed is None:
         return "nothing to do"
     interrupt = Interrupt()
@@ -258,11 +259,17 @@ def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
 
 
 def resume_reason(run: AgentRun) -> ResumeReason | None:
-    """Why a run is being taken up again, read from how it was left; None for a fresh start."""
-    if run.status == RunStatus.QUEUED:
-        started = run.events.filter(kind=RunStarted.kind).exists()
-        return ResumeReason.CONTINUED if started else None
-    return ResumeReason.WORKER_LOST if run.worker else ResumeReason.HANDED_BACK
+    """Why a run is being taken up again, read from how it was left; None for a fresh start.
+
+    Still running: its worker died. Queued with a log: a person continued it (its log ends with
+    its end) or its worker handed it back mid-way.
+    """
+    if run.status == RunStatus.RUNNING:
+        return ResumeReason.WORKER_LOST
+    last = run.events.order_by("-seq").values_list("kind", flat=True).first()
+    if last is None:
+        return None
+    return ResumeReason.CONTINUED if last == RunFinished.kind else ResumeReason.HANDED_BACK
 
 
 def work(
@@ -411,10 +418,13 @@ def resumed_too_often(claimed: Claim) -> str:
 
 
 def release(run: AgentRun, attempt: int) -> None:
-    """Say this worker gave the run back (so its next worker knows it was not lost), if the
-    database still answers; if it does not, the run counts as lost, which is what it is."""
+    """Put the run back in the queue, waiting for a worker (so no clean stop leaves it
+    `running`, and its next worker knows it was not lost), if the database still answers; if it
+    does not, the run counts as lost, which is what it is."""
     try:
-        AgentRun.objects.filter(pk=run.pk, attempt=attempt).update(worker="")
+        AgentRun.objects.filter(pk=run.pk, attempt=attempt, status=RunStatus.RUNNING).update(
+            status=RunStatus.QUEUED, worker=""
+        )
     except DatabaseError as error:
         logger.warning("Run %s: could not record the hand back: %s", run.pk, error)
 
@@ -526,7 +536,9 @@ def request_cancel(run: AgentRun) -> AgentRun:
     if AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
         status=RunStatus.CANCELLED, cancel_requested_at=now, finished_at=now
     ):
-        RunRecorder(run)(RunFinished(RunStatus.CANCELLED.value, "Cancelled before it started."))
+        went = run.events.exists()  # handed back by a worker that stopped, or continued
+        note = "Cancelled while it waited for a worker." if went else "Cancelled before it started."
+        RunRecorder(run)(RunFinished(RunStatus.CANCELLED.value, note))
     else:
         AgentRun.objects.filter(
             pk=run.pk, status=RunStatus.RUNNING, cancel_requested_at__isnull=True

@@ -111,7 +111,7 @@ def test_handed_back_mid_tool_call_resumes_without_running_a_call_twice(alice, w
     with pytest.raises(RunReleased):
         work_job(run.pk, job_id=job, worker="first", stop_requested=hand_back_once_a_call_runs)
     run.refresh_from_db()
-    assert (run.status, run.worker) == (RunStatus.RUNNING, "")  # handed back, not lost
+    assert (run.status, run.worker) == (RunStatus.QUEUED, "")  # handed back: waiting again
     started = set(run.events.filter(kind="tool_call_started").values_list("data__call_id"))
     finished = set(run.events.filter(kind="tool_call_finished").values_list("data__call_id"))
     assert started - finished  # the call it was in has no finish event
