@@ -27,6 +27,7 @@ import tempfile
 import time
 import uuid
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -231,7 +232,6 @@ def running_stack(
         LOOP_CHANNEL_PREFIX=f"bench-{uuid.uuid4().hex[:12]}",
         LOOP_MODEL="mock",
         LOOP_MOCK_LATENCY_MS=str(latency_ms),
-        LOOP_LOG_LEVEL="WARNING",
         **settings,
     )
     stack = Stack(project=project.resolve(), engine=engine, var_dir=var_dir, env=env)
@@ -271,6 +271,7 @@ class Person:
         self.username = username
         self.client = httpx.AsyncClient(base_url=stack.url, timeout=WAIT)
         self.headers = {"Origin": stack.url}  # a browser's POST carries its page's origin
+        self.error = ""  # why the site failed this person before the send, if it did
 
     async def log_in(self) -> None:
         page = await self.client.get("/accounts/login/")
@@ -344,13 +345,17 @@ class Person:
 
 
 async def log_in_all(stack: Stack, usernames: list[str], at_once: int = 4) -> list[Person]:
-    """Everyone logs in (a few at a time: a login hashes the password, which takes CPU)."""
+    """Everyone logs in (a few at a time: a login hashes the password, which takes CPU). A
+    person the site refuses keeps why, and later counts as a failed run."""
     gate = asyncio.Semaphore(at_once)
     people = [Person(stack, name) for name in usernames]
 
     async def one(person: Person) -> None:
         async with gate:
-            await person.log_in()
+            try:
+                await person.log_in()
+            except Exception as error:  # the site failed this person: counted, said why
+                person.error = f"log in: {type(error).__name__}: {error}"
 
     await asyncio.gather(*(one(person) for person in people))
     return people
@@ -359,17 +364,35 @@ async def log_in_all(stack: Stack, usernames: list[str], at_once: int = 4) -> li
 async def everyone_sends(people: list[Person]) -> list[Watched]:
     """Every person opens the home page, then all send the demo task at the same moment and
     watch their runs to the end."""
-    tokens = await asyncio.gather(*(person.open_home() for person in people))
     watched = [Watched(person.username) for person in people]
 
+    async def home(person: Person) -> str:
+        try:
+            return "" if person.error else await person.open_home()
+        except Exception as error:  # the site failed this person: counted, said why
+            person.error = f"home page: {type(error).__name__}: {error}"
+            return ""
+
+    tokens = await asyncio.gather(*(home(person) for person in people))
+
     async def one(person: Person, token: str, seen: Watched) -> None:
+        if person.error:
+            seen.error = person.error
+            return
         try:
             await asyncio.wait_for(person.send_and_watch(token, seen), WAIT)
-        except Exception as error:  # counted as a failed person, and said why
+        except Exception as error:  # counted as a failed run, and said why
             seen.error = f"{type(error).__name__}: {error}"
 
     await asyncio.gather(*(one(p, t, w) for p, t, w in zip(people, tokens, watched, strict=True)))
     return watched
+
+
+def say_errors(watched: list[Watched]) -> None:
+    """What the site failed people with, each distinct error once with how many it struck."""
+    counts = Counter(re.sub(r"\d+", "N", seen.error) for seen in watched if seen.error)
+    for error, count in counts.most_common():
+        print(f"  {count} x {error}", file=sys.stderr)
 
 
 @dataclass

@@ -52,6 +52,7 @@ from bench._stack import (
     rss_mb,
     run_rows,
     running_stack,
+    say_errors,
 )
 
 
@@ -223,7 +224,11 @@ def figures(
     pickups = [row.started_at - row.created_at for row in done if row.started_at]
     ends = [seen.finished_at - seen.sent_at for seen in finished]
     worked = [row for row in done if row.started_at and row.finished_at and row.first_step_at]
-    lost = sum(max(0, rows[s.run_id].last_seq - s.seen_seq) for s in watched if s.run_id in rows)
+    lost = sum(  # on the sockets that worked: one the site refused is a failed run instead
+        max(0, rows[s.run_id].last_seq - s.seen_seq)
+        for s in watched
+        if s.run_id in rows and not s.error
+    )
     failed = sum(
         1
         for seen in watched
@@ -232,9 +237,7 @@ def figures(
         or seen.run_id not in rows
         or rows[seen.run_id].status != "succeeded"
     )
-    for seen in watched:
-        if seen.error:
-            print(f"  {seen.username}: {seen.error}", file=sys.stderr)
+    say_errors(watched)
     capacity = effective * workers
     free = free_slot_waits(done, capacity)
     return Figures(

@@ -37,6 +37,7 @@ from bench._stack import (
     percentile,
     run_rows,
     running_stack,
+    say_errors,
 )
 from bench.load import warm_up
 
@@ -134,11 +135,13 @@ def report(
         if seen.error or not seen.finished_at or rows.get(seen.run_id, None) is None
         or rows[seen.run_id].status != "succeeded"
     ]  # fmt: skip
-    missing = sum(max(0, rows[s.run_id].last_seq - s.seen_seq) for s in watched if s.run_id in rows)
+    missing = sum(
+        max(0, rows[s.run_id].last_seq - s.seen_seq)
+        for s in watched
+        if s.run_id in rows and not s.error
+    )
     doubled, interrupted = twice(stack, ids)
-    for seen in watched:
-        if seen.error:
-            print(f"  {seen.username}: {seen.error}", file=sys.stderr)
+    say_errors(watched)
     statuses = sorted({row.status for row in rows.values()})
     print(
         f"{len(ids)} runs on {WORKERS} workers; killed worker {victim} holding {len(held)} running "
