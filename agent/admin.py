@@ -190,7 +190,7 @@ class AgentRunAdmin(AuditAdmin):
             (
                 (
                     row.attempt,
-                    audit.resumed_text(row.reason),
+                    audit.resumed_text(row.reason, row.by),
                     row.lost_worker or "—",
                     timezone.localtime(row.created_at).strftime("%Y-%m-%d %H:%M:%S"),
                 )

@@ -36,17 +36,20 @@ RESUMED_TEXTS = {
     ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
     ResumeReason.CONTINUED: "Continued: {who} asked it to go on",
 }
-OPERATORS_WHO = "the owner or an operator"
+# Who asked, as the console says it and as the run's owner reads it in the chat; "" is a log
+# from before Loop recorded who asked.
+CONSOLE_WHO = {"owner": "the owner", "operator": "an operator", "": "the owner or an operator"}
+OWNERS_WHO = {"owner": "you", "operator": "an operator", "": "you"}
 
 
-def resumed_text(reason: str, who: str = OPERATORS_WHO) -> str:
+def resumed_text(reason: str, by: str = "", who: dict[str, str] = CONSOLE_WHO) -> str:
     """The plain marker a timeline shows where a run went on; a reason from a later version of
     Loop reads as its words rather than failing the page."""
     try:
         text = RESUMED_TEXTS[ResumeReason(reason)]
     except ValueError:
         return f"Resumed ({reason.replace('_', ' ')})"
-    return text.format(who=who)
+    return text.format(who=who.get(by, who[""]))
 
 
 def failed_tool_calls() -> Subquery:
@@ -86,7 +89,9 @@ class TimelineEntry:
 
     @property
     def resumed(self) -> str:
-        return resumed_text(self.data["reason"]) if self.kind == "run_resumed" else ""
+        if self.kind != "run_resumed":
+            return ""
+        return resumed_text(self.data["reason"], self.data.get("by", ""))
 
     @property
     def reasoning(self) -> str:
@@ -160,7 +165,8 @@ def gist(kind: str, data: dict[str, Any]) -> str:
             return f"{data['status']}{reason}: {short(data['answer'] or data.get('error', ''))}"
         case "run_resumed":
             lost = f", lost {data['lost_worker']}" if data.get("lost_worker") else ""
-            return f"{resumed_text(data['reason'])} (attempt {data['attempt']}{lost})"
+            text = resumed_text(data["reason"], data.get("by", ""))
+            return f"{text} (attempt {data['attempt']}{lost})"
     return ""
 
 

@@ -154,6 +154,7 @@ class RunResumed(Event):
     lost_worker: str = ""
     note: str = ""
     limits: dict[str, Any] = dataclasses.field(default_factory=dict)
+    by: str = ""  # who asked a continued run to go on: "owner" or "operator"
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

@@ -77,6 +77,10 @@ class AgentRun(models.Model):
     job_id = models.BigIntegerField(null=True, blank=True)  # the Procrastinate job working it
     worker = models.CharField(max_length=200, blank=True)  # who works it now; "" once handed back
     resumes = models.PositiveIntegerField(default=0)  # times a live worker took it from a lost one
+    # Who asked it to go on, until a worker picks the continue up (then the RunResume row says).
+    continue_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
 
     class Meta:
         ordering = ("-created_at",)
@@ -198,6 +202,9 @@ class RunResume(models.Model):
     attempt = models.PositiveIntegerField()
     reason = models.CharField(max_length=16, choices=choices(ResumeReason))
     lost_worker = models.CharField(max_length=200, blank=True)
+    requested_by = models.ForeignKey(  # a continue's owner or operator
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -205,3 +212,10 @@ class RunResume(models.Model):
 
     def __str__(self) -> str:
         return f"Run {self.run_id} attempt {self.attempt} ({self.reason})"
+
+    @property
+    def by(self) -> str:
+        """Who asked a continue, as RunResumed says it: "owner" or "operator"."""
+        if self.requested_by_id is None:
+            return ""
+        return "owner" if self.requested_by_id == self.run.user_id else "operator"

@@ -223,6 +223,7 @@ class Claim:
     run: AgentRun
     reason: ResumeReason | None
     lost_worker: str = ""
+    by: str = ""  # a continue's asker: "owner" or "operator"
 
 
 def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
@@ -250,12 +251,22 @@ def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
         run.started_at = run.started_at or timezone.now()
         run.worker = worker
         run.job_id = job_id
-        run.save(update_fields=["resumes", "attempt", "status", "started_at", "worker", "job_id"])
+        asker, run.continue_requested_by = run.continue_requested_by, None
+        run.save(
+            update_fields=[
+                *("resumes", "attempt", "status", "started_at", "worker", "job_id"),
+                "continue_requested_by",
+            ]
+        )
         if reason is not None:
-            RunResume.objects.create(
-                run=run, attempt=run.attempt, reason=reason, lost_worker=lost_worker
+            resume = RunResume.objects.create(
+                run=run,
+                attempt=run.attempt,
+                reason=reason,
+                lost_worker=lost_worker,
+                requested_by=asker if reason is ResumeReason.CONTINUED else None,
             )
-    return Claim(run, reason, lost_worker)
+    return Claim(run, reason, lost_worker, resume.by if reason is not None else "")
 
 
 def resume_reason(run: AgentRun) -> ResumeReason | None:
@@ -367,6 +378,7 @@ def pick_up(claimed: Claim, recorder: RunRecorder) -> tuple[RunState | None, Lim
         lost_worker=claimed.lost_worker,
         note=note,
         limits=dataclasses.asdict(limits),
+        by=claimed.by,
     )
     recorder(resumed)
     if state is None:  # it stopped before its first event: it starts afresh
@@ -551,7 +563,7 @@ def request_cancel(run: AgentRun) -> AgentRun:
 def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
     """Queue `user`'s halted, interrupted or model-failed run to go on from its log. Another
     user's run does not exist, as far as this is concerned."""
-    return reopen(runs_for(user), run_id, queue_it=True)
+    return reopen(runs_for(user), run_id, by=user, queue_it=True)
 
 
 def can_continue_any_run(user: AbstractBaseUser) -> bool:
@@ -562,7 +574,7 @@ def can_continue_any_run(user: AbstractBaseUser) -> bool:
 def continue_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
     if not can_continue_any_run(operator):
         raise PermissionDenied(f"{operator.get_username()} may not continue other users' runs.")
-    return reopen(AgentRun.objects.all(), run_id, queue_it=True)
+    return reopen(AgentRun.objects.all(), run_id, by=operator, queue_it=True)
 
 
 def resume_here(
@@ -574,15 +586,18 @@ def resume_here(
     """Continue a run in this process (`runagent --resume`): the checks of Continue, then it is
     worked here to its end."""
     return execute_run(
-        reopen(AgentRun.objects.all(), run.pk, queue_it=False),
+        reopen(AgentRun.objects.all(), run.pk, by=run.user, queue_it=False),
         on_event=on_event,
         cancelled=cancelled,
     )
 
 
-def reopen(runs: QuerySet[AgentRun], run_id: int, *, queue_it: bool) -> AgentRun:
-    """Put a run that may go on back in the queue: it counts as one of its owner's live runs
-    again, and its next worker picks it up from its log with renewed limits."""
+def reopen(
+    runs: QuerySet[AgentRun], run_id: int, *, by: AbstractBaseUser, queue_it: bool
+) -> AgentRun:
+    """Put a run that may go on back in the queue, asked `by` its owner or an operator: it counts
+    as one of its owner's live runs again, and its next worker picks it up from its log with
+    renewed limits."""
     with transaction.atomic():
         run = runs.select_for_update(of=("self",)).get(pk=run_id)
         if not run.can_continue:
@@ -600,6 +615,7 @@ def reopen(runs: QuerySet[AgentRun], run_id: int, *, queue_it: bool) -> AgentRun
             cancel_requested_at=None,
             worker="",
             job_id=None,
+            continue_requested_by=by,
         )
         run.refresh_from_db()
         if queue_it:

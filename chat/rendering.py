@@ -17,7 +17,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from markdown_it import MarkdownIt
 
-from agent.audit import resumed_text
+from agent.audit import OWNERS_WHO, resumed_text
 from agent.events import HaltReason, RunStatus
 from agent.loop import MODEL_FAILED
 
@@ -193,7 +193,7 @@ def event_card(run_id: int, seq: int, kind: str, data: dict[str, Any], texts: Te
             return Card("banner", f"ev-{run_id}-{seq}", {"text": text, "tone": "warn"})
         case "run_resumed":
             # The person reading the chat owns the run: a continue is theirs.
-            text = resumed_text(data["reason"], who="you")
+            text = resumed_text(data["reason"], data.get("by", ""), who=OWNERS_WHO)
             return Card("marker", f"ev-{run_id}-{seq}", {"text": text})
         case "run_finished":
             status = data["status"]

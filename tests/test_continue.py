@@ -264,8 +264,8 @@ def test_the_run_page_shows_the_engine_and_each_time_the_run_went_on(
     after = client.get(page).content.decode()
     [resume] = run.resumes_log.all()
     assert resume.reason == ResumeReason.CONTINUED
-    assert f"<td>{resume.attempt}</td><td>Continued: the owner or an operator asked" in after
-    assert "↻ Continued: the owner or an operator asked it to go on" in after  # the timeline
+    assert f"<td>{resume.attempt}</td><td>Continued: an operator asked" in after
+    assert "↻ Continued: an operator asked it to go on" in after  # the timeline
     assert 'id="continue-run"' not in after
     for field in ("attempt", "worker", "resumes"):
         assert f"field-{field}" in after, field

@@ -291,3 +291,26 @@ def test_the_recovery_gives_a_dead_workers_run_a_new_job(alice, settings):
     assert (new.status, new.args) == ("todo", {"run_id": run.pk})
     # A live worker's run is left alone.
     assert async_to_sync(recover_runs.func)(timestamp=0) == 0
+
+
+def test_a_continue_records_who_asked_for_it(alice, operator, workspaces):
+    from agent.audit import OWNERS_WHO, resumed_text
+
+    limits = default_limits(max_iterations=1)
+    mine = execute_run(start_run(alice, SLOW, model="mock", limits=limits))
+    theirs = execute_run(start_run(alice, SLOW, model="mock", limits=limits))
+    continue_run(alice, mine.pk)
+    continue_run_as_operator(operator, theirs.pk)
+    for run in (mine, theirs):
+        run.refresh_from_db()
+        work_job(run.pk, job_id=run.job_id, worker="w", stop_requested=lambda: None)
+    said = {
+        run.pk: run.events.get(kind="run_resumed").data["by"]
+        for run in AgentRun.objects.filter(pk__in=(mine.pk, theirs.pk))
+    }
+    assert said == {mine.pk: "owner", theirs.pk: "operator"}
+    assert RunResume.objects.get(run=theirs).requested_by == operator
+    assert resumed_text("continued", "operator", who=OWNERS_WHO) == (
+        "Continued: an operator asked it to go on"
+    )
+    assert resumed_text("continued", "owner") == "Continued: the owner asked it to go on"

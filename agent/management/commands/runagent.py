@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agent.audit import resumed_text
+from agent.audit import OWNERS_WHO, resumed_text
 from agent.events import (
     BreakerTripped,
     Event,
@@ -197,7 +197,8 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             return [f"Halted: {event.detail}"]
         case RunResumed():
             # Whoever typed `runagent --resume` asked for a continue.
-            return [f"{resumed_text(event.reason, who='you')} (attempt {event.attempt})."]
+            text = resumed_text(event.reason, event.by, who=OWNERS_WHO)
+            return [f"{text} (attempt {event.attempt})."]
         case RunFinished():
             return finished(event, run_id)
     return []
