@@ -314,3 +314,40 @@ def test_a_continue_records_who_asked_for_it(alice, operator, workspaces):
         "Continued: an operator asked it to go on"
     )
     assert resumed_text("continued", "owner") == "Continued: the owner asked it to go on"
+
+
+def test_a_worker_whose_run_was_taken_over_stops_working_it(alice, workspaces):
+    """Worker A is thought dead (a partition) while it works; B takes the run over. A's next
+    write is refused and A stops; B finishes the run, and nothing A did after that is kept."""
+    from django.db import connection
+
+    from agent.services import work
+
+    run = submit_run(alice, SLOW, new_conversation(alice), model="mock")
+    outcome: list[BaseException | str] = []
+
+    def worker_a() -> None:
+        try:
+            outcome.append(
+                work_job(run.pk, job_id=run.job_id, worker="A", stop_requested=lambda: None)
+            )
+        except BaseException as error:
+            outcome.append(error)
+        finally:
+            connection.close()  # this thread's own
+
+    a = threading.Thread(target=worker_a)
+    a.start()
+    wait_for(lambda: run.events.filter(kind="tool_call_started").exists(), "A's first call")
+    taken = claim(run.pk, job_id=run.job_id, worker="B")
+    taken_at = run.events.count()
+    a.join(timeout=60)
+    [a_ended] = outcome
+    assert isinstance(a_ended, RunLost), a_ended
+    assert run.events.count() == taken_at  # A wrote nothing after B took the run
+
+    finished = work(taken)
+    assert finished.status == RunStatus.SUCCEEDED
+    assert (finished.attempt, taken.reason) == (2, ResumeReason.WORKER_LOST)
+    seqs = list(run.events.values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
