@@ -122,6 +122,12 @@ class Stack:
                 raise SystemExit(f"daphne did not start; see {self.var_dir}/daphne.log")
             time.sleep(0.1)
 
+    def restart_web(self) -> None:
+        if self.web is not None and self.web.poll() is None:
+            self.web.terminate()
+            self.web.wait(60)
+        self.start_web()
+
     def start_worker(self, concurrency: int) -> subprocess.Popen[bytes]:
         """One worker process: the new engine's `worker --concurrency C`, or the old engine's
         `db_worker`, which works one task at a time whatever C is."""

@@ -24,7 +24,10 @@ Figures per concurrency:
   covered (must be 0); runs failed: not `succeeded`, or not seen to finish (must be 0);
 - worker RSS: idle (after the warm-up), peak during the load, and (peak - idle) per run at the
   most runs at once the log shows;
-- database sessions at the most (counted by PGAPPNAME: web, workers, all) beside max_connections.
+- database sessions at the most (counted by PGAPPNAME: web, workers, all) beside max_connections;
+- CPU per run of the web and of the workers (with their sandboxes), and how busy the whole
+  machine was meanwhile (other helpers' tests included: the machine is shared).
+Each concurrency gets a fresh daphne, so connections left from an earlier one do not count.
 Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; pickup p99 under
 100 ms when a slot is free.
 """
@@ -32,6 +35,7 @@ Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; 
 import argparse
 import asyncio
 import math
+import os
 import statistics
 import sys
 import threading
@@ -58,6 +62,42 @@ from bench._stack import (
 )
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time of a process and of the children it has waited for (its sandboxes)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_times() -> tuple[float, float]:
+    """The machine's CPU time so far: busy, and all (every process, other helpers' too)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle and iowait
+    return sum(values) - idle, sum(values)
+
+
+class CpuMeter:
+    """CPU spent by the web and the workers between start() and stop(), and how busy the
+    whole machine was meanwhile."""
+
+    def __init__(self, web: int, workers: list[int]) -> None:
+        self.pids = {"web": [web], "workers": workers}
+        self.used: dict[str, float] = {}
+        self.busy = float("nan")
+
+    def start(self) -> None:
+        self.before = {name: sum(map(cpu_seconds, pids)) for name, pids in self.pids.items()}
+        self.machine = machine_times()
+
+    def stop(self) -> None:
+        for name, pids in self.pids.items():
+            self.used[name] = sum(map(cpu_seconds, pids)) - self.before[name]
+        busy, total = (now - then for now, then in zip(machine_times(), self.machine, strict=True))
+        self.busy = busy / total if total else float("nan")
+
+
 @dataclass
 class Figures:
     concurrency: int
@@ -80,6 +120,7 @@ class Figures:
     most_at_once: int
     sessions: tuple[int, int, int] = (0, 0, 0)  # database sessions at most: web, workers, all
     max_connections: int = 0
+    cpu: CpuMeter | None = None
 
     def burst_bound(self, latency: float) -> float:
         """What share of the ideal a burst of `runs` at once can reach at best: it is worked
@@ -109,6 +150,17 @@ class Figures:
             f"{per_run:.1f} MB per run at {self.most_at_once} at once",
             f"  database sessions at most: web {self.sessions[0]}, workers {self.sessions[1]}, "
             f"all {self.sessions[2]} (max_connections {self.max_connections})",
+            *self.cpu_line(),
+        ]
+
+    def cpu_line(self) -> list[str]:
+        if self.cpu is None or not self.runs:
+            return []
+        web, workers = self.cpu.used["web"] / self.runs, self.cpu.used["workers"] / self.runs
+        return [
+            f"  CPU per run: web {web:.2f} s, workers {workers:.2f} s (with their sandboxes); "
+            f"the machine was {self.cpu.busy:.0%} busy meanwhile ({os.cpu_count()} cores, "
+            f"every process on it)"
         ]
 
 
@@ -186,24 +238,36 @@ def warm_up(stack: Stack, name: str) -> None:
         raise SystemExit(f"the warm-up run did not finish: {bad[0]}")
 
 
-async def one_round(stack: Stack, usernames: list[str]) -> list[Watched]:
+async def one_round(
+    stack: Stack, usernames: list[str], cpu: CpuMeter | None = None
+) -> list[Watched]:
+    """Everyone logs in, then all send at once and watch (the CPU meter runs for that part)."""
     people = await log_in_all(stack, usernames)
     try:
-        return await everyone_sends(people)
+        if cpu is not None:
+            cpu.start()
+        watched = await everyone_sends(people)
+        if cpu is not None:
+            cpu.stop()
+        return watched
     finally:
         await asyncio.gather(*(person.close() for person in people))
 
 
 def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: float) -> Figures:
+    """One concurrency: a fresh daphne (its connections from earlier rounds gone) and workers."""
+    stack.restart_web()
     for _ in range(workers):
         stack.start_worker(concurrency)
     try:
         warm_up(stack, f"bench-warm-c{concurrency}-")
         usernames = stack.create_people(f"bench-load-c{concurrency}-", people)
         pids = [process.pid for process in stack.workers]
+        assert stack.web is not None
+        cpu = CpuMeter(stack.web.pid, pids)
         with Sampler(stack, pids) as sampled:
             idle = sampled.now()
-            watched = asyncio.run(one_round(stack, usernames))
+            watched = asyncio.run(one_round(stack, usernames, cpu))
         waited_for = time.monotonic() + 60
         ids = [seen.run_id for seen in watched if seen.run_id]
         rows = run_rows(stack, ids)
@@ -216,6 +280,7 @@ def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: 
         stack.stop_workers()
     result = figures(watched, rows, concurrency, workers, latency, idle, sampled.peak)
     result.sessions = sampled.sessions
+    result.cpu = cpu
     return result
 
 
