@@ -37,8 +37,8 @@ from agent.llm.factory import default_model, llm_for
 from agent.llm.tokens import count_tokens
 from agent.loop import Limits, RecalledMemory, RunResult, Tools, run_agent
 from agent.models import FINISHED, AgentRun, Conversation, RunResume
+from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
-from agent.tasks import abort_job, defer_run
 from agent.toolset import default_registry
 from memory.hygiene import carries_nothing, files_written, outcome_text
 from memory.store import recall, remember

@@ -19,14 +19,11 @@ from procrastinate.jobs import Status
 from agent.guards import RunReleased
 from agent.interrupt import StopReason
 from agent.models import AgentRun
+from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
+from agent.services import work_job
 
 logger = logging.getLogger(__name__)
 
-RUNS_QUEUE = "runs"
-# The recovery has a queue (and a one-slot worker in each `manage.py worker`) of its own, so it
-# runs even while every run slot is taken.
-RECOVERY_QUEUE = "recovery"
-WORK_RUN = "agent.work_run"
 RECOVERY_EVERY_SECONDS = 5
 
 
@@ -44,8 +41,6 @@ class RunHandedBack(Exception):
     retry=RetryStrategy(max_attempts=1_000_000, retry_exceptions={RunHandedBack}),
 )
 def work_run(context: JobContext, run_id: int) -> str:
-    from agent.services import work_job
-
     close_old_connections()
     try:
         return work_job(
@@ -69,19 +64,6 @@ def stop_reason(context: JobContext) -> StopReason | None:
         case AbortReason.SHUTDOWN:
             return StopReason.HAND_BACK
     return None
-
-
-def defer_run(run_id: int) -> int:
-    """Queue a job working `run_id`; inside the caller's transaction, so a worker sees the run and
-    its job together or neither. Returns the job's id."""
-    return work_run.defer(run_id=run_id)
-
-
-def abort_job(job_id: int | None) -> None:
-    """Ask the worker running this job to stop it (delivered by NOTIFY, polled as a fallback); a
-    job not yet started is cancelled and never runs."""
-    if job_id is not None:
-        app.job_manager.cancel_job_by_id(job_id, abort=True)
 
 
 @app.periodic(cron=f"* * * * * */{RECOVERY_EVERY_SECONDS}", periodic_id="recover_runs")

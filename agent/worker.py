@@ -122,7 +122,7 @@ async def work(config: WorkerConfig) -> None:
     even while every run slot is taken."""
     from procrastinate.contrib.django import app
 
-    from agent.tasks import RECOVERY_QUEUE, RUNS_QUEUE
+    from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE
 
     with app.replace_connector(await worker_connector()):
         async with app.open_async():

@@ -9,8 +9,8 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from agent.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, Conversation
+from agent.queue import WORK_RUN
 from agent.services import execute_run, new_conversation, start_run
-from agent.tasks import WORK_RUN
 from chat.rendering import markdown, page_cards
 
 pytestmark = pytest.mark.django_db

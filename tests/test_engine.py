@@ -16,6 +16,7 @@ from agent.events import ModelReplied, ResumeReason, RunStatus
 from agent.guards import RunReleased
 from agent.interrupt import StopReason
 from agent.models import AgentRun, RunResume
+from agent.queue import WORK_RUN
 from agent.recorder import RunLost, RunRecorder
 from agent.services import (
     CONTINUE_NOTE,
@@ -34,7 +35,6 @@ from agent.services import (
     work_job,
     worked_seconds,
 )
-from agent.tasks import WORK_RUN
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
