@@ -184,6 +184,10 @@ class Stack:
         workers = sum(n for app, n in rows if app.startswith(WORKER_APP))
         return web, workers, sum(n for _, n in rows)
 
+    def postmaster(self) -> int:
+        """The embedded server's main process (its data directory's postmaster.pid says)."""
+        return int((self.var_dir / "postgres" / "postmaster.pid").read_text().split()[0])
+
     def query(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         assert self.db is not None
         with self.db.cursor() as cursor:

@@ -16,7 +16,8 @@ Figures per concurrency:
   the ratio, and the best ratio a burst of that many runs at once can reach (it is worked in
   ceil(runs / C) waves);
 - pickup wait (created_at -> started_at, from the database) p50/p99, and p99 of the runs that
-  arrived while a slot was free (fewer runs ahead of them than workers x C);
+  arrived while a slot was free (fewer runs ahead of them than workers x C); then, after the
+  burst, 5 runs sent one at a time to the idle workers: their pickup p50 and max;
 - end to end (send -> the socket's marker that the run finished) p50/p99, and how long a run
   holds its slot (started_at -> finished_at), of which before its first step (-> RunStarted: the
   claim and the memory recall);
@@ -40,7 +41,7 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -63,38 +64,75 @@ from bench._stack import (
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time of a process and of the children it has waited for (its sandboxes)."""
+    """CPU time of a process and of the children it has waited for."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return 0.0
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def descendants(root: int) -> list[int]:
+    """The process and every live process under it (sandboxes, database backends)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def tree_cpu(roots: list[int]) -> float:
+    """CPU of process trees: each live process's own and its waited-for children's (a process
+    that ended is counted in its parent's)."""
+    return sum(cpu_seconds(pid) for root in roots for pid in descendants(root))
+
+
 def machine_times() -> tuple[float, float]:
-    """The machine's CPU time so far: busy, and all (every process, other helpers' too)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    """The machine's CPU time so far, in seconds: busy, and all (every process on it)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
     idle = values[3] + values[4]  # idle and iowait
-    return sum(values) - idle, sum(values)
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (sum(values) - idle) / ticks, sum(values) / ticks
+
+
+def own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 class CpuMeter:
-    """CPU spent by the web and the workers between start() and stop(), and how busy the
-    whole machine was meanwhile."""
+    """CPU spent between start() and stop() by the web, the workers (with their sandboxes), the
+    database server and this bench's own clients, and how busy the whole machine was."""
 
-    def __init__(self, web: int, workers: list[int]) -> None:
-        self.pids = {"web": [web], "workers": workers}
+    def __init__(self, stack: Stack) -> None:
+        assert stack.web is not None
+        self.roots = {
+            "web": [stack.web.pid],
+            "workers": [process.pid for process in stack.workers],
+            "database": [stack.postmaster()],
+        }
         self.used: dict[str, float] = {}
-        self.busy = float("nan")
+        self.busy = self.machine_busy = float("nan")
 
     def start(self) -> None:
-        self.before = {name: sum(map(cpu_seconds, pids)) for name, pids in self.pids.items()}
+        self.before = {name: tree_cpu(roots) for name, roots in self.roots.items()}
+        self.before["clients"] = own_cpu()
         self.machine = machine_times()
 
     def stop(self) -> None:
-        for name, pids in self.pids.items():
-            self.used[name] = sum(map(cpu_seconds, pids)) - self.before[name]
+        for name, roots in self.roots.items():
+            self.used[name] = tree_cpu(roots) - self.before[name]
+        self.used["clients"] = own_cpu() - self.before["clients"]
         busy, total = (now - then for now, then in zip(machine_times(), self.machine, strict=True))
+        self.machine_busy = busy
         self.busy = busy / total if total else float("nan")
 
 
@@ -121,6 +159,7 @@ class Figures:
     sessions: tuple[int, int, int] = (0, 0, 0)  # database sessions at most: web, workers, all
     max_connections: int = 0
     cpu: CpuMeter | None = None
+    alone: list[float] = field(default_factory=list)  # pickup waits of runs sent one by one
 
     def burst_bound(self, latency: float) -> float:
         """What share of the ideal a burst of `runs` at once can reach at best: it is worked
@@ -142,6 +181,7 @@ class Figures:
             f"  pickup wait p50 {self.pickup_p50 * 1000:.0f} ms, p99 {self.pickup_p99 * 1000:.0f} "
             f"ms; with a free slot p99 {self.free_slot_p99 * 1000:.0f} ms "
             f"({self.free_slot_runs} runs)",
+            *self.alone_line(),
             f"  end to end p50 {self.e2e_p50:.2f} s, p99 {self.e2e_p99:.2f} s; a run holds its "
             f"slot p50 {self.slot_p50:.2f} s, of which {self.before_step_p50:.2f} s before its "
             f"first step",
@@ -153,14 +193,23 @@ class Figures:
             *self.cpu_line(),
         ]
 
+    def alone_line(self) -> list[str]:
+        if not self.alone:
+            return []
+        return [
+            f"  pickup wait of {len(self.alone)} runs sent one at a time to an idle worker: p50 "
+            f"{percentile(self.alone, 0.5) * 1000:.0f} ms, max {max(self.alone) * 1000:.0f} ms"
+        ]
+
     def cpu_line(self) -> list[str]:
         if self.cpu is None or not self.runs:
             return []
-        web, workers = self.cpu.used["web"] / self.runs, self.cpu.used["workers"] / self.runs
+        used = self.cpu.used
+        ours = sum(used.values()) / self.cpu.machine_busy if self.cpu.machine_busy else 0
+        each = ", ".join(f"{name} {seconds / self.runs:.2f} s" for name, seconds in used.items())
         return [
-            f"  CPU per run: web {web:.2f} s, workers {workers:.2f} s (with their sandboxes); "
-            f"the machine was {self.cpu.busy:.0%} busy meanwhile ({os.cpu_count()} cores, "
-            f"every process on it)"
+            f"  CPU per run: {each}; the machine ({os.cpu_count()} cores) was "
+            f"{self.cpu.busy:.0%} busy meanwhile, {ours:.0%} of that this bench's stack"
         ]
 
 
@@ -254,6 +303,9 @@ async def one_round(
         await asyncio.gather(*(person.close() for person in people))
 
 
+ALONE_RUNS = 5
+
+
 def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: float) -> Figures:
     """One concurrency: a fresh daphne (its connections from earlier rounds gone) and workers."""
     stack.restart_web()
@@ -263,8 +315,7 @@ def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: 
         warm_up(stack, f"bench-warm-c{concurrency}-")
         usernames = stack.create_people(f"bench-load-c{concurrency}-", people)
         pids = [process.pid for process in stack.workers]
-        assert stack.web is not None
-        cpu = CpuMeter(stack.web.pid, pids)
+        cpu = CpuMeter(stack)
         with Sampler(stack, pids) as sampled:
             idle = sampled.now()
             watched = asyncio.run(one_round(stack, usernames, cpu))
@@ -276,12 +327,26 @@ def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: 
                 break
             time.sleep(0.5)
             rows = run_rows(stack, ids)
+        alone = one_at_a_time(stack, f"bench-alone-c{concurrency}-", ALONE_RUNS)
     finally:
         stack.stop_workers()
     result = figures(watched, rows, concurrency, workers, latency, idle, sampled.peak)
     result.sessions = sampled.sessions
     result.cpu = cpu
+    result.alone = alone
     return result
+
+
+def one_at_a_time(stack: Stack, prefix: str, count: int) -> list[float]:
+    """Pickup waits of runs sent by one person at a time to idle workers, each after the last
+    has ended: what a worker with a free slot takes to start a run, with no burst around it."""
+    waits = []
+    for name in stack.create_people(prefix, count):
+        (seen,) = asyncio.run(one_round(stack, [name]))
+        row = run_rows(stack, [seen.run_id]).get(seen.run_id) if seen.run_id else None
+        if row is not None and row.started_at is not None:
+            waits.append(row.started_at - row.created_at)
+    return waits
 
 
 def figures(
