@@ -33,12 +33,14 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user
 from django.contrib.auth.signals import user_logged_out
+from django.db import DatabaseError
 from django.template.loader import render_to_string
 
 from agent import bus
 from agent.models import AgentRun, Conversation
 from agent.services import runs_for
 from chat.rendering import card_for, render_card, status_label
+from loopsite.database import database_unreachable
 
 logger = logging.getLogger(__name__)
 
@@ -343,7 +345,14 @@ class RunConsumer(AsyncWebsocketConsumer):
         time; with `acknowledge`, send the run's seq marker even when nothing is new, so the
         page knows it is watching."""
         async with self.sending:
-            await self.send_unsent(run_id, wanted=wanted, acknowledge=acknowledge)
+            try:
+                await self.send_unsent(run_id, wanted=wanted, acknowledge=acknowledge)
+            except DatabaseError as error:
+                if not database_unreachable(error):
+                    raise
+                # The database went away mid-read (a restart): the page waits, degraded, and
+                # the recovery reads the log again once it answers.
+                await self.layer_failed("read the event log", error)
 
     async def send_unsent(self, run_id: int, *, wanted: int, acknowledge: bool) -> None:
         while not self.closing and await self.still_signed_in():
