@@ -342,11 +342,13 @@ class Person:
             "/send/", data={"csrfmiddlewaretoken": token, "task": task}, headers=self.headers
         )
         if answer.status_code != 302:
-            raise RuntimeError(f"send answered {answer.status_code}: {answer.text[:300]}")
+            raise RuntimeError(f"send answered {answer.status_code}: {title_of(answer.text)}")
         page = await self.client.get(answer.headers["location"])
         markers = SEQ_MARKER.findall(page.text)
         if not markers:
-            raise RuntimeError(f"the conversation page answered {page.status_code}, no run")
+            raise RuntimeError(
+                f"the conversation page answered {page.status_code}: {title_of(page.text)}"
+            )
         run, seq, watching = markers[-1]
         seen.run_id, seen.page_seq = int(run), int(seq)
         seen.seen_seq = seen.page_seq
@@ -423,9 +425,15 @@ async def everyone_sends(people: list[Person]) -> list[Watched]:
     return watched
 
 
+def title_of(page: str) -> str:
+    """What an error page is about: its title (Django's debug page names the exception)."""
+    found = re.search(r"<title>\s*(.*?)\s*(?:</title>|$)", page, re.S | re.M)
+    return " ".join(found.group(1).split()) if found else page[:100]
+
+
 def say_errors(watched: list[Watched]) -> None:
     """What the site failed people with, each distinct error once with how many it struck."""
-    counts = Counter(re.sub(r"\d+", "N", seen.error) for seen in watched if seen.error)
+    counts = Counter(re.sub(r"\d+", "N", seen.error)[:200] for seen in watched if seen.error)
     for error, count in counts.most_common():
         print(f"  {count} x {error}", file=sys.stderr)
 
