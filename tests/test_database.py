@@ -79,3 +79,15 @@ def test_processes_starting_together_share_one_server_whose_data_survives_restar
         )
     )
     assert stored == "kept"
+
+
+def test_a_new_embedded_server_allows_the_sessions_web_and_workers_need(tmp_path):
+    """Fifty people at once took the web alone to PostgreSQL's default of 100 sessions."""
+    from loopsite.embedded_postgres.server import MAX_CONNECTIONS
+
+    show = (
+        "from django.db import connection\n"
+        "with connection.cursor() as c: c.execute('SHOW max_connections'); print(c.fetchone()[0])"
+    )
+    assert finish(start_shell(show, LOOP_VAR_DIR=str(tmp_path))) == str(MAX_CONNECTIONS)
+    assert MAX_CONNECTIONS >= 300

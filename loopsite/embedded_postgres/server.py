@@ -127,6 +127,7 @@ def _start(pgdata: Path) -> Path:
             # log) only for the last try.
             with PostgresServer._lock, _quiet_pgserver(not last):
                 server.ensure_pgdata_inited()
+                configure(pgdata)
                 server.ensure_postgres_running()
             break
         except (subprocess.SubprocessError, AssertionError):  # AssertionError: not ready yet
@@ -137,6 +138,22 @@ def _start(pgdata: Path) -> Path:
     if directory is None:
         raise RuntimeError(f"The embedded PostgreSQL in {pgdata} is not listening on a socket.")
     return directory
+
+
+# Sessions the embedded server allows. Each running run holds one, each worker six more, and the
+# web one per request in flight (Django's ASGI handler runs each request in a thread of its own):
+# 50 people at once took the web to about 100, PostgreSQL's default, alone (bench/load.py).
+MAX_CONNECTIONS = 300
+_CONFIGURED = f"max_connections = {MAX_CONNECTIONS}  # set by Loop: docs/engine.md"
+
+
+def configure(pgdata: Path) -> None:
+    """Loop's settings for the server, written into its configuration once (the last line for a
+    setting wins); a server already running takes them at its next start."""
+    conf = pgdata / "postgresql.conf"
+    if _CONFIGURED not in conf.read_text():
+        with conf.open("a") as file:
+            file.write(f"\n{_CONFIGURED}\n")
 
 
 @contextmanager
