@@ -9,13 +9,16 @@ agent/services.py's `work_job`; this module only binds it to the engine.
 
 import logging
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
 from procrastinate import JobContext, RetryStrategy
 from procrastinate.contrib.django import app
+from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.job_context import AbortReason
 from procrastinate.jobs import Status
 
+from agent.events import RunStatus
 from agent.guards import RunReleased
 from agent.interrupt import StopReason
 from agent.models import AgentRun
@@ -25,6 +28,7 @@ from agent.services import work_job
 logger = logging.getLogger(__name__)
 
 RECOVERY_EVERY_SECONDS = 5
+LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
 class RunHandedBack(Exception):
@@ -69,32 +73,48 @@ def stop_reason(context: JobContext) -> StopReason | None:
 @app.periodic(cron=f"* * * * * */{RECOVERY_EVERY_SECONDS}", periodic_id="recover_runs")
 @app.task(name="agent.recover_runs", queue=RECOVERY_QUEUE, queueing_lock="recover_runs")
 async def recover_runs(timestamp: int) -> int:
-    """Give each run of a dead worker (no heartbeat for LOOP_STALE_SECONDS) a new job, which a
-    live worker picks up and resumes from the run's log. The dead worker's job is ended as failed
-    first: if that worker was only cut off and comes back, finishing its old job cannot touch the
-    new one, and its writes to the run are already fenced off by the run's attempt."""
-    manager = app.job_manager
-    stalled = await manager.get_stalled_jobs(
-        task_name=WORK_RUN, seconds_since_heartbeat=settings.LOOP_STALE_SECONDS
-    )
+    """Give a new job to each run that has lost its own, which a live worker then picks up and
+    resumes from the run's log:
+
+    - the runs of a dead worker (no heartbeat for LOOP_STALE_SECONDS). The dead worker's job is
+      ended as failed first: if that worker was only cut off and comes back, finishing its old job
+      cannot touch the new one, and its writes to the run are already fenced off by the attempt;
+    - runs whose job ended while they had not (the job failed on an error, say the database
+      refusing a connection before the run was taken), which would otherwise wait for ever.
+    """
     recovered = 0
-    for job in stalled:
-        await manager.finish_job_by_id_async(job.id, status=Status.FAILED, delete_job=False)
+    for job in await app.job_manager.get_stalled_jobs(
+        task_name=WORK_RUN, seconds_since_heartbeat=settings.LOOP_STALE_SECONDS
+    ):
+        await app.job_manager.finish_job_by_id_async(job.id, status=Status.FAILED, delete_job=False)
         run_id = await _run_of(job.id)
-        if run_id is None:  # its run ended or moved on meanwhile
-            continue
-        new_job = await work_run.defer_async(run_id=run_id)
-        await _point_run_at(run_id, old_job=job.id, new_job=new_job)
-        logger.warning("Run %s: its worker stopped; job %s resumes it", run_id, new_job)
-        recovered += 1
+        if run_id is not None:  # else its run ended or moved on meanwhile
+            recovered += await _give_a_new_job(run_id, job.id, "its worker stopped")
+    for run_id, job_id in await _runs_whose_job_ended():
+        recovered += await _give_a_new_job(run_id, job_id, f"its job {job_id} ended before it")
     return recovered
+
+
+async def _give_a_new_job(run_id: int, old_job: int, why: str) -> int:
+    new_job = await work_run.defer_async(run_id=run_id)
+    await AgentRun.objects.filter(pk=run_id, job_id=old_job).aupdate(job_id=new_job)
+    logger.warning("Run %s: %s; job %s takes it up", run_id, why, new_job)
+    return 1
+
+
+async def _runs_whose_job_ended() -> list[tuple[int, int]]:
+    """Live runs whose job is no longer to do or doing. A run worked in a process of its own
+    (`runagent`, no job) is not one of them."""
+    live_jobs = ProcrastinateJob.objects.filter(status__in=("todo", "doing")).values("id")
+    orphans = (
+        AgentRun.objects.filter(status__in=LIVE, job_id__isnull=False)
+        .exclude(job_id__in=live_jobs)
+        .values_list("pk", "job_id")
+    )
+    return await sync_to_async(list)(orphans)
 
 
 async def _run_of(job_id: int) -> int | None:
     """The live run this job was working, if it still is that run's job."""
-    live = AgentRun.objects.filter(job_id=job_id, status__in=("queued", "running"))
+    live = AgentRun.objects.filter(job_id=job_id, status__in=LIVE)
     return await live.values_list("pk", flat=True).afirst()
-
-
-async def _point_run_at(run_id: int, *, old_job: int, new_job: int) -> None:
-    await AgentRun.objects.filter(pk=run_id, job_id=old_job).aupdate(job_id=new_job)

@@ -351,3 +351,25 @@ def test_a_worker_whose_run_was_taken_over_stops_working_it(alice, workspaces):
     assert (finished.attempt, taken.reason) == (2, ResumeReason.WORKER_LOST)
     seqs = list(run.events.values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_the_recovery_gives_a_run_whose_job_failed_a_new_one(alice, workspaces):
+    from asgiref.sync import async_to_sync
+    from django.db import connection
+
+    from agent.tasks import recover_runs
+
+    run = submit_run(alice, "What is 17 * 23?", new_conversation(alice), model="mock")
+    in_process = start_run(alice, "a run of runagent's, with no job", model="mock")
+    AgentRun.objects.filter(pk=in_process.pk).update(status=RunStatus.RUNNING)
+    failed = run.job_id
+    with connection.cursor() as cursor:  # say the claim met a database refusing connections
+        cursor.execute("UPDATE procrastinate_jobs SET status = 'failed' WHERE id = %s", [failed])
+    assert async_to_sync(recover_runs.func)(timestamp=0) == 1
+    run.refresh_from_db()
+    assert run.job_id != failed
+    assert ProcrastinateJob.objects.get(pk=run.job_id).status == "todo"
+    assert work_job(run.pk, job_id=run.job_id, worker="w", stop_requested=lambda: None) == (
+        RunStatus.SUCCEEDED
+    )
+    assert async_to_sync(recover_runs.func)(timestamp=0) == 0
