@@ -229,6 +229,22 @@ class Stack:
             self.pg_handle.cleanup()  # the last process using the server stops it
 
 
+def wait_gone(var_dir: Path, timeout: float = 60) -> None:
+    """Wait (boundedly) until no process runs in the site's directory any more (the embedded
+    server and its keeper stop a moment after the site's last process), so it can be removed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        users = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                users.append(str(var_dir) in cmdline.read_text(errors="replace"))
+            except (FileNotFoundError, ProcessLookupError, PermissionError):
+                continue
+        if not any(users):
+            return
+        time.sleep(0.2)
+
+
 @contextmanager
 def running_stack(
     project: Path,
@@ -273,6 +289,7 @@ def running_stack(
         if keep:
             print(f"(kept {var_dir})")
         else:
+            wait_gone(var_dir)
             shutil.rmtree(var_dir, ignore_errors=True)
 
 
