@@ -55,6 +55,16 @@ def work_run(context: JobContext, run_id: int) -> str:
         )
     except RunReleased as released:
         raise RunHandedBack(str(released)) from None
+    except Exception as error:
+        # Said here in one line, whatever it was (the worker keeps database errors out of its own
+        # log): the recovery gives the run a new job.
+        logger.warning(
+            "Run %s: its job failed (%s: %s); it will be taken up again",
+            run_id,
+            type(error).__name__,
+            error,
+        )
+        raise
     finally:
         close_old_connections()
 
