@@ -487,14 +487,7 @@ class AgentLoop:
         )
 
     def progress(self) -> str:
-        """What was done so far, for a run that ends without the model's own account of it."""
-        lines = [f"Stopped before a final answer. The model last said: {self.last_text}"]
-        if not self.last_text:
-            lines = ["Stopped before a final answer."]
-        for number, (call, result) in enumerate(self.observations, 1):
-            excerpt = " ".join(result.text.split())[:160]
-            lines.append(f"{number}. {call.name} -> {result.status.value}: {excerpt}")
-        return "\n".join(lines)
+        return progress_report(self.last_text, self.observations)
 
     def finish(
         self,
@@ -558,6 +551,17 @@ def finished_result(finished: RunFinished, messages: list[Message]) -> RunResult
         list(messages),
         finished.cut,
     )
+
+
+def progress_report(last_text: str, observations: Sequence[tuple[ToolCall, ToolResult]]) -> str:
+    """What was done so far, for a run that ends without the model's own account of it."""
+    lines = [f"Stopped before a final answer. The model last said: {last_text}"]
+    if not last_text:
+        lines = ["Stopped before a final answer."]
+    for number, (call, result) in enumerate(observations, 1):
+        excerpt = " ".join(result.text.split())[:160]
+        lines.append(f"{number}. {call.name} -> {result.status.value}: {excerpt}")
+    return "\n".join(lines)
 
 
 def stopped(reason: StopReason) -> Cancelled | HandedBack:

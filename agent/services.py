@@ -35,7 +35,7 @@ from agent.interrupt import Interrupt, StopReason
 from agent.llm.base import LLM, Message
 from agent.llm.factory import default_model, llm_for
 from agent.llm.tokens import count_tokens
-from agent.loop import Limits, RecalledMemory, RunResult, Tools, run_agent
+from agent.loop import Limits, RecalledMemory, RunResult, Tools, progress_report, run_agent
 from agent.models import FINISHED, AgentRun, Conversation, RunResume
 from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
@@ -312,7 +312,7 @@ def work(
     try:
         resume, limits, worked = pick_up(claimed, recorder)
         if too_often_resumed(run):
-            recorder.end(RunStatus.FAILED, resumed_too_often(claimed))
+            recorder(given_up(resumed_too_often(claimed), resume))
             run.refresh_from_db()
             return run
         result = run_agent(
@@ -426,6 +426,20 @@ def resumed_too_often(claimed: Claim) -> str:
         f"The worker running this stopped {claimed.run.resumes} times while working it (last: "
         f"{claimed.lost_worker}); Loop resumes a run at most {settings.LOOP_MAX_RESUMES} times "
         "(LOOP_MAX_RESUMES), so a run that brings its worker down cannot go on for ever."
+    )
+
+
+def given_up(why: str, state: RunState | None) -> RunFinished:
+    """The end of a run Loop stops resuming: failed, with what it had done so far."""
+    state = state or RunState()
+    return RunFinished(
+        RunStatus.FAILED.value,
+        progress_report(state.last_text, state.observations),
+        error=why,
+        iterations=state.step,
+        tool_calls=state.tool_calls,
+        prompt_tokens=state.usage.prompt_tokens,
+        completion_tokens=state.usage.completion_tokens,
     )
 
 

@@ -164,6 +164,29 @@ def test_a_run_that_keeps_losing_its_worker_ends_failed(alice, settings, workspa
     assert run.events.last().kind == "run_finished"
 
 
+def test_a_run_given_up_keeps_what_it_had_done(alice, settings, workspaces):
+    settings.LOOP_MAX_RESUMES = 0
+    run = submit_run(alice, SLOW, new_conversation(alice), model="mock")
+    with pytest.raises(RunReleased):  # its worker stops after the first call
+        work_job(
+            run.pk,
+            job_id=run.job_id,
+            worker="first",
+            stop_requested=lambda: (
+                StopReason.HAND_BACK
+                if run.events.filter(kind="tool_call_finished").exists()
+                else None
+            ),
+        )
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker="gone:1")
+    work_job(run.pk, job_id=run.job_id, worker="w", stop_requested=lambda: None)
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.answer.startswith("Stopped before a final answer.")
+    assert "1. run_code -> ok" in run.answer
+    assert run.iterations >= 1
+
+
 def test_a_halted_run_continues_with_renewed_limits_and_no_call_again(alice, workspaces):
     limits = default_limits(max_iterations=2)
     run = execute_run(start_run(alice, SLOW, model="mock", limits=limits))
