@@ -33,14 +33,13 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user
 from django.contrib.auth.signals import user_logged_out
-from django.db import DatabaseError
+from django.db import InterfaceError, OperationalError
 from django.template.loader import render_to_string
 
 from agent import bus
 from agent.models import AgentRun, Conversation
 from agent.services import runs_for
 from chat.rendering import card_for, render_card, status_label
-from loopsite.database import database_unreachable
 
 logger = logging.getLogger(__name__)
 
@@ -347,9 +346,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         async with self.sending:
             try:
                 await self.send_unsent(run_id, wanted=wanted, acknowledge=acknowledge)
-            except DatabaseError as error:
-                if not database_unreachable(error):
-                    raise
+            except (OperationalError, InterfaceError) as error:
                 # The database went away mid-read (a restart): the page waits, degraded, and
                 # the recovery reads the log again once it answers.
                 await self.layer_failed("read the event log", error)
