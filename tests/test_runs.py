@@ -4,7 +4,7 @@ import pytest
 
 from agent import services
 from agent.events import HaltReason, RunStatus
-from agent.llm.base import LLMError
+from agent.llm.base import LLMError, Usage
 from agent.llm.factory import ModelUnavailable
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
 from agent.loop import Limits
@@ -239,9 +239,10 @@ def test_a_process_stopped_mid_run_leaves_the_run_interrupted_not_running(alice)
                 raise KeyboardInterrupt  # the second Ctrl-C: the process goes away
             return super().chat(messages, tools, **options)
 
+    used = Usage(prompt_tokens=120, completion_tokens=30)  # the first turn's, before the stop
     run = start_run(alice, "a task", model="mock")
     with pytest.raises(KeyboardInterrupt):
-        execute_run(run, llm=StoppedLLM([call("list_files", {}), answer("never")]))
+        execute_run(run, llm=StoppedLLM([call("list_files", {}, usage=used), answer("never")]))
     run.refresh_from_db()
     assert run.status == RunStatus.INTERRUPTED
     assert "KeyboardInterrupt" in run.error
@@ -249,7 +250,7 @@ def test_a_process_stopped_mid_run_leaves_the_run_interrupted_not_running(alice)
     # The progress made before it stopped is kept.
     assert run.tool_executions.count() == 1
     assert (run.iterations, run.tool_calls) == (1, 1)
-    assert run.prompt_tokens == 0  # the scripted model reports none; the count is not reset
+    assert (run.prompt_tokens, run.completion_tokens) == (120, 30)  # the counts are not reset
 
 
 def test_a_run_that_cannot_start_is_recorded_as_failed_with_the_reason(alice, settings):
