@@ -1,4 +1,11 @@
-"""The run_code tool: a Python snippet in the configured sandbox, in the user's workspace."""
+"""The run_code tool: a Python snippet in the configured sandbox, in the user's workspace.
+
+Its report (exit status, stdout, stderr) is written by `describe` and read back only by
+`parse_report`, so whoever reads what a snippet printed (the mock model) never copies the layout.
+"""
+
+import re
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,14 +56,55 @@ def run_code(arguments: RunCodeArguments, context: ToolContext) -> ToolOutput:
     return ToolOutput(report, policy=execution.policy)
 
 
+KILLED = "killed"
+EMPTY = "(empty)"
+CAPPED = "[output over the cap was discarded]"
+_REPORT = re.compile(
+    rf"(?:^|\n)exit status: (?P<status>{KILLED}|-?\d+)\n--- stdout ---\n(?P<stdout>.*?)\n"
+    r"--- stderr ---\n"
+    rf"(?P<stderr>.*?)(?P<capped>\n{re.escape(CAPPED)})?\Z",
+    re.S,
+)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A snippet's report as `parse_report` reads it back; `exit_status` None: it was killed."""
+
+    exit_status: int | None
+    stdout: str
+    stderr: str
+    output_truncated: bool
+
+
 def describe(execution: Execution) -> str:
-    status = "killed" if execution.exit_status is None else str(execution.exit_status)
+    """The report the model reads; `parse_report` is its one reader."""
+    status = KILLED if execution.exit_status is None else str(execution.exit_status)
     lines = [f"exit status: {status}"]
     for name, text in (("stdout", execution.stdout), ("stderr", execution.stderr)):
-        lines += [f"--- {name} ---", text.rstrip("\n") if text else "(empty)"]
+        lines += [f"--- {name} ---", text.rstrip("\n") if text else EMPTY]
     if execution.output_truncated:
-        lines.append("[output over the cap was discarded]")
+        lines.append(CAPPED)
     return "\n".join(lines)
+
+
+def parse_report(text: str) -> Report | None:
+    """The report `describe` wrote, at the end of `text` (a failure's message may lead it: a
+    timeout, a stop); None when `text` holds none (say, the result was cut to the tool's cap)."""
+    found = _REPORT.search(text)
+    if found is None:
+        return None
+    status = found["status"]
+    return Report(
+        exit_status=None if status == KILLED else int(status),
+        stdout=_printed(found["stdout"]),
+        stderr=_printed(found["stderr"]),
+        output_truncated=found["capped"] is not None,
+    )
+
+
+def _printed(shown: str) -> str:
+    return "" if shown == EMPTY else shown
 
 
 RUN_CODE = Tool(
