@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import secrets
 import socket
 import uuid
@@ -316,7 +317,11 @@ def test_a_uid_base_that_would_reach_root_or_overflow_refuses(workspaces, settin
 
 def test_snippet_never_runs_as_root(context):
     result = run(context, "import os; print('uid', os.getuid(), os.geteuid())")
-    assert "uid 0" not in result.text
+    assert result.status is ToolStatus.OK  # the snippet ran: one that failed printed no uid
+    [(uid, euid)] = re.findall(r"uid (\d+) (\d+)", result.text)
+    identity = sandbox_identity(context.user_id)
+    expected = identity.uid if identity is not None else os.getuid()  # the worker's own, not root
+    assert int(uid) == int(euid) == expected != 0
 
 
 def test_subprocess_mode_is_opt_in_and_marks_every_result(context):
@@ -342,9 +347,14 @@ def test_a_warm_sandbox_serves_only_its_own_workspace(workspaces):
     alice, bob = user_context(workspaces, "alice"), user_context(workspaces, "bob")
     (alice.workspace / "alice.txt").write_text("private")
     run(alice, "print('warming alice')")
+    alices = (alice.workspace, Limits.from_settings(10))
+    assert alices in WARM.idle  # a sandbox of alice's waits: bob's call is the one it must refuse
+    served = WARM.served
     result = run(bob, "import os; print(os.listdir('.'))")
     assert "alice.txt" not in result.text
     assert "[]" in result.text
+    assert WARM.served == served  # bob's call started a sandbox of its own
+    assert alices in WARM.idle  # alice's is still hers
 
 
 def test_an_unused_warm_sandbox_expires(context):
