@@ -288,30 +288,59 @@ def test_several_calls_in_one_reply_run_concurrently():
     assert run.statuses() == [("meet", "ok")] * 3
 
 
+def most_open_calls(events) -> int:
+    """The most calls the log shows started and not yet finished at once: the loop reports a
+    call's start before it runs and its end after, so no more than this ran at once."""
+    open_calls = most = 0
+    for event in events:
+        if isinstance(event, ToolCallStarted):
+            open_calls += 1
+            most = max(most, open_calls)
+        elif isinstance(event, ToolCallFinished):
+            open_calls -= 1
+    return most
+
+
 def test_concurrent_calls_are_bounded_by_the_limit():
-    active, peak, lock = 0, 0, threading.Lock()
+    """Each call waits until another runs beside it, so the batch fails unless two run at once;
+    the log shows the loop never had a third going while two were."""
+    beside = threading.Barrier(2, timeout=5)
+    inside, peak, lock = 0, 0, threading.Lock()
 
-    def count(arguments: Text, context: ToolContext) -> str:
-        nonlocal active, peak
+    def pair(arguments: Text, context: ToolContext) -> str:
+        nonlocal inside, peak
         with lock:
-            active += 1
-            peak = max(peak, active)
-        time.sleep(0.05)
+            inside += 1
+            peak = max(peak, inside)
+        beside.wait()  # raises if no other call comes to run beside this one
         with lock:
-            active -= 1
-        return "counted"
+            inside -= 1
+        return "paired"
 
-    tools = bound(Tool("count", "Counts concurrency.", Text, count))
-    script = [calls(*(("count", {"text": str(n)}) for n in range(6)))]
-    Run([*script, answer("done")], tools=tools, limits=Limits(max_parallel_calls=2))
+    tools = bound(Tool("pair", "Waits for a partner.", Text, pair))
+    script = [calls(*(("pair", {"text": str(n)}) for n in range(6)))]
+    run = Run([*script, answer("done")], tools=tools, limits=Limits(max_parallel_calls=2))
+    assert run.statuses() == [("pair", "ok")] * 6
     assert peak == 2
+    assert most_open_calls(run.events) == 2
 
 
 def test_results_enter_the_history_in_the_models_order_not_the_finishing_order():
-    script = [calls(*(("pause", {"seconds": 0.05 * (3 - n), "tag": str(n)}) for n in range(3)))]
-    run = Run([*script, answer("done")])
+    """Each call waits for the one after it to finish: they finish last to first."""
+    finished = [threading.Event() for _ in range(3)]
+
+    def in_turn(arguments: Text, context: ToolContext) -> str:
+        n = int(arguments.text)
+        if n + 1 < len(finished):
+            assert finished[n + 1].wait(5), f"call {n + 1} never finished"
+        finished[n].set()
+        return f"finished {n}"
+
+    tools = bound(Tool("in_turn", "Finishes after the next call.", Text, in_turn))
+    script = [calls(*(("in_turn", {"text": str(n)}) for n in range(3)))]
+    run = Run([*script, answer("done")], tools=tools)
     tags = [event.text for event in run.of(ToolCallFinished)]
-    assert tags == ["paused 0", "paused 1", "paused 2"]
+    assert tags == ["finished 0", "finished 1", "finished 2"]
     tool_messages = [m["content"] for m in run.result.messages if m["role"] == "tool"]
     assert tool_messages == tags
 
@@ -409,7 +438,7 @@ def test_recalled_memories_are_in_the_context_delimited_and_reported():
     system = run.llm.turns[0][0][0]["content"]
     assert "<<<memories>>>\n- The sum of 1..100 is 5050.\n<<<end memories>>>" in system
     [recalled] = run.of(MemoriesRecalled)
-    assert recalled.memories[0]["id"] == 7
+    assert recalled.memories == [memory]
 
 
 def test_a_memory_cannot_break_out_of_its_section():
