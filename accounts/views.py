@@ -19,7 +19,6 @@ from django.views.decorators.http import require_http_methods
 from accounts import signups
 from accounts.forms import SignUpForm, ThrottledPasswordChangeForm
 
-SIGNUP_MODES = ("approve", "open", "off")
 # The backend a fresh account logs in with (the first one, axes, only counts failures).
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 # Open sign-up logs the new account in at once, so a name that is not free has to be refused.
