@@ -20,7 +20,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from agent import audit, services
+from agent import audit, runs
 from agent.audit import short
 from agent.console import (
     AuditAdmin,
@@ -37,6 +37,7 @@ from agent.console import (
     user_link,
 )
 from agent.models import FINISHED, AgentRun, BreakerTrip, RunEvent
+from agent.wording import resumed_text
 from memory.models import Memory
 from tools.models import ToolExecution
 
@@ -190,7 +191,7 @@ class AgentRunAdmin(AuditAdmin):
             (
                 (
                     row.attempt,
-                    audit.resumed_text(row.reason, row.by),
+                    resumed_text(row.reason, row.by),
                     row.lost_worker or "—",
                     timezone.localtime(row.created_at).strftime("%Y-%m-%d %H:%M:%S"),
                 )
@@ -216,8 +217,8 @@ class AgentRunAdmin(AuditAdmin):
             context |= {
                 "timeline": audit.timeline(obj),
                 "stored_memories": Memory.objects.filter(source_run=obj).defer("embedding"),
-                "can_cancel": not obj.is_finished and services.can_cancel_any_run(request.user),
-                "can_continue": obj.can_continue and services.can_continue_any_run(request.user),
+                "can_cancel": not obj.is_finished and runs.can_cancel_any_run(request.user),
+                "can_continue": obj.can_continue and runs.can_continue_any_run(request.user),
             }
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -244,7 +245,7 @@ class AgentRunAdmin(AuditAdmin):
         ]
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return services.can_cancel_any_run(request.user)
+        return runs.can_cancel_any_run(request.user)
 
     @admin.action(description="Cancel selected runs", permissions=["cancel"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
@@ -259,7 +260,7 @@ class AgentRunAdmin(AuditAdmin):
         self.message_user(request, message, messages.SUCCESS if asked else messages.WARNING)
 
     def has_continue_permission(self, request: HttpRequest) -> bool:
-        return services.can_continue_any_run(request.user)
+        return runs.can_continue_any_run(request.user)
 
     @admin.action(description="Continue the selected runs", permissions=["continue"])
     def continue_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
@@ -269,8 +270,8 @@ class AgentRunAdmin(AuditAdmin):
 
     def go_on(self, request: HttpRequest, run_id: int) -> None:
         try:
-            run = services.continue_run_as_operator(request.user, run_id)
-        except services.InvalidTask as error:
+            run = runs.continue_run_as_operator(request.user, run_id)
+        except runs.InvalidTask as error:
             self.message_user(request, f"Run {run_id} was not continued: {error}", messages.WARNING)
             return
         self.log_change(request, run, "Continued by an operator.")
@@ -283,7 +284,7 @@ class AgentRunAdmin(AuditAdmin):
         return transcript_response(audit.transcripts(queryset), "loop-transcripts.json")
 
     def cancel(self, request: HttpRequest, run: AgentRun) -> AgentRun:
-        run = services.cancel_run_as_operator(request.user, run.pk)
+        run = runs.cancel_run_as_operator(request.user, run.pk)
         self.log_change(request, run, "Cancelled by an operator.")
         return run
 

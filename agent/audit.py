@@ -12,10 +12,11 @@ from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquer
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from agent.events import ResumeReason, RunStatus, event_from_dict
+from agent.events import RunStatus, event_from_dict
 from agent.history import messages_from_events
 from agent.llm.base import Message
 from agent.models import AgentRun, BreakerTrip, RunEvent
+from agent.wording import resumed_text
 from memory.models import Memory
 from tools.base import ToolStatus
 from tools.models import ToolExecution
@@ -29,27 +30,6 @@ FAILED_TOOL_STATUSES = (
     ToolStatus.INTERRUPTED,
 )
 TRANSCRIPT_FORMAT = "loop.transcript/1"
-# How each reader says a run went on after it had stopped (a run_resumed event). `{who}` is who
-# asked for a continue, as that reader addresses them: "you" in the chat and the terminal.
-RESUMED_TEXTS = {
-    ResumeReason.WORKER_LOST: "Resumed: the worker running this stopped",
-    ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
-    ResumeReason.CONTINUED: "Continued: {who} asked it to go on",
-}
-# Who asked, as the console says it and as the run's owner reads it in the chat; "" is a log
-# from before Loop recorded who asked.
-CONSOLE_WHO = {"owner": "the owner", "operator": "an operator", "": "the owner or an operator"}
-OWNERS_WHO = {"owner": "you", "operator": "an operator", "": "you"}
-
-
-def resumed_text(reason: str, by: str = "", who: dict[str, str] = CONSOLE_WHO) -> str:
-    """The plain marker a timeline shows where a run went on; a reason from a later version of
-    Loop reads as its words rather than failing the page."""
-    try:
-        text = RESUMED_TEXTS[ResumeReason(reason)]
-    except ValueError:
-        return f"Resumed ({reason.replace('_', ' ')})"
-    return text.format(who=who.get(by, who[""]))
 
 
 def failed_tool_calls() -> Subquery:

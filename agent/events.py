@@ -1,13 +1,24 @@
-"""One dataclass per thing that happens in a run.
+"""One dataclass per thing that happens in a run: the one schema every reader goes through.
 
 The loop reports every event to a sink: the Django recorder persists it (then publishes it), the
-CLI prints it, tests assert on it. `as_dict()` is the JSON stored on the run's event log.
+CLI prints it, tests assert on it. `as_dict()` is the JSON stored on the run's event log, and
+`event_from_dict()` reads it back as the same class, its fields typed: statuses and reasons as
+their enums, recalled memories and tool calls as their dataclasses. A reader matches on the
+classes (`case RunFinished():`) and never indexes the stored dicts, so a renamed field is an error
+where it is read, not a silently empty card.
 """
 
 import dataclasses
+import functools
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any, ClassVar, Protocol
+from enum import Enum, StrEnum
+from typing import Any, ClassVar, Protocol, Union, get_args, get_origin
+
+from agent.llm.base import ToolCall
+from memory.recalled import RecalledMemory
+from tools.base import ToolStatus
 
 
 class RunStatus(StrEnum):
@@ -29,10 +40,6 @@ class HaltReason(StrEnum):
     TOKEN_BUDGET = "token_budget"  # noqa: S105 (a reason, not a secret)
     TOOL_CALL_BUDGET = "tool_call_budget"
 
-    @property
-    def is_breaker(self) -> bool:
-        return self in BREAKER_REASONS
-
 
 BREAKER_REASONS = frozenset(
     {HaltReason.TOOL_FAILURES, HaltReason.REPEATED_FAILED_CALL, HaltReason.IDENTICAL_CALLS}
@@ -45,12 +52,28 @@ class ResumeReason(StrEnum):
     CONTINUED = "continued"  # a person asked a run that had ended to go on
 
 
+class AnswerSource(StrEnum):
+    """Where a finished run's answer came from."""
+
+    MODEL = "model"  # the model's final reply
+    SUMMARY = "summary"  # the model's last turn of a halted run, asked to sum up
+    PROGRESS = "progress"  # Loop's own account of what was done, or its note (nothing was done)
+
+
 @dataclass(frozen=True)
 class Event:
     kind: ClassVar[str]
 
+    def __post_init__(self) -> None:
+        for name, load in _loaders(type(self)).items():
+            value = getattr(self, name)
+            loaded = load(value)
+            if loaded is not value:
+                object.__setattr__(self, name, loaded)
+
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The stored JSON: enums as their values, an absent enum as "" (as stored always)."""
+        return {name: _stored(value) for name, value in dataclasses.asdict(self).items()}
 
 
 @dataclass(frozen=True)
@@ -66,7 +89,7 @@ class RunStarted(Event):
 @dataclass(frozen=True)
 class MemoriesRecalled(Event):
     kind = "memories_recalled"
-    memories: list[dict[str, Any]]
+    memories: list[RecalledMemory]
 
 
 @dataclass(frozen=True)
@@ -74,7 +97,7 @@ class ModelReplied(Event):
     kind = "model_replied"
     step: int
     text: str
-    tool_calls: list[dict[str, str]]
+    tool_calls: list[ToolCall]
     prompt_tokens: int
     completion_tokens: int
     recovered_error: str = ""
@@ -100,7 +123,7 @@ class ToolCallFinished(Event):
     call_id: str
     tool: str
     arguments: str
-    status: str
+    status: ToolStatus
     text: str
     duration: float
     policy: str = ""
@@ -112,7 +135,7 @@ class BreakerTripped(Event):
     kind = "breaker_tripped"
     step: int
     tool: str
-    reason: str
+    reason: HaltReason
     failures: list[dict[str, str]]
 
 
@@ -122,7 +145,7 @@ class RunHalted(Event):
 
     kind = "run_halted"
     step: int
-    reason: str
+    reason: HaltReason
     detail: str
     summary_prompt: str = ""
 
@@ -130,9 +153,9 @@ class RunHalted(Event):
 @dataclass(frozen=True)
 class RunFinished(Event):
     kind = "run_finished"
-    status: str
+    status: RunStatus
     answer: str
-    halt_reason: str = ""
+    halt_reason: HaltReason | None = None
     error: str = ""
     iterations: int = 0
     tool_calls: int = 0
@@ -140,6 +163,8 @@ class RunFinished(Event):
     completion_tokens: int = 0
     duration: float = 0.0
     cut: bool = False  # the answer is the model's, stopped at its output limit
+    answer_source: AnswerSource | None = None  # None in logs from before Loop recorded it
+    ok_tool_calls: int = 0  # the tool calls that worked (status ok)
 
 
 @dataclass(frozen=True)
@@ -150,7 +175,7 @@ class RunResumed(Event):
 
     kind = "run_resumed"
     attempt: int = 0
-    reason: str = ResumeReason.WORKER_LOST.value
+    reason: ResumeReason = ResumeReason.WORKER_LOST
     lost_worker: str = ""
     note: str = ""
     limits: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -175,6 +200,57 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 def event_from_dict(kind: str, data: dict[str, Any]) -> Event:
     return EVENT_TYPES[kind](**data)
+
+
+Loader = Callable[[Any], Any]
+
+
+@functools.cache
+def _loaders(cls: type[Event]) -> dict[str, Loader]:
+    """How each typed field of `cls` is read from what the log stores."""
+    loaders = {}
+    for field in dataclasses.fields(cls):
+        if (load := _loader(field.type)) is not None:
+            loaders[field.name] = load
+    return loaders
+
+
+def _loader(annotation: Any) -> Loader | None:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, types.UnionType) and type(None) in args:
+        inner = _loader(next(arg for arg in args if arg is not type(None)))
+        return None if inner is None else functools.partial(_optional, inner)
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return functools.partial(_member, annotation)
+    if origin is list and dataclasses.is_dataclass(args[0]):
+        return functools.partial(_items, args[0])
+    return None
+
+
+def _optional(load: Loader, value: Any) -> Any:
+    return None if value in (None, "") else load(value)
+
+
+def _member(enum: type[Enum], value: Any) -> Any:
+    """The member; a value this version does not know (a later Loop wrote it) stays its text."""
+    if isinstance(value, enum):
+        return value
+    try:
+        return enum(value)
+    except ValueError:
+        return value
+
+
+def _items(cls: type, values: list[Any]) -> list[Any]:
+    if all(isinstance(value, cls) for value in values):
+        return values
+    return [value if isinstance(value, cls) else cls(**value) for value in values]
+
+
+def _stored(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    return "" if value is None else value
 
 
 class EventSink(Protocol):

@@ -132,7 +132,7 @@ def _apply(state: RunState, event: Event) -> None:
 
 
 def _replied(state: RunState, event: ModelReplied) -> None:
-    calls = [ToolCall(**call) for call in event.tool_calls]
+    calls = list(event.tool_calls)
     state.messages.append(assistant_message(event.text, calls))
     state.step = max(state.step, event.step)
     state.usage += Usage(event.prompt_tokens, event.completion_tokens)

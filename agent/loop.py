@@ -54,6 +54,7 @@ from agent.history import (
 )
 from agent.interrupt import Interrupt, Interrupted, StopReason, interruptibly
 from agent.llm.base import LLM, LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
+from memory.recalled import RecalledMemory
 from tools.base import ToolResult, ToolStatus
 
 logger = logging.getLogger(__name__)
@@ -96,14 +97,6 @@ class Tools(Protocol):
     def specs(self) -> list[ToolSpec]: ...
 
     def dispatch(self, name: str, arguments: str) -> ToolResult: ...
-
-
-@dataclass(frozen=True)
-class RecalledMemory:
-    id: int
-    text: str
-    score: float
-    parts: dict[str, float]
 
 
 Recall = Callable[[str], Sequence[RecalledMemory]]
@@ -251,7 +244,7 @@ class AgentLoop:
             )
         )
         if memories:
-            self.emit(MemoriesRecalled([dataclasses.asdict(memory) for memory in memories]))
+            self.emit(MemoriesRecalled(memories=memories))
 
     def resume(self, state: RunState) -> RunResult | None:
         """Do what the log stopped in the middle of, then let the loop go on (None); a log that

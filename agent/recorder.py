@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from agent import bus
 from agent.events import (
+    AnswerSource,
     BreakerTripped,
     Event,
     EventSink,
@@ -146,7 +147,7 @@ class RunRecorder:
                     partial(
                         self.update,
                         status=event.status,
-                        halt_reason=event.halt_reason,
+                        halt_reason=event.halt_reason or "",
                         answer=event.answer,
                         error=event.error,
                         iterations=event.iterations,
@@ -167,8 +168,9 @@ class RunRecorder:
             return
         self(
             RunFinished(
-                status.value,
-                "",
+                status=status,
+                answer="",
+                answer_source=AnswerSource.PROGRESS,
                 error=error,
                 iterations=self.iterations,
                 tool_calls=self.tool_calls,

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Awaitable, Coroutine
@@ -71,11 +70,6 @@ class WorkerConfig:
     concurrency: int
     name: str
     stale_seconds: float
-
-
-def default_name() -> str:
-    """Who works a run, as the run and the admin show it: this machine and process."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 # The worker ----------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from django.contrib.auth.models import User  # noqa: E402
 from django.contrib.sessions.backends.db import SessionStore  # noqa: E402
 
 from agent.models import AgentRun, RunEvent  # noqa: E402
-from agent.services import submit_first_run  # noqa: E402
+from agent.runs import submit_first_run  # noqa: E402
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 TASK = "Compute the sum of 1..100 and save it to a file"

@@ -34,11 +34,12 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from agent.events import Event, RunStatus  # noqa: E402
+from agent.execution import cancel_flag  # noqa: E402
 from agent.llm.base import Message, Reply, ToolCall, ToolSpec  # noqa: E402
 from agent.loop import Limits, run_agent  # noqa: E402
 from agent.models import AgentRun  # noqa: E402
 from agent.recorder import RunRecorder  # noqa: E402
-from agent.services import cancel_flag, start_run  # noqa: E402
+from agent.runs import start_run  # noqa: E402
 from tools.base import Tool, ToolContext, ToolRegistry  # noqa: E402
 
 

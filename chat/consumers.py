@@ -38,7 +38,7 @@ from django.template.loader import render_to_string
 
 from agent import bus
 from agent.models import AgentRun, Conversation
-from agent.services import runs_for
+from agent.selectors import runs_for
 from chat.rendering import card_for, render_card, status_label
 
 logger = logging.getLogger(__name__)

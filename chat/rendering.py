@@ -17,9 +17,9 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from markdown_it import MarkdownIt
 
-from agent.audit import OWNERS_WHO, resumed_text
 from agent.events import HaltReason, RunStatus
 from agent.loop import MODEL_FAILED
+from agent.wording import OWNERS_WHO, resumed_text
 
 # Raw HTML in Markdown is shown as text; nh3 then keeps only these tags and link schemes, so a
 # <script>, an onerror= or a javascript: link in model output can never run.

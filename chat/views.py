@@ -1,4 +1,5 @@
-"""The chat's pages and actions: thin adapters over agent.services (nothing here decides)."""
+"""The chat's pages and actions: thin adapters over agent.runs and agent.selectors (nothing here
+decides)."""
 
 from typing import Any
 
@@ -11,7 +12,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from agent import services
+from agent import runs, selectors
 from agent.llm.factory import MOCK, default_model
 from agent.models import AgentRun, Conversation
 from chat.rendering import EVENT_TEXTS, page_cards, status_label
@@ -28,7 +29,7 @@ SUGGESTIONS = (
 
 def sidebar(user: Any) -> QuerySet[Conversation]:
     last = AgentRun.objects.filter(conversation=OuterRef("pk")).order_by("-pk")
-    return services.conversations_for(user).annotate(
+    return selectors.conversations_for(user).annotate(
         last_status=Subquery(last.values("status")[:1])
     )
 
@@ -77,7 +78,7 @@ def chat_page(
 
 
 def owned_conversation(request: HttpRequest, conversation_id: int) -> Conversation:
-    return get_object_or_404(services.conversations_for(request.user), pk=conversation_id)
+    return get_object_or_404(selectors.conversations_for(request.user), pk=conversation_id)
 
 
 @require_GET
@@ -96,8 +97,8 @@ def start(request: HttpRequest) -> HttpResponse:
     """The first task of a new conversation: store both, then show the conversation."""
     task = request.POST.get("task", "")
     try:
-        run = services.submit_first_run(request.user, task)
-    except services.InvalidTask as error:
+        run = runs.submit_first_run(request.user, task)
+    except runs.InvalidTask as error:
         return chat_page(request, None, error=str(error), task=task, status=400)
     return redirect("chat:conversation", run.conversation_id)
 
@@ -108,8 +109,8 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = owned_conversation(request, conversation_id)
     task = request.POST.get("task", "")
     try:
-        run = services.submit_run(request.user, task, conversation)
-    except services.InvalidTask as error:
+        run = runs.submit_run(request.user, task, conversation)
+    except runs.InvalidTask as error:
         if not request.htmx:
             return chat_page(request, conversation, error=str(error), task=task, status=400)
         response = HttpResponse(str(error))
@@ -124,14 +125,14 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
 @require_GET
 def run_fragment(request: HttpRequest, run_id: int) -> HttpResponse:
     """One turn of a conversation as it stands, as the page draws it."""
-    run = get_object_or_404(services.runs_for(request.user), pk=run_id)
+    run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
     return render(request, "chat/cards.html#turn", {"turn": turn(run)})
 
 
 @require_POST
 def stop(request: HttpRequest, run_id: int) -> HttpResponse:
     try:
-        run = services.cancel_run(request.user, run_id)
+        run = runs.cancel_run(request.user, run_id)
     except AgentRun.DoesNotExist:
         return HttpResponse("No such run.", status=404)
     if not request.htmx:
@@ -144,10 +145,10 @@ def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
     """Its owner asks a run that stopped early to go on: the turn, queued again, takes its own
     place on the page, and its seq marker has the page watch it live, as after a send."""
     try:
-        run = services.continue_run(request.user, run_id)
+        run = runs.continue_run(request.user, run_id)
     except AgentRun.DoesNotExist:
         return HttpResponse("No such run.", status=404)
-    except services.InvalidTask as error:
+    except runs.InvalidTask as error:
         return refused(request, run_id, str(error))
     if not request.htmx:
         return redirect_to_run(run)
@@ -168,7 +169,7 @@ def refused(request: HttpRequest, run_id: int, error: str) -> HttpResponse:
         response["HX-Retarget"] = "#send-error"
         response["HX-Reswap"] = "innerHTML"
         return response
-    run = get_object_or_404(services.runs_for(request.user), pk=run_id)
+    run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
     conversation = owned_conversation(request, run.conversation_id) if run.conversation_id else None
     return chat_page(request, conversation, error=error, status=400)
 
@@ -191,7 +192,7 @@ def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
     if not form.is_valid():
         error = "The title was not changed: " + " ".join(form.errors["title"])
         return chat_page(request, conversation, error=error, status=400)
-    services.rename_conversation(request.user, conversation.pk, form.cleaned_data["title"])
+    runs.rename_conversation(request.user, conversation.pk, form.cleaned_data["title"])
     return redirect("chat:conversation", conversation.pk)
 
 
@@ -200,7 +201,7 @@ def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
     """Delete the conversation and, if its owner asked, forget what its runs remembered."""
     conversation = owned_conversation(request, conversation_id)
     with transaction.atomic():
-        services.delete_conversation(request.user, conversation.pk)
+        runs.delete_conversation(request.user, conversation.pk)
         if request.POST.get("forget"):
             forget(remembered_by(request.user, conversation.runs.all()), by=request.user)
     return redirect("chat:home")
@@ -210,7 +211,7 @@ def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
 def event_text(request: HttpRequest, run_id: int, seq: int, key: str) -> HttpResponse:
     """The whole text a card shows shortened (chat/rendering.py), for the run's owner only, as
     plain text: nothing in it is ever read as HTML."""
-    run = get_object_or_404(services.runs_for(request.user), pk=run_id)
+    run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
     event = get_object_or_404(run.events, seq=seq)
     text = event.data.get(key) if key in EVENT_TEXTS else None
     if not isinstance(text, str):

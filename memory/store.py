@@ -25,6 +25,7 @@ from pgvector.django import CosineDistance, HnswIndex
 
 from memory.embedders import Embedder, EmbedderMismatch, Vector, get_embedder
 from memory.models import EmbeddingSpace, Memory, Origin
+from memory.recalled import RecalledMemory
 
 MAX_MEMORY_CHARS = 2000
 # How far the index scan reaches: more candidates than k, so re-ranking has room to work.
@@ -35,16 +36,6 @@ EF_SEARCH = 300
 # How much each part weighs in the final score, as tuned on bench/memory_quality.py's tuning half:
 # similarity first, recency enough that a correction outranks what it corrects.
 WEIGHTS = {"similarity": 0.7, "recency": 0.225, "importance": 0.075}
-
-
-@dataclass(frozen=True)
-class Recalled:
-    """A memory recall() returned: its score, and the parts the score was made of."""
-
-    id: int
-    text: str
-    score: float
-    parts: dict[str, float]
 
 
 @dataclass(frozen=True)
@@ -84,7 +75,7 @@ def remember(
     return Remembered(memory, "stored")
 
 
-def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[Recalled]:
+def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:
     """The owner's memories most relevant to `query`, best first, each with its score parts."""
     k = k or settings.LOOP_MEMORY_RECALL_K
     vector = embed(query)
@@ -266,7 +257,7 @@ def _nearest(owner: AbstractBaseUser, vector: Vector) -> _Near | None:
     return _Near(found[0], 1.0 - found[0].distance) if found else None
 
 
-def _score(memory: Memory, now: datetime) -> Recalled:
+def _score(memory: Memory, now: datetime) -> RecalledMemory:
     age_days = (now - memory.updated_at).total_seconds() / 86400
     parts = {
         "similarity": round(1.0 - memory.distance, 4),
@@ -274,7 +265,7 @@ def _score(memory: Memory, now: datetime) -> Recalled:
         "importance": round(memory.importance, 4),
     }
     score = math.fsum(WEIGHTS[name] * value for name, value in parts.items())
-    return Recalled(memory.pk, memory.text, round(score, 4), parts)
+    return RecalledMemory(memory.pk, memory.text, round(score, 4), parts)
 
 
 def _touch(memory: Memory, importance: float) -> Memory:

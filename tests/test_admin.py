@@ -9,14 +9,15 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
-from agent import services
 from agent.audit import history_from_transcript, transcripts, usage
 from agent.events import HaltReason, RunStatus
+from agent.execution import execute_run
 from agent.llm.base import LLMError
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.loop import Limits
 from agent.models import AgentRun, BreakerTrip
-from agent.services import cancel_run, execute_run, history_of, start_run
+from agent.runs import cancel_run, start_run
+from agent.selectors import history_of
 from memory.models import Memory
 from tools.models import ToolExecution
 
@@ -190,7 +191,7 @@ def test_an_operator_cancels_a_queued_run_from_its_page(client, operator, alice)
 def test_an_operator_cancels_a_running_run_and_it_stops_at_its_next_check(
     client, operator, alice, monkeypatch
 ):
-    monkeypatch.setattr(services, "CANCEL_POLL_INTERVAL", 0)
+    monkeypatch.setattr("agent.execution.CANCEL_POLL_INTERVAL", 0)
     run = start_run(alice, "List my files", model="mock")
 
     class OperatorCancels(ScriptedLLM):

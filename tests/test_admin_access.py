@@ -6,9 +6,10 @@ from django.contrib.auth.models import Permission, User
 from django.shortcuts import resolve_url
 from django.urls import reverse
 
+from agent.execution import execute_run
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, BreakerTrip, RunEvent
-from agent.services import execute_run, start_run
+from agent.runs import start_run
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
 from tools.models import ToolExecution

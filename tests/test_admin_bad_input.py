@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from accounts.models import SignUp
 from agent.console import IGNORED_FILTERS
+from agent.execution import execute_run
 from agent.models import AgentRun, BreakerTrip, RunEvent
-from agent.services import execute_run, start_run
+from agent.runs import start_run
 from memory.models import ForgottenMemory, Memory
 from tools.models import ToolExecution
 

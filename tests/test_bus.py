@@ -15,8 +15,9 @@ import pytest
 from channels.layers import get_channel_layer
 
 from agent import bus
+from agent.execution import execute_run
 from agent.models import AgentRun, RunStatus
-from agent.services import execute_run, new_conversation, start_run, submit_run
+from agent.runs import new_conversation, start_run, submit_run
 from tests.conftest import wait_for
 from tests.test_settings import load_settings
 

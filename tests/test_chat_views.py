@@ -7,10 +7,11 @@ from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.events import RunStatus
+from agent.execution import execute_run
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, Conversation
 from agent.queue import WORK_RUN
-from agent.services import execute_run, new_conversation, start_run
+from agent.runs import new_conversation, start_run
 from chat.rendering import markdown, page_cards
 
 pytestmark = pytest.mark.django_db

@@ -18,7 +18,7 @@ from agent import bus as events_bus
 from agent.events import ModelReplied, RunFinished
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
-from agent.services import new_conversation, start_run, submit_run
+from agent.runs import new_conversation, start_run, submit_run
 from chat.consumers import MAX_MESSAGE_CHARS, Close
 from chat.rendering import page_cards
 from loopsite.asgi import application

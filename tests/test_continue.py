@@ -31,12 +31,13 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from agent.execution import execute_run
 from agent.llm.base import LLMError
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.loop import Limits
 from agent.management.commands.runagent import describe
 from agent.models import AgentRun
-from agent.services import execute_run, new_conversation, start_run
+from agent.runs import new_conversation, start_run
 from chat.consumers import read_unsent
 from chat.rendering import UNDRAWN_KINDS, card_for, render_card
 
@@ -331,19 +332,42 @@ def test_runagent_resume_refuses_what_it_cannot_continue(alice, workspaces):
 
 CALL = {"step": 2, "call_id": "call_1", "tool": "run_code", "arguments": '{"code": "print(1)"}'}
 SAMPLES: list[Event] = [
-    RunStarted(DEMO, "mock", "mock", [{"role": "user", "content": DEMO}], {"max_iterations": 2}),
-    MemoriesRecalled(
-        [{"id": 1, "text": "a fact", "score": 0.5, "parts": {"similarity": 0.5}}],
+    RunStarted(
+        task=DEMO,
+        provider="mock",
+        model="mock",
+        messages=[{"role": "user", "content": DEMO}],
+        limits={"max_iterations": 2},
     ),
-    ModelReplied(1, "Let me compute it.", [{"id": "call_1", "name": "run_code"}], 10, 5),
+    MemoriesRecalled(
+        memories=[{"id": 1, "text": "a fact", "score": 0.5, "parts": {"similarity": 0.5}}],
+    ),
+    ModelReplied(
+        step=1,
+        text="Let me compute it.",
+        tool_calls=[{"id": "call_1", "name": "run_code", "arguments": "{}"}],
+        prompt_tokens=10,
+        completion_tokens=5,
+    ),
     ToolCallStarted(**CALL),
     ToolCallFinished(**CALL, status="ok", text="1\n", duration=0.01, policy="no network"),
-    BreakerTripped(2, "run_code", "tool_failures", [{"tool": "run_code", "text": "ERROR: x"}]),
-    RunHalted(3, "iteration_cap", "It reached 2 model turns.", "Summarise."),
-    RunFinished("halted", "What I did so far.", halt_reason="iteration_cap", iterations=2),
-    RunResumed(2, ResumeReason.WORKER_LOST, lost_worker="host:123"),
-    RunResumed(3, ResumeReason.HANDED_BACK, lost_worker="host:124"),
-    RunResumed(4, ResumeReason.CONTINUED, note="Go on.", limits={"max_iterations": 4}),
+    BreakerTripped(
+        step=2,
+        tool="run_code",
+        reason="tool_failures",
+        failures=[{"tool": "run_code", "text": "ERROR: x"}],
+    ),
+    RunHalted(
+        step=3, reason="iteration_cap", detail="It reached 2 model turns.", summary_prompt="Sum."
+    ),
+    RunFinished(
+        status="halted", answer="What I did so far.", halt_reason="iteration_cap", iterations=2
+    ),
+    RunResumed(attempt=2, reason=ResumeReason.WORKER_LOST, lost_worker="host:123"),
+    RunResumed(attempt=3, reason=ResumeReason.HANDED_BACK, lost_worker="host:124"),
+    RunResumed(
+        attempt=4, reason=ResumeReason.CONTINUED, note="Go on.", limits={"max_iterations": 4}
+    ),
 ]
 INTERRUPTED = ToolCallFinished(
     **CALL,
@@ -386,7 +410,7 @@ def test_the_chat_the_console_and_the_terminal_each_draw_every_event(event, alic
 @pytest.mark.parametrize("reason", list(ResumeReason))
 def test_each_resume_reads_plainly_in_every_reader(reason, alice):
     run = start_run(alice, DEMO, model="mock")
-    event = RunResumed(3, reason, lost_worker="host:9")
+    event = RunResumed(attempt=3, reason=reason, lost_worker="host:9")
     card = render_card(card_for(run.pk, 5, event.kind, event.as_dict()))
     assert RESUMED_IN_CHAT[reason] in card
     assert 'class="card banner marker' in card

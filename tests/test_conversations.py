@@ -3,18 +3,16 @@
 import pytest
 
 from agent.events import RunStatus
+from agent.execution import execute_run
 from agent.models import AgentRun, Conversation, RunEvent
-from agent.services import (
+from agent.runs import (
     TooManyActiveRuns,
-    conversation_context,
-    conversations_for,
     delete_conversation,
-    execute_run,
     new_conversation,
     rename_conversation,
-    runs_for,
     start_run,
 )
+from agent.selectors import conversation_context, conversations_for, runs_for
 from memory.models import ForgottenMemory, Memory
 
 pytestmark = pytest.mark.django_db

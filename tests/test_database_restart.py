@@ -62,7 +62,7 @@ from django.db.models import Max
 from agent.events import ModelReplied
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
-from agent.services import start_run
+from agent.runs import start_run
 
 run = RUN and AgentRun.objects.get(pk=RUN) or start_run(
     get_user_model().objects.get(username="alice"), "Count to 3", model="mock"
@@ -84,7 +84,7 @@ print(os.getpid(), record.read_text(), sep="|")
 
 SUBMIT = """
 from django.contrib.auth import get_user_model
-from agent.services import new_conversation, submit_run
+from agent.runs import new_conversation, submit_run
 
 user = get_user_model().objects.get(username="alice")
 print(submit_run(user, TASK, new_conversation(user), model="mock").pk)

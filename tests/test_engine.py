@@ -13,28 +13,24 @@ from django.core.exceptions import PermissionDenied
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.events import ModelReplied, ResumeReason, RunStatus
+from agent.execution import CONTINUE_NOTE, claim, execute_run, work_job, worked_seconds
 from agent.guards import RunReleased
 from agent.interrupt import StopReason
 from agent.models import AgentRun, RunResume
 from agent.queue import WORK_RUN
 from agent.recorder import RunLost, RunRecorder
-from agent.services import (
-    CONTINUE_NOTE,
+from agent.runs import (
     InvalidTask,
     TooManyActiveRuns,
     cancel_run,
-    claim,
     continue_run,
     continue_run_as_operator,
     default_limits,
-    execute_run,
-    history_of,
     new_conversation,
     start_run,
     submit_run,
-    work_job,
-    worked_seconds,
 )
+from agent.selectors import history_of
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -317,7 +313,7 @@ def test_the_recovery_gives_a_dead_workers_run_a_new_job(alice, settings):
 
 
 def test_a_continue_records_who_asked_for_it(alice, operator, workspaces):
-    from agent.audit import OWNERS_WHO, resumed_text
+    from agent.wording import OWNERS_WHO, resumed_text
 
     limits = default_limits(max_iterations=1)
     mine = execute_run(start_run(alice, SLOW, model="mock", limits=limits))
@@ -344,7 +340,7 @@ def test_a_worker_whose_run_was_taken_over_stops_working_it(alice, workspaces):
     write is refused and A stops; B finishes the run, and nothing A did after that is kept."""
     from django.db import connection
 
-    from agent.services import work
+    from agent.execution import work
 
     run = submit_run(alice, SLOW, new_conversation(alice), model="mock")
     outcome: list[BaseException | str] = []

@@ -6,11 +6,12 @@ import logging
 import pytest
 
 from agent.events import RunStatus
+from agent.execution import execute_run
 from agent.llm import groq as groq_module
 from agent.llm.groq import RETRY_NOTE
 from agent.loop import CUT_ANSWER
 from agent.models import AgentRun
-from agent.services import default_limits, execute_run, start_run
+from agent.runs import default_limits, start_run
 from memory.models import Memory
 from memory.store import embed
 from tests.conftest import wait_for

@@ -19,7 +19,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from agent.events import ResumeReason, RunStatus
 from agent.models import AgentRun
 from agent.queue import WORK_RUN
-from agent.services import new_conversation, submit_run
+from agent.runs import new_conversation, submit_run
 from tests.conftest import PROJECT_DIR, OutputLines, child_environment, children, wait_for
 from tests.socket_harness import free_port
 

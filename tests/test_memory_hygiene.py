@@ -3,8 +3,9 @@
 import pytest
 
 from agent.events import RunStatus
+from agent.execution import execute_run
 from agent.llm.scripted import ScriptedLLM, call
-from agent.services import default_limits, execute_run, start_run
+from agent.runs import default_limits, start_run
 from memory.hygiene import carries_nothing
 from memory.models import Memory
 

@@ -12,7 +12,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
 from agent.events import RunStatus
-from agent.services import execute_run, start_run
+from agent.execution import execute_run
+from agent.runs import start_run
 from memory import embedders, neural
 from memory.checks import embedder_check
 from memory.embedders import get_embedder

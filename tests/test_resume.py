@@ -101,7 +101,7 @@ class Resumed:
 def assert_each_call_ran_once(resumed: Resumed) -> None:
     """Every call the model asked for has one end; one started before the cut never runs again,
     and one left running at the cut ends interrupted."""
-    asked = [call["id"] for event in resumed.of(ModelReplied) for call in event.tool_calls]
+    asked = [call.id for event in resumed.of(ModelReplied) for call in event.tool_calls]
     ends = Counter(event.call_id for event in resumed.of(ToolCallFinished))
     starts = Counter(event.call_id for event in resumed.of(ToolCallStarted))
     assert ends == Counter(asked), "each call asked for ends exactly once"

@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from agent import services
+from agent import execution
 from agent.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
@@ -109,7 +109,7 @@ def test_ctrl_c_cancels_the_run_records_it_and_exits_4(workspaces, monkeypatch):
             return super().chat(messages, tools, **options)
 
     llm = InterruptedLLM([call("list_files", {}), answer("never")])
-    monkeypatch.setattr(services, "llm_for", lambda model: llm)
+    monkeypatch.setattr(execution, "llm_for", lambda model, **_: llm)
     handler = signal.getsignal(signal.SIGINT)
     code, out = runagent("List my files")
     assert code == 4
@@ -128,7 +128,7 @@ def test_sigterm_cancels_the_run_like_ctrl_c(workspaces, monkeypatch):
             return super().chat(messages, tools, **options)
 
     llm = TerminatedLLM([call("list_files", {}), answer("never")])
-    monkeypatch.setattr(services, "llm_for", lambda model: llm)
+    monkeypatch.setattr(execution, "llm_for", lambda model, **_: llm)
     handler = signal.getsignal(signal.SIGTERM)
     code, _ = runagent("List my files")
     assert code == 4

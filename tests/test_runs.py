@@ -2,22 +2,15 @@
 
 import pytest
 
-from agent import services
 from agent.events import HaltReason, RunStatus
+from agent.execution import RunNotQueued, execute_run
 from agent.llm.base import LLMError, Usage
 from agent.llm.factory import ModelUnavailable
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
 from agent.loop import Limits
 from agent.models import AgentRun, BreakerTrip, RunEvent
-from agent.services import (
-    InvalidTask,
-    RunNotQueued,
-    cancel_run,
-    execute_run,
-    history_of,
-    runs_for,
-    start_run,
-)
+from agent.runs import InvalidTask, cancel_run, start_run
+from agent.selectors import history_of, runs_for
 from memory.models import Memory
 
 pytestmark = pytest.mark.django_db
@@ -203,7 +196,7 @@ def test_cancelling_a_queued_run_ends_it_at_once(alice):
 
 
 def test_cancelling_a_running_run_stops_it_at_the_next_check(alice, monkeypatch):
-    monkeypatch.setattr(services, "CANCEL_POLL_INTERVAL", 0)
+    monkeypatch.setattr("agent.execution.CANCEL_POLL_INTERVAL", 0)
 
     class CancellingLLM(ScriptedLLM):
         def chat(self, messages, tools, **options):

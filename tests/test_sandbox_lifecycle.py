@@ -11,8 +11,9 @@ import psutil
 import pytest
 
 from agent.events import RunStatus
+from agent.execution import execute_run
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.services import execute_run, start_run
+from agent.runs import start_run
 from tools.sandbox import WARM, BubblewrapSandbox, Launched, Limits, sandbox_identity
 from tools.workspace import workspace_path
 

@@ -11,7 +11,7 @@ import pytest
 from agent.events import ModelReplied, RunFinished, ToolCallFinished, ToolCallStarted
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
-from agent.services import start_run
+from agent.runs import start_run
 from chat.consumers import FRAME_BYTES
 from chat.rendering import SHORT_TEXT_CHARS, page_cards
 from tests.socket_harness import (

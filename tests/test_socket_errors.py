@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from agent.models import AgentRun
-from agent.services import start_run
+from agent.runs import start_run
 from chat.consumers import MAX_MESSAGE_CHARS, MAX_WATCHED_RUNS, Close
 from tests.conftest import wait_for
 from tests.socket_harness import (

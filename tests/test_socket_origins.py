@@ -5,7 +5,7 @@ CSRF_TRUSTED_ORIGINS) may open it, by the rule of Django's CSRF check."""
 import pytest
 from websockets.exceptions import InvalidStatus
 
-from agent.services import start_run
+from agent.runs import start_run
 from tests.socket_harness import free_port, open_socket, session_cookie, watch
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from agent.events import ToolCallStarted
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
-from agent.services import submit_first_run
+from agent.runs import submit_first_run
 from tests.socket_harness import LiveSite
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, LAPTOP, PASSWORD, WAIT_MS, db, logged_in
 

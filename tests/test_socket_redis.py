@@ -10,7 +10,7 @@ import pytest
 
 from agent.events import ToolCallStarted
 from agent.recorder import RunRecorder
-from agent.services import start_run
+from agent.runs import start_run
 from tests.socket_harness import (
     WAIT,
     free_port,

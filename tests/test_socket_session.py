@@ -14,7 +14,7 @@ from websockets.exceptions import ConnectionClosed
 
 from agent.events import ToolCallStarted
 from agent.recorder import RunRecorder
-from agent.services import start_run
+from agent.runs import start_run
 from chat.consumers import Close
 from tests.conftest import wait_for
 from tests.socket_harness import (

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 
 from agent.models import AgentRun
-from agent.services import new_conversation
+from agent.runs import new_conversation
 
 pytestmark = pytest.mark.django_db
 

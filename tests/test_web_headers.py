@@ -8,8 +8,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from agent.execution import execute_run
 from agent.models import AgentRun
-from agent.services import execute_run, new_conversation, start_run
+from agent.runs import new_conversation, start_run
 
 pytestmark = pytest.mark.django_db
 

@@ -19,7 +19,7 @@ from agent.events import ResumeReason, RunStatus
 from agent.history import INTERRUPTED_CALL
 from agent.models import AgentRun
 from agent.queue import WORK_RUN
-from agent.services import cancel_run, new_conversation, submit_run
+from agent.runs import cancel_run, new_conversation, submit_run
 from tests.conftest import PROJECT_DIR, OutputLines, children, wait_for
 from tests.groq_server import (  # noqa: F401 (the fixture)
     CHAT_COMPLETIONS_PATH,

@@ -13,7 +13,8 @@ import pytest
 
 from agent.events import RunStatus
 from agent.models import AgentRun
-from agent.services import cancel_run, history_of, new_conversation, submit_run
+from agent.runs import cancel_run, new_conversation, submit_run
+from agent.selectors import history_of
 from tests.conftest import wait_for
 from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)
 

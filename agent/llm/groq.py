@@ -16,7 +16,7 @@ A 400 the model itself caused (Groq's `tool_use_failed`: a malformed call, a cal
 not in the request, a tool call when tools are off) is fed back to the model once as an error it can
 correct; a second one in a row ends the run. A model that does not exist for the key fails at once.
 
-A run's `interrupt` (set by its owner, like `deltas`) ends a wait before a retry at once, raising
+A run's `interrupt` (set by its owner) ends a wait before a retry at once, raising
 Interrupted: a stopped run is never asked for again after a rate limit or an outage; a reply
 streaming in stops being read (and shown) at its next piece.
 """
@@ -91,6 +91,7 @@ class GroqLLM:
         model: str,
         *,
         api_key: str,
+        deltas: Callable[[str], None] | None = None,
         base_url: str | None = None,
         timeout: float = 60.0,
         max_retries: int = 2,
@@ -100,9 +101,9 @@ class GroqLLM:
         self.timeout = timeout
         self.max_retries = max_retries
         self.reasoning_effort = reasoning_effort
-        # Set (by the run's owner) to hear the answer's text as it is generated; the reply is
-        # then streamed, and tool calls are assembled from their pieces.
-        self.deltas: Callable[[str], None] | None = None
+        # Hears the answer's text as it is generated; the reply is then streamed, and tool calls
+        # are assembled from their pieces.
+        self.deltas = deltas
         # Set (by the run's owner) to stop waiting to retry as soon as the run is interrupted.
         self.interrupt: Interrupt | None = None
         self.client = groq.Groq(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)

@@ -15,7 +15,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agent.audit import OWNERS_WHO, resumed_text
 from agent.events import (
     BreakerTripped,
     Event,
@@ -29,10 +28,13 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from agent.execution import execute_run, resume_here
 from agent.llm.factory import ModelUnavailable
 from agent.loop import Limits
 from agent.models import AgentRun
-from agent.services import InvalidTask, default_limits, execute_run, resume_here, start_run
+from agent.runs import InvalidTask, default_limits, start_run
+from agent.wording import OWNERS_WHO, resumed_text
+from memory.recalled import RecalledMemory
 
 CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -211,10 +213,10 @@ def thought(event: ModelReplied, verbose: bool) -> list[str]:
     return [f"step {event.step}  reasoning: {excerpt(event.reasoning, 100)}"]
 
 
-def recalled(memory: dict[str, Any]) -> str:
-    parts = ", ".join(f"{name} {value:.2f}" for name, value in memory["parts"].items())
-    text = excerpt(memory["text"], 80)
-    return f"  memory {memory['id']} (score {memory['score']:.2f}: {parts}): {text}"
+def recalled(memory: RecalledMemory) -> str:
+    parts = ", ".join(f"{name} {value:.2f}" for name, value in memory.parts.items())
+    text = excerpt(memory.text, 80)
+    return f"  memory {memory.id} (score {memory.score:.2f}: {parts}): {text}"
 
 
 def finished(event: RunFinished, run_id: int) -> list[str]:

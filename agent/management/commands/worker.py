@@ -6,7 +6,8 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from agent.worker import WorkerConfig, become_supervisor, default_name, serve
+from agent.execution import process_name
+from agent.worker import WorkerConfig, become_supervisor, serve
 
 
 def positive(value: str) -> int:
@@ -48,7 +49,7 @@ class Command(BaseCommand):
         self.check()
         config = WorkerConfig(
             concurrency=options["concurrency"] or settings.LOOP_WORKER_CONCURRENCY,
-            name=options["name"] or default_name(),
+            name=options["name"] or process_name(),
             stale_seconds=settings.LOOP_STALE_SECONDS,
         )
         serve(config)

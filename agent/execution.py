@@ -1,4 +1,5 @@
-"""Run operations: the few functions the CLI, the web views and the task queue all call."""
+"""The worker's side of a run: claim it, pick it up where its log ends, wire its model, tools,
+memory and recorder together, work it to its end, remember its outcome."""
 
 import dataclasses
 import logging
@@ -13,14 +14,12 @@ from datetime import datetime
 from functools import partial
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError, transaction
-from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agent.events import (
+    AnswerSource,
     Event,
     ResumeReason,
     RunFinished,
@@ -30,28 +29,30 @@ from agent.events import (
     event_from_dict,
 )
 from agent.guards import RunReleased
-from agent.history import RunState, messages_from_events, replay
+from agent.history import RunState, replay
 from agent.interrupt import Interrupt, StopReason
-from agent.llm.base import LLM, Message
-from agent.llm.factory import default_model, llm_for
-from agent.llm.tokens import count_tokens
-from agent.loop import Limits, RecalledMemory, RunResult, Tools, progress_report, run_agent
-from agent.models import FINISHED, AgentRun, Conversation, RunResume
-from agent.queue import abort_job, defer_run
+from agent.llm.base import LLM
+from agent.llm.factory import llm_for
+from agent.loop import Limits, RunResult, Tools, progress_report, run_agent
+from agent.models import AgentRun, RunResume
 from agent.recorder import RunRecorder
+from agent.runs import reopen
+from agent.selectors import conversation_context
 from agent.toolset import default_registry
 from memory.hygiene import carries_nothing, files_written, outcome_text
+from memory.recalled import RecalledMemory
 from memory.store import recall, remember
 from tools.base import ToolStatus
 from tools.files import WRITE_FILE
 from tools.sandbox import kill_run
 from tools.workspace import context_for
 
-logger = logging.getLogger(__name__)
-
 CANCEL_POLL_INTERVAL = 0.2
+
+
 # How often a run's watcher looks for a stop request (from procrastinate, or the database).
 WATCH_INTERVAL = 0.1
+
 
 # What the model reads when a person asks a run that had ended to go on.
 CONTINUE_NOTE = (
@@ -60,118 +61,11 @@ CONTINUE_NOTE = (
 )
 
 
-class InvalidTask(ValueError):
-    pass
+logger = logging.getLogger(__name__)
 
 
 class RunNotQueued(RuntimeError):
     pass
-
-
-class TooManyActiveRuns(InvalidTask):
-    pass
-
-
-TITLE_CHARS = 60
-
-
-def clean_task(task: str) -> str:
-    task = task.replace("\x00", "").strip()
-    if not task:
-        raise InvalidTask("The task is empty. Say what the agent should do.")
-    if len(task) > settings.LOOP_TASK_MAX_CHARS:
-        raise InvalidTask(
-            f"The task is {len(task):,} characters long; the limit is "
-            f"{settings.LOOP_TASK_MAX_CHARS:,}. Shorten it, or put the material in a file and "
-            "ask the agent to read it."
-        )
-    return task
-
-
-def default_limits(**overrides: float) -> Limits:
-    configured = {
-        "max_iterations": settings.LOOP_MAX_ITERATIONS,
-        "max_seconds": settings.LOOP_RUN_SECONDS,
-        "max_tokens": settings.LOOP_RUN_TOKENS,
-        "max_tool_calls": settings.LOOP_RUN_TOOL_CALLS,
-        "max_tool_failures": settings.LOOP_BREAKER_FAILURES,
-        "max_identical_calls": settings.LOOP_BREAKER_IDENTICAL_CALLS,
-        "max_parallel_calls": settings.LOOP_PARALLEL_TOOL_CALLS,
-    }
-    return Limits(**(configured | overrides))
-
-
-def start_run(
-    user: AbstractBaseUser,
-    task: str,
-    *,
-    model: str = "",
-    limits: Limits | None = None,
-    conversation: Conversation | None = None,
-) -> AgentRun:
-    """Record a new run for `user`, queued, in `conversation` if given (it must be the user's).
-
-    Bad input, or one run more than LOOP_USER_ACTIVE_RUNS, raises before anything is stored.
-    """
-    task = clean_task(task)
-    model = model or default_model()
-    llm = llm_for(model)
-    with transaction.atomic():
-        check_room_for_a_run(user.pk)
-        if conversation is not None:
-            conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
-            conversation.title = conversation.title or title_from(task)
-            conversation.save(update_fields=["title", "updated_at"])
-        return AgentRun.objects.create(
-            user=user,
-            conversation=conversation,
-            task=task,
-            provider=llm.provider,
-            model=llm.model,
-            limits=dataclasses.asdict(limits or default_limits()),
-        )
-
-
-def check_room_for_a_run(user_id: int) -> None:
-    """Refuse one live run more than LOOP_USER_ACTIVE_RUNS. Call inside a transaction: the user's
-    row stays locked to its end, so two starts at once cannot both pass the limit."""
-    get_user_model().objects.select_for_update().filter(pk=user_id).first()
-    active = AgentRun.objects.filter(
-        user_id=user_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
-    ).count()
-    if active >= settings.LOOP_USER_ACTIVE_RUNS:
-        runs = "run" if active == 1 else "runs"
-        raise TooManyActiveRuns(
-            f"You have {active} {runs} going, the most Loop runs at once for one person. "
-            "Wait for one to finish, or stop one, then try again."
-        )
-
-
-def submit_run(
-    user: AbstractBaseUser, task: str, conversation: Conversation, *, model: str = ""
-) -> AgentRun:
-    """Start a run in `conversation` and queue it for a worker; returns at once."""
-    with transaction.atomic():
-        run = start_run(user, task, model=model, conversation=conversation)
-        queue(run)
-    return run
-
-
-def queue(run: AgentRun) -> None:
-    """Give the run a job, stored with it: a worker sees both or neither."""
-    run.job_id = defer_run(run.pk)
-    AgentRun.objects.filter(pk=run.pk).update(job_id=run.job_id)
-
-
-def submit_first_run(user: AbstractBaseUser, task: str, *, model: str = "") -> AgentRun:
-    """Start a new conversation with `task`; if the run is refused, no conversation is kept."""
-    with transaction.atomic():
-        return submit_run(user, task, new_conversation(user), model=model)
-
-
-def title_from(task: str) -> str:
-    line = " ".join(task.split())
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
 
 
 def execute_run(
@@ -188,7 +82,7 @@ def execute_run(
     Here a Stop is seen at the run's next check (`cancelled`, and the database every
     CANCEL_POLL_INTERVAL); a worker's runs are also interrupted mid-step (see `work_job`).
     """
-    claimed = claim(run.pk, job_id=None, worker=this_process())
+    claimed = claim(run.pk, job_id=None, worker=process_name())
     if claimed is None:
         run.refresh_from_db()
         raise RunNotQueued(f"Run {run.pk} is not queued; it is {run.status}.")
@@ -212,7 +106,7 @@ def work_job(
         return work(claimed, interrupt).status
 
 
-def this_process() -> str:
+def process_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
@@ -298,7 +192,7 @@ def work(
     run = claimed.run
     recorder = RunRecorder(run, then=on_event)
     try:
-        llm = llm or streaming(llm_for(run.model), recorder.stream)
+        llm = llm or llm_for(run.model, deltas=recorder.stream)
         tools = tools or tools_for(run, stopped=interrupt.is_set if interrupt else None)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
@@ -433,8 +327,10 @@ def given_up(why: str, state: RunState | None) -> RunFinished:
     """The end of a run Loop stops resuming: failed, with what it had done so far."""
     state = state or RunState()
     return RunFinished(
-        RunStatus.FAILED.value,
-        progress_report(state.last_text, state.observations),
+        status=RunStatus.FAILED,
+        answer=progress_report(state.last_text, state.observations),
+        answer_source=AnswerSource.PROGRESS,
+        ok_tool_calls=sum(result.status is ToolStatus.OK for _, result in state.observations),
         error=why,
         iterations=state.step,
         tool_calls=state.tool_calls,
@@ -479,14 +375,6 @@ def watching(
         watcher.join(timeout=5)
 
 
-def streaming(llm: LLM, deltas: Callable[[str], None]) -> LLM:
-    """A model that can stream its replies (one with a `deltas` sink: the mock, GroqLLM) streams
-    them to `deltas`."""
-    if hasattr(llm, "deltas") and llm.deltas is None:
-        llm.deltas = deltas
-    return llm
-
-
 def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools:
     """The tools as the run sees them: acting for its owner, in the owner's workspace. A sandbox
     that starts once `stopped()` is true is killed at once (the run was stopped meanwhile)."""
@@ -495,7 +383,7 @@ def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools
 
 
 def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
-    return [RecalledMemory(m.id, m.text, m.score, m.parts) for m in recall(user, task)]
+    return recall(user, task)
 
 
 def remember_outcome(run: AgentRun) -> None:
@@ -537,60 +425,6 @@ def cancel_flag(run: AgentRun, local: Callable[[], bool] | None) -> Callable[[],
     return check
 
 
-def cancel_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
-    """Ask `user`'s run to stop. Another user's run does not exist, as far as this is concerned."""
-    return request_cancel(runs_for(user).get(pk=run_id))
-
-
-def can_cancel_any_run(user: AbstractBaseUser) -> bool:
-    """Operators may stop anyone's run: active staff allowed to change runs (runs are otherwise
-    never edited, so that permission means "may cancel")."""
-    return user.is_active and user.is_staff and user.has_perm("agent.change_agentrun")
-
-
-def cancel_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
-    """Ask any user's run to stop, on an operator's behalf; it ends as if its owner had asked."""
-    if not can_cancel_any_run(operator):
-        raise PermissionDenied(f"{operator.get_username()} may not cancel other users' runs.")
-    return request_cancel(AgentRun.objects.get(pk=run_id))
-
-
-def request_cancel(run: AgentRun) -> AgentRun:
-    """A queued run ends at once; a running one stops within a second wherever it is (its worker
-    hears it from procrastinate). A finished run stays as it ended."""
-    now = timezone.now()
-    if AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
-        status=RunStatus.CANCELLED, cancel_requested_at=now, finished_at=now
-    ):
-        went = run.events.exists()  # handed back by a worker that stopped, or continued
-        note = "Cancelled while it waited for a worker." if went else "Cancelled before it started."
-        RunRecorder(run)(RunFinished(RunStatus.CANCELLED.value, note))
-    else:
-        AgentRun.objects.filter(
-            pk=run.pk, status=RunStatus.RUNNING, cancel_requested_at__isnull=True
-        ).update(cancel_requested_at=now)
-    abort_job(run.job_id)
-    run.refresh_from_db()
-    return run
-
-
-def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
-    """Queue `user`'s halted, interrupted or model-failed run to go on from its log. Another
-    user's run does not exist, as far as this is concerned."""
-    return reopen(runs_for(user), run_id, by=user, queue_it=True)
-
-
-def can_continue_any_run(user: AbstractBaseUser) -> bool:
-    """Operators who may stop anyone's run may also ask it to go on."""
-    return can_cancel_any_run(user)
-
-
-def continue_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
-    if not can_continue_any_run(operator):
-        raise PermissionDenied(f"{operator.get_username()} may not continue other users' runs.")
-    return reopen(AgentRun.objects.all(), run_id, by=operator, queue_it=True)
-
-
 def resume_here(
     run: AgentRun,
     *,
@@ -604,102 +438,3 @@ def resume_here(
         on_event=on_event,
         cancelled=cancelled,
     )
-
-
-def reopen(
-    runs: QuerySet[AgentRun], run_id: int, *, by: AbstractBaseUser, queue_it: bool
-) -> AgentRun:
-    """Put a run that may go on back in the queue, asked `by` its owner or an operator: it counts
-    as one of its owner's live runs again, and its next worker picks it up from its log with
-    renewed limits."""
-    with transaction.atomic():
-        run = runs.select_for_update(of=("self",)).get(pk=run_id)
-        if not run.can_continue:
-            raise InvalidTask(
-                f"Run {run.pk} {run.status}: only a run that was halted, interrupted, or failed "
-                "because the model did not answer can be continued."
-            )
-        check_room_for_a_run(run.user_id)
-        AgentRun.objects.filter(pk=run.pk).update(
-            status=RunStatus.QUEUED,
-            halt_reason="",
-            answer="",
-            error="",
-            finished_at=None,
-            cancel_requested_at=None,
-            worker="",
-            job_id=None,
-            continue_requested_by=by,
-        )
-        run.refresh_from_db()
-        if queue_it:
-            queue(run)
-    return run
-
-
-def runs_for(user: AbstractBaseUser) -> QuerySet[AgentRun]:
-    """The user's runs, less those of conversations they deleted."""
-    return AgentRun.objects.filter(user=user).filter(
-        Q(conversation__isnull=True) | Q(conversation__deleted_at__isnull=True)
-    )
-
-
-def conversation_context(run: AgentRun) -> list[Message]:
-    """The conversation's earlier turns (task, then final answer), newest last, within
-    LOOP_CONVERSATION_TOKENS; older turns are left out, and a one-line note says how many."""
-    if run.conversation_id is None:
-        return []
-    earlier = (
-        AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)
-        .filter(status__in=FINISHED)
-        .exclude(answer="")
-        .order_by("-pk")
-        .values_list("task", "answer")
-    )
-    budget = settings.LOOP_CONVERSATION_TOKENS
-    turns: list[Message] = []
-    dropped = 0
-    for task, answer in earlier:
-        cost = count_tokens(task) + count_tokens(answer)
-        if dropped or cost > budget:
-            dropped += 1
-            continue
-        budget -= cost
-        turns[:0] = [{"role": "user", "content": task}, {"role": "assistant", "content": answer}]
-    if dropped:
-        note = (
-            f"[Loop] {dropped} earlier turn{'s' if dropped > 1 else ''} of this conversation "
-            "left out to fit the context budget."
-        )
-        turns.insert(0, {"role": "system", "content": note})
-    return turns
-
-
-def conversations_for(user: AbstractBaseUser) -> QuerySet[Conversation]:
-    return Conversation.objects.filter(owner=user, deleted_at__isnull=True)
-
-
-def new_conversation(user: AbstractBaseUser, title: str = "") -> Conversation:
-    return Conversation.objects.create(owner=user, title=title.strip()[:200])
-
-
-def rename_conversation(user: AbstractBaseUser, conversation_id: int, title: str) -> Conversation:
-    conversation = conversations_for(user).get(pk=conversation_id)
-    conversation.title = " ".join(title.split())[:200]
-    conversation.save(update_fields=["title", "updated_at"])
-    return conversation
-
-
-def delete_conversation(user: AbstractBaseUser, conversation_id: int) -> None:
-    """Gone for the user, with its runs; the rows stay for operators. Runs still going stop."""
-    conversation = conversations_for(user).get(pk=conversation_id)
-    for run_id in conversation.runs.exclude(status__in=FINISHED).values_list("pk", flat=True):
-        cancel_run(user, run_id)
-    conversation.deleted_at = timezone.now()
-    conversation.save(update_fields=["deleted_at"])
-
-
-def history_of(run: AgentRun) -> list[Message]:
-    """The message history as the model saw it, rebuilt from the run's event log alone."""
-    events = run.events.order_by("seq").values_list("kind", "data")
-    return messages_from_events(event_from_dict(kind, data) for kind, data in events)

@@ -1,0 +1,238 @@
+"""Run operations: what a person, an operator or the CLI asks of runs and conversations. Every
+change to a run outside its worker is here; the reads are agent/selectors.py and the worker's side
+is agent/execution.py."""
+
+import dataclasses
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from agent.events import AnswerSource, RunFinished, RunStatus
+from agent.llm.factory import resolve
+from agent.loop import Limits
+from agent.models import FINISHED, AgentRun, Conversation
+from agent.queue import abort_job, defer_run
+from agent.recorder import RunRecorder
+from agent.selectors import conversations_for, runs_for
+
+
+class InvalidTask(ValueError):
+    pass
+
+
+class TooManyActiveRuns(InvalidTask):
+    pass
+
+
+TITLE_CHARS = 60
+
+
+def clean_task(task: str) -> str:
+    task = task.replace("\x00", "").strip()
+    if not task:
+        raise InvalidTask("The task is empty. Say what the agent should do.")
+    if len(task) > settings.LOOP_TASK_MAX_CHARS:
+        raise InvalidTask(
+            f"The task is {len(task):,} characters long; the limit is "
+            f"{settings.LOOP_TASK_MAX_CHARS:,}. Shorten it, or put the material in a file and "
+            "ask the agent to read it."
+        )
+    return task
+
+
+def default_limits(**overrides: float) -> Limits:
+    configured = {
+        "max_iterations": settings.LOOP_MAX_ITERATIONS,
+        "max_seconds": settings.LOOP_RUN_SECONDS,
+        "max_tokens": settings.LOOP_RUN_TOKENS,
+        "max_tool_calls": settings.LOOP_RUN_TOOL_CALLS,
+        "max_tool_failures": settings.LOOP_BREAKER_FAILURES,
+        "max_identical_calls": settings.LOOP_BREAKER_IDENTICAL_CALLS,
+        "max_parallel_calls": settings.LOOP_PARALLEL_TOOL_CALLS,
+    }
+    return Limits(**(configured | overrides))
+
+
+def start_run(
+    user: AbstractBaseUser,
+    task: str,
+    *,
+    model: str = "",
+    limits: Limits | None = None,
+    conversation: Conversation | None = None,
+) -> AgentRun:
+    """Record a new run for `user`, queued, in `conversation` if given (it must be the user's).
+
+    Bad input, or one run more than LOOP_USER_ACTIVE_RUNS, raises before anything is stored.
+    """
+    task = clean_task(task)
+    choice = resolve(model)
+    with transaction.atomic():
+        check_room_for_a_run(user.pk)
+        if conversation is not None:
+            conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
+            conversation.title = conversation.title or title_from(task)
+            conversation.save(update_fields=["title", "updated_at"])
+        return AgentRun.objects.create(
+            user=user,
+            conversation=conversation,
+            task=task,
+            provider=choice.provider,
+            model=choice.model,
+            limits=dataclasses.asdict(limits or default_limits()),
+        )
+
+
+def check_room_for_a_run(user_id: int) -> None:
+    """Refuse one live run more than LOOP_USER_ACTIVE_RUNS. Call inside a transaction: the user's
+    row stays locked to its end, so two starts at once cannot both pass the limit."""
+    get_user_model().objects.select_for_update().filter(pk=user_id).first()
+    active = AgentRun.objects.filter(
+        user_id=user_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
+    ).count()
+    if active >= settings.LOOP_USER_ACTIVE_RUNS:
+        runs = "run" if active == 1 else "runs"
+        raise TooManyActiveRuns(
+            f"You have {active} {runs} going, the most Loop runs at once for one person. "
+            "Wait for one to finish, or stop one, then try again."
+        )
+
+
+def submit_run(
+    user: AbstractBaseUser, task: str, conversation: Conversation, *, model: str = ""
+) -> AgentRun:
+    """Start a run in `conversation` and queue it for a worker; returns at once."""
+    with transaction.atomic():
+        run = start_run(user, task, model=model, conversation=conversation)
+        queue(run)
+    return run
+
+
+def queue(run: AgentRun) -> None:
+    """Give the run a job, stored with it: a worker sees both or neither."""
+    run.job_id = defer_run(run.pk)
+    AgentRun.objects.filter(pk=run.pk).update(job_id=run.job_id)
+
+
+def submit_first_run(user: AbstractBaseUser, task: str, *, model: str = "") -> AgentRun:
+    """Start a new conversation with `task`; if the run is refused, no conversation is kept."""
+    with transaction.atomic():
+        return submit_run(user, task, new_conversation(user), model=model)
+
+
+def title_from(task: str) -> str:
+    line = " ".join(task.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+
+
+def cancel_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
+    """Ask `user`'s run to stop. Another user's run does not exist, as far as this is concerned."""
+    return request_cancel(runs_for(user).get(pk=run_id))
+
+
+def can_cancel_any_run(user: AbstractBaseUser) -> bool:
+    """Operators may stop anyone's run: active staff allowed to change runs (runs are otherwise
+    never edited, so that permission means "may cancel")."""
+    return user.is_active and user.is_staff and user.has_perm("agent.change_agentrun")
+
+
+def cancel_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
+    """Ask any user's run to stop, on an operator's behalf; it ends as if its owner had asked."""
+    if not can_cancel_any_run(operator):
+        raise PermissionDenied(f"{operator.get_username()} may not cancel other users' runs.")
+    return request_cancel(AgentRun.objects.get(pk=run_id))
+
+
+def request_cancel(run: AgentRun) -> AgentRun:
+    """A queued run ends at once; a running one stops within a second wherever it is (its worker
+    hears it from procrastinate). A finished run stays as it ended."""
+    now = timezone.now()
+    if AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
+        status=RunStatus.CANCELLED, cancel_requested_at=now, finished_at=now
+    ):
+        went = run.events.exists()  # handed back by a worker that stopped, or continued
+        note = "Cancelled while it waited for a worker." if went else "Cancelled before it started."
+        ended = RunFinished(
+            status=RunStatus.CANCELLED, answer=note, answer_source=AnswerSource.PROGRESS
+        )
+        RunRecorder(run)(ended)
+    else:
+        AgentRun.objects.filter(
+            pk=run.pk, status=RunStatus.RUNNING, cancel_requested_at__isnull=True
+        ).update(cancel_requested_at=now)
+    abort_job(run.job_id)
+    run.refresh_from_db()
+    return run
+
+
+def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
+    """Queue `user`'s halted, interrupted or model-failed run to go on from its log. Another
+    user's run does not exist, as far as this is concerned."""
+    return reopen(runs_for(user), run_id, by=user, queue_it=True)
+
+
+def can_continue_any_run(user: AbstractBaseUser) -> bool:
+    """Operators who may stop anyone's run may also ask it to go on."""
+    return can_cancel_any_run(user)
+
+
+def continue_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
+    if not can_continue_any_run(operator):
+        raise PermissionDenied(f"{operator.get_username()} may not continue other users' runs.")
+    return reopen(AgentRun.objects.all(), run_id, by=operator, queue_it=True)
+
+
+def reopen(
+    runs: QuerySet[AgentRun], run_id: int, *, by: AbstractBaseUser, queue_it: bool
+) -> AgentRun:
+    """Put a run that may go on back in the queue, asked `by` its owner or an operator: it counts
+    as one of its owner's live runs again, and its next worker picks it up from its log with
+    renewed limits."""
+    with transaction.atomic():
+        run = runs.select_for_update(of=("self",)).get(pk=run_id)
+        if not run.can_continue:
+            raise InvalidTask(
+                f"Run {run.pk} {run.status}: only a run that was halted, interrupted, or failed "
+                "because the model did not answer can be continued."
+            )
+        check_room_for_a_run(run.user_id)
+        AgentRun.objects.filter(pk=run.pk).update(
+            status=RunStatus.QUEUED,
+            halt_reason="",
+            answer="",
+            error="",
+            finished_at=None,
+            cancel_requested_at=None,
+            worker="",
+            job_id=None,
+            continue_requested_by=by,
+        )
+        run.refresh_from_db()
+        if queue_it:
+            queue(run)
+    return run
+
+
+def new_conversation(user: AbstractBaseUser, title: str = "") -> Conversation:
+    return Conversation.objects.create(owner=user, title=title.strip()[:200])
+
+
+def rename_conversation(user: AbstractBaseUser, conversation_id: int, title: str) -> Conversation:
+    conversation = conversations_for(user).get(pk=conversation_id)
+    conversation.title = " ".join(title.split())[:200]
+    conversation.save(update_fields=["title", "updated_at"])
+    return conversation
+
+
+def delete_conversation(user: AbstractBaseUser, conversation_id: int) -> None:
+    """Gone for the user, with its runs; the rows stay for operators. Runs still going stop."""
+    conversation = conversations_for(user).get(pk=conversation_id)
+    for run_id in conversation.runs.exclude(status__in=FINISHED).values_list("pk", flat=True):
+        cancel_run(user, run_id)
+    conversation.deleted_at = timezone.now()
+    conversation.save(update_fields=["deleted_at"])
