@@ -18,10 +18,9 @@ from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
 from accounts.models import PRIVILEGED, WAITING_FOR_APPROVAL, SignUp
-from agent.console import MalformedFiltersSaid, link, list_url
-from agent.models import AgentRun
+from agent.models import AgentRun, ToolExecution
+from console.widgets import MalformedFiltersSaid, link, list_url
 from memory.models import Memory
-from tools.models import ToolExecution
 
 PRIVILEGE_FIELDS = ("is_staff", "is_superuser", "groups", "user_permissions")
 APPROVE_SIGNUP = "accounts.approve_signup"

@@ -1,5 +1,5 @@
-"""A run's records: the run itself, its append-only event log, its breaker trips, and the
-conversation (a thread of runs) it belongs to."""
+"""A run's records: the run itself, its append-only event log, its tool executions and breaker
+trips, its resumes, and the conversation (a thread of runs) it belongs to."""
 
 from enum import StrEnum
 from typing import Any
@@ -8,8 +8,17 @@ from django.conf import settings
 from django.db import connections, models
 from django.utils import timezone
 
-from agent.events import BREAKER_REASONS, EVENT_TYPES, HaltReason, ResumeReason, RunStatus
+from agent.events import (
+    BREAKER_REASONS,
+    EVENT_TYPES,
+    Event,
+    HaltReason,
+    ResumeReason,
+    RunStatus,
+    event_from_dict,
+)
 from agent.loop import MODEL_FAILED
+from tools.base import ToolStatus
 
 FINISHED = (
     RunStatus.SUCCEEDED,
@@ -175,6 +184,42 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"Run {self.run_id} #{self.seq} {self.kind}"
+
+    @property
+    def event(self) -> Event:
+        """The row as its typed event: what every reader of the log goes through."""
+        return event_from_dict(self.kind, self.data)
+
+
+class ToolExecution(models.Model):
+    """The audit record of a tool call a run made (or was refused): written by the recorder, one
+    row per ToolCallFinished, read by the console. Its table keeps the name it had when it was
+    the tools app's."""
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_executions")
+    step = models.PositiveIntegerField()
+    call_id = models.CharField(max_length=128)
+    tool = models.CharField(max_length=64)
+    arguments = models.TextField()
+    status = models.CharField(max_length=16, choices=choices(ToolStatus))
+    # What the model saw: the output of a call that worked, the error of one that did not.
+    result = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    truncated = models.BooleanField(default=False)
+    duration = models.FloatField()
+    policy = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "tools_toolexecution"
+        ordering = ("run", "step", "id")
+        indexes = (
+            models.Index(fields=["run", "step"], name="tools_toole_run_id_e1a408_idx"),
+            models.Index(fields=["tool", "status"], name="tools_toole_tool_e58a6d_idx"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.tool} ({self.status}) in run {self.run_id} step {self.step}"
 
 
 class BreakerTrip(models.Model):

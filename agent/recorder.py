@@ -29,9 +29,8 @@ from agent.events import (
 )
 from agent.guards import RunReleased
 from agent.llm.base import Usage
-from agent.models import AgentRun, BreakerTrip, RunEvent
+from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from tools.base import ToolStatus
-from tools.models import ToolExecution
 
 logger = logging.getLogger(__name__)
 

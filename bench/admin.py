@@ -205,7 +205,7 @@ def pages() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(name, url) of the list pages, which have the floor, and of some detail pages."""
     runs = reverse("admin:agent_agentrun_changelist")
     events = reverse("admin:agent_runevent_changelist")
-    executions = reverse("admin:tools_toolexecution_changelist")
+    executions = reverse("admin:agent_toolexecution_changelist")
     memories = reverse("admin:memory_memory_changelist")
     usage = reverse("admin:agent_agentrun_usage")
     month_ago = timezone.localdate() - timedelta(days=29)

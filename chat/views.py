@@ -72,7 +72,7 @@ def chat_page(
         "error": error,
         "task": task,
         # What deleting the conversation offers to forget.
-        "remembered": remembered_by(request.user, runs).count() if conversation else 0,
+        "remembered": remembered_by(request.user, runs.values("pk")).count() if conversation else 0,
     }
     return render(request, "chat/page.html", context, status=status)
 
@@ -203,7 +203,7 @@ def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
     with transaction.atomic():
         runs.delete_conversation(request.user, conversation.pk)
         if request.POST.get("forget"):
-            forget(remembered_by(request.user, conversation.runs.all()), by=request.user)
+            forget(remembered_by(request.user, conversation.runs.values("pk")), by=request.user)
     return redirect("chat:home")
 
 

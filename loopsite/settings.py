@@ -51,6 +51,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
+    "console",  # ahead of the admin: its admin templates override the admin's own
     "accounts.apps.LoopAdminConfig",  # django.contrib.admin; its password change counted by axes
     "django.contrib.auth",
     "django.contrib.contenttypes",

@@ -1,7 +1,7 @@
 """Forgetting memories on an operator's or their owner's behalf, each one recorded (who, when,
 which)."""
 
-from typing import Any
+from collections.abc import Iterable
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -31,7 +31,7 @@ def forget(memories: QuerySet[Memory], by: AbstractBaseUser) -> list[ForgottenMe
     return records
 
 
-def remembered_by(owner: AbstractBaseUser, runs: QuerySet[Any]) -> QuerySet[Memory]:
-    """What these runs (agent.AgentRun rows) stored in their owner's memory; a memory a later run
-    merged into names that later run as its source."""
-    return Memory.objects.filter(owner=owner, source_run__in=runs)
+def remembered_by(owner: AbstractBaseUser, run_ids: Iterable[int]) -> QuerySet[Memory]:
+    """What the runs of these ids stored in their owner's memory (a queryset of ids stays one
+    query); a memory a later run merged into names that later run as its source."""
+    return Memory.objects.filter(owner=owner, source_run_id__in=run_ids)

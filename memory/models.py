@@ -24,13 +24,8 @@ class Memory(models.Model):
     embedding = HalfVectorField(dimensions=DEFAULT_DIMENSIONS)
     content_hash = models.CharField(max_length=64)
     origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.RUN)
-    source_run = models.ForeignKey(
-        "agent.AgentRun",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="memories",
-    )
+    # The run that stored it, by id: memory knows nothing of runs (the layer above it).
+    source_run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     importance = models.FloatField(default=0.5)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -78,9 +73,7 @@ class ForgottenMemory(models.Model):
     owner_name = models.CharField(max_length=150)
     text = models.TextField()
     origin = models.CharField(max_length=8, choices=Origin.choices)
-    source_run = models.ForeignKey(
-        "agent.AgentRun", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
+    source_run_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     forgotten_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )

@@ -293,7 +293,7 @@ def _supersede(
             "content_hash",
             "embedding",
             "importance",
-            "source_run",
+            "source_run_id",
             "updated_at",
         ]
     )

@@ -9,22 +9,21 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.audit import history_from_transcript, transcripts, usage
 from agent.events import HaltReason, RunStatus
 from agent.execution import execute_run
 from agent.llm.base import LLMError
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.loop import Limits
-from agent.models import AgentRun, BreakerTrip
+from agent.models import AgentRun, BreakerTrip, ToolExecution
 from agent.runs import cancel_run, start_run
 from agent.selectors import history_of
+from console.selectors import history_from_transcript, transcripts, usage
 from memory.models import Memory
-from tools.models import ToolExecution
 
 pytestmark = pytest.mark.django_db
 
 RUNS = reverse("admin:agent_agentrun_changelist")
-EXECUTIONS = reverse("admin:tools_toolexecution_changelist")
+EXECUTIONS = reverse("admin:agent_toolexecution_changelist")
 TRIPS = reverse("admin:agent_breakertrip_changelist")
 MEMORIES = reverse("admin:memory_memory_changelist")
 USAGE = reverse("admin:agent_agentrun_usage")
@@ -135,7 +134,7 @@ def test_the_run_page_shows_its_whole_timeline_in_order(client, operator, runs):
     trip = BreakerTrip.objects.get(run=run)
     assert reverse("admin:agent_breakertrip_change", args=[trip.pk]) in page
     for execution in run.tool_executions.all():
-        assert reverse("admin:tools_toolexecution_change", args=[execution.pk]) in page
+        assert reverse("admin:agent_toolexecution_change", args=[execution.pk]) in page
     assert "does not exist in your workspace" in page
     assert "read_file failed 3 times in a row" in page
     assert 'id="step-1"' in page
@@ -148,7 +147,7 @@ def test_the_timeline_shows_tokens_sandbox_policy_recalls_and_the_stored_memory(
     replied = runs["success"].events.filter(kind="model_replied").first().data
     assert f"{replied['prompt_tokens']} prompt, {replied['completion_tokens']} completion" in page
     assert "sandbox: bubblewrap" in page
-    stored = Memory.objects.get(source_run=runs["success"])
+    stored = Memory.objects.get(source_run_id=runs["success"].pk)
     assert reverse("admin:memory_memory_change", args=[stored.pk]) in page
     assert "Stored in long-term memory at the end" in page
 
@@ -428,7 +427,7 @@ def test_an_unfiltered_list_of_a_huge_table_shows_the_estimated_total(
 ):
     from django.db import connection
 
-    from agent.console import EstimatedCountPaginator
+    from console.widgets import EstimatedCountPaginator
 
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE agent_runevent")
@@ -445,9 +444,9 @@ def test_an_unfiltered_list_of_a_huge_table_shows_the_estimated_total(
 def test_usage_shows_a_page_of_rows_at_a_time_with_totals_for_all(
     client, operator, runs, monkeypatch
 ):
-    from agent import admin as agent_admin
+    from console import runs as run_pages
 
-    monkeypatch.setattr(agent_admin, "USAGE_ROWS_PER_PAGE", 1)
+    monkeypatch.setattr(run_pages, "USAGE_ROWS_PER_PAGE", 1)
     first = client.get(USAGE)
     assert len(first.context["rows"]) == 1
     assert first.context["totals"]["runs"] == len(runs)

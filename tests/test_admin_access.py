@@ -8,11 +8,10 @@ from django.urls import reverse
 
 from agent.execution import execute_run
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.models import AgentRun, BreakerTrip, RunEvent
+from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import start_run
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
-from tools.models import ToolExecution
 
 pytestmark = pytest.mark.django_db
 
@@ -34,14 +33,14 @@ def records(alice, workspaces):
         llm=ScriptedLLM([call("list_files", {}), answer("Hello.")]),
     )
     root = User.objects.create_superuser("root", "root@example.com", "a long password")
-    forget(Memory.objects.filter(source_run=told), root)
+    forget(Memory.objects.filter(source_run_id=told.pk), root)
     return {
         AgentRun: run,
         RunEvent: run.events.first(),
         ToolExecution: run.tool_executions.first(),
         BreakerTrip: run.breaker_trips.get(),
         ForgottenMemory: ForgottenMemory.objects.get(),
-        Memory: Memory.objects.get(source_run=run),
+        Memory: Memory.objects.get(source_run_id=run.pk),
     }
 
 

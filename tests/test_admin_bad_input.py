@@ -8,12 +8,11 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import SignUp
-from agent.console import IGNORED_FILTERS
 from agent.execution import execute_run
-from agent.models import AgentRun, BreakerTrip, RunEvent
+from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import start_run
+from console.widgets import IGNORED_FILTERS
 from memory.models import ForgottenMemory, Memory
-from tools.models import ToolExecution
 
 pytestmark = pytest.mark.django_db
 
@@ -74,7 +73,7 @@ def test_a_user_filter_for_nobody_lists_nothing(client, operator, run, model):
         (AgentRun, {"created_at__year": "99999"}),
         (AgentRun, {"created_at__year": "2026", "created_at__month": "13"}),
         (BreakerTrip, {"created_at__year": "0"}),
-        (Memory, {"source_run__id__exact": "x"}),
+        (Memory, {"source_run_id": "x"}),
         (AgentRun, {"status": "no-such-status", "p": "abc"}),
     ],
 )

@@ -37,9 +37,9 @@ def memories(alice, bob, workspaces):
     recall = run(alice, "What is 17 * 23 that I computed before?")
     theirs = run(bob, "What is 17 * 23?")
     return {
-        "product": Memory.objects.get(source_run=product),
+        "product": Memory.objects.get(source_run_id=product.pk),
         "told": Memory.objects.get(owner=alice, origin=Origin.TOLD),
-        "theirs": Memory.objects.get(source_run=theirs),
+        "theirs": Memory.objects.get(source_run_id=theirs.pk),
         "recall_run": recall,
         "product_run": product,
     }

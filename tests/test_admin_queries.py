@@ -21,7 +21,7 @@ LIST_PAGES = [
     "admin:agent_agentrun_changelist",
     "admin:agent_runevent_changelist",
     "admin:agent_breakertrip_changelist",
-    "admin:tools_toolexecution_changelist",
+    "admin:agent_toolexecution_changelist",
     "admin:memory_memory_changelist",
     "admin:memory_forgottenmemory_changelist",
     "admin:auth_user_changelist",

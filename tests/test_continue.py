@@ -15,7 +15,6 @@ from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
-from agent import audit
 from agent.events import (
     EVENT_TYPES,
     BreakerTripped,
@@ -40,6 +39,7 @@ from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from chat.consumers import read_unsent
 from chat.rendering import UNDRAWN_KINDS, card_for, render_card
+from console import selectors
 
 pytestmark = pytest.mark.django_db
 
@@ -397,13 +397,13 @@ def test_the_chat_the_console_and_the_terminal_each_draw_every_event(event, alic
     else:
         assert card is not None
         assert render_card(card).strip().startswith("<")
-    entry = audit.TimelineEntry(7, event.kind, data.get("step", 0), run.created_at, data)
+    entry = selectors.TimelineEntry(7, event.kind, data.get("step", 0), run.created_at, data)
     console = render_to_string(
         "admin/agent/agentrun/timeline.html", {"timeline": [entry], "stored_memories": []}
     )
     assert 'id="event-7"' in console
     assert "loop-unknown" not in console  # not the raw data a kind without a view falls back to
-    assert audit.gist(event.kind, data)
+    assert selectors.gist(event.kind, data)
     assert describe(event, run.pk)
 
 
@@ -415,7 +415,7 @@ def test_each_resume_reads_plainly_in_every_reader(reason, alice):
     assert RESUMED_IN_CHAT[reason] in card
     assert 'class="card banner marker' in card
     console = RESUMED_IN_CHAT[reason].replace("you asked", "the owner or an operator asked")
-    assert console in audit.gist(event.kind, event.as_dict())
+    assert console in selectors.gist(event.kind, event.as_dict())
     assert describe(event, run.pk) == [f"{RESUMED_IN_CHAT[reason]} (attempt 3)."]
 
 
@@ -430,4 +430,4 @@ def test_an_interrupted_tool_call_is_drawn_like_the_other_failures(alice):
     assert "INTERRUPTED: the worker running this call stopped" in html
     [line] = describe(INTERRUPTED, run.pk)
     assert line.startswith("        run_code interrupted in 0.000s: INTERRUPTED: the worker")
-    assert "interrupted" in audit.FAILED_TOOL_STATUSES
+    assert "interrupted" in selectors.FAILED_TOOL_STATUSES

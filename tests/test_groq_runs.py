@@ -341,7 +341,7 @@ ANSWER = "The sum of 1..100 is 5050, computed as 100 * 101 / 2."
 
 
 def remembered(run: AgentRun) -> list[str]:
-    return list(Memory.objects.filter(source_run=run).values_list("text", flat=True))
+    return list(Memory.objects.filter(source_run_id=run.pk).values_list("text", flat=True))
 
 
 def test_a_stream_cut_before_its_last_chunk_is_asked_for_again_and_the_run_succeeds(on_groq, alice):

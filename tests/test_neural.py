@@ -125,7 +125,7 @@ def test_a_reworded_question_recalls_the_run_that_saved_the_file_and_an_unrelate
     reworded = recall(alice, "What did the file I saved earlier contain?")
     unrelated = recall(alice, "What's a good recipe for banana bread?")
 
-    assert [memory.id for memory in reworded] == [Memory.objects.get(source_run=saved).pk]
+    assert [memory.id for memory in reworded] == [Memory.objects.get(source_run_id=saved.pk).pk]
     assert "5050" in reworded[0].text
     assert unrelated == []
 

@@ -34,7 +34,7 @@ def test_the_demo_task_computes_fails_to_read_recovers_by_writing_and_answers(al
     assert "5050" in run_code.result
     assert "does not exist" in run.tool_executions.get(tool="read_file").error
     assert (workspaces / str(alice.pk) / "sum.txt").read_text() == "5050\n"
-    remembered = Memory.objects.get(source_run=run)
+    remembered = Memory.objects.get(source_run_id=run.pk)
     assert remembered.owner == alice
     assert remembered.text == (
         f"Task: {DEMO}\nOutcome: succeeded\nAnswer: {run.answer}\nFiles written: sum.txt (5050)"

@@ -8,8 +8,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
-from agent.console import AuditAdmin, RunUserFilter, StepLinks, badge, filter_link
-from tools.models import ToolExecution
+from agent.models import ToolExecution
+from console.widgets import AuditAdmin, RunUserFilter, StepLinks, badge, filter_link
 from tools.sandbox import BubblewrapSandbox, SubprocessSandbox
 
 
@@ -31,7 +31,6 @@ class PolicyFilter(admin.SimpleListFilter):
         return queryset.filter(policy="" if self.value() == self.NONE else self.value())
 
 
-@admin.register(ToolExecution)
 class ToolExecutionAdmin(StepLinks, AuditAdmin):
     list_display = (
         "id",

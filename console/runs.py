@@ -20,9 +20,18 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from agent import audit, runs
-from agent.audit import short
-from agent.console import (
+from agent.models import FINISHED, AgentRun, BreakerTrip, RunEvent, ToolExecution
+from agent.runs import (
+    InvalidTask,
+    can_cancel_any_run,
+    can_continue_any_run,
+    cancel_run_as_operator,
+    continue_run_as_operator,
+)
+from agent.wording import resumed_text
+from console import selectors
+from console.selectors import short
+from console.widgets import (
     AuditAdmin,
     RunUserFilter,
     StepLinks,
@@ -36,10 +45,7 @@ from agent.console import (
     run_link,
     user_link,
 )
-from agent.models import FINISHED, AgentRun, BreakerTrip, RunEvent
-from agent.wording import resumed_text
 from memory.models import Memory
-from tools.models import ToolExecution
 
 User = get_user_model()
 # A day of a thousand active users is a thousand rows: the page shows them a hundred at a time.
@@ -60,7 +66,6 @@ def transcript_response(transcript: object, filename: str) -> HttpResponse:
     return response
 
 
-@admin.register(AgentRun)
 class AgentRunAdmin(AuditAdmin):
     list_display = (
         "id",
@@ -124,7 +129,7 @@ class AgentRunAdmin(AuditAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
-        return super().get_queryset(request).annotate(failed_calls=audit.failed_tool_calls())
+        return super().get_queryset(request).annotate(failed_calls=selectors.failed_tool_calls())
 
     @admin.display(description="task")
     def short_task(self, run: AgentRun) -> str:
@@ -175,7 +180,7 @@ class AgentRunAdmin(AuditAdmin):
             link(list_url(model, run__id__exact=run.pk), f"{n} {name}")
             for name, model, n in counted
         ]
-        links.append(link(list_url(Memory, source_run__id__exact=run.pk), "memories it stored"))
+        links.append(link(list_url(Memory, source_run_id=run.pk), "memories it stored"))
         links.append(link(list_url(AgentRun, user=run.user_id), f"{run.user}'s runs"))
         return format_html_join(" · ", "{}", ((item,) for item in links))
 
@@ -215,10 +220,10 @@ class AgentRunAdmin(AuditAdmin):
     ) -> HttpResponse:
         if obj is not None:
             context |= {
-                "timeline": audit.timeline(obj),
-                "stored_memories": Memory.objects.filter(source_run=obj).defer("embedding"),
-                "can_cancel": not obj.is_finished and runs.can_cancel_any_run(request.user),
-                "can_continue": obj.can_continue and runs.can_continue_any_run(request.user),
+                "timeline": selectors.timeline(obj),
+                "stored_memories": Memory.objects.filter(source_run_id=obj.pk).defer("embedding"),
+                "can_cancel": not obj.is_finished and can_cancel_any_run(request.user),
+                "can_continue": obj.can_continue and can_continue_any_run(request.user),
             }
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -245,7 +250,7 @@ class AgentRunAdmin(AuditAdmin):
         ]
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return runs.can_cancel_any_run(request.user)
+        return can_cancel_any_run(request.user)
 
     @admin.action(description="Cancel selected runs", permissions=["cancel"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
@@ -260,7 +265,7 @@ class AgentRunAdmin(AuditAdmin):
         self.message_user(request, message, messages.SUCCESS if asked else messages.WARNING)
 
     def has_continue_permission(self, request: HttpRequest) -> bool:
-        return runs.can_continue_any_run(request.user)
+        return can_continue_any_run(request.user)
 
     @admin.action(description="Continue the selected runs", permissions=["continue"])
     def continue_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
@@ -270,8 +275,8 @@ class AgentRunAdmin(AuditAdmin):
 
     def go_on(self, request: HttpRequest, run_id: int) -> None:
         try:
-            run = runs.continue_run_as_operator(request.user, run_id)
-        except runs.InvalidTask as error:
+            run = continue_run_as_operator(request.user, run_id)
+        except InvalidTask as error:
             self.message_user(request, f"Run {run_id} was not continued: {error}", messages.WARNING)
             return
         self.log_change(request, run, "Continued by an operator.")
@@ -281,10 +286,10 @@ class AgentRunAdmin(AuditAdmin):
     def export_transcripts(
         self, request: HttpRequest, queryset: QuerySet[AgentRun]
     ) -> HttpResponse:
-        return transcript_response(audit.transcripts(queryset), "loop-transcripts.json")
+        return transcript_response(selectors.transcripts(queryset), "loop-transcripts.json")
 
     def cancel(self, request: HttpRequest, run: AgentRun) -> AgentRun:
-        run = runs.cancel_run_as_operator(request.user, run.pk)
+        run = cancel_run_as_operator(request.user, run.pk)
         self.log_change(request, run, "Cancelled by an operator.")
         return run
 
@@ -309,7 +314,7 @@ class AgentRunAdmin(AuditAdmin):
     def transcript_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        found = audit.transcripts(AgentRun.objects.filter(pk=run_id))
+        found = selectors.transcripts(AgentRun.objects.filter(pk=run_id))
         if not found:
             raise Http404(f"No run {run_id}.")
         return transcript_response(found[0], f"loop-run-{run_id}.json")
@@ -321,7 +326,7 @@ class AgentRunAdmin(AuditAdmin):
         since, until, user = form.chosen()
         if form.cut:
             messages.info(request, form.cut)
-        rows = audit.usage(since, until, user.pk if user else None) if since <= until else []
+        rows = selectors.usage(since, until, user.pk if user else None) if since <= until else []
         page = Paginator(rows, USAGE_ROWS_PER_PAGE).get_page(request.GET.get("p"))
         others = request.GET.copy()
         others.pop("p", None)
@@ -336,7 +341,7 @@ class AgentRunAdmin(AuditAdmin):
             "rows": page.object_list,
             "page": page,
             "query": others.urlencode(),
-            "totals": audit.usage_totals(rows),
+            "totals": selectors.usage_totals(rows),
         }
         # A range or user that does not parse is the request's fault: the page says which field,
         # and shows the last week meanwhile.
@@ -385,7 +390,6 @@ class UsageRange(forms.Form):
         return since, until, user
 
 
-@admin.register(RunEvent)
 class RunEventAdmin(AuditAdmin):
     list_display = ("id", "run_page", "seq", "kind", "step", "gist", "created_at")
     # No filter on kind: without an index on it, finding a rare kind among millions of events
@@ -401,14 +405,13 @@ class RunEventAdmin(AuditAdmin):
 
     @admin.display(description="what happened")
     def gist(self, event: RunEvent) -> str:
-        return audit.gist(event.kind, event.data)
+        return selectors.gist(event.kind, event.data)
 
     @admin.display(description="data")
     def data_json(self, event: RunEvent) -> SafeString:
         return pretty_json(event.data)
 
 
-@admin.register(BreakerTrip)
 class BreakerTripAdmin(StepLinks, AuditAdmin):
     list_display = (
         "id",
@@ -449,10 +452,5 @@ class BreakerTripAdmin(StepLinks, AuditAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         return super().changelist_view(
-            request, (extra_context or {}) | {"trip_summary": audit.trip_summary()}
+            request, (extra_context or {}) | {"trip_summary": selectors.trip_summary()}
         )
-
-
-# The console joins the apps, so it lives in the top layer: tools/ and memory/ import nothing of
-# agent/, and their models' pages are registered from here.
-from agent import memory_admin, tool_admin  # noqa: E402, F401

@@ -15,11 +15,10 @@ from django.utils import timezone
 from agent.events import RunStatus, event_from_dict
 from agent.history import messages_from_events
 from agent.llm.base import Message
-from agent.models import AgentRun, BreakerTrip, RunEvent
+from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.wording import resumed_text
 from memory.models import Memory
 from tools.base import ToolStatus
-from tools.models import ToolExecution
 
 # A tool call that ran and did not work. A skipped call never ran: the run stopped first.
 # An interrupted call's worker stopped under it: as far as anyone knows, it did not work.

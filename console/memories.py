@@ -12,8 +12,8 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from agent.audit import recalls_of, short
-from agent.console import (
+from console.selectors import recalls_of, short
+from console.widgets import (
     AuditAdmin,
     MalformedFiltersSaid,
     UserFilter,
@@ -60,7 +60,6 @@ class OwnerFilter(UserFilter):
     path = "owner"
 
 
-@admin.register(Memory)
 class MemoryAdmin(MalformedFiltersSaid, admin.ModelAdmin):
     list_display = (
         "id",
@@ -156,7 +155,6 @@ class MemoryAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         return table(("run", "when", "score", "parts"), rows, "No run has recalled it.")
 
 
-@admin.register(ForgottenMemory)
 class ForgottenMemoryAdmin(AuditAdmin):
     list_display = (
         "id",

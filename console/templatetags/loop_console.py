@@ -8,19 +8,19 @@ from django.contrib.admin.views.main import ChangeList
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agent import console
+from console import widgets
 
 register = template.Library()
 
 
 @register.filter
 def status_badge(status: str) -> SafeString:
-    return console.badge(status)
+    return widgets.badge(status)
 
 
 @register.filter
 def halt_badge(reason: str) -> SafeString:
-    return console.halt_badge(reason)
+    return widgets.halt_badge(reason)
 
 
 @register.filter
@@ -35,7 +35,7 @@ def words(name: str) -> str:
 
 @register.filter
 def pretty_json(value: object) -> SafeString:
-    return console.pretty_json(value)
+    return widgets.pretty_json(value)
 
 
 @register.inclusion_tag("admin/date_hierarchy.html")
