@@ -34,7 +34,7 @@ from agent.interrupt import Interrupt, StopReason
 from agent.llm.base import LLM
 from agent.llm.factory import llm_for
 from agent.loop import Limits, RunResult, Tools, progress_report, run_agent
-from agent.models import AgentRun, RunResume
+from agent.models import FINISHED, AgentRun, RunResume
 from agent.recorder import RunRecorder
 from agent.runs import reopen
 from agent.selectors import conversation_context
@@ -89,6 +89,11 @@ def execute_run(
     return work(claimed, on_event=on_event, cancelled=cancelled, llm=llm, tools=tools)
 
 
+# A job's outcome when its worker gave the run up unfinished (the worker is stopping, or another
+# took the run over): whoever takes the run next resumes it from its log.
+RELEASED = "released"
+
+
 def work_job(
     run_id: int,
     *,
@@ -97,13 +102,15 @@ def work_job(
     stop_requested: Callable[[], StopReason | None],
 ) -> str:
     """A worker's job: take the run (new, continued, or left by a worker that stopped) and work
-    it to its end. RunReleased out of here means this worker gave the run up unfinished."""
+    it to its end. Says the status it ended with, "nothing to do", or RELEASED: this worker gave
+    the run up unfinished."""
     claimed = claim(run_id, job_id=job_id, worker=worker)
     if claimed is None:
         return "nothing to do"
     interrupt = Interrupt()
     with watching(claimed.run, interrupt, stop_requested):
-        return work(claimed, interrupt).status
+        run = work(claimed, interrupt)
+    return run.status if run.status in FINISHED else RELEASED
 
 
 def process_name() -> str:
@@ -188,7 +195,10 @@ def work(
 ) -> AgentRun:
     """Work a claimed run from where its log ends, to its end or until this worker lets it go.
     With `interrupt`, a stop abandons the step under way: the model call, a rate-limit wait, or
-    the run's sandboxes, which are killed."""
+    the run's sandboxes, which are killed.
+
+    Returns the run as it ended, or, let go unfinished (handed back, or its recorder fenced off),
+    as this worker left it: not finished, and back in the queue if the database still answers."""
     run = claimed.run
     recorder = RunRecorder(run, then=on_event)
     try:
@@ -222,18 +232,21 @@ def work(
             resume=resume,
             worked_seconds=worked,
         )
-    except RunReleased:
+    except RunReleased:  # its recorder was fenced off before the loop ran
         release(run, recorder.attempt)
-        raise
+        return run
     except (KeyboardInterrupt, SystemExit) as stop:  # the process is going away
         recorder.end(
             RunStatus.INTERRUPTED, f"The process running it stopped ({type(stop).__name__})."
         )
         raise
+    if result.released:  # nothing more is recorded here: the run's next worker takes it up
+        release(run, recorder.attempt)
+        return run
     settle(run, recorder, result)
     run.refresh_from_db()
     if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
-        remember_outcome(run)
+        remember_outcome(run, result)
     return run
 
 
@@ -386,10 +399,14 @@ def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
     return recall(user, task)
 
 
-def remember_outcome(run: AgentRun) -> None:
-    """Store what was asked, how it ended and the answer, for the run's user; the run is over
-    whatever happens here."""
-    if run.status not in (RunStatus.SUCCEEDED, RunStatus.HALTED) or carries_nothing(run.answer):
+def remember_outcome(run: AgentRun, result: RunResult) -> None:
+    """Store what was asked, how it ended and the answer, for the run's user, unless it carries
+    nothing (memory.hygiene's rule, told whose account the answer is and how many tool calls
+    worked); the run is over whatever happens here."""
+    if run.status not in (RunStatus.SUCCEEDED, RunStatus.HALTED):
+        return
+    loop_account = result.answer_source is AnswerSource.PROGRESS
+    if carries_nothing(run.answer, loop_account=loop_account, ok_tool_calls=result.ok_tool_calls):
         return
     outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
     written = run.tool_executions.filter(tool=WRITE_FILE.name, status=ToolStatus.OK)

@@ -24,8 +24,10 @@ class Halt(Exception):
         self.error = error
 
 
-class BreakerTrip(Halt):
-    """`recorded`: its BreakerTripped is in the log already (a resumed run halting on it)."""
+class BreakerOpen(Halt):
+    """The circuit breaker tripped: the halt names the tool and the failures (the record of it is
+    agent.models.BreakerTrip). `recorded`: its BreakerTripped is in the log already (a resumed
+    run halting on it)."""
 
     def __init__(
         self,
@@ -59,8 +61,9 @@ class RunReleased(Exception):
     """This process no longer works the run: nothing more may be recorded for it here.
 
     Raised by the sink (the recorder's RunLost: its write was fenced off, or the database is gone)
-    or by the loop itself (HandedBack); the loop lets it out of run_agent and records nothing,
-    not even the run's end, so whoever works the run now is the only one writing to it.
+    or by the loop itself (HandedBack). The loop ends the run there and records nothing more, not
+    even the run's end, so whoever works the run now is the only one writing to it: run_agent
+    returns a result that says it was released.
     """
 
 
@@ -97,7 +100,7 @@ class Breaker:
     def before(self, call: ToolCall) -> None:
         identity = call_identity(call)
         if identity in self.failed:
-            raise BreakerTrip(
+            raise BreakerOpen(
                 HaltReason.REPEATED_FAILED_CALL,
                 trip_detail(HaltReason.REPEATED_FAILED_CALL, call.name, 1),
                 call.name,
@@ -106,14 +109,14 @@ class Breaker:
         self.streak = self.streak + 1 if identity == self.last else 1
         self.last = identity
         if self.streak >= self.max_identical:
-            raise BreakerTrip(
+            raise BreakerOpen(
                 HaltReason.IDENTICAL_CALLS,
                 trip_detail(HaltReason.IDENTICAL_CALLS, call.name, self.streak),
                 call.name,
                 [],
             )
 
-    def after(self, call: ToolCall, result: ToolResult) -> BreakerTrip | None:
+    def after(self, call: ToolCall, result: ToolResult) -> BreakerOpen | None:
         """The trip this result causes, if any."""
         if result.ok:
             self.failures.pop(call.name, None)
@@ -124,7 +127,7 @@ class Breaker:
         failures.append({"arguments": call.arguments, "error": result.text})
         if len(failures) < self.max_failures:
             return None
-        return BreakerTrip(
+        return BreakerOpen(
             HaltReason.TOOL_FAILURES,
             trip_detail(HaltReason.TOOL_FAILURES, call.name, len(failures)),
             call.name,

@@ -19,8 +19,7 @@ from procrastinate.job_context import AbortReason
 from procrastinate.jobs import Status
 
 from agent.events import RunStatus
-from agent.execution import work_job
-from agent.guards import RunReleased
+from agent.execution import RELEASED, work_job
 from agent.interrupt import StopReason
 from agent.models import AgentRun
 from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
@@ -45,16 +44,16 @@ class RunHandedBack(Exception):
     retry=RetryStrategy(max_attempts=1_000_000, retry_exceptions={RunHandedBack}),
 )
 def work_run(context: JobContext, run_id: int) -> str:
+    """The run's job; a run its worker let go unfinished raises RunHandedBack, so procrastinate
+    queues the job again."""
     close_old_connections()
     try:
-        return work_job(
+        outcome = work_job(
             run_id,
             job_id=context.job.id,
             worker=context.worker_name or "worker",
             stop_requested=lambda: stop_reason(context),
         )
-    except RunReleased as released:
-        raise RunHandedBack(str(released)) from None
     except Exception as error:
         # Said here in one line, whatever it was (the worker keeps database errors out of its own
         # log): the recovery gives the run a new job.
@@ -67,6 +66,9 @@ def work_run(context: JobContext, run_id: int) -> str:
         raise
     finally:
         close_old_connections()
+    if outcome == RELEASED:
+        raise RunHandedBack(f"Run {run_id} was handed back unfinished; its next job resumes it")
+    return outcome
 
 
 def stop_reason(context: JobContext) -> StopReason | None:

@@ -2,7 +2,12 @@
 
 A model's help or refusal text ("I can only work a few task shapes", "I could not compute ...")
 and a run that stopped with nothing done are recalled just as readily as a real result, and
-answer nothing. One named rule decides, so it can be tested and changed in one place.
+answer nothing. One named rule decides, so it can be tested and changed in one place. It reads
+what the run says of itself (whose answer it is, how many tool calls worked), never the wording of
+Loop's own account of a run.
+
+The memory a run leaves is written by `outcome_text` and its answer read back only by
+`outcome_answer`.
 """
 
 import json
@@ -16,18 +21,18 @@ _NOTHING_OPENINGS = re.compile(
     r"i'?m unable|i am unable|i'?m not able|i am not able|as an ai\b|"
     r"i have no (memory|record)|i don'?t have (any )?(memory|record|access))"
 )
-# The loop's account of a run that ended without the model's own answer; a line per call made.
-_STOPPED = "stopped before a final answer"
-_OK_CALL = re.compile(r"^\d+\. \S+ -> ok:", re.MULTILINE)
 
 
-def carries_nothing(answer: str) -> bool:
-    """True for an answer not worth a memory: empty, help or refusal text, or the account of a
-    run that stopped before any tool call succeeded."""
+def carries_nothing(answer: str, *, loop_account: bool = False, ok_tool_calls: int = 0) -> bool:
+    """True for an answer not worth a memory: empty, a model's help or refusal text, or Loop's
+    own account of a run (`loop_account`: the model gave no answer) in which no tool call
+    succeeded (`ok_tool_calls`)."""
     text = " ".join(answer.split()).casefold().replace("\u2019", "'")
-    if not text or _NOTHING_OPENINGS.match(text):
+    if not text:
         return True
-    return text.startswith(_STOPPED) and not _OK_CALL.search(answer)
+    if loop_account:
+        return ok_tool_calls == 0
+    return _NOTHING_OPENINGS.match(text) is not None
 
 
 # A run's memory names the files it wrote, with the start of each: "the file I saved earlier" is
@@ -36,10 +41,23 @@ MAX_FILES = 5
 FILE_EXCERPT_CHARS = 80
 
 
+_OUTCOME = re.compile(
+    r"Task: .*?\nOutcome: [^\n]*\nAnswer: (?P<answer>.*?)(?:\nFiles written: [^\n]*)?", re.S
+)
+
+
 def outcome_text(task: str, outcome: str, answer: str, files: list[str]) -> str:
-    """The memory a run leaves: what was asked, how it ended, the answer, the files written."""
+    """The memory a run leaves: what was asked, how it ended (one line), the answer, the files
+    written; `outcome_answer` reads its answer back."""
     text = f"Task: {task}\nOutcome: {outcome}\nAnswer: {answer}"
     return text + (f"\nFiles written: {'; '.join(files)}" if files else "")
+
+
+def outcome_answer(memory: str) -> str | None:
+    """The answer of a memory `outcome_text` wrote; None for any other memory (a fact the user
+    asked to remember)."""
+    found = _OUTCOME.fullmatch(memory)
+    return None if found is None else found["answer"]
 
 
 def files_written(write_arguments: Iterable[str]) -> list[str]:

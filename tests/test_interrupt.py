@@ -1,16 +1,19 @@
 """Stopping a run from outside: the Interrupt itself, a model call abandoned, a tool call seen out,
-a hand-back that records nothing more, a sink that lost the run, and Groq's retry wait woken."""
+a hand-back that records nothing more, a sink that lost the run, and Groq's retry wait woken.
+
+A run handed back, or whose sink lost it, is no exception out of run_agent: its result says it was
+released, and nothing more is recorded."""
 
 import threading
 
 import pytest
 
 from agent.events import ModelReplied, RunFinished, RunStarted, RunStatus, ToolCallFinished
-from agent.guards import HandedBack, RunReleased
+from agent.guards import RunReleased
 from agent.interrupt import Interrupt, Interrupted, StopReason, interruptibly
 from agent.llm.base import Reply, ToolCall
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.loop import Limits, run_agent
+from agent.loop import Limits, RunResult, run_agent
 from tests.conftest import wait_for
 from tests.fakes import BlockingLLM, CountingTools
 from tests.groq_server import groq_server_fixture  # noqa: F401 (the fixture)
@@ -180,15 +183,21 @@ def test_cancel_before_a_call_starts_skips_it():
     assert (finished.status, finished.text) == ("skipped", "not run: the run was cancelled")
 
 
-def test_hand_back_during_a_model_call_raises_and_records_nothing_more():
+def assert_released(result: RunResult) -> None:
+    """The run was let go unfinished: not over, and its result says so."""
+    assert result.released
+    assert result.status is RunStatus.RUNNING
+
+
+def test_hand_back_during_a_model_call_releases_the_run_and_records_nothing_more():
     llm, interrupt, events = BlockingLLM(), Interrupt(), []
     set_when(llm.asked, interrupt, StopReason.HAND_BACK)
 
-    with pytest.raises(HandedBack):
-        run_agent(
-            "the task", llm=llm, tools=CountingTools(), sink=events.append, interrupt=interrupt
-        )
+    result = run_agent(
+        "the task", llm=llm, tools=CountingTools(), sink=events.append, interrupt=interrupt
+    )
 
+    assert_released(result)
     assert [type(event) for event in events] == [RunStarted]
     llm.release.set()
 
@@ -198,9 +207,9 @@ def test_hand_back_during_a_tool_call_records_nothing_after_it():
     tools = CountingTools(during=lambda name: interrupt.set(StopReason.HAND_BACK))
     llm = ScriptedLLM([call("echo", {"text": "a"}), answer("never asked for")])
 
-    with pytest.raises(HandedBack):
-        run_agent("the task", llm=llm, tools=tools, sink=events.append, interrupt=interrupt)
+    result = run_agent("the task", llm=llm, tools=tools, sink=events.append, interrupt=interrupt)
 
+    assert_released(result)
     assert [event.kind for event in events] == ["run_started", "model_replied", "tool_call_started"]
     assert tools.dispatched == [("echo", '{"text": "a"}')]
 
@@ -216,8 +225,8 @@ def test_hand_back_while_the_model_answers_keeps_its_reply_unrecorded():
         return original(*args, **kwargs)
 
     llm.chat = answer_as_the_worker_stops
-    with pytest.raises(HandedBack):
-        run_agent("t", llm=llm, tools=CountingTools(), sink=events.append, interrupt=interrupt)
+    result = run_agent("t", llm=llm, tools=CountingTools(), sink=events.append, interrupt=interrupt)
+    assert_released(result)
     assert [type(event) for event in events] == [RunStarted]
 
 
@@ -236,8 +245,7 @@ def test_a_sink_that_lost_the_run_stops_it_with_nothing_more_recorded(lost_at):
 
     tools = CountingTools()
     llm = ScriptedLLM([call("echo", {"text": "a"}), answer("done")])
-    with pytest.raises(RunLost):
-        run_agent("the task", llm=llm, tools=tools, sink=sink)
+    assert_released(run_agent("the task", llm=llm, tools=tools, sink=sink))
 
     kinds = [event.kind for event in events]
     assert lost_at not in kinds

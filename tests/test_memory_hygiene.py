@@ -1,13 +1,17 @@
-"""What is worth remembering: one named rule, and the runs it keeps out of memory."""
+"""What is worth remembering: one named rule, and the runs it keeps out of memory; and the memory
+a run leaves, read back by its own reader."""
 
 import pytest
 
 from agent.events import RunStatus
 from agent.execution import execute_run
+from agent.llm.base import ToolCall, Usage
 from agent.llm.scripted import ScriptedLLM, call
+from agent.loop import progress_report
 from agent.runs import default_limits, start_run
-from memory.hygiene import carries_nothing
+from memory.hygiene import carries_nothing, outcome_answer, outcome_text
 from memory.models import Memory
+from tools.base import ToolResult, ToolStatus
 
 
 @pytest.mark.parametrize(
@@ -22,12 +26,29 @@ from memory.models import Memory
         "Sorry, I don't have access to your calendar.",
         "I'm unable to open that file.",
         "I have no memory of an earlier run about that.",
-        "Stopped before a final answer.\n1. read_file -> error: missing.txt does not exist",
-        "Stopped before a final answer. The model last said: let me\n1. run_code -> timeout: ...",
     ],
 )
-def test_help_refusals_and_runs_that_did_nothing_carry_nothing(answer):
+def test_help_and_refusals_carry_nothing(answer):
     assert carries_nothing(answer)
+
+
+def loops_account(*results: ToolResult) -> str:
+    """What Loop answers for a run that ended without the model's own account."""
+    calls = [ToolCall(f"c{n}", "read_file", "{}") for n in range(len(results))]
+    return progress_report("let me", list(zip(calls, results, strict=True)))
+
+
+def test_loops_account_of_a_run_is_judged_by_the_calls_that_worked():
+    failed = ToolResult(ToolStatus.ERROR, "missing.txt does not exist", 0.0)
+    worked = ToolResult(ToolStatus.OK, "the notes", 0.0)
+    assert carries_nothing(loops_account(failed), loop_account=True, ok_tool_calls=0)
+    assert carries_nothing(loops_account(), loop_account=True, ok_tool_calls=0)
+    assert not carries_nothing(loops_account(failed, worked), loop_account=True, ok_tool_calls=1)
+
+
+def test_the_rule_reads_whose_answer_it_is_not_how_it_is_worded():
+    """A model's answer worded like Loop's account is still the model's."""
+    assert not carries_nothing(loops_account(ToolResult(ToolStatus.ERROR, "gone", 0.0)))
 
 
 @pytest.mark.parametrize(
@@ -37,7 +58,6 @@ def test_help_refusals_and_runs_that_did_nothing_carry_nothing(answer):
         "17 * 23 = 391.",
         "Sorrow is the theme of chapter 3.",
         "Note: the deploy key is in vault/deploy.",
-        "Stopped before a final answer.\n1. run_code -> ok: exit status: 0 --- stdout --- 42",
     ],
 )
 def test_results_are_worth_keeping(answer):
@@ -50,7 +70,7 @@ def test_the_mocks_help_text_is_not_remembered_but_a_result_is(alice, workspaces
     assert helped.status == RunStatus.SUCCEEDED
     assert helped.answer.startswith("I am Loop's mock model")
     computed = execute_run(start_run(alice, "What is 17 * 23?"))
-    assert list(Memory.objects.values_list("source_run", flat=True)) == [computed.pk]
+    assert list(Memory.objects.values_list("source_run_id", flat=True)) == [computed.pk]
 
 
 @pytest.mark.django_db
@@ -61,3 +81,30 @@ def test_a_run_halted_with_nothing_done_is_not_remembered(alice, workspaces):
     assert (halted.status, halted.halt_reason) == (RunStatus.HALTED, "tool_failures")
     assert halted.answer.startswith("Stopped before a final answer.")
     assert not Memory.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_halted_run_whose_account_has_a_call_that_worked_is_remembered(alice, workspaces):
+    spent = Usage(prompt_tokens=200, completion_tokens=0)
+    script = [call("list_files", {}), call("list_files", {}, usage=spent)]
+    run = start_run(alice, "List my files", limits=default_limits(max_tokens=100))
+    halted = execute_run(run, llm=ScriptedLLM(script))  # the token budget: no summary turn
+    assert (halted.status, halted.halt_reason) == (RunStatus.HALTED, "token_budget")
+    assert halted.answer.startswith("Stopped before a final answer.")
+    [memory] = Memory.objects.all()
+    assert outcome_answer(memory.text) == halted.answer
+
+
+@pytest.mark.parametrize(
+    "answer", ["17 * 23 = 391", "I had to stop: the cap.\n1. run_code ok: 5050", ""]
+)
+@pytest.mark.parametrize("files", [[], ["sum.txt (5050)"]])
+def test_an_outcome_memory_gives_its_answer_back(answer, files):
+    text = outcome_text(
+        "What is 17 * 23?\nAnswer: this line is the task's", "succeeded", answer, files
+    )
+    assert outcome_answer(text) == answer
+
+
+def test_a_memory_that_is_no_outcome_has_no_answer():
+    assert outcome_answer("my favourite colour is teal") is None
