@@ -1,4 +1,9 @@
-"""MockLLM alone: driven turn by turn with tool results chosen by the test (no DB, no sandbox)."""
+"""MockLLM alone: driven turn by turn with tool results chosen by the test (no DB, no sandbox).
+
+Every message it reads is written by the function the loop writes it with (a tool result, run_code's
+report, Loop's notes, the summary request, the memory section, a run's outcome memory), so a
+reworded format changes what these tests feed the mock too.
+"""
 
 import json
 import posixpath
@@ -9,11 +14,23 @@ from typing import Any
 
 import pytest
 
+from agent.history import (
+    INTERRUPTED_CALL,
+    assistant_message,
+    loop_note,
+    memory_section,
+    summary_prompt,
+    tool_message,
+)
 from agent.interrupt import Interrupt, Interrupted, StopReason
 from agent.llm import mock
 from agent.llm.base import Message, ModelTimedOut, Reply, ToolCall
 from agent.llm.factory import llm_for
 from agent.llm.mock import MockLLM
+from memory.hygiene import outcome_text
+from tools.base import ToolStatus
+from tools.code import describe, parse_report
+from tools.sandbox import Execution
 
 TOOLS = [
     {
@@ -29,12 +46,23 @@ TOOLS = [
 
 SYSTEM = "You are Loop, an agent that completes the user's task by calling tools."
 DEMO = "Compute the sum of 1..100 and save it to a file"
-MISSING = "ERROR: {} does not exist in your workspace. Use list_files to see what is there."
-STOPPING = (
-    "[Loop] The run is stopping: it reached its cap of 10 iterations. No more tool calls are "
-    "possible. In a few sentences, tell the user what you did, what you found, and what is left "
-    "undone."
-)
+CAP = "it reached its cap of 10 iterations."
+STOPPING = summary_prompt(CAP)
+
+
+def read(status: ToolStatus, text: str) -> str:
+    """A tool result as the model reads it."""
+    return tool_message("call", status, text)["content"]
+
+
+def not_found(path: str) -> str:
+    """read_file's error for a file that is not there."""
+    return f"{path} does not exist in your workspace. Use list_files to see what is there."
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
 
 TASKS = [
     DEMO,
@@ -52,9 +80,23 @@ TASKS = [
 ]
 
 
+def report(exit_status: int | None, stdout: str = "", stderr: str = "") -> str:
+    """run_code's report of a program."""
+    return describe(
+        Execution(
+            exit_status=exit_status,
+            stdout=stdout,
+            stderr=stderr,
+            timed_out=exit_status is None,
+            output_truncated=False,
+            policy="subprocess",
+        )
+    )
+
+
 def ran(stdout: str) -> str:
     """run_code's report of a program that exited cleanly."""
-    return f"exit status: 0\n--- stdout ---\n{stdout}\n--- stderr ---\n(empty)"
+    return report(0, stdout + "\n")
 
 
 def printed_by(code: str) -> str:
@@ -68,9 +110,9 @@ def printed_by(code: str) -> str:
 class Run:
     """A conversation with MockLLM in which the test plays the tools."""
 
-    def __init__(self, task: str) -> None:
+    def __init__(self, task: str, *, system: str = SYSTEM) -> None:
         self.messages: list[Message] = [
-            {"role": "system", "content": SYSTEM},
+            {"role": "system", "content": system},
             {"role": "user", "content": task},
         ]
         self.calls: list[ToolCall] = []
@@ -99,29 +141,22 @@ class Run:
         assert self.reply.text
         return self.reply.text
 
-    def result(self, content: str) -> Reply:
-        """Answer the planned call with `content` and let the model take its next turn."""
+    def result(self, text: str, status: ToolStatus = ToolStatus.OK) -> Reply:
+        """Answer the planned call with its result and let the model take its next turn."""
         call = self.call
-        self.messages.append(
-            {"role": "assistant", "content": None, "tool_calls": [call.as_message_part()]}
-        )
-        self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        self.messages.append(assistant_message("", [call]))
+        self.messages.append(tool_message(call.id, status, text))
         return self._ask(TOOLS)
+
+    def failed(self, status: ToolStatus, text: str) -> Reply:
+        return self.result(text, status)
 
     def stop(self, request: str = STOPPING) -> Reply:
         """The summarising last turn of a halted run."""
         if self.reply.tool_calls:
-            self.messages.append(
-                {
-                    "role": "assistant",
-                    "content": self.reply.text or None,
-                    "tool_calls": [call.as_message_part() for call in self.reply.tool_calls],
-                }
-            )
+            self.messages.append(assistant_message(self.reply.text, self.reply.tool_calls))
             for call in self.reply.tool_calls:
-                self.messages.append(
-                    {"role": "tool", "tool_call_id": call.id, "content": "SKIPPED: halted"}
-                )
+                self.messages.append(tool_message(call.id, ToolStatus.SKIPPED, "halted"))
         self.messages.append({"role": "user", "content": request})
         return self._ask(None)
 
@@ -138,7 +173,7 @@ def test_demo_computes_checks_the_file_writes_it_when_missing_and_answers() -> N
     assert run.call.name == "read_file"
     assert run.arguments == {"path": "sum.txt"}
 
-    run.result(MISSING.format("sum.txt"))
+    run.failed(ToolStatus.ERROR, not_found("sum.txt"))
     assert run.call.name == "write_file"
     assert run.arguments == {"path": "sum.txt", "content": "5050\n"}
 
@@ -151,7 +186,7 @@ def test_demo_uses_the_file_the_task_names() -> None:
     run = Run("Compute the sum of 1..100 and save it to total.txt")
     run.result(ran("5050"))
     assert run.arguments == {"path": "total.txt"}
-    run.result(MISSING.format("total.txt"))
+    run.failed(ToolStatus.ERROR, not_found("total.txt"))
     assert run.arguments == {"path": "total.txt", "content": "5050\n"}
     run.result("Wrote 5 bytes to total.txt.")
     assert "total.txt" in run.answer
@@ -177,7 +212,7 @@ def test_demo_overwrites_a_file_that_holds_something_else() -> None:
 
 def test_demo_reports_a_failed_computation_instead_of_saving() -> None:
     run = Run(DEMO)
-    run.result("TIMEOUT: Killed after 10 seconds (timeout).")
+    run.failed(ToolStatus.TIMEOUT, "Killed after 10 seconds (timeout).")
     assert "could not" in run.answer.lower()
     assert "Killed after 10 seconds" in run.answer
     assert [call.name for call in run.calls] == ["run_code"]
@@ -186,10 +221,10 @@ def test_demo_reports_a_failed_computation_instead_of_saving() -> None:
 def test_demo_reports_a_failed_write_instead_of_claiming_it_saved() -> None:
     run = Run(DEMO)
     run.result(ran("5050"))
-    run.result(MISSING.format("sum.txt"))
-    run.result("DENIED: sum.txt is outside your workspace.")
+    run.failed(ToolStatus.ERROR, not_found("sum.txt"))
+    run.failed(ToolStatus.DENIED, "sum.txt is outside your workspace.")
     assert "failed" in run.answer
-    assert "DENIED: sum.txt is outside your workspace." in run.answer
+    assert read(ToolStatus.DENIED, "sum.txt is outside your workspace.") in run.answer
     assert "I saved it" not in run.answer
 
 
@@ -222,9 +257,8 @@ def test_a_caret_means_a_power_in_the_planned_code() -> None:
 
 @pytest.mark.parametrize(("task", "value"), ARITHMETIC)
 def test_a_failed_run_code_is_reported_honestly(task: str, value: str) -> None:
-    failure = "ERROR: exit status: 1\n--- stdout ---\n(empty)\n--- stderr ---\nMemoryError: boom"
     run = Run(task)
-    run.result(failure)
+    run.failed(ToolStatus.ERROR, report(1, stderr="MemoryError: boom\n"))
     assert "could not" in run.answer.lower()
     assert "MemoryError: boom" in run.answer
     assert value not in run.answer
@@ -268,9 +302,9 @@ def test_one_call_task_reports_a_failed_tool_honestly(
     task: str, tool: str, arguments: dict[str, Any], result: str
 ) -> None:
     run = Run(task)
-    run.result("ERROR: something broke.")
+    run.failed(ToolStatus.ERROR, "something broke.")
     assert f"{tool} failed" in run.answer
-    assert "ERROR: something broke." in run.answer
+    assert read(ToolStatus.ERROR, "something broke.") in run.answer
     assert result not in run.answer
 
 
@@ -283,7 +317,7 @@ def test_keep_reading_retries_with_new_arguments_for_the_same_file_until_it_exis
     for _ in range(6):
         assert run.call.name == "read_file"
         raw_arguments.append(run.call.arguments)
-        run.result(MISSING.format("missing.txt"))
+        run.failed(ToolStatus.ERROR, not_found("missing.txt"))
 
     assert len(set(raw_arguments)) == 6
     paths = {posixpath.normpath(json.loads(raw)["path"]) for raw in raw_arguments}
@@ -315,7 +349,7 @@ def test_the_summary_turn_never_calls_a_tool(task: str, turns: int) -> None:
     for _ in range(turns):
         if not run.reply.tool_calls:
             break
-        run.result(MISSING.format("missing.txt"))
+        run.failed(ToolStatus.ERROR, not_found("missing.txt"))
     reply = run.stop()
     assert reply.tool_calls == ()
     assert reply.text
@@ -324,18 +358,18 @@ def test_the_summary_turn_never_calls_a_tool(task: str, turns: int) -> None:
 def test_the_summary_lists_each_tool_call_made_with_its_outcome() -> None:
     run = Run(DEMO)
     run.result(ran("5050"))
-    run.result(MISSING.format("sum.txt"))
+    run.failed(ToolStatus.ERROR, not_found("sum.txt"))
     text = run.stop().text
-    assert "it reached its cap of 10 iterations." in text
-    assert "1. run_code ok: exit status: 0 --- stdout --- 5050" in text
-    assert "2. read_file failed: ERROR: sum.txt does not exist" in text
-    assert "3. write_file failed: SKIPPED: halted" in text
+    assert CAP in text
+    assert f"1. run_code ok: {flat(ran('5050'))}" in text
+    assert f"2. read_file failed: {flat(read(ToolStatus.ERROR, not_found('sum.txt')))}" in text
+    assert f"3. write_file failed: {read(ToolStatus.SKIPPED, 'halted')}" in text
 
 
 def test_the_summary_of_a_run_with_no_tool_calls_still_says_why_it_stopped() -> None:
     run = Run("Write a poem")
     text = run.stop().text
-    assert text == "I had to stop: it reached its cap of 10 iterations."
+    assert text == f"I had to stop: {CAP}"
 
 
 # determinism, usage and ids -----------------------------------------------------------------------
@@ -346,7 +380,7 @@ def test_the_same_messages_give_an_identical_reply(task: str) -> None:
     run = Run(task)
     for _ in range(2):
         if run.reply.tool_calls:
-            run.result(MISSING.format("missing.txt"))
+            run.failed(ToolStatus.ERROR, not_found("missing.txt"))
     again = [json.loads(json.dumps(message)) for message in run.messages]
     assert MockLLM().chat(again, TOOLS) == run.reply
     assert MockLLM().chat(again, TOOLS) == MockLLM().chat(again, TOOLS)
@@ -364,6 +398,13 @@ def test_token_usage_is_positive(task: str) -> None:
         assert run.reply.usage.completion_tokens > 0
 
 
+DEMO_RESULTS = [
+    (ran("5050"), ToolStatus.OK),
+    (not_found("sum.txt"), ToolStatus.ERROR),
+    ("Wrote 5 bytes to sum.txt.", ToolStatus.OK),
+]
+
+
 def test_prompt_tokens_grow_with_the_prompt() -> None:
     short = Run("Read notes.txt").reply.usage.prompt_tokens
     long = Run("Read notes.txt " + "please " * 50).reply.usage.prompt_tokens
@@ -371,8 +412,8 @@ def test_prompt_tokens_grow_with_the_prompt() -> None:
 
     run = Run(DEMO)
     seen = [run.reply.usage.prompt_tokens]
-    for result in (ran("5050"), MISSING.format("sum.txt"), "Wrote 5 bytes to sum.txt."):
-        run.result(result)
+    for result in DEMO_RESULTS:
+        run.result(*result)
         seen.append(run.reply.usage.prompt_tokens)
     assert seen == sorted(seen)
     assert len(set(seen)) == len(seen)
@@ -388,14 +429,19 @@ def test_prompt_tokens_count_the_tool_specs() -> None:
 @pytest.mark.parametrize(
     ("task", "results"),
     [
-        (DEMO, [ran("5050"), MISSING.format("sum.txt"), "Wrote 5 bytes to sum.txt."]),
-        ("Keep reading missing.txt until it exists", [MISSING.format("missing.txt")] * 8),
+        (DEMO, DEMO_RESULTS),
+        (
+            "Keep reading missing.txt until it exists",
+            [(not_found("missing.txt"), ToolStatus.ERROR)] * 8,
+        ),
     ],
 )
-def test_tool_call_ids_are_unique_within_a_run(task: str, results: list[str]) -> None:
+def test_tool_call_ids_are_unique_within_a_run(
+    task: str, results: list[tuple[str, ToolStatus]]
+) -> None:
     run = Run(task)
     for result in results:
-        run.result(result)
+        run.result(*result)
     ids = [call.id for call in run.calls]
     assert len(ids) == len(results) + (1 if run.reply.tool_calls else 0)
     assert len(set(ids)) == len(ids)
@@ -488,9 +534,7 @@ def test_the_mock_asks_again_for_a_call_its_worker_was_stopped_in():
     run = Run("Count slowly to 3")
     run.result(ran("1"))
     second = run.call
-    run.result(
-        "INTERRUPTED: the worker running this call stopped; it is unknown whether it completed"
-    )
+    run.failed(ToolStatus.INTERRUPTED, INTERRUPTED_CALL)
     again = run.call
     assert (again.name, again.arguments) == (second.name, second.arguments)
     assert again.id != second.id
@@ -502,9 +546,73 @@ def test_the_mock_asks_again_for_a_call_its_worker_was_stopped_in():
 
 def test_the_mocks_demo_goes_on_after_its_computation_was_interrupted():
     run = Run(DEMO)
-    run.result(
-        "INTERRUPTED: the worker running this call stopped; it is unknown whether it completed"
-    )
+    run.failed(ToolStatus.INTERRUPTED, INTERRUPTED_CALL)
     assert run.call.name == "run_code"
     run.result(ran("5050"))
     assert run.call.name == "read_file"
+
+
+# what other modules wrote, read through their own readers ----------------------------------------
+
+
+def test_a_loop_note_after_the_task_is_not_taken_for_the_task() -> None:
+    run = Run("List my files")
+    run.result("notes.txt (8 bytes)")
+    run.messages.append({"role": "user", "content": loop_note("Go on from where you stopped.")})
+    again = MockLLM().chat(run.messages, TOOLS)
+    assert again.text == "notes.txt (8 bytes)"
+
+
+def test_a_result_that_merely_looks_like_a_failure_is_a_result() -> None:
+    run = Run("Read notes.txt")
+    run.result("ERROR:42 is what the log says")  # a file's content, not a failure's mark
+    assert run.answer == "ERROR:42 is what the log says"
+
+
+@pytest.mark.parametrize(
+    ("memory", "answer"),
+    [
+        (
+            outcome_text("What is 17 * 23?", "succeeded", "17 * 23 = 391", []),
+            "From an earlier run: 17 * 23 = 391",
+        ),
+        (
+            outcome_text(
+                "Compute the sum of 1..100 and save it to a file",
+                "succeeded",
+                "The sum of 1..100 is 5050. I saved it to sum.txt.\nIt took one try.",
+                ["sum.txt (5050)"],
+            ),
+            "From an earlier run: The sum of 1..100 is 5050. I saved it to sum.txt.",
+        ),
+        (
+            "my staging server is staging.example.com",
+            "From an earlier run: " + ("my staging server is staging.example.com"),
+        ),
+    ],
+)
+def test_an_earlier_run_is_answered_from_the_memories_in_the_prompt(memory, answer) -> None:
+    run = Run("What did I compute before?", system=SYSTEM + memory_section([memory]))
+    assert run.answer == answer
+
+
+def test_a_question_a_remembered_fact_answers_is_answered_from_it() -> None:
+    memories = ["my staging server is staging.example.com", "my favourite colour is teal"]
+    run = Run("What is my favourite colour?", system=SYSTEM + memory_section(memories))
+    assert run.answer == "From what you told me: your favourite colour is teal"
+
+
+def test_a_memory_over_several_lines_is_quoted_as_the_prompt_shows_it() -> None:
+    memory = "my servers are:\nstaging.example.com"
+    run = Run("What are my servers?", system=SYSTEM + memory_section([memory]))
+    assert run.answer == "From what you told me: your servers are: | staging.example.com"
+
+
+def test_run_codes_report_reads_back_whole() -> None:
+    shown = report(None, "half\n", "Killed\n")
+    assert parse_report(shown) == parse_report(f"Killed after 3 seconds (timeout).\n{shown}")
+    parsed = parse_report(shown)
+    assert parsed is not None
+    assert (parsed.exit_status, parsed.stdout, parsed.stderr) == (None, "half", "Killed")
+    assert parse_report(report(0)).stdout == ""
+    assert parse_report("no report here") is None

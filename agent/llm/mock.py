@@ -3,6 +3,10 @@
 It reads the task and the tool results so far from the messages, the way a real model would, and
 plans the next tool call or the answer. docs/agent.md lists the task shapes it understands; for any
 other task it says plainly that it is a mock.
+
+What other modules wrote into the messages (a tool result's status, Loop's notes, the summary
+request, the recalled memories, run_code's report, a run's outcome memory) it reads through their
+own readers, so rewording any of them cannot quietly change what it does.
 """
 
 import json
@@ -12,14 +16,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agent.history import (
+    is_loop_note,
+    memories_in,
+    memory_line,
+    parse_tool_message,
+    summary_detail,
+)
 from agent.interrupt import Interrupt
 from agent.llm.base import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
 from agent.llm.tokens import count_prompt_tokens, count_tokens
+from memory.hygiene import outcome_answer
+from tools.base import ToolStatus
+from tools.code import parse_report
 
-FAILURE_PREFIXES = ("ERROR:", "TIMEOUT:", "DENIED:", "SKIPPED:", "INTERRUPTED:")
-# A call whose worker stopped in the middle of it (the run was resumed): it may or may not have
-# completed.
-INTERRUPTED = "INTERRUPTED:"
 FILE_NAME = r"([\w\-/]+\.\w+)"
 RANGE_SUM = re.compile(r"sum of (\d+)\s*(?:\.\.|to|through|-)\s*(\d+)", re.I)
 LISTED_SUM = re.compile(r"(?:sum|add|total) (?:of )?(\d+(?:\s*(?:,|and|\+)\s*\d+)+)", re.I)
@@ -79,8 +89,6 @@ NOT_CONTENT = frozenset(
 )
 FROM_MEMORY = "From an earlier run: "
 FROM_WHAT_YOU_TOLD_ME = "From what you told me: "
-CONTROL_NOTE = "[Loop]"  # Loop's own notes to the model: never the user's task
-MEMORIES = re.compile(r"<<<memories>>>\n(.*?)\n<<<end memories>>>", re.S)
 SLOW_COUNT = re.compile(r"\bcount slowly to (\d+)", re.I)
 SEARCH = re.compile(
     r"(?:search(?: the web)?(?: for)?|look up|find (?:information|info) (?:on|about))\s+(.+)",
@@ -106,25 +114,32 @@ TASK_SHAPES = """\
 
 @dataclass(frozen=True)
 class Observation:
-    """One tool call from the history, with its result."""
+    """One tool call from the history, with its result: `text` as the model read it (a failure
+    marked by its status), which is what the mock quotes."""
 
     tool: str
     arguments: dict[str, Any]
     text: str
 
     @property
+    def status(self) -> ToolStatus:
+        return parse_tool_message(self.text)[0]
+
+    @property
     def ok(self) -> bool:
-        return not self.text.startswith(FAILURE_PREFIXES)
+        return self.status is ToolStatus.OK
 
     @property
     def interrupted(self) -> bool:
-        return self.text.startswith(INTERRUPTED)
+        """Its worker stopped in the middle of it (the run was resumed): it may or may not have
+        completed."""
+        return self.status is ToolStatus.INTERRUPTED
 
     @property
     def stdout(self) -> str:
         """run_code's standard output, as its report shows it."""
-        match = re.search(r"--- stdout ---\n(.*?)\n--- stderr ---", self.text, re.S)
-        return match.group(1).strip() if match else self.text.strip()
+        report = parse_report(self.text)
+        return report.stdout.strip() if report is not None else self.text.strip()
 
 
 Move = tuple[str, dict[str, Any]] | str  # a tool call to make, or the answer
@@ -196,7 +211,7 @@ def task_index(messages: list[Message]) -> int:
     return max(
         index
         for index, message in enumerate(messages)
-        if message["role"] == "user" and not message["content"].startswith(CONTROL_NOTE)
+        if message["role"] == "user" and not is_loop_note(message["content"])
     )
 
 
@@ -223,15 +238,24 @@ def answered_by_memory(question: str, memories: list[str]) -> str:
     if not words:
         return ""
     for memory in memories:
-        answer = re.search(r"Answer: (.*?)(?: \| |$)", memory)
-        said = answer.group(1) if answer else memory
+        said, answered = what_it_says(memory)
         if words <= set(QUESTION_WORD.findall(said.lower())):
-            if answer:
+            if answered:
                 return FROM_MEMORY + said.removeprefix(FROM_MEMORY).removeprefix(
                     FROM_WHAT_YOU_TOLD_ME
                 )
             return FROM_WHAT_YOU_TOLD_ME + re.sub(r"\bmy\b", "your", said, flags=re.I)
     return ""
+
+
+def what_it_says(memory: str) -> tuple[str, bool]:
+    """What a recalled memory says, and whether an earlier run's answer says it: the first line
+    of that answer (the rest is detail: steps, a file's content), or else the memory itself, on
+    one line as the prompt showed it."""
+    answer = outcome_answer(memory)
+    if answer is None:
+        return memory_line(memory), False
+    return next(iter(answer.splitlines()), ""), True
 
 
 def observations(messages: list[Message]) -> list[Observation]:
@@ -257,17 +281,15 @@ def _arguments(raw: str) -> dict[str, Any]:
 
 def recalled(messages: list[Message]) -> list[str]:
     """The memories Loop put in the system prompt for this run, most relevant first."""
-    found = MEMORIES.search(messages[0]["content"]) if messages[0]["role"] == "system" else None
-    return [line.removeprefix("- ") for line in found.group(1).splitlines()] if found else []
+    return memories_in(messages[0]["content"]) if messages[0]["role"] == "system" else []
 
 
 def from_memory(memories: list[str]) -> str:
     if not memories:
         return "I have no memory of an earlier run about that."
-    answer = re.search(r"Answer: (.*?)(?: \| |$)", memories[0])
+    said, _ = what_it_says(memories[0])
     # An earlier answer may itself have come from memory: do not repeat its preamble.
-    told = (answer.group(1) if answer else memories[0]).removeprefix(FROM_MEMORY)
-    return FROM_MEMORY + told
+    return FROM_MEMORY + said.removeprefix(FROM_MEMORY)
 
 
 def reply(move: Move, call_number: int, prompt_tokens: int) -> Reply:
@@ -378,8 +400,8 @@ def one_call(tool: str, arguments: Callable[[re.Match[str]], dict[str, Any]]) ->
 
 def summary(seen: list[Observation], request: str) -> str:
     """The last turn of a halted run: what was done, from the history."""
-    reason = re.search(r"The run is stopping: (.*?) No more tool calls", request, re.S)
-    lines = [f"I had to stop: {reason.group(1) if reason else 'the run was halted.'}"]
+    reason = summary_detail(request)
+    lines = [f"I had to stop: {reason if reason is not None else 'the run was halted.'}"]
     for number, observation in enumerate(seen, 1):
         outcome = "ok" if observation.ok else "failed"
         excerpt = " ".join(observation.text.split())[:120]
