@@ -8,6 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from agent.events import (
+    AnswerSource,
     BreakerTripped,
     HaltReason,
     MemoriesRecalled,
@@ -548,3 +549,49 @@ def test_a_scripted_tool_call_keeps_its_reasoning_and_recovered_error():
     [replayed] = [ScriptedLLM([reply]).chat([], None)]
     assert (replayed.reasoning, replayed.recovered_error) == ("List first.", "fed back once")
     assert replayed.tool_calls[0].id.endswith("_t1")
+
+
+# where the answer came from, and the calls that worked --------------------------------------------
+
+
+def assert_ends(run: Run, source: AnswerSource, ok_tool_calls: int) -> None:
+    """The result and the recorded end agree on whose answer it is and on the calls that worked."""
+    finished = run.events[-1]
+    assert isinstance(finished, RunFinished)
+    assert (run.result.answer_source, run.result.ok_tool_calls) == (source, ok_tool_calls)
+    assert (finished.answer_source, finished.ok_tool_calls) == (source, ok_tool_calls)
+    assert finished.answer == run.result.answer
+    assert not run.result.released
+
+
+def test_the_models_final_reply_is_the_models_answer():
+    run = Run([call("echo", {"text": "1"}), call("fail", {"text": "x"}), answer("done")])
+    assert_ends(run, AnswerSource.MODEL, ok_tool_calls=1)
+
+
+def test_a_halted_runs_summary_turn_is_the_summarys_answer():
+    script = [call("fail", {"text": f"attempt {n}"}) for n in range(3)]
+    run = Run([*script, answer("Summary: fail never worked.")])
+    assert_ends(run, AnswerSource.SUMMARY, ok_tool_calls=0)
+
+
+@pytest.mark.parametrize(
+    ("options", "status"),
+    [
+        ({"limits": Limits(max_iterations=1)}, RunStatus.HALTED),  # the summary turn fails
+        ({"cancelled": iter([False, False, True]).__next__}, RunStatus.CANCELLED),  # after a call
+        ({}, RunStatus.FAILED),  # the provider fails
+    ],
+)
+def test_an_end_without_the_models_account_is_loops_progress_report(options, status):
+    run = Run([call("echo", {"text": "1"}), LLMError("down")], **options)
+    assert run.result.status is status
+    assert run.result.answer.startswith("Stopped before a final answer.")
+    assert_ends(run, AnswerSource.PROGRESS, ok_tool_calls=1)
+
+
+def test_a_failed_call_and_a_skipped_one_are_not_calls_that_worked():
+    script = [calls(("echo", {"text": "1"}), ("fail", {"text": "2"}), ("echo", {"text": "3"}))]
+    run = Run([*script, answer("summary")], limits=Limits(max_tool_calls=2))
+    assert run.statuses() == [("echo", "ok"), ("fail", "error"), ("echo", "skipped")]
+    assert_ends(run, AnswerSource.SUMMARY, ok_tool_calls=1)
