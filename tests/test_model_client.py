@@ -1,0 +1,48 @@
+"""A run's model client is built once, by the worker that works the run: queueing a run only
+resolves which provider and model it will use (no client, no key handed around in a request)."""
+
+import pytest
+
+from agent.execution import execute_run
+from agent.llm import factory
+from agent.llm.factory import ModelUnavailable
+from agent.llm.mock import MockLLM
+from agent.runs import start_run
+
+pytestmark = pytest.mark.django_db
+
+
+class NoClient:
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise AssertionError("a client was built to queue a run")
+
+
+def test_queueing_a_groq_run_builds_no_client(alice, settings, monkeypatch):
+    settings.GROQ_API_KEY = "gsk_test"
+    monkeypatch.setattr(factory.GroqLLM, "__init__", NoClient.__init__)
+    run = start_run(alice, "What is 17 * 23?", model="openai/gpt-oss-20b")
+    assert (run.provider, run.model) == ("groq", "openai/gpt-oss-20b")
+
+
+def test_a_model_that_cannot_run_here_is_refused_before_anything_is_stored(alice, settings):
+    settings.GROQ_API_KEY = ""
+    with pytest.raises(ModelUnavailable, match="needs GROQ_API_KEY"):
+        start_run(alice, "What is 17 * 23?", model="openai/gpt-oss-20b")
+    assert not alice.runs.exists()
+
+
+def test_the_worker_builds_one_client_per_run_streaming_to_the_run(alice, workspaces, monkeypatch):
+    built: list[MockLLM] = []
+
+    class CountedMock(MockLLM):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    monkeypatch.setattr(factory, "MockLLM", CountedMock)
+    run = start_run(alice, "Compute the sum of 1..100 and save it to a file", model="mock")
+    assert built == []
+    done = execute_run(run)
+    assert done.status == "succeeded"
+    [client] = built
+    assert client.deltas is not None  # built with the run's stream, not patched in later
