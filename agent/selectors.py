@@ -1,13 +1,14 @@
 """Reads of runs and conversations, as their owner may see them: another person's run or
-conversation does not exist here."""
+conversation does not exist here. The chat's pages and socket read through these, and a run's
+log comes out as typed events (`Logged`), converted once where it is read."""
+
+from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
-from agent.events import (
-    event_from_dict,
-)
+from agent.events import Event, event_from_dict
 from agent.history import messages_from_events
 from agent.llm.base import Message
 from agent.llm.tokens import count_tokens
@@ -23,6 +24,58 @@ def runs_for(user: AbstractBaseUser) -> QuerySet[AgentRun]:
 
 def conversations_for(user: AbstractBaseUser) -> QuerySet[Conversation]:
     return Conversation.objects.filter(owner=user, deleted_at__isnull=True)
+
+
+def run_of(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
+    """The user's run of that id, or None (another person's, or of a deleted conversation)."""
+    return runs_for(user).filter(pk=run_id).first()
+
+
+def owns_run(user: AbstractBaseUser, run_id: int) -> bool:
+    return runs_for(user).filter(pk=run_id).exists()
+
+
+def runs_of(conversation: Conversation) -> QuerySet[AgentRun]:
+    """A conversation's runs, its turns, oldest first."""
+    return conversation.runs.order_by("pk")
+
+
+def with_last_status(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
+    """Each conversation with `last_status`, the status of its latest run (None: no run yet)."""
+    last = AgentRun.objects.filter(conversation=OuterRef("pk")).order_by("-pk")
+    return conversations.annotate(last_status=Subquery(last.values("status")[:1]))
+
+
+def conversations_with_status(user: AbstractBaseUser) -> QuerySet[Conversation]:
+    """The user's conversations, most recently updated first, each with its `last_status`."""
+    return with_last_status(conversations_for(user))
+
+
+def conversation_with_status(conversation_id: int) -> Conversation:
+    """One conversation with its `last_status`, for a run already known to be the reader's (a
+    conversation deleted since still has its row: a soft delete)."""
+    return with_last_status(Conversation.objects.filter(pk=conversation_id)).get()
+
+
+class Logged(NamedTuple):
+    """One event of a run's log, as every reader takes it: its number and its typed event."""
+
+    seq: int
+    event: Event
+
+
+def events_of(run: AgentRun, *, after: int = 0, limit: int | None = None) -> list[Logged]:
+    """The run's events after seq `after`, in order (at most `limit` of them)."""
+    rows = run.events.filter(seq__gt=after).order_by("seq").values_list("seq", "kind", "data")
+    if limit is not None:
+        rows = rows[:limit]
+    return [Logged(seq, event_from_dict(kind, data)) for seq, kind, data in rows]
+
+
+def event_at(run: AgentRun, seq: int) -> Event | None:
+    """The run's event number `seq`, or None if it has none of that number."""
+    row = run.events.filter(seq=seq).first()
+    return None if row is None else row.event
 
 
 def conversation_context(run: AgentRun) -> list[Message]:
