@@ -15,7 +15,6 @@ every few seconds until the layer answers again.
 """
 
 import asyncio
-import html
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -34,12 +33,21 @@ from django.conf import settings
 from django.contrib.auth import get_user
 from django.contrib.auth.signals import user_logged_out
 from django.db import InterfaceError, OperationalError
-from django.template.loader import render_to_string
 
-from agent import bus
-from agent.models import AgentRun, Conversation
-from agent.selectors import runs_for
-from chat.rendering import card_for, render_card, status_label
+from agent import bus, selectors
+from agent.events import ModelReplied, RunFinished, RunResumed, RunStarted
+from agent.models import AgentRun
+from agent.selectors import Logged
+from chat.rendering import (
+    card_for,
+    draw,
+    in_steps,
+    labelled,
+    render_card,
+    streamed_removal,
+    streamed_text,
+    streaming_card,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +226,7 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     @database_sync_to_async
     def owns(self, run_id: int) -> bool:
-        return runs_for(self.user).filter(pk=run_id).exists()
+        return selectors.owns_run(self.user, run_id)
 
     async def still_signed_in(self, *, now: bool = False) -> bool:
         """Whether the session is still valid and its user active (read at most once a
@@ -306,10 +314,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         """Tell the page's header how its live updates are: live, delayed, or `closed` why."""
         if self.accepted and not self.closing:
             state = "closed" if closed else "degraded" if self.degraded else "live"
-            status = render_to_string(
-                "chat/cards.html#socket_status", {"state": state, "reason": closed}
-            )
-            await self.send(text_data=status)
+            await self.send(text_data=draw("socket_status", state=state, reason=closed))
 
     async def run_delta(self, message: dict[str, Any]) -> None:
         """A piece of a reply being written: shown in a card of its own until the stored reply
@@ -319,19 +324,11 @@ class RunConsumer(AsyncWebsocketConsumer):
             return
         if not await self.still_signed_in():
             return
-        text = html.escape(message["text"])
         if (run_id, step) in self.streaming:
-            await self.send(
-                text_data=f'<span id="stream-{run_id}-{step}-text" hx-swap-oob="beforeend">'
-                f"{text}</span>"
-            )
+            await self.send(text_data=streamed_text(run_id, step, message["text"]))
             return
         self.streaming.add((run_id, step))
-        card = (
-            f'<article class="card streaming" id="stream-{run_id}-{step}" aria-busy="true">'
-            f'<div class="prose"><p id="stream-{run_id}-{step}-text">{text}</p></div></article>'
-        )
-        await self.send(text_data=steps(run_id, card))
+        await self.send(text_data=streaming_card(run_id, step, message["text"]))
 
     async def run_event(self, message: dict[str, Any]) -> None:
         """A wake-up: event `seq` of the run is stored."""
@@ -377,9 +374,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         """A streamed card gives way to the stored reply of its step, in the same frame."""
         done = {key for key in self.streaming if key[0] == run_id and key[1] <= replied}
         self.streaming -= done
-        return "".join(
-            f'<div id="stream-{run}-{step}" hx-swap-oob="delete"></div>' for run, step in done
-        )
+        return "".join(streamed_removal(run, step) for run, step in done)
 
 
 # A session's check, shared for a second by all of its sockets in this process: they wake
@@ -465,52 +460,47 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
     """The next page of the run's events after `after` as frames of out-of-band fragments (or
     only its seq marker). Nothing if the run is no longer the user's to see (say, its
     conversation was deleted)."""
-    run = runs_for(user).filter(pk=run_id).first()
+    run = selectors.run_of(user, run_id)
     if run is None:
         return Unsent(frames=[], last=after, replied=0, more=False)
-    events = list(
-        run.events.filter(seq__gt=after)
-        .order_by("seq")
-        .values_list("seq", "kind", "data")[: EVENTS_PER_READ + 1]
-    )
+    events = selectors.events_of(run, after=after, limit=EVENTS_PER_READ + 1)
     more = len(events) > EVENTS_PER_READ
     events = events[:EVENTS_PER_READ]
     if not events:
-        marker = {"run": run, "seq": after, "finished": run.is_finished, "oob": True}
-        frames = [render_to_string("chat/cards.html#seq_marker", marker)]
+        frames = [seq_marker(run, after, finished=run.is_finished)]
         return Unsent(frames=frames, last=after, replied=0, more=False)
     return Unsent(
         frames=framed(run, events, more),
-        last=events[-1][0],
+        last=events[-1].seq,
         replied=settled(events),
         more=more,
         resumed=resumes(events),
     )
 
 
-def settled(events: list[tuple[int, str, dict[str, Any]]]) -> int:
+def settled(events: list[Logged]) -> int:
     """The last step whose streamed text a stored card now shows: a reply that called tools
     shows in its own card; the final reply shows when the run's end arrives (and a run that
     went on after an end streams again)."""
     if ends(events):
         return ALL_STEPS
-    replies = [data for _, kind, data in events if kind == "model_replied" and data["tool_calls"]]
-    return max((data["step"] for data in replies), default=0)
+    steps = [e.step for _, e in events if isinstance(e, ModelReplied) and e.tool_calls]
+    return max(steps, default=0)
 
 
-def ends(events: list[tuple[int, str, dict[str, Any]]]) -> bool:
+def ends(events: list[Logged]) -> bool:
     """Whether these events end with the run's end: a run continued or resumed after it goes
     on, its later events to come."""
-    lifecycle = [kind for _, kind, _ in events if kind in ("run_finished", "run_resumed")]
-    return bool(lifecycle) and lifecycle[-1] == "run_finished"
+    lifecycle = [event for _, event in events if isinstance(event, RunFinished | RunResumed)]
+    return bool(lifecycle) and isinstance(lifecycle[-1], RunFinished)
 
 
-def resumes(events: list[tuple[int, str, dict[str, Any]]]) -> bool:
+def resumes(events: list[Logged]) -> bool:
     """Whether the run went on again within these events (a continue, a resume)."""
-    return any(kind == "run_resumed" for _, kind, _ in events)
+    return any(isinstance(event, RunResumed) for _, event in events)
 
 
-def framed(run: AgentRun, events: list[tuple[int, str, dict[str, Any]]], more: bool) -> list[str]:
+def framed(run: AgentRun, events: list[Logged], more: bool) -> list[str]:
     """Out-of-band swaps in frames of at most FRAME_BYTES: new cards at the end of the run's
     steps; a card with the id of one already there replaces it. Each frame ends with the seq
     marker of its last event, so a page cut off mid-way asks for the rest; the last frame also
@@ -518,48 +508,36 @@ def framed(run: AgentRun, events: list[tuple[int, str, dict[str, Any]]], more: b
     frames: list[str] = []
     frame: list[str] = []
     size = 0
-    for index, (seq, kind, data) in enumerate(events):
-        card = card_for(run.pk, seq, kind, data)
+    for index, (seq, event) in enumerate(events):
+        card = card_for(run.pk, seq, event)
         if card is not None:
-            part = render_card(card) if card.replaces else steps(run.pk, render_card(card))
+            part = render_card(card) if card.replaces else in_steps(run.pk, render_card(card))
             part_size = len(part.encode())
             if frame and size + part_size > FRAME_BYTES - FRAME_TAIL_BYTES:
-                frames.append("".join(frame) + seq_marker(run, events[index - 1][0]))
+                frames.append("".join(frame) + seq_marker(run, events[index - 1].seq))
                 frame, size = [], 0
             frame.append(part)
             size += part_size
-    kinds = {kind for _, kind, _ in events}
     finished = ends(events) and not more
     tail = []
-    if kinds & {"run_started", "run_finished", "run_resumed"}:
+    if any(isinstance(event, RunStarted | RunFinished | RunResumed) for _, event in events):
         # The run's row as of these events at least: it was read before them, and the run may
         # have finished in between (its status and its last event are stored together), or
         # been continued since (then it is not finished, and the page keeps watching).
         run.refresh_from_db()
         finished = finished and run.is_finished
-        context = {"run": run, "oob": True}
-        tail.append(render_to_string("chat/cards.html#run_status", context))
+        tail.append(draw("run_status", run=run, oob=True))
         if run.conversation_id is not None:
             tail.append(sidebar_status(run.conversation_id))
-    frame.append(seq_marker(run, events[-1][0], finished=finished))
+    frame.append(seq_marker(run, events[-1].seq, finished=finished))
     frames.append("".join(frame + tail))
     return frames
 
 
 def seq_marker(run: AgentRun, seq: int, *, finished: bool = False) -> str:
-    context = {"run": run, "seq": seq, "finished": finished, "oob": True}
-    return render_to_string("chat/cards.html#seq_marker", context)
-
-
-def steps(run_id: int, card: str) -> str:
-    return f'<div id="run-{run_id}-steps" hx-swap-oob="beforeend">{card}</div>'
+    return draw("seq_marker", run=run, seq=seq, finished=finished, oob=True)
 
 
 def sidebar_status(conversation_id: int) -> str:
-    conversation = Conversation.objects.get(pk=conversation_id)
-    last = conversation.runs.order_by("-pk").values_list("status", flat=True).first()
-    conversation.last_status = last
-    conversation.status = status_label(last)
-    return render_to_string(
-        "chat/cards.html#conversation_status", {"conversation": conversation, "oob": True}
-    )
+    conversation = labelled(selectors.conversation_with_status(conversation_id))
+    return draw("conversation_status", conversation=conversation, oob=True)

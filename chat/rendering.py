@@ -7,19 +7,36 @@ SHORT_TEXT_CHARS of any one text (an answer, a reply, a tool's arguments or resu
 and a link to the whole text, so no card is too big for the page or for one socket frame.
 """
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import nh3
-from django.template.loader import render_to_string
+from django.template.backends.django import Template
+from django.template.loader import get_template
 from django.urls import reverse
 from markdown_it import MarkdownIt
 
-from agent.events import HaltReason, RunStatus
+from agent.events import (
+    BreakerTripped,
+    Event,
+    HaltReason,
+    MemoriesRecalled,
+    ModelReplied,
+    RunFinished,
+    RunHalted,
+    RunResumed,
+    RunStatus,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 from agent.loop import MODEL_FAILED
-from agent.wording import OWNERS_WHO, resumed_text
+from agent.models import Conversation
+from agent.selectors import Logged
+from agent.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
+from tools.base import ToolStatus
 
 # Raw HTML in Markdown is shown as text; nh3 then keeps only these tags and link schemes, so a
 # <script>, an onerror= or a javascript: link in model output can never run.
@@ -34,7 +51,7 @@ LONG_OUTPUT_CHARS = 1200
 # Even Markdown's most expanding input (a list item per line) renders 10 000 characters as some
 # 200 KB of HTML: under the socket's frame bound (chat/consumers.py's FRAME_BYTES).
 SHORT_TEXT_CHARS = 10_000
-# The texts of an event a card may shorten: a key of the event's data, and what the note calls it.
+# The texts of an event a card may shorten: a field of the event, and what the note calls it.
 EVENT_TEXTS = {
     "answer": "answer",
     "text": "text",
@@ -51,15 +68,20 @@ HALT_REASONS = {
     HaltReason.TOKEN_BUDGET: "it used up its token budget",
     HaltReason.TOOL_CALL_BUDGET: "it used up its budget of tool calls",
 }
-STATUS_LABELS = {
-    RunStatus.QUEUED: ("…", "Waiting for a worker"),
-    RunStatus.RUNNING: ("●", "Running"),
-    RunStatus.SUCCEEDED: ("✓", "Done"),
-    RunStatus.HALTED: ("⚠", "Halted"),
-    RunStatus.CANCELLED: ("■", "Stopped"),
-    RunStatus.FAILED: ("✗", "Failed"),
-    RunStatus.INTERRUPTED: ("!", "Interrupted"),
+# The chat's words for a run's status; its symbols are the console's too (agent.wording).
+STATUS_WORDS = {
+    RunStatus.QUEUED: "Waiting for a worker",
+    RunStatus.RUNNING: "Running",
+    RunStatus.SUCCEEDED: "Done",
+    RunStatus.HALTED: "Halted",
+    RunStatus.CANCELLED: "Stopped",
+    RunStatus.FAILED: "Failed",
+    RunStatus.INTERRUPTED: "Interrupted",
 }
+NO_RUN = {"status": "none", "icon": "○", "label": "No runs yet"}
+UNKNOWN_SYMBOL = "?"  # a status from a later version of Loop
+RUNNING_CALL = {"status": "running", "icon": "…", "label": "Running"}  # a call not yet finished
+FAILED_CALL_SYMBOL = TOOL_SYMBOLS[ToolStatus.ERROR]  # a call status from a later version of Loop
 NEXT_STEPS = {
     RunStatus.FAILED: "Send the task again; if it keeps failing, rephrase it or try a smaller "
     "step. If the model provider is down, try again later.",
@@ -68,8 +90,6 @@ NEXT_STEPS = {
     RunStatus.HALTED: "Loop stopped it to protect your budget. Continue it to go on with a fresh "
     "set of limits, or refine the task and send it again.",
 }
-# The events the page draws no card for: the task shows as the person's own bubble.
-UNDRAWN_KINDS = frozenset({"run_started"})
 # A deadline halt with an error is the provider's fault (agent.loop records why), not the task's.
 SLOW_PROVIDER_STEP = (
     "The model provider did not answer in time. Continue it later, or ask the operator to raise "
@@ -83,13 +103,13 @@ MODEL_DOWN_STEP = (
 )
 
 
-def next_step(data: dict[str, Any]) -> str:
-    """What a person can do about how a run ended, from its run_finished event."""
-    if data.get("halt_reason") == HaltReason.DEADLINE and data.get("error"):
+def next_step(end: RunFinished) -> str:
+    """What a person can do about how a run ended."""
+    if end.halt_reason == HaltReason.DEADLINE and end.error:
         return SLOW_PROVIDER_STEP
-    if data["status"] == RunStatus.FAILED and data.get("error", "").startswith(MODEL_FAILED):
+    if end.status == RunStatus.FAILED and end.error.startswith(MODEL_FAILED):
         return MODEL_DOWN_STEP  # such a run may be continued (AgentRun.can_continue)
-    return NEXT_STEPS.get(RunStatus(data["status"]), "")
+    return NEXT_STEPS.get(end.status, "")
 
 
 def markdown(text: str) -> str:
@@ -106,9 +126,16 @@ def markdown(text: str) -> str:
 def status_label(status: str | None) -> dict[str, str]:
     """How a run's status shows: an icon and a word, never colour alone. None: no run yet."""
     if status is None:
-        return {"status": "none", "icon": "○", "label": "No runs yet"}
-    icon, label = STATUS_LABELS.get(RunStatus(status), ("?", status))
-    return {"status": status, "icon": icon, "label": label}
+        return NO_RUN
+    icon = RUN_SYMBOLS.get(status, UNKNOWN_SYMBOL)
+    return {"status": status, "icon": icon, "label": STATUS_WORDS.get(status, status)}
+
+
+def labelled(conversation: Conversation) -> Conversation:
+    """The conversation with its icon and word (`status`), from its `last_status`
+    (agent.selectors.with_last_status)."""
+    conversation.status = status_label(getattr(conversation, "last_status", None))
+    return conversation
 
 
 @dataclass(frozen=True)
@@ -151,92 +178,91 @@ class Texts:
         return text[:SHORT_TEXT_CHARS]
 
 
-def card_for(run_id: int, seq: int, kind: str, data: dict[str, Any]) -> Card | None:
-    """The card for one event, or None for an event a person need not see."""
+def card_for(run_id: int, seq: int, event: Event) -> Card | None:
+    """The card for one event, or None for an event a person need not see (the task, RunStarted,
+    shows as the person's own bubble)."""
     texts = Texts(run_id, seq)
-    card = event_card(run_id, seq, kind, data, texts)
+    card = event_card(run_id, seq, event, texts)
     if card is not None and texts.cuts:
         card.data["cuts"] = texts.cuts
     return card
 
 
-def event_card(run_id: int, seq: int, kind: str, data: dict[str, Any], texts: Texts) -> Card | None:
-    match kind:
-        case "memories_recalled":
-            memories = data["memories"]
-            best = max((memory["score"] for memory in memories), default=0)
-            return Card("memories", f"ev-{run_id}-{seq}", {"memories": memories, "best": best})
-        case "model_replied" if data["tool_calls"] and (data["text"] or data.get("reasoning")):
+def event_card(run_id: int, seq: int, event: Event, texts: Texts) -> Card | None:
+    card_id = f"ev-{run_id}-{seq}"
+    match event:
+        case MemoriesRecalled(memories=memories):
+            best = max((memory.score for memory in memories), default=0)
+            return Card("memories", card_id, {"memories": memories, "best": best})
+        case ModelReplied(tool_calls=calls, text=text, reasoning=reasoning) if calls and (
+            text or reasoning
+        ):
             # A reply without tool calls is the answer, which the run's end shows.
             return Card(
                 "model",
-                f"ev-{run_id}-{seq}",
+                card_id,
                 {
-                    "html": markdown(texts.shown("text", data["text"])),
-                    "reasoning": texts.shown("reasoning", data.get("reasoning", "")),
+                    "html": markdown(texts.shown("text", text)),
+                    "reasoning": texts.shown("reasoning", reasoning),
                 },
             )
-        case "tool_call_started" | "tool_call_finished":
-            finished = kind == "tool_call_finished"
+        case ToolCallStarted() | ToolCallFinished():
+            finished = isinstance(event, ToolCallFinished)
             return Card(
                 "tool",
-                f"call-{run_id}-{data['step']}-{data['call_id']}",
-                tool_data(data, finished, texts),
+                f"call-{run_id}-{event.step}-{event.call_id}",
+                tool_data(event, texts),
                 replaces=finished,
             )
-        case "breaker_tripped":
-            text = f"Circuit breaker: {data['tool']} — {reason_text(data['reason'])}."
-            return Card("banner", f"ev-{run_id}-{seq}", {"text": text, "tone": "bad"})
-        case "run_halted":
-            detail = data["detail"][:1].upper() + data["detail"][1:]
-            text = f"Halted: {reason_text(data['reason'])}. {detail}"
-            return Card("banner", f"ev-{run_id}-{seq}", {"text": text, "tone": "warn"})
-        case "run_resumed":
+        case BreakerTripped():
+            text = f"Circuit breaker: {event.tool} — {reason_text(event.reason)}."
+            return Card("banner", card_id, {"text": text, "tone": "bad"})
+        case RunHalted():
+            detail = event.detail[:1].upper() + event.detail[1:]
+            text = f"Halted: {reason_text(event.reason)}. {detail}"
+            return Card("banner", card_id, {"text": text, "tone": "warn"})
+        case RunResumed():
             # The person reading the chat owns the run: a continue is theirs.
-            text = resumed_text(data["reason"], data.get("by", ""), who=OWNERS_WHO)
-            return Card("marker", f"ev-{run_id}-{seq}", {"text": text})
-        case "run_finished":
-            status = data["status"]
+            text = resumed_text(event.reason, event.by, who=OWNERS_WHO)
+            return Card("marker", card_id, {"text": text})
+        case RunFinished():
             return Card(
                 "answer",
-                f"ev-{run_id}-{seq}",
+                card_id,
                 {
-                    "html": markdown(texts.shown("answer", data["answer"])),
-                    "error": data["error"],
-                    "next_step": next_step(data),
-                    **status_label(status),
+                    "html": markdown(texts.shown("answer", event.answer)),
+                    "error": event.error,
+                    "next_step": next_step(event),
+                    **status_label(event.status),
                 },
             )
     return None
 
 
-def reason_text(reason: str) -> str:
-    try:
-        return HALT_REASONS[HaltReason(reason)]
-    except ValueError:
-        return reason.replace("_", " ")
+def reason_text(reason: HaltReason | str) -> str:
+    """A halt's reason in words; one from a later version of Loop (its plain text) as its words."""
+    return HALT_REASONS.get(reason) or reason.replace("_", " ")
 
 
-def tool_data(data: dict[str, Any], finished: bool, texts: Texts) -> dict[str, Any]:
-    code, arguments = shown_arguments(data["arguments"])
+def tool_data(event: ToolCallStarted | ToolCallFinished, texts: Texts) -> dict[str, Any]:
+    code, arguments = shown_arguments(event.arguments)
     shown: dict[str, Any] = {
-        "tool": data["tool"],
+        "tool": event.tool,
         "code": texts.shown("arguments", code) if code else "",
         "arguments": texts.shown("arguments", arguments) if arguments else "",
     }
-    if not finished:
-        return shown | {"status": "running", "icon": "…", "label": "Running"}
-    text = texts.shown("text", data["text"])
-    ok = data["status"] == "ok"
+    if not isinstance(event, ToolCallFinished):
+        return shown | RUNNING_CALL
+    text = texts.shown("text", event.text)
     return shown | {
-        "status": data["status"],
-        "icon": "✓" if ok else "✗",
-        "label": data["status"].capitalize(),
+        "status": event.status,
+        "icon": TOOL_SYMBOLS.get(event.status, FAILED_CALL_SYMBOL),
+        "label": event.status.capitalize(),
         "text": text,
         "long": text.count("\n") >= LONG_OUTPUT_LINES or len(text) > LONG_OUTPUT_CHARS,
-        "milliseconds": round(data["duration"] * 1000),
-        "policy": data.get("policy", ""),
-        "truncated": data.get("truncated", False),
+        "milliseconds": round(event.duration * 1000),
+        "policy": event.policy,
+        "truncated": event.truncated,
     }
 
 
@@ -251,14 +277,14 @@ def shown_arguments(raw: str) -> tuple[str, str]:
     return "", json.dumps(parsed, indent=2, ensure_ascii=False)
 
 
-def page_cards(run_id: int, events: Iterable[tuple[int, str, dict[str, Any]]]) -> list[Card]:
+def page_cards(run_id: int, events: Iterable[Logged]) -> list[Card]:
     """A run's cards as the page shows them at first: each later card in its earlier's place.
     Drawn where they belong, none is an out-of-band swap: in a whole turn that htmx swaps in (a
     continued run's), such a card would be taken out of the turn to replace its old self."""
     cards: list[Card] = []
     at: dict[str, int] = {}
-    for seq, kind, data in events:
-        card = card_for(run_id, seq, kind, data)
+    for seq, event in events:
+        card = card_for(run_id, seq, event)
         if card is None:
             continue
         card = replace(card, replaces=False)
@@ -270,5 +296,41 @@ def page_cards(run_id: int, events: Iterable[tuple[int, str, dict[str, Any]]]) -
     return cards
 
 
+@functools.cache
+def partial(name: str) -> Template:
+    """A partial of chat/cards.html, looked up and compiled once: the socket draws one for every
+    piece of every reply it streams."""
+    return get_template(f"chat/cards.html#{name}")
+
+
+def draw(name: str, **context: Any) -> str:
+    """The partial `name` drawn with `context` (escaped as every template is)."""
+    return partial(name).render(context)
+
+
 def render_card(card: Card) -> str:
-    return render_to_string(card.template, {"card": card})
+    return draw(card.partial, card=card)
+
+
+def in_steps(run_id: int, content: str) -> str:
+    """Drawn content (a card) added at the end of the run's steps, out of band."""
+    return draw("steps", run_id=run_id, content=content)
+
+
+# The sockets of a process watching one run each draw the same piece of its streamed reply:
+# the first draws it, the others reuse it.
+@functools.lru_cache(maxsize=256)
+def streaming_card(run_id: int, step: int, text: str) -> str:
+    """The card a reply is streamed into, at the end of the steps, with its first piece."""
+    return in_steps(run_id, draw("streaming", run_id=run_id, step=step, text=text))
+
+
+@functools.lru_cache(maxsize=256)
+def streamed_text(run_id: int, step: int, text: str) -> str:
+    """A later piece of a streamed reply, added to its card's text."""
+    return draw("streamed_text", run_id=run_id, step=step, text=text)
+
+
+def streamed_removal(run_id: int, step: int) -> str:
+    """Takes a streamed card away (the stored reply of its step now shows)."""
+    return draw("streamed_removal", run_id=run_id, step=step)

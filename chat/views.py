@@ -5,17 +5,15 @@ from typing import Any
 
 from django import forms
 from django.db import transaction
-from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from agent import runs, selectors
 from agent.llm.factory import MOCK, default_model
 from agent.models import AgentRun, Conversation
-from chat.rendering import EVENT_TEXTS, page_cards, status_label
+from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards
 from memory.forgetting import forget, remembered_by
 
 SUGGESTIONS = (
@@ -27,21 +25,9 @@ SUGGESTIONS = (
 )
 
 
-def sidebar(user: Any) -> QuerySet[Conversation]:
-    last = AgentRun.objects.filter(conversation=OuterRef("pk")).order_by("-pk")
-    return selectors.conversations_for(user).annotate(
-        last_status=Subquery(last.values("status")[:1])
-    )
-
-
-def with_status(conversation: Conversation) -> Conversation:
-    conversation.status = status_label(getattr(conversation, "last_status", None))
-    return conversation
-
-
 def turn(run: AgentRun) -> dict[str, Any]:
-    events = list(run.events.order_by("seq").values_list("seq", "kind", "data"))
-    return {"run": run, "cards": page_cards(run.pk, events), "seq": events[-1][0] if events else 0}
+    events = selectors.events_of(run)
+    return {"run": run, "cards": page_cards(run.pk, events), "seq": events[-1].seq if events else 0}
 
 
 def model_context() -> dict[str, Any]:
@@ -57,13 +43,13 @@ def chat_page(
     task: str = "",
     status: int = 200,
 ) -> HttpResponse:
-    runs = conversation.runs.order_by("pk") if conversation else AgentRun.objects.none()
+    runs = selectors.runs_of(conversation) if conversation else AgentRun.objects.none()
     send_url = (
         reverse("chat:send", args=[conversation.pk]) if conversation else reverse("chat:start")
     )
     context = {
         "conversation": conversation,
-        "conversations": [with_status(c) for c in sidebar(request.user)],
+        "conversations": [labelled(c) for c in selectors.conversations_with_status(request.user)],
         "current": conversation,
         "turns": [turn(run) for run in runs],
         "suggestions": SUGGESTIONS,
@@ -154,10 +140,10 @@ def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
         return redirect_to_run(run)
     response = render(request, "chat/cards.html#turn", {"turn": turn(run)})
     if run.conversation_id is not None:  # the sidebar's icon says it is waiting again
-        conversation = with_status(sidebar(request.user).get(pk=run.conversation_id))
-        context = {"conversation": conversation, "oob": True}
-        response.content += render_to_string(
-            "chat/cards.html#conversation_status", context
+        conversations = selectors.conversations_with_status(request.user)
+        conversation = labelled(conversations.get(pk=run.conversation_id))
+        response.content += draw(
+            "conversation_status", conversation=conversation, oob=True
         ).encode()
     return response
 
@@ -203,7 +189,10 @@ def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
     with transaction.atomic():
         runs.delete_conversation(request.user, conversation.pk)
         if request.POST.get("forget"):
-            forget(remembered_by(request.user, conversation.runs.values("pk")), by=request.user)
+            forget(
+                remembered_by(request.user, selectors.runs_of(conversation).values("pk")),
+                by=request.user,
+            )
     return redirect("chat:home")
 
 
@@ -212,8 +201,10 @@ def event_text(request: HttpRequest, run_id: int, seq: int, key: str) -> HttpRes
     """The whole text a card shows shortened (chat/rendering.py), for the run's owner only, as
     plain text: nothing in it is ever read as HTML."""
     run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
-    event = get_object_or_404(run.events, seq=seq)
-    text = event.data.get(key) if key in EVENT_TEXTS else None
+    event = selectors.event_at(run, seq)
+    if event is None:
+        raise Http404("No such event.")
+    text = getattr(event, key, None) if key in EVENT_TEXTS else None
     if not isinstance(text, str):
         raise Http404("No such text.")
     return HttpResponse(text, content_type="text/plain; charset=utf-8")

@@ -6,12 +6,13 @@ import pytest
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.events import RunStatus
+from agent.events import HaltReason, RunFinished, RunStatus
 from agent.execution import execute_run
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, Conversation
 from agent.queue import WORK_RUN
 from agent.runs import new_conversation, start_run
+from agent.selectors import Logged
 from chat.rendering import markdown, page_cards
 
 pytestmark = pytest.mark.django_db
@@ -201,19 +202,21 @@ def test_markdown_keeps_formatting_and_drops_what_could_run():
     assert 'rel="noopener noreferrer nofollow"' in markdown("[x](https://example.com)")
 
 
-def finished(**fields: object) -> dict[str, object]:
-    return {"status": "halted", "answer": "", "halt_reason": "deadline", "error": ""} | fields
+def finished(**fields: object) -> RunFinished:
+    return RunFinished(
+        **{"status": RunStatus.HALTED, "answer": "", "halt_reason": HaltReason.DEADLINE} | fields
+    )
 
 
 def test_a_run_halted_because_the_provider_was_too_slow_does_not_blame_the_task():
     slow = finished(error="The model provider did not answer in time: Groq did not finish.")
-    [card] = page_cards(1, [(9, "run_finished", slow)])
+    [card] = page_cards(1, [Logged(seq=9, event=slow)])
     assert "did not answer in time" in card.data["next_step"]
     assert "refine the task" not in card.data["next_step"].lower()
     assert "Continue it later" in card.data["next_step"]
 
 
 def test_a_run_that_used_up_its_own_time_is_told_to_continue_or_refine_the_task():
-    [card] = page_cards(1, [(9, "run_finished", finished())])
+    [card] = page_cards(1, [Logged(seq=9, event=finished())])
     assert "Continue it to go on with a fresh set of limits" in card.data["next_step"]
     assert "refine the task" in card.data["next_step"]

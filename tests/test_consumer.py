@@ -15,10 +15,11 @@ from django.db import connections
 from django.test import Client
 
 from agent import bus as events_bus
-from agent.events import ModelReplied, RunFinished
+from agent.events import ModelReplied, RunFinished, RunStatus
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import new_conversation, start_run, submit_run
+from agent.selectors import events_of
 from chat.consumers import MAX_MESSAGE_CHARS, Close
 from chat.rendering import page_cards
 from loopsite.asgi import application
@@ -126,8 +127,7 @@ async def test_a_malformed_message_closes_the_socket(alice):
 
 def expected_card_ids(run_id: int) -> list[str]:
     run = AgentRun.objects.get(pk=run_id)
-    events = run.events.order_by("seq").values_list("seq", "kind", "data")
-    return [card.id for card in page_cards(run_id, events)]
+    return [card.id for card in page_cards(run_id, events_of(run))]
 
 
 @pytest.fixture(params=["postgres", "redis"])
@@ -209,8 +209,10 @@ async def test_streamed_pieces_show_until_the_stored_answer_takes_their_place(al
 
     await database_sync_to_async(record)(
         run,
-        ModelReplied(1, "17 * 23 = 391", [], 10, 5),
-        RunFinished("succeeded", "17 * 23 = 391"),
+        ModelReplied(
+            step=1, text="17 * 23 = 391", tool_calls=[], prompt_tokens=10, completion_tokens=5
+        ),
+        RunFinished(status=RunStatus.SUCCEEDED, answer="17 * 23 = 391"),
     )
     seen = await receive_until_finished(communicator)
     answered = next(message for message in seen if 'class="card answer' in message)

@@ -8,10 +8,12 @@ import urllib.error
 
 import pytest
 
-from agent.events import ModelReplied, RunFinished, ToolCallFinished, ToolCallStarted
+from agent.events import ModelReplied, RunFinished, RunStatus, ToolCallFinished, ToolCallStarted
+from agent.llm.base import ToolCall
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import start_run
+from agent.selectors import events_of
 from chat.consumers import FRAME_BYTES
 from chat.rendering import SHORT_TEXT_CHARS, page_cards
 from tests.socket_harness import (
@@ -24,6 +26,7 @@ from tests.socket_harness import (
     session_cookie,
     watch,
 )
+from tools.base import ToolStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,11 +45,20 @@ def huge_run(user) -> AgentRun:
     record = RunRecorder(run)
     for step in range(1, STEPS + 1):
         arguments = '{"path": "big.txt"}'
-        record(ToolCallStarted(step, f"c{step}", "read_file", arguments))
+        call = {"step": step, "call_id": f"c{step}", "tool": "read_file", "arguments": arguments}
+        record(ToolCallStarted(**call))
         result = TOOL_RESULT if step == 1 else SMALL_RESULT
-        record(ToolCallFinished(step, f"c{step}", "read_file", arguments, "ok", result, 0.1))
-        record(ModelReplied(step, "Read it.", [{"id": f"c{step}"}], 10, 5))
-    record(RunFinished("succeeded", ANSWER))
+        record(ToolCallFinished(**call, status=ToolStatus.OK, text=result, duration=0.1))
+        record(
+            ModelReplied(
+                step=step,
+                text="Read it.",
+                tool_calls=[ToolCall(id=f"c{step}", name="read_file", arguments=arguments)],
+                prompt_tokens=10,
+                completion_tokens=5,
+            )
+        )
+    record(RunFinished(status=RunStatus.SUCCEEDED, answer=ANSWER))
     return run
 
 
@@ -81,8 +93,8 @@ def test_a_catch_up_over_a_mebibyte_arrives_whole_in_bounded_frames(start_daphne
 
     assert sum(len(frame.encode()) for frame in frames) > 2 * DAPHNE_MAX_MESSAGE
     assert max(len(frame.encode()) for frame in frames) <= FRAME_BYTES
-    events = list(run.events.order_by("seq").values_list("seq", "kind", "data"))
-    assert last_seq(frames) == events[-1][0]
+    events = events_of(run)
+    assert last_seq(frames) == events[-1].seq
     pushed = [card_id for frame in frames for card_id in CARD_ID.findall(frame)]
     expected = [card.id for card in page_cards(run.pk, events)]
     running = [f"call-{run.pk}-{step}-c{step}" for step in range(1, STEPS + 1)]

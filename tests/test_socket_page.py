@@ -37,7 +37,11 @@ def a_run_on_its_page(browser: Browser, site: LiveSite) -> tuple[Page, AgentRun]
 
 def step(run: AgentRun, number: int) -> str:
     """Store a step of the run as a worker would; the id of its card."""
-    db(lambda: RunRecorder(run)(ToolCallStarted(number, f"c{number}", "run_code", "{}")))
+    db(
+        lambda: RunRecorder(run)(
+            ToolCallStarted(step=number, call_id=f"c{number}", tool="run_code", arguments="{}")
+        )
+    )
     return f"#call-{run.pk}-{number}-c{number}"
 
 

@@ -29,7 +29,7 @@ def test_a_broken_channel_layer_leaves_the_page_reading_the_log(start_daphne, al
     site = start_daphne(REDIS_URL=broken_redis)
     run = start_run(alice, "Count slowly to 3", model="mock")
     record = RunRecorder(run)
-    record(ToolCallStarted(1, "c1", "run_code", '{"code": "1"}'))
+    record(ToolCallStarted(step=1, call_id="c1", tool="run_code", arguments='{"code": "1"}'))
     with open_socket(site, session_cookie(alice)) as page:
         watch(page, run.pk)
         frames = [page.recv(timeout=WAIT)]
@@ -37,7 +37,7 @@ def test_a_broken_channel_layer_leaves_the_page_reading_the_log(start_daphne, al
             frames.append(page.recv(timeout=WAIT))
         assert any('id="socket-status"' in f and 'data-state="degraded"' in f for f in frames)
         # No wake-up can come; the socket reads the log for the page all the same.
-        record(ToolCallStarted(2, "c2", "run_code", '{"code": "2"}'))
+        record(ToolCallStarted(step=2, call_id="c2", tool="run_code", arguments='{"code": "2"}'))
         while f"call-{run.pk}-2-c2" not in frames[-1]:
             frames.append(page.recv(timeout=WAIT))
     failures = FAILURE.findall(site.stderr())
@@ -86,7 +86,9 @@ def test_the_page_is_live_again_once_redis_answers(start_daphne, alice, redis_la
                 "CONFIG": {"hosts": [url], "prefix": "asgi"},
             }
         }
-        RunRecorder(run)(ToolCallStarted(1, "c1", "run_code", '{"code": "1"}'))
+        RunRecorder(run)(
+            ToolCallStarted(step=1, call_id="c1", tool="run_code", arguments='{"code": "1"}')
+        )
         while f"call-{run.pk}-1-c1" not in frames[-1]:
             frames.append(page.recv(timeout=WAIT))
     assert "channel layer answers again" in site.stderr()

@@ -48,7 +48,11 @@ def record_steps(run, until: Callable[[], bool]) -> int:
     """Store one event after another, as a worker would, until `until()`; how many it took."""
     recorder = RunRecorder(run)
     for step in itertools.count(1):
-        recorder(ToolCallStarted(step, f"call-{step}", "run_code", '{"code": "1"}'))
+        recorder(
+            ToolCallStarted(
+                step=step, call_id=f"call-{step}", tool="run_code", arguments='{"code": "1"}'
+            )
+        )
         if until():
             return step
     raise AssertionError("unreachable")
@@ -66,7 +70,9 @@ def test_logging_out_closes_that_session_s_sockets_at_once(start_daphne, alice):
         code, frames = closing(left)
         assert code == Close.SIGNED_OUT
         assert "signed out" in frames[-1]  # the page's header says so
-        RunRecorder(run)(ToolCallStarted(1, "call-1", "run_code", '{"code": "1"}'))
+        RunRecorder(run)(
+            ToolCallStarted(step=1, call_id="call-1", tool="run_code", arguments='{"code": "1"}')
+        )
         assert f"call-{run.pk}-1-call-1" in kept.recv(timeout=WAIT)  # the other browser's
     no_traceback(site)
 
