@@ -1,8 +1,5 @@
-"""The operators' console for long-term memory: each user's memories, why they come back (their
-nearest neighbours and the runs that recalled them), and forgetting them, which is recorded.
-
-Registered from agent/admin.py: which runs recalled a memory is in the run event log, and memory/
-knows nothing of agent/."""
+"""The memory pages: each user's memories, why they come back (their nearest neighbours, and the
+runs that recalled them, from the run event log), and forgetting them, which is recorded."""
 
 from typing import Any
 
@@ -12,7 +9,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from console.selectors import recalls_of, short
+from console.selectors import recalls_of
 from console.widgets import (
     AuditAdmin,
     MalformedFiltersSaid,
@@ -26,8 +23,11 @@ from console.widgets import (
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
 from memory.store import nearest
+from tools.text import excerpt
 
 NEIGHBOURS = 5
+# How much of a memory's text a list or a table row shows.
+TEXT_WIDTH = 80
 
 
 def neighbours(memory: Memory, k: int = NEIGHBOURS) -> list[tuple[Memory, float]]:
@@ -119,7 +119,7 @@ class MemoryAdmin(MalformedFiltersSaid, admin.ModelAdmin):
 
     @admin.display(description="text")
     def short_text(self, memory: Memory) -> str:
-        return short(memory.text)
+        return excerpt(memory.text, TEXT_WIDTH)
 
     @admin.display(description="owner", ordering="owner__username")
     def owner_name(self, memory: Memory) -> SafeString:
@@ -136,7 +136,11 @@ class MemoryAdmin(MalformedFiltersSaid, admin.ModelAdmin):
     @admin.display(description="nearest neighbours (same owner)")
     def nearest_neighbours(self, memory: Memory) -> SafeString:
         rows = [
-            (link(change_url(near), f"memory {near.pk}"), f"{similarity:.3f}", short(near.text))
+            (
+                link(change_url(near), f"memory {near.pk}"),
+                f"{similarity:.3f}",
+                excerpt(near.text, TEXT_WIDTH),
+            )
             for near, similarity in neighbours(memory)
         ]
         return table(("memory", "cosine similarity", "text"), rows, "No other memories.")
@@ -147,8 +151,8 @@ class MemoryAdmin(MalformedFiltersSaid, admin.ModelAdmin):
             (
                 run_link(recall.run.pk),
                 recall.run.created_at,
-                f"{recall.score:.3f}",
-                score_parts(recall.parts),
+                f"{recall.recalled.score:.3f}",
+                score_parts(recall.recalled.parts),
             )
             for recall in recalls_of(memory)
         ]
@@ -181,7 +185,7 @@ class ForgottenMemoryAdmin(AuditAdmin):
 
     @admin.display(description="text")
     def short_text(self, forgotten: ForgottenMemory) -> str:
-        return short(forgotten.text)
+        return excerpt(forgotten.text, TEXT_WIDTH)
 
     @admin.display(description="stored by", ordering="source_run_id")
     def source(self, forgotten: ForgottenMemory) -> SafeString:

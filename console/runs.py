@@ -1,5 +1,5 @@
-"""The operators' console for runs: the run list and timeline, the event log, breaker trips, and
-usage per user and day. Records are read-only here; the people's pages are accounts/admin.py."""
+"""The run pages: the run list and timeline, the event log, breaker trips, and usage per user and
+day. Records are read-only here, bar Cancel and Continue; people are accounts/admin.py's."""
 
 import json
 from datetime import date, timedelta
@@ -30,28 +30,30 @@ from agent.runs import (
 )
 from agent.wording import resumed_text
 from console import selectors
-from console.selectors import short
 from console.widgets import (
     AuditAdmin,
     RunUserFilter,
     StepLinks,
     UserFilter,
-    badge,
     filter_link,
     halt_badge,
     link,
     list_url,
     pretty_json,
+    run_badge,
     run_link,
     user_link,
 )
 from memory.models import Memory
+from tools.text import excerpt
 
 User = get_user_model()
 # A day of a thousand active users is a thousand rows: the page shows them a hundred at a time.
 USAGE_ROWS_PER_PAGE = 100
 # The range shown until the operator picks one: the last week, today included.
 USAGE_DEFAULT_DAYS = 7
+# How much of a task the run list shows.
+TASK_WIDTH = 60
 
 
 def seconds(value: float) -> str:
@@ -133,11 +135,11 @@ class AgentRunAdmin(AuditAdmin):
 
     @admin.display(description="task")
     def short_task(self, run: AgentRun) -> str:
-        return short(run.task, 60)
+        return excerpt(run.task, TASK_WIDTH)
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: AgentRun) -> SafeString:
-        return badge(run.status)
+        return run_badge(run.status)
 
     @admin.display(description="halt reason", ordering="halt_reason")
     def halt_reason_badge(self, run: AgentRun) -> SafeString:
@@ -405,7 +407,7 @@ class RunEventAdmin(AuditAdmin):
 
     @admin.display(description="what happened")
     def gist(self, event: RunEvent) -> str:
-        return selectors.gist(event.kind, event.data)
+        return selectors.gist(selectors.read(event))
 
     @admin.display(description="data")
     def data_json(self, event: RunEvent) -> SafeString:

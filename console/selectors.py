@@ -3,7 +3,7 @@ breaker trip counts, and which runs recalled a memory. Plain selectors; the admi
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -12,13 +12,28 @@ from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquer
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from agent.events import RunStatus, event_from_dict
+from agent.events import (
+    BreakerTripped,
+    Event,
+    MemoriesRecalled,
+    ModelReplied,
+    RunFinished,
+    RunHalted,
+    RunResumed,
+    RunStarted,
+    RunStatus,
+    ToolCallFinished,
+    ToolCallStarted,
+    event_from_dict,
+)
 from agent.history import messages_from_events
 from agent.llm.base import Message
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.wording import resumed_text
 from memory.models import Memory
+from memory.recalled import RecalledMemory
 from tools.base import ToolStatus
+from tools.text import excerpt
 
 # A tool call that ran and did not work. A skipped call never ran: the run stopped first.
 # An interrupted call's worker stopped under it: as far as anyone knows, it did not work.
@@ -29,6 +44,8 @@ FAILED_TOOL_STATUSES = (
     ToolStatus.INTERRUPTED,
 )
 TRANSCRIPT_FORMAT = "loop.transcript/1"
+# How much of a text a one-line gist shows.
+GIST_WIDTH = 80
 
 
 def failed_tool_calls() -> Subquery:
@@ -45,113 +62,147 @@ def failed_tool_calls() -> Subquery:
 
 
 @dataclass(frozen=True)
-class RecalledMemoryEntry:
-    """One memory of a memories_recalled event, with the memory if it is still stored."""
+class Unreadable:
+    """A stored event this version of Loop cannot read as its class (a kind or a field a later
+    Loop wrote): the console shows it as stored rather than failing the page."""
 
-    id: int
-    text: str
-    score: float
-    parts: dict[str, float]
-    memory: Memory | None
+    kind: str
+    step: int
+    data: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """The audit rows a run's events link to, looked up once for the whole timeline."""
+
+    executions: Mapping[str, ToolExecution] = field(default_factory=dict)
+    trips: Mapping[int, BreakerTrip] = field(default_factory=dict)
+    memories: Mapping[int, Memory] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class TimelineEntry:
+    """One event of a run's timeline, with the audit rows it produced. `recalled` pairs each
+    memory a MemoriesRecalled event recalled with that memory if it is still stored."""
+
     seq: int
-    kind: str
-    step: int
+    event: Event | Unreadable
     at: datetime
-    data: dict[str, Any]
     execution: ToolExecution | None = None
     trip: BreakerTrip | None = None
-    recalled: list[RecalledMemoryEntry] = field(default_factory=list)
+    recalled: list[tuple[RecalledMemory, Memory | None]] = field(default_factory=list)
 
     @property
-    def resumed(self) -> str:
-        if self.kind != "run_resumed":
-            return ""
-        return resumed_text(self.data["reason"], self.data.get("by", ""))
+    def kind(self) -> str:
+        return self.event.kind
 
     @property
-    def reasoning(self) -> str:
-        # Older events were recorded before models could report their reasoning.
-        return self.data.get("reasoning", "")
+    def step(self) -> int:
+        return getattr(self.event, "step", 0)
+
+    @property
+    def step_anchor(self) -> str:
+        """The `#step-N` a link to a step of the run lands on: its model turn."""
+        return f"step-{self.event.step}" if isinstance(self.event, ModelReplied) else ""
 
     @property
     def tokens(self) -> int:
-        return self.data.get("prompt_tokens", 0) + self.data.get("completion_tokens", 0)
+        match self.event:
+            case ModelReplied() | RunFinished():
+                return self.event.prompt_tokens + self.event.completion_tokens
+        return 0
+
+    @property
+    def call_worked(self) -> bool:
+        return isinstance(self.event, ToolCallFinished) and self.event.status == ToolStatus.OK
+
+    @property
+    def resumed(self) -> str:
+        if not isinstance(self.event, RunResumed):
+            return ""
+        return resumed_text(self.event.reason, self.event.by)
+
+
+def read(row: RunEvent) -> Event | Unreadable:
+    """The row as its typed event, or as Unreadable when this version cannot load it."""
+    try:
+        return row.event
+    except (KeyError, TypeError):
+        return Unreadable(row.kind, row.step, row.data)
+
+
+def entry_for(
+    seq: int, event: Event | Unreadable, at: datetime, records: RunRecords | None = None
+) -> TimelineEntry:
+    """One timeline entry, linked to the run's `records` it produced (none given: no links, and
+    every recalled memory reads as no longer stored). Reads nothing from the database."""
+    records = records or RunRecords()
+    match event:
+        case ToolCallFinished():
+            return TimelineEntry(seq, event, at, execution=records.executions.get(event.call_id))
+        case BreakerTripped():
+            return TimelineEntry(seq, event, at, trip=records.trips.get(event.step))
+        case MemoriesRecalled():
+            recalled = [(memory, records.memories.get(memory.id)) for memory in event.memories]
+            return TimelineEntry(seq, event, at, recalled=recalled)
+    return TimelineEntry(seq, event, at)
 
 
 def timeline(run: AgentRun) -> list[TimelineEntry]:
     """Every event of the run in order, each with the audit rows it produced. Four queries
     whatever the length of the run."""
-    events = list(run.events.order_by("seq"))
-    executions = {execution.call_id: execution for execution in run.tool_executions.all()}
-    trips = {trip.step: trip for trip in run.breaker_trips.all()}
+    rows = list(run.events.order_by("seq"))
+    events = [read(row) for row in rows]
     recalled_ids = {
-        memory["id"]
+        memory.id
         for event in events
-        if event.kind == "memories_recalled"
-        for memory in event.data["memories"]
+        if isinstance(event, MemoriesRecalled)
+        for memory in event.memories
     }
-    memories = Memory.objects.defer("embedding").in_bulk(recalled_ids) if recalled_ids else {}
-    entries = []
-    for event in events:
-        extra: dict[str, Any] = {}
-        match event.kind:
-            case "tool_call_finished":
-                extra["execution"] = executions.get(event.data["call_id"])
-            case "breaker_tripped":
-                extra["trip"] = trips.get(event.step)
-            case "memories_recalled":
-                extra["recalled"] = [
-                    RecalledMemoryEntry(
-                        m["id"], m["text"], m["score"], m["parts"], memories.get(m["id"])
-                    )
-                    for m in event.data["memories"]
-                ]
-        entries.append(
-            TimelineEntry(event.seq, event.kind, event.step, event.created_at, event.data, **extra)
-        )
-    return entries
+    records = RunRecords(
+        executions={execution.call_id: execution for execution in run.tool_executions.all()},
+        trips={trip.step: trip for trip in run.breaker_trips.all()},
+        memories=Memory.objects.defer("embedding").in_bulk(recalled_ids) if recalled_ids else {},
+    )
+    return [
+        entry_for(row.seq, event, row.created_at, records)
+        for row, event in zip(rows, events, strict=True)
+    ]
 
 
-def gist(kind: str, data: dict[str, Any]) -> str:
+def gist(event: Event | Unreadable) -> str:
     """One line saying what an event was, for lists."""
-    match kind:
-        case "run_started":
-            return f"{data['model']}: {short(data['task'])}"
-        case "memories_recalled":
-            return f"{len(data['memories'])} recalled: " + ", ".join(
-                f"memory {m['id']} ({m['score']:.2f})" for m in data["memories"]
+    match event:
+        case RunStarted():
+            return f"{event.model}: {excerpt(event.task, GIST_WIDTH)}"
+        case MemoriesRecalled():
+            return f"{len(event.memories)} recalled: " + ", ".join(
+                f"memory {memory.id} ({memory.score:.2f})" for memory in event.memories
             )
-        case "model_replied":
-            asked = ", ".join(call["name"] for call in data["tool_calls"])
-            said = f"asks for {asked}" if asked else short(data["text"])
-            return f"{said} ({data['prompt_tokens'] + data['completion_tokens']} tokens)"
-        case "tool_call_started":
-            return f"{data['tool']} {short(data['arguments'], 60)}"
-        case "tool_call_finished":
-            return (
-                f"{data['tool']} {data['status']} in {data['duration']:.3f}s: {short(data['text'])}"
-            )
-        case "breaker_tripped":
-            return f"{data['tool']}: {data['reason']}"
-        case "run_halted":
-            return f"{data['reason']}: {short(data['detail'])}"
-        case "run_finished":
-            reason = f" ({data['halt_reason']})" if data.get("halt_reason") else ""
-            return f"{data['status']}{reason}: {short(data['answer'] or data.get('error', ''))}"
-        case "run_resumed":
-            lost = f", lost {data['lost_worker']}" if data.get("lost_worker") else ""
-            text = resumed_text(data["reason"], data.get("by", ""))
-            return f"{text} (attempt {data['attempt']}{lost})"
+        case ModelReplied():
+            asked = ", ".join(call.name for call in event.tool_calls)
+            said = f"asks for {asked}" if asked else excerpt(event.text, GIST_WIDTH)
+            return f"{said} ({event.prompt_tokens + event.completion_tokens} tokens)"
+        case ToolCallStarted():
+            return f"{event.tool} {excerpt(event.arguments, 60)}"
+        case ToolCallFinished():
+            said = excerpt(event.text, GIST_WIDTH)
+            return f"{event.tool} {event.status} in {event.duration:.3f}s: {said}"
+        case BreakerTripped():
+            return f"{event.tool}: {event.reason}"
+        case RunHalted():
+            return f"{event.reason}: {excerpt(event.detail, GIST_WIDTH)}"
+        case RunFinished():
+            reason = f" ({event.halt_reason})" if event.halt_reason else ""
+            said = excerpt(event.answer or event.error, GIST_WIDTH)
+            return f"{event.status}{reason}: {said}"
+        case RunResumed():
+            lost = f", lost {event.lost_worker}" if event.lost_worker else ""
+            return f"{resumed_text(event.reason, event.by)} (attempt {event.attempt}{lost})"
     return ""
-
-
-def short(text: str, length: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= length else text[: length - 1] + "…"
 
 
 def run_summary(run: AgentRun) -> dict[str, Any]:
@@ -184,7 +235,10 @@ def run_summary(run: AgentRun) -> dict[str, Any]:
 
 
 def transcripts(runs: QuerySet[AgentRun]) -> list[dict[str, Any]]:
-    """Each run's summary and its whole event log in order: two queries for any selection."""
+    """Each run's summary and its whole event log in order: two queries for any selection.
+
+    An export copies the log rather than reading it: each event's `data` is what the log stores,
+    as stored (loop.transcript/1), and `history_from_transcript` reads it back as typed events."""
     runs = list(runs.select_related("user").order_by("pk"))
     events = RunEvent.objects.filter(run__in=runs).order_by("run_id", "seq")
     by_run = {
@@ -337,9 +391,10 @@ def trip_summary(now: datetime | None = None) -> dict[str, list[TripCount]]:
 
 @dataclass(frozen=True)
 class Recall:
+    """A run that recalled a memory, and the memory as it was recalled (its score then)."""
+
     run: AgentRun
-    score: float
-    parts: dict[str, float]
+    recalled: RecalledMemory
 
 
 def recalls_of(memory: Memory, limit: int = 100) -> list[Recall]:
@@ -348,17 +403,19 @@ def recalls_of(memory: Memory, limit: int = 100) -> list[Recall]:
     Only the owner's runs can have recalled it, so the search goes through their runs (an index)
     rather than through every event of every run.
     """
-    events = (
+    rows = (
         RunEvent.objects.filter(
             run__user_id=memory.owner_id,
-            kind="memories_recalled",
+            kind=MemoriesRecalled.kind,
             data__memories__contains=[{"id": memory.pk}],
         )
         .select_related("run")
         .order_by("-run_id")[:limit]
     )
     recalls = []
-    for event in events:
-        recalled = next(m for m in event.data["memories"] if m["id"] == memory.pk)
-        recalls.append(Recall(event.run, recalled["score"], recalled["parts"]))
+    for row in rows:
+        match row.event:
+            case MemoriesRecalled(memories=recalled):
+                this = next(m for m in recalled if m.id == memory.pk)
+                recalls.append(Recall(row.run, this))
     return recalls

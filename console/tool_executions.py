@@ -1,7 +1,4 @@
-"""The operators' console for tool calls: every execution, read-only, linked to its run and step.
-
-Registered from agent/admin.py: the console joins the apps, and tools/ knows nothing of agent/.
-"""
+"""The tool execution pages: every tool call a run made, read-only, linked to its run and step."""
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -9,7 +6,7 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from agent.models import ToolExecution
-from console.widgets import AuditAdmin, RunUserFilter, StepLinks, badge, filter_link
+from console.widgets import AuditAdmin, RunUserFilter, StepLinks, filter_link, tool_badge
 from tools.sandbox import BubblewrapSandbox, SubprocessSandbox
 
 
@@ -60,7 +57,7 @@ class ToolExecutionAdmin(StepLinks, AuditAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, execution: ToolExecution) -> SafeString:
-        return badge(execution.status)
+        return tool_badge(execution.status)
 
     @admin.display(description="duration", ordering="duration")
     def duration_ms(self, execution: ToolExecution) -> str:

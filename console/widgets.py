@@ -16,59 +16,67 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agent.events import BREAKER_REASONS
+from agent.events import BREAKER_REASONS, RunStatus
 from agent.models import AgentRun
+from agent.wording import RUN_SYMBOLS, TOOL_SYMBOLS
+from tools.base import ToolStatus
 
-SYMBOLS = {
-    # run statuses
-    "queued": "○",
-    "running": "●",
-    "succeeded": "✓",
-    "halted": "■",
-    "cancelled": "⊘",
-    "failed": "✗",
-    "interrupted": "↯",
-    # tool call statuses
-    "ok": "✓",
-    "error": "✗",
-    "timeout": "⧗",
-    "denied": "⛔",
-    "skipped": "↷",
+# Badge colours by family: what went well, what a guard or a person stopped, what broke. The
+# symbols are the ones the chat shows (agent/wording.py), so a symbol means one thing to all.
+RUN_TONES = {
+    RunStatus.SUCCEEDED: "good",
+    RunStatus.RUNNING: "live",
+    RunStatus.QUEUED: "quiet",
+    RunStatus.CANCELLED: "quiet",
+    RunStatus.HALTED: "warn",
+    RunStatus.INTERRUPTED: "warn",
+    RunStatus.FAILED: "bad",
 }
-# Badge colours by family: what went well, what a guard or a person stopped, what broke.
-TONES = {
-    "succeeded": "good",
-    "ok": "good",
-    "running": "live",
-    "queued": "quiet",
-    "skipped": "quiet",
-    "cancelled": "quiet",
-    "halted": "warn",
-    "interrupted": "warn",
-    "timeout": "bad",
-    "denied": "bad",
-    "failed": "bad",
-    "error": "bad",
+TOOL_TONES = {
+    ToolStatus.OK: "good",
+    ToolStatus.SKIPPED: "quiet",
+    ToolStatus.INTERRUPTED: "warn",
+    ToolStatus.TIMEOUT: "bad",
+    ToolStatus.DENIED: "bad",
+    ToolStatus.ERROR: "bad",
 }
+QUIET_TONE = "quiet"
+UNKNOWN_SYMBOL = "•"  # a status this version does not know (a later Loop's)
 BREAKER_TONE = "bad"
+BREAKER_SYMBOL = "⚡"
 GUARD_TONE = "warn"
+GUARD_SYMBOL = "⚠"
 
 
-def badge(value: str, *, tone: str | None = None, symbol: str | None = None) -> SafeString:
+def badge(value: str, *, tone: str, symbol: str) -> SafeString:
+    """A value as a badge: colour and symbol together, never colour alone; "—" when empty."""
     if not value:
         return format_html('<span class="loop-none">{}</span>', "—")
     return format_html(
-        '<span class="loop-badge loop-{}">{} {}</span>',
-        tone or TONES.get(value, "quiet"),
-        symbol if symbol is not None else SYMBOLS.get(value, "•"),
-        value.replace("_", " "),
+        '<span class="loop-badge loop-{}">{} {}</span>', tone, symbol, value.replace("_", " ")
+    )
+
+
+def run_badge(status: str) -> SafeString:
+    return badge(
+        status,
+        tone=RUN_TONES.get(status, QUIET_TONE),
+        symbol=RUN_SYMBOLS.get(status, UNKNOWN_SYMBOL),
+    )
+
+
+def tool_badge(status: str) -> SafeString:
+    return badge(
+        status,
+        tone=TOOL_TONES.get(status, QUIET_TONE),
+        symbol=TOOL_SYMBOLS.get(status, UNKNOWN_SYMBOL),
     )
 
 
 def halt_badge(reason: str) -> SafeString:
     if reason in BREAKER_REASONS:
-        return badge(reason, tone=BREAKER_TONE, symbol="⚡")
-    return badge(reason, tone=GUARD_TONE, symbol="⚠")
+        return badge(reason, tone=BREAKER_TONE, symbol=BREAKER_SYMBOL)
+    return badge(reason, tone=GUARD_TONE, symbol=GUARD_SYMBOL)
 
 
 def change_url(

@@ -1,11 +1,17 @@
 """The operators' console: runs made by real runs through the mock, seen by staff in the admin."""
 
 import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
+from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -14,11 +20,15 @@ from agent.execution import execute_run
 from agent.llm.base import LLMError
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.loop import Limits
-from agent.models import AgentRun, BreakerTrip, ToolExecution
+from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import cancel_run, start_run
 from agent.selectors import history_of
+from agent.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from console.selectors import history_from_transcript, transcripts, usage
-from memory.models import Memory
+from console.widgets import run_badge, tool_badge
+from memory.models import EmbeddingSpace, Memory
+from tools.base import ToolStatus
+from tools.sandbox import WARM
 
 pytestmark = pytest.mark.django_db
 
@@ -38,8 +48,7 @@ def listed(response) -> set[int]:
     return {row.pk for row in response.context["cl"].result_list}
 
 
-@pytest.fixture
-def runs(alice, bob, workspaces):
+def make_runs(alice: User, bob: User) -> dict[str, AgentRun]:
     """One run of every ending, by two users, made the way the site makes them."""
     made = {
         "success": execute_run(start_run(alice, "What is 17 * 23?", model="mock")),
@@ -66,6 +75,54 @@ def runs(alice, bob, workspaces):
     return made
 
 
+@dataclass(frozen=True)
+class Made:
+    """What the module's runs left: the ids of the two users and of each run, by its ending."""
+
+    alice: int
+    bob: int
+    runs: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def made(django_db_setup, django_db_blocker) -> Iterator[Made]:
+    """The seven runs, made once for the whole module (each is a real run, sandbox and all) and
+    committed, so every test reads the same records; deleted with their users at the end.
+
+    A test runs in a transaction rolled back when it ends, so one that moves a run's date or
+    adds a trip to it changes it for itself only; each gets its own instances (`runs`)."""
+    root = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
+    root.chmod(0o711)  # the unprivileged sandbox user traverses it
+    with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root):
+        had_embedding_space = EmbeddingSpace.objects.exists()
+        alice, bob = User.objects.create_user("alice"), User.objects.create_user("bob")
+        runs = make_runs(alice, bob)
+        WARM.drain()
+    yield Made(alice.pk, bob.pk, {name: run.pk for name, run in runs.items()})
+    with django_db_blocker.unblock():
+        User.objects.filter(pk__in=[alice.pk, bob.pk]).delete()  # their runs and memories too
+        if not had_embedding_space:
+            EmbeddingSpace.objects.all().delete()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def alice(made) -> User:
+    return User.objects.get(pk=made.alice)
+
+
+@pytest.fixture
+def bob(made) -> User:
+    return User.objects.get(pk=made.bob)
+
+
+@pytest.fixture
+def runs(made) -> dict[str, AgentRun]:
+    """The module's runs, as fresh instances for this test."""
+    found = AgentRun.objects.in_bulk(made.runs.values())
+    return {name: found[pk] for name, pk in made.runs.items()}
+
+
 def test_the_runs_end_the_way_the_console_is_meant_to_show(runs):
     assert runs["success"].status == RunStatus.SUCCEEDED
     assert runs["breaker"].halt_reason == HaltReason.TOOL_FAILURES
@@ -79,12 +136,23 @@ def test_the_run_list_shows_every_run_with_its_figures_and_badges(client, operat
     response = client.get(RUNS)
     assert listed(response) == {run.pk for run in runs.values()}
     page = response.content.decode()
-    assert '<span class="loop-badge loop-warn">■ halted</span>' in page
+    assert '<span class="loop-badge loop-warn">⚠ halted</span>' in page
+    assert '<span class="loop-badge loop-quiet">■ cancelled</span>' in page
+    assert '<span class="loop-badge loop-good">✓ succeeded</span>' in page
     assert '<span class="loop-badge loop-bad">⚡ tool failures</span>' in page
     assert '<span class="loop-badge loop-warn">⚠ iteration cap</span>' in page
     assert '<span class="loop-badge loop-bad">✗ failed</span>' in page
     breaker = next(r for r in response.context["cl"].result_list if r.pk == runs["breaker"].pk)
     assert breaker.failed_calls == 3
+
+
+def test_the_console_badges_a_status_with_the_symbol_the_chat_shows():
+    for status, symbol in RUN_SYMBOLS.items():
+        assert f"{symbol} {status.replace('_', ' ')}</span>" in run_badge(status)
+    for status, symbol in TOOL_SYMBOLS.items():
+        assert f"{symbol} {status.replace('_', ' ')}</span>" in tool_badge(status)
+    assert set(RUN_SYMBOLS) == set(RunStatus)
+    assert set(TOOL_SYMBOLS) == set(ToolStatus)
 
 
 @pytest.mark.parametrize(
@@ -235,6 +303,33 @@ def test_a_selection_of_runs_exports_as_one_json_file_that_round_trips(client, o
         assert history_from_transcript(transcript) == history_of(
             AgentRun.objects.get(pk=transcript["run"]["id"])
         )
+
+
+def test_a_transcript_carries_each_event_as_the_log_stores_it(client, operator, alice):
+    """The export is a documented format: it copies the log, even a log from before a field
+    existed, rather than the events as this version would write them."""
+    run = start_run(alice, "List my files", model="mock")
+    before_answer_source = {"status": "succeeded", "answer": "Done.", "halt_reason": ""}
+    RunEvent.objects.create(run=run, seq=1, kind="run_finished", data=before_answer_source)
+    stored = [{"seq": 1, "kind": "run_finished", "step": 0, "data": before_answer_source}]
+    response = client.get(reverse("admin:agent_agentrun_transcript", args=[run.pk]))
+    transcript = json.loads(response.content)
+    assert list(transcript) == ["format", "run", "events"]
+    assert transcript["format"] == "loop.transcript/1"
+    exported = [{k: v for k, v in e.items() if k != "created_at"} for e in transcript["events"]]
+    assert exported == stored
+
+
+def test_an_event_this_version_cannot_read_is_shown_as_stored(client, operator, alice):
+    run = start_run(alice, "List my files", model="mock")
+    later = {"why": "a later Loop's event"}
+    event = RunEvent.objects.create(run=run, seq=1, kind="run_paused", data=later)
+    page = client.get(run_page(run)).content.decode()
+    assert 'id="event-1"' in page
+    assert '<div class="loop-unknown">' in page
+    assert "a later Loop&#x27;s event" in page
+    events = reverse("admin:agent_runevent_changelist")
+    assert listed(client.get(f"{events}?run__id__exact={run.pk}")) == {event.pk}
 
 
 def test_exporting_many_runs_costs_two_queries(runs, django_assert_num_queries):

@@ -8,14 +8,30 @@ from django.contrib.admin.views.main import ChangeList
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from agent.events import (
+    BreakerTripped,
+    MemoriesRecalled,
+    ModelReplied,
+    RunFinished,
+    RunHalted,
+    RunResumed,
+    RunStarted,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 from console import widgets
 
 register = template.Library()
 
 
 @register.filter
-def status_badge(status: str) -> SafeString:
-    return widgets.badge(status)
+def run_badge(status: str) -> SafeString:
+    return widgets.run_badge(status)
+
+
+@register.filter
+def tool_badge(status: str) -> SafeString:
+    return widgets.tool_badge(status)
 
 
 @register.filter
@@ -36,6 +52,28 @@ def words(name: str) -> str:
 @register.filter
 def pretty_json(value: object) -> SafeString:
     return widgets.pretty_json(value)
+
+
+# The partial of admin/agent/agentrun/timeline.html that draws each class of event.
+TIMELINE_PARTIALS: dict[type, str] = {
+    RunStarted: "run_started",
+    MemoriesRecalled: "memories_recalled",
+    ModelReplied: "model_replied",
+    ToolCallStarted: "tool_call_started",
+    ToolCallFinished: "tool_call_finished",
+    BreakerTripped: "breaker_tripped",
+    RunHalted: "run_halted",
+    RunFinished: "run_finished",
+    RunResumed: "run_resumed",
+}
+TIMELINE = "admin/agent/agentrun/timeline.html"
+
+
+@register.filter
+def timeline_partial(event: object) -> str:
+    """Which partial draws `event` on a run's timeline: an event without one of its own (or one
+    this version cannot read) is shown as stored."""
+    return f"{TIMELINE}#{TIMELINE_PARTIALS.get(type(event), 'as_stored')}"
 
 
 @register.inclusion_tag("admin/date_hierarchy.html")
