@@ -35,10 +35,12 @@ from agent.models import AgentRun
 from agent.runs import InvalidTask, default_limits, start_run
 from agent.wording import OWNERS_WHO, resumed_text
 from memory.recalled import RecalledMemory
+from tools.text import excerpt
 
 CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 USAGE_ERROR = 2
+LINE_CHARS = 160  # the most of a text one line of the transcript shows
 EXIT_CODES = {
     RunStatus.SUCCEEDED: 0,
     RunStatus.FAILED: 1,
@@ -187,12 +189,12 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             lines = [f"Recalled {count} {'memory' if count == 1 else 'memories'}:"]
             return lines + [recalled(memory) for memory in event.memories]
         case ModelReplied() if event.text and event.tool_calls:
-            return [f"step {event.step}  model: {excerpt(event.text)}"]
+            return [f"step {event.step}  model: {excerpt(event.text, LINE_CHARS)}"]
         case ToolCallStarted():
-            return [f"step {event.step}  {event.tool} {excerpt(event.arguments)}"]
+            return [f"step {event.step}  {event.tool} {excerpt(event.arguments, LINE_CHARS)}"]
         case ToolCallFinished():
             took = f"{event.tool} {event.status} in {event.duration:.3f}s"
-            return [f"        {took}: {excerpt(event.text)}"]
+            return [f"        {took}: {excerpt(event.text, LINE_CHARS)}"]
         case BreakerTripped():
             return [f"Circuit breaker tripped on {event.tool} ({event.reason})."]
         case RunHalted():
@@ -235,11 +237,6 @@ def finished(event: RunFinished, run_id: int) -> list[str]:
 
 def counted(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
-def excerpt(text: str, limit: int = 160) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 @contextmanager
