@@ -1,8 +1,7 @@
 """Continue: a run that stopped early (halted, interrupted, failed on a model outage) goes on from
-its log, asked by its owner in the chat, by an operator in the console, or from the terminal; and
-every reader of a run draws where it went on."""
+its log, asked by its owner in the chat, by an operator in the console, or from the terminal. How
+every reader draws where a run went on: tests/test_event_readers.py."""
 
-import dataclasses
 from collections import Counter
 from io import StringIO
 
@@ -11,35 +10,20 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.template.loader import render_to_string
 from django.test import Client
 from django.urls import reverse
 
 from agent.events import (
-    EVENT_TYPES,
-    BreakerTripped,
-    Event,
-    MemoriesRecalled,
-    ModelReplied,
     ResumeReason,
-    RunFinished,
-    RunHalted,
-    RunResumed,
-    RunStarted,
     RunStatus,
-    ToolCallFinished,
-    ToolCallStarted,
 )
 from agent.execution import execute_run
 from agent.llm.base import LLMError
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.loop import Limits
-from agent.management.commands.runagent import describe
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from chat.consumers import read_unsent
-from chat.rendering import UNDRAWN_KINDS, card_for, render_card
-from console import selectors
 
 pytestmark = pytest.mark.django_db
 
@@ -326,108 +310,3 @@ def test_runagent_resume_refuses_what_it_cannot_continue(alice, workspaces):
     done.refresh_from_db()
     assert done.status == RunStatus.SUCCEEDED
     assert AgentRun.objects.count() == 1
-
-
-# Every reader draws every event
-
-CALL = {"step": 2, "call_id": "call_1", "tool": "run_code", "arguments": '{"code": "print(1)"}'}
-SAMPLES: list[Event] = [
-    RunStarted(
-        task=DEMO,
-        provider="mock",
-        model="mock",
-        messages=[{"role": "user", "content": DEMO}],
-        limits={"max_iterations": 2},
-    ),
-    MemoriesRecalled(
-        memories=[{"id": 1, "text": "a fact", "score": 0.5, "parts": {"similarity": 0.5}}],
-    ),
-    ModelReplied(
-        step=1,
-        text="Let me compute it.",
-        tool_calls=[{"id": "call_1", "name": "run_code", "arguments": "{}"}],
-        prompt_tokens=10,
-        completion_tokens=5,
-    ),
-    ToolCallStarted(**CALL),
-    ToolCallFinished(**CALL, status="ok", text="1\n", duration=0.01, policy="no network"),
-    BreakerTripped(
-        step=2,
-        tool="run_code",
-        reason="tool_failures",
-        failures=[{"tool": "run_code", "text": "ERROR: x"}],
-    ),
-    RunHalted(
-        step=3, reason="iteration_cap", detail="It reached 2 model turns.", summary_prompt="Sum."
-    ),
-    RunFinished(
-        status="halted", answer="What I did so far.", halt_reason="iteration_cap", iterations=2
-    ),
-    RunResumed(attempt=2, reason=ResumeReason.WORKER_LOST, lost_worker="host:123"),
-    RunResumed(attempt=3, reason=ResumeReason.HANDED_BACK, lost_worker="host:124"),
-    RunResumed(
-        attempt=4, reason=ResumeReason.CONTINUED, note="Go on.", limits={"max_iterations": 4}
-    ),
-]
-INTERRUPTED = ToolCallFinished(
-    **CALL,
-    status="interrupted",
-    text="INTERRUPTED: the worker running this call stopped; it is unknown whether it completed",
-    duration=0.0,
-)
-RESUMED_IN_CHAT = {
-    ResumeReason.WORKER_LOST: "Resumed: the worker running this stopped",
-    ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
-    ResumeReason.CONTINUED: "Continued: you asked it to go on",
-}
-
-
-def test_the_samples_cover_every_event_type():
-    """A new event type fails here until each reader draws it (and a sample is added)."""
-    assert {event.kind for event in SAMPLES} == set(EVENT_TYPES)
-
-
-@pytest.mark.parametrize("event", [*SAMPLES, INTERRUPTED], ids=lambda event: event.kind)
-def test_the_chat_the_console_and_the_terminal_each_draw_every_event(event, alice):
-    run = start_run(alice, DEMO, model="mock")
-    data = event.as_dict()
-    card = card_for(run.pk, 7, event.kind, data)
-    if event.kind in UNDRAWN_KINDS:
-        assert card is None
-    else:
-        assert card is not None
-        assert render_card(card).strip().startswith("<")
-    entry = selectors.TimelineEntry(7, event.kind, data.get("step", 0), run.created_at, data)
-    console = render_to_string(
-        "admin/agent/agentrun/timeline.html", {"timeline": [entry], "stored_memories": []}
-    )
-    assert 'id="event-7"' in console
-    assert "loop-unknown" not in console  # not the raw data a kind without a view falls back to
-    assert selectors.gist(event.kind, data)
-    assert describe(event, run.pk)
-
-
-@pytest.mark.parametrize("reason", list(ResumeReason))
-def test_each_resume_reads_plainly_in_every_reader(reason, alice):
-    run = start_run(alice, DEMO, model="mock")
-    event = RunResumed(attempt=3, reason=reason, lost_worker="host:9")
-    card = render_card(card_for(run.pk, 5, event.kind, event.as_dict()))
-    assert RESUMED_IN_CHAT[reason] in card
-    assert 'class="card banner marker' in card
-    console = RESUMED_IN_CHAT[reason].replace("you asked", "the owner or an operator asked")
-    assert console in selectors.gist(event.kind, event.as_dict())
-    assert describe(event, run.pk) == [f"{RESUMED_IN_CHAT[reason]} (attempt 3)."]
-
-
-def test_an_interrupted_tool_call_is_drawn_like_the_other_failures(alice):
-    run = start_run(alice, DEMO, model="mock")
-    failed = dataclasses.replace(INTERRUPTED, status="error", text="ERROR: boom")
-    cards = [card_for(run.pk, 9, event.kind, event.as_dict()) for event in (INTERRUPTED, failed)]
-    interrupted, error = (card.data for card in cards)
-    assert (interrupted["icon"], interrupted["label"]) == (error["icon"], "Interrupted")
-    html = render_card(cards[0])
-    assert "status-interrupted" in html
-    assert "INTERRUPTED: the worker running this call stopped" in html
-    [line] = describe(INTERRUPTED, run.pk)
-    assert line.startswith("        run_code interrupted in 0.000s: INTERRUPTED: the worker")
-    assert "interrupted" in selectors.FAILED_TOOL_STATUSES
