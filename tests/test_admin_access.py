@@ -1,9 +1,17 @@
 """Who reaches the console, and what nobody can do there: audit records are read-only."""
 
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
+from django.db.models import Model
 from django.shortcuts import resolve_url
+from django.test import override_settings
 from django.urls import reverse
 
 from agent.execution import execute_run
@@ -11,7 +19,8 @@ from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import start_run
 from memory.forgetting import forget
-from memory.models import ForgottenMemory, Memory
+from memory.models import EmbeddingSpace, ForgottenMemory, Memory
+from tools.sandbox import WARM
 
 pytestmark = pytest.mark.django_db
 
@@ -24,24 +33,59 @@ def admin_url(model, action: str, *args) -> str:
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_{action}", args=args)
 
 
+@dataclass(frozen=True)
+class Made:
+    alice: int
+    root: int
+    records: dict[type[Model], int]  # the id of one record of each model
+
+
+@pytest.fixture(scope="module")
+def made(django_db_setup, django_db_blocker) -> Iterator[Made]:
+    """A run that tripped the breaker, so every kind of audit record exists, and a forgetting:
+    made once for the module (real runs, sandbox and all) and committed, then deleted with their
+    users. A test that deletes a record does so in its own transaction, rolled back at its end."""
+    root_dir = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
+    root_dir.chmod(0o711)  # the unprivileged sandbox user traverses it
+    with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root_dir):
+        had_embedding_space = EmbeddingSpace.objects.exists()
+        alice = User.objects.create_user("alice")
+        run = execute_run(
+            start_run(alice, "Keep reading missing.txt until it exists", model="mock")
+        )
+        told = execute_run(
+            start_run(alice, "Say hello", model="mock"),
+            llm=ScriptedLLM([call("list_files", {}), answer("Hello.")]),
+        )
+        root = User.objects.create_superuser("root", "root@example.com", "a long password")
+        forget(Memory.objects.filter(source_run_id=told.pk), root)
+        WARM.drain()
+        records = {
+            AgentRun: run.pk,
+            RunEvent: run.events.first().pk,
+            ToolExecution: run.tool_executions.first().pk,
+            BreakerTrip: run.breaker_trips.get().pk,
+            ForgottenMemory: ForgottenMemory.objects.get().pk,
+            Memory: Memory.objects.get(source_run_id=run.pk).pk,
+        }
+    yield Made(alice.pk, root.pk, records)
+    with django_db_blocker.unblock():
+        ForgottenMemory.objects.filter(pk=records[ForgottenMemory]).delete()
+        User.objects.filter(pk__in=[alice.pk, root.pk]).delete()  # their runs and memories too
+        if not had_embedding_space:
+            EmbeddingSpace.objects.all().delete()
+    shutil.rmtree(root_dir, ignore_errors=True)
+
+
 @pytest.fixture
-def records(alice, workspaces):
-    """A run that tripped the breaker, so every kind of audit record exists, and a forgetting."""
-    run = execute_run(start_run(alice, "Keep reading missing.txt until it exists", model="mock"))
-    told = execute_run(
-        start_run(alice, "Say hello", model="mock"),
-        llm=ScriptedLLM([call("list_files", {}), answer("Hello.")]),
-    )
-    root = User.objects.create_superuser("root", "root@example.com", "a long password")
-    forget(Memory.objects.filter(source_run_id=told.pk), root)
-    return {
-        AgentRun: run,
-        RunEvent: run.events.first(),
-        ToolExecution: run.tool_executions.first(),
-        BreakerTrip: run.breaker_trips.get(),
-        ForgottenMemory: ForgottenMemory.objects.get(),
-        Memory: Memory.objects.get(source_run_id=run.pk),
-    }
+def alice(made) -> User:
+    return User.objects.get(pk=made.alice)
+
+
+@pytest.fixture
+def records(made) -> dict[type[Model], Model]:
+    """One record of each model, as fresh instances for this test."""
+    return {model: model.objects.get(pk=pk) for model, pk in made.records.items()}
 
 
 def every_console_url(records) -> list[str]:
