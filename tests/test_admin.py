@@ -93,17 +93,20 @@ def made(django_db_setup, django_db_blocker) -> Iterator[Made]:
     adds a trip to it changes it for itself only; each gets its own instances (`runs`)."""
     root = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
     root.chmod(0o711)  # the unprivileged sandbox user traverses it
-    with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root):
+    with django_db_blocker.unblock():
         had_embedding_space = EmbeddingSpace.objects.exists()
         alice, bob = User.objects.create_user("alice"), User.objects.create_user("bob")
-        runs = make_runs(alice, bob)
-        WARM.drain()
-    yield Made(alice.pk, bob.pk, {name: run.pk for name, run in runs.items()})
-    with django_db_blocker.unblock():
-        User.objects.filter(pk__in=[alice.pk, bob.pk]).delete()  # their runs and memories too
-        if not had_embedding_space:
-            EmbeddingSpace.objects.all().delete()
-    shutil.rmtree(root, ignore_errors=True)
+    try:
+        with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root):
+            runs = make_runs(alice, bob)
+            WARM.drain()
+        yield Made(alice.pk, bob.pk, {name: run.pk for name, run in runs.items()})
+    finally:
+        with django_db_blocker.unblock():
+            User.objects.filter(pk__in=[alice.pk, bob.pk]).delete()  # their runs, memories too
+            if not had_embedding_space:
+                EmbeddingSpace.objects.all().delete()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -33,6 +33,25 @@ def admin_url(model, action: str, *args) -> str:
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_{action}", args=args)
 
 
+def make_records(alice: User, root: User) -> dict[type[Model], int]:
+    """The id of one record of each model, from a run that tripped the breaker and a forgetting."""
+    run = execute_run(start_run(alice, "Keep reading missing.txt until it exists", model="mock"))
+    told = execute_run(
+        start_run(alice, "Say hello", model="mock"),
+        llm=ScriptedLLM([call("list_files", {}), answer("Hello.")]),
+    )
+    forget(Memory.objects.filter(source_run_id=told.pk), root)
+    WARM.drain()
+    return {
+        AgentRun: run.pk,
+        RunEvent: run.events.first().pk,
+        ToolExecution: run.tool_executions.first().pk,
+        BreakerTrip: run.breaker_trips.get().pk,
+        ForgottenMemory: ForgottenMemory.objects.get().pk,
+        Memory: Memory.objects.get(source_run_id=run.pk).pk,
+    }
+
+
 @dataclass(frozen=True)
 class Made:
     alice: int
@@ -47,34 +66,21 @@ def made(django_db_setup, django_db_blocker) -> Iterator[Made]:
     users. A test that deletes a record does so in its own transaction, rolled back at its end."""
     root_dir = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
     root_dir.chmod(0o711)  # the unprivileged sandbox user traverses it
-    with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root_dir):
+    with django_db_blocker.unblock():
         had_embedding_space = EmbeddingSpace.objects.exists()
         alice = User.objects.create_user("alice")
-        run = execute_run(
-            start_run(alice, "Keep reading missing.txt until it exists", model="mock")
-        )
-        told = execute_run(
-            start_run(alice, "Say hello", model="mock"),
-            llm=ScriptedLLM([call("list_files", {}), answer("Hello.")]),
-        )
         root = User.objects.create_superuser("root", "root@example.com", "a long password")
-        forget(Memory.objects.filter(source_run_id=told.pk), root)
-        WARM.drain()
-        records = {
-            AgentRun: run.pk,
-            RunEvent: run.events.first().pk,
-            ToolExecution: run.tool_executions.first().pk,
-            BreakerTrip: run.breaker_trips.get().pk,
-            ForgottenMemory: ForgottenMemory.objects.get().pk,
-            Memory: Memory.objects.get(source_run_id=run.pk).pk,
-        }
-    yield Made(alice.pk, root.pk, records)
-    with django_db_blocker.unblock():
-        ForgottenMemory.objects.filter(pk=records[ForgottenMemory]).delete()
-        User.objects.filter(pk__in=[alice.pk, root.pk]).delete()  # their runs and memories too
-        if not had_embedding_space:
-            EmbeddingSpace.objects.all().delete()
-    shutil.rmtree(root_dir, ignore_errors=True)
+    try:
+        with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root_dir):
+            records = make_records(alice, root)
+        yield Made(alice.pk, root.pk, records)
+    finally:
+        with django_db_blocker.unblock():
+            ForgottenMemory.objects.filter(owner=alice).delete()
+            User.objects.filter(pk__in=[alice.pk, root.pk]).delete()  # runs, memories too
+            if not had_embedding_space:
+                EmbeddingSpace.objects.all().delete()
+        shutil.rmtree(root_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -41,19 +41,22 @@ def run(django_db_setup, django_db_blocker) -> Iterator[AgentRun]:
     run, sandbox and all) and committed, then deleted with its user. The tests only read."""
     root = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
     root.chmod(0o711)  # the unprivileged sandbox user traverses it
-    with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root):
+    with django_db_blocker.unblock():
         had_embedding_space = EmbeddingSpace.objects.exists()
         alice = User.objects.create_user("alice")
-        made = execute_run(
-            start_run(alice, "Keep reading missing.txt until it exists", model="mock")
-        )
-        WARM.drain()
-    yield made
-    with django_db_blocker.unblock():
-        alice.delete()  # the run, its records and its memory too
-        if not had_embedding_space:
-            EmbeddingSpace.objects.all().delete()
-    shutil.rmtree(root, ignore_errors=True)
+    try:
+        with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root):
+            made = execute_run(
+                start_run(alice, "Keep reading missing.txt until it exists", model="mock")
+            )
+            WARM.drain()
+        yield made
+    finally:
+        with django_db_blocker.unblock():
+            alice.delete()  # the run, its records and its memory too
+            if not had_embedding_space:
+                EmbeddingSpace.objects.all().delete()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def warnings(response) -> list[str]:
