@@ -13,6 +13,8 @@ from agent.history import messages_from_events
 from agent.llm.base import Message
 from agent.llm.tokens import count_tokens
 from agent.models import FINISHED, AgentRun, Conversation
+from memory.forgetting import remembered_by
+from memory.models import Memory
 
 
 def runs_for(user: AbstractBaseUser) -> QuerySet[AgentRun]:
@@ -38,6 +40,11 @@ def owns_run(user: AbstractBaseUser, run_id: int) -> bool:
 def runs_of(conversation: Conversation) -> QuerySet[AgentRun]:
     """A conversation's runs, its turns, oldest first."""
     return conversation.runs.order_by("pk")
+
+
+def remembered_in(user: AbstractBaseUser, conversation: Conversation) -> QuerySet[Memory]:
+    """What the conversation's runs stored in their owner's memory (what deleting it may forget)."""
+    return remembered_by(user, conversation.runs.values("pk"))
 
 
 def with_last_status(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:

@@ -14,7 +14,7 @@ from agent import runs, selectors
 from agent.llm.factory import MOCK, default_model
 from agent.models import AgentRun, Conversation
 from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards
-from memory.forgetting import forget, remembered_by
+from memory.forgetting import forget
 
 SUGGESTIONS = (
     "Compute the sum of 1..100 and save it to a file",
@@ -58,7 +58,9 @@ def chat_page(
         "error": error,
         "task": task,
         # What deleting the conversation offers to forget.
-        "remembered": remembered_by(request.user, runs.values("pk")).count() if conversation else 0,
+        "remembered": selectors.remembered_in(request.user, conversation).count()
+        if conversation
+        else 0,
     }
     return render(request, "chat/page.html", context, status=status)
 
@@ -140,8 +142,7 @@ def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
         return redirect_to_run(run)
     response = render(request, "chat/cards.html#turn", {"turn": turn(run)})
     if run.conversation_id is not None:  # the sidebar's icon says it is waiting again
-        conversations = selectors.conversations_with_status(request.user)
-        conversation = labelled(conversations.get(pk=run.conversation_id))
+        conversation = labelled(selectors.conversation_with_status(run.conversation_id))
         response.content += draw(
             "conversation_status", conversation=conversation, oob=True
         ).encode()
@@ -189,10 +190,7 @@ def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
     with transaction.atomic():
         runs.delete_conversation(request.user, conversation.pk)
         if request.POST.get("forget"):
-            forget(
-                remembered_by(request.user, selectors.runs_of(conversation).values("pk")),
-                by=request.user,
-            )
+            forget(selectors.remembered_in(request.user, conversation), by=request.user)
     return redirect("chat:home")
 
 
