@@ -2,7 +2,8 @@
 conversation does not exist here. The chat's pages and socket read through these, and a run's
 log comes out as typed events (`Logged`), converted once where it is read."""
 
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -64,11 +65,28 @@ def conversation_with_status(conversation_id: int) -> Conversation:
     return with_last_status(Conversation.objects.filter(pk=conversation_id)).get()
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A stored event this version of Loop cannot load as its class (a kind or a field a later
+    Loop wrote): a reader shows it as stored, or not at all, rather than failing."""
+
+    kind: str
+    data: dict[str, Any]
+
+
 class Logged(NamedTuple):
     """One event of a run's log, as every reader takes it: its number and its typed event."""
 
     seq: int
-    event: Event
+    event: Event | Unreadable
+
+
+def loaded(kind: str, data: dict[str, Any]) -> Event | Unreadable:
+    """The stored event as its class, or Unreadable if this version cannot load it."""
+    try:
+        return event_from_dict(kind, data)
+    except (KeyError, TypeError):
+        return Unreadable(kind, data)
 
 
 def events_of(run: AgentRun, *, after: int = 0, limit: int | None = None) -> list[Logged]:
@@ -76,13 +94,13 @@ def events_of(run: AgentRun, *, after: int = 0, limit: int | None = None) -> lis
     rows = run.events.filter(seq__gt=after).order_by("seq").values_list("seq", "kind", "data")
     if limit is not None:
         rows = rows[:limit]
-    return [Logged(seq, event_from_dict(kind, data)) for seq, kind, data in rows]
+    return [Logged(seq, loaded(kind, data)) for seq, kind, data in rows]
 
 
-def event_at(run: AgentRun, seq: int) -> Event | None:
+def event_at(run: AgentRun, seq: int) -> Event | Unreadable | None:
     """The run's event number `seq`, or None if it has none of that number."""
-    row = run.events.filter(seq=seq).first()
-    return None if row is None else row.event
+    row = run.events.filter(seq=seq).values_list("kind", "data").first()
+    return None if row is None else loaded(*row)
 
 
 def conversation_context(run: AgentRun) -> list[Message]:

@@ -34,7 +34,7 @@ from agent.events import (
 )
 from agent.loop import MODEL_FAILED
 from agent.models import Conversation
-from agent.selectors import Logged
+from agent.selectors import Logged, Unreadable
 from agent.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from tools.base import ToolStatus
 
@@ -178,9 +178,9 @@ class Texts:
         return text[:SHORT_TEXT_CHARS]
 
 
-def card_for(run_id: int, seq: int, event: Event) -> Card | None:
+def card_for(run_id: int, seq: int, event: Event | Unreadable) -> Card | None:
     """The card for one event, or None for an event a person need not see (the task, RunStarted,
-    shows as the person's own bubble)."""
+    shows as the person's own bubble) or one this version cannot read (a later Loop's)."""
     texts = Texts(run_id, seq)
     card = event_card(run_id, seq, event, texts)
     if card is not None and texts.cuts:
@@ -188,7 +188,7 @@ def card_for(run_id: int, seq: int, event: Event) -> Card | None:
     return card
 
 
-def event_card(run_id: int, seq: int, event: Event, texts: Texts) -> Card | None:
+def event_card(run_id: int, seq: int, event: Event | Unreadable, texts: Texts) -> Card | None:
     card_id = f"ev-{run_id}-{seq}"
     match event:
         case MemoriesRecalled(memories=memories):

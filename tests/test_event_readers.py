@@ -27,7 +27,10 @@ from agent.events import (
 )
 from agent.llm.base import ToolCall
 from agent.management.commands.runagent import describe
+from agent.models import RunEvent
+from agent.runs import new_conversation, start_run
 from agent.wording import TOOL_SYMBOLS
+from chat.consumers import read_unsent
 from chat.rendering import card_for, render_card
 from console import selectors
 from memory.recalled import RecalledMemory
@@ -154,3 +157,29 @@ def test_an_interrupted_tool_call_is_drawn_as_a_failure_of_its_own():
     [line] = describe(INTERRUPTED, RUN_ID)
     assert line.startswith("        run_code interrupted in 0.000s: INTERRUPTED: the worker")
     assert "interrupted" in selectors.FAILED_TOOL_STATUSES
+
+
+@pytest.mark.django_db
+def test_events_a_later_loop_wrote_leave_the_chat_s_page_and_socket_standing(client, alice):
+    """A kind, or a field, this version does not know (a later Loop's worker wrote it) draws no
+    card; the page still shows the rest, and the socket's catch-up still gets past it."""
+    run = start_run(alice, DEMO, model="mock", conversation=new_conversation(alice))
+    reply = SAMPLES[2].as_dict() | {"confidence": 0.9}
+    stored = [
+        ("run_paused", {"why": "a later Loop's event"}),
+        ("model_replied", reply),
+        ("run_halted", SAMPLES[6].as_dict()),
+    ]
+    for seq, (kind, data) in enumerate(stored, start=1):
+        RunEvent.objects.create(run=run, seq=seq, kind=kind, data=data)
+    client.force_login(alice)
+    page = client.get(f"/c/{run.conversation_id}/")
+    assert page.status_code == 200
+    assert f'id="ev-{run.pk}-3"' in page.text  # the halt, which this version reads
+    assert f'id="ev-{run.pk}-1"' not in page.text
+    assert f'id="ev-{run.pk}-2"' not in page.text
+    read = read_unsent.func(alice, run.pk, 0)
+    assert read.last == 3
+    assert f'id="ev-{run.pk}-3"' in "".join(read.frames)
+    text = client.get(f"/runs/{run.pk}/events/2/text/")
+    assert text.status_code == 404
