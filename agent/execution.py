@@ -29,7 +29,7 @@ from agent.events import (
     event_from_dict,
 )
 from agent.guards import RunReleased
-from agent.history import RunState, replay
+from agent.history import RunState, loop_note, replay
 from agent.interrupt import Interrupt, StopReason
 from agent.llm.base import LLM
 from agent.llm.factory import llm_for
@@ -55,8 +55,8 @@ WATCH_INTERVAL = 0.1
 
 
 # What the model reads when a person asks a run that had ended to go on.
-CONTINUE_NOTE = (
-    "[Loop] The person asked you to go on from where you stopped, with the run's limits renewed. "
+CONTINUE_NOTE = loop_note(
+    "The person asked you to go on from where you stopped, with the run's limits renewed. "
     "Carry on with the task; do not repeat the tool calls that already worked."
 )
 

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from agent.events import Event, event_from_dict
-from agent.history import messages_from_events
+from agent.history import loop_note, messages_from_events
 from agent.llm.base import Message
 from agent.llm.tokens import count_tokens
 from agent.models import FINISHED, AgentRun, Conversation
@@ -126,8 +126,8 @@ def conversation_context(run: AgentRun) -> list[Message]:
         budget -= cost
         turns[:0] = [{"role": "user", "content": task}, {"role": "assistant", "content": answer}]
     if dropped:
-        note = (
-            f"[Loop] {dropped} earlier turn{'s' if dropped > 1 else ''} of this conversation "
+        note = loop_note(
+            f"{dropped} earlier turn{'s' if dropped > 1 else ''} of this conversation "
             "left out to fit the context budget."
         )
         turns.insert(0, {"role": "system", "content": note})

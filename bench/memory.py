@@ -40,6 +40,7 @@ from pgvector.django import CosineDistance  # noqa: E402
 
 from memory import store  # noqa: E402
 from memory.embedders import Embedder, Vector, get_embedder  # noqa: E402
+from memory.hygiene import outcome_text  # noqa: E402
 from memory.models import EmbeddingSpace, Memory  # noqa: E402
 from memory.store import nearest  # noqa: E402
 
@@ -72,7 +73,7 @@ ZIPF = [1 / rank**1.1 for rank in range(1, len(WORDS) + 1)]
 def synthetic_text(rng: random.Random, n: int) -> str:
     task = " ".join(rng.choices(WORDS, weights=ZIPF, k=8))
     answer = " ".join(rng.choices(WORDS, weights=ZIPF, k=6))
-    return f"Task: {task}\nOutcome: succeeded\nAnswer: {answer} ({n})"
+    return outcome_text(task, "succeeded", f"{answer} ({n})", [])
 
 
 def query_like(rng: random.Random, text: str) -> str:

@@ -43,6 +43,7 @@ django.setup()
 
 
 from memory.embedders import Embedder, HashedNgramEmbedder, Vector  # noqa: E402
+from memory.hygiene import outcome_text  # noqa: E402
 from memory.neural import MiniLMEmbedder  # noqa: E402
 from memory.store import WEIGHTS  # noqa: E402
 
@@ -51,7 +52,7 @@ HALF_LIFE_DAYS = 30.0  # Loop's default LOOP_MEMORY_HALF_LIFE_DAYS
 
 def run(task: str, answer: str, outcome: str = "succeeded") -> str:
     """A memory as Loop stores it after a run."""
-    return f"Task: {task}\nOutcome: {outcome}\nAnswer: {answer}"
+    return outcome_text(task, outcome, answer, [])
 
 
 # (memory, query): the query is how the user would later ask about that memory.

@@ -33,7 +33,7 @@ from typing import Any
 import groq
 import httpx
 
-from agent.history import undelimited
+from agent.history import loop_note, undelimited
 from agent.interrupt import Interrupt
 from agent.llm.base import LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
 from agent.llm.watchdog import Watchdog
@@ -54,9 +54,9 @@ MAX_WAIT = 60.0
 # until the stored reply replaces them, so the page says why new text follows them.
 RETRY_NOTE = "\n\n[Groq's reply broke off; Loop asked for it again.]\n\n"
 
-REJECTED_REPLY_NOTE = """\
-[Loop] Your last reply was rejected by the model provider and nothing in it ran: {reason} \
-{hint}"""
+REJECTED_REPLY_NOTE = loop_note(
+    "Your last reply was rejected by the model provider and nothing in it ran: {reason} {hint}"
+)
 
 
 @dataclass(frozen=True)
