@@ -58,6 +58,7 @@ from agent.interrupt import Interrupt, Interrupted, StopReason, interruptibly
 from agent.llm.base import LLM, LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
 from memory.recalled import RecalledMemory
 from tools.base import ToolResult, ToolStatus
+from tools.text import excerpt
 
 logger = logging.getLogger(__name__)
 
@@ -626,8 +627,8 @@ def progress_report(last_text: str, observations: Sequence[tuple[ToolCall, ToolR
     if not last_text:
         lines = ["Stopped before a final answer."]
     for number, (call, result) in enumerate(observations, 1):
-        excerpt = " ".join(result.text.split())[:160]
-        lines.append(f"{number}. {call.name} -> {result.status.value}: {excerpt}")
+        shown = excerpt(result.text, 160)
+        lines.append(f"{number}. {call.name} -> {result.status.value}: {shown}")
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from agent.models import FINISHED, AgentRun, Conversation
 from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
 from agent.selectors import conversations_for, runs_for
+from tools.text import excerpt
 
 
 class InvalidTask(ValueError):
@@ -126,8 +127,7 @@ def submit_first_run(user: AbstractBaseUser, task: str, *, model: str = "") -> A
 
 
 def title_from(task: str) -> str:
-    line = " ".join(task.split())
-    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1].rstrip() + "…"
+    return excerpt(task, TITLE_CHARS)
 
 
 def cancel_run(user: AbstractBaseUser, run_id: int) -> AgentRun:

@@ -14,6 +14,8 @@ import json
 import re
 from collections.abc import Iterable
 
+from tools.text import excerpt
+
 # How help, refusal and failure texts open, whichever model wrote them.
 _NOTHING_OPENINGS = re.compile(
     r"^(i am loop's mock model|i'?m a mock|i am a mock|i can only|i could not|i couldn'?t|"
@@ -70,7 +72,5 @@ def files_written(write_arguments: Iterable[str]) -> list[str]:
             continue
         path, content = parsed.get("path"), parsed.get("content")
         if isinstance(path, str) and isinstance(content, str) and len(files) < MAX_FILES:
-            flat = " ".join(content.split())
-            cut = flat[:FILE_EXCERPT_CHARS] + ("…" if len(flat) > FILE_EXCERPT_CHARS else "")
-            files.append(f"{path} ({cut})")
+            files.append(f"{path} ({excerpt(content, FILE_EXCERPT_CHARS)})")
     return files

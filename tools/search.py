@@ -16,6 +16,7 @@ from django.utils.module_loading import import_string
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
+from tools.text import excerpt
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +190,7 @@ def clean(text: str, limit: int) -> str:
         for marker in _MARKERS:
             text = text.replace(marker, "")
     text = _WHITESPACE.sub(" ", text).strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return excerpt(text, limit)
 
 
 def _clean_char(char: str) -> str:

@@ -29,6 +29,7 @@ from agent.llm.tokens import count_prompt_tokens, count_tokens
 from memory.hygiene import outcome_answer
 from tools.base import ToolStatus
 from tools.code import parse_report
+from tools.text import excerpt
 
 FILE_NAME = r"([\w\-/]+\.\w+)"
 RANGE_SUM = re.compile(r"sum of (\d+)\s*(?:\.\.|to|through|-)\s*(\d+)", re.I)
@@ -404,8 +405,8 @@ def summary(seen: list[Observation], request: str) -> str:
     lines = [f"I had to stop: {reason if reason is not None else 'the run was halted.'}"]
     for number, observation in enumerate(seen, 1):
         outcome = "ok" if observation.ok else "failed"
-        excerpt = " ".join(observation.text.split())[:120]
-        lines.append(f"{number}. {observation.tool} {outcome}: {excerpt}")
+        shown = excerpt(observation.text, 120)
+        lines.append(f"{number}. {observation.tool} {outcome}: {shown}")
     return "\n".join(lines)
 
 
