@@ -1,7 +1,9 @@
 # A tool execution is a run record: the model moves from the tools app to agent, beside the run,
 # its events and its breaker trips, so tools/ owns no model and knows nothing of runs. Its table
 # keeps its name and its rows; nothing is copied. A database that had it from the tools app's
-# migrations keeps that table; a new one gets it created here.
+# migrations keeps that table; a new one gets it created here. Its content type moves with it, so
+# the permissions operators hold on it (tools.view_toolexecution becomes agent.view_toolexecution)
+# and its admin history follow the model.
 
 import django.db.models.deletion
 from django.apps.registry import Apps
@@ -17,9 +19,32 @@ def create_unless_there(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> 
         schema_editor.create_model(apps.get_model("agent", "ToolExecution"))
 
 
+def move_content_type(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    """The tools app's content type becomes agent's, unless agent has one already."""
+    content_types = apps.get_model("contenttypes", "ContentType")
+    db = schema_editor.connection.alias
+    if (
+        not content_types.objects.using(db)
+        .filter(app_label="agent", model="toolexecution")
+        .exists()
+    ):
+        content_types.objects.using(db).filter(app_label="tools", model="toolexecution").update(
+            app_label="agent"
+        )
+
+
+def move_content_type_back(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    content_types = apps.get_model("contenttypes", "ContentType")
+    db = schema_editor.connection.alias
+    content_types.objects.using(db).filter(app_label="agent", model="toolexecution").update(
+        app_label="tools"
+    )
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("agent", "0005_who_continued"),
+        ("contenttypes", "0002_remove_content_type_name"),
     ]
 
     operations = [
@@ -86,4 +111,5 @@ class Migration(migrations.Migration):
             ],
         ),
         migrations.RunPython(create_unless_there, migrations.RunPython.noop),
+        migrations.RunPython(move_content_type, move_content_type_back),
     ]

@@ -1,0 +1,62 @@
+"""The migrations that moved a model between apps carry an existing site's data and grants: a
+database made before the move ends as one made after it."""
+
+import importlib
+
+import pytest
+from django.apps import apps
+from django.contrib.auth.models import Group, Permission, User
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
+
+pytestmark = pytest.mark.django_db
+
+MOVE_TOOL_EXECUTIONS = importlib.import_module(
+    "agent.migrations.0006_tool_executions_are_run_records"
+)
+PLAIN_RUN_ID = importlib.import_module("memory.migrations.0004_source_run_is_a_plain_id")
+
+
+def run_step(step) -> None:
+    with connection.schema_editor() as schema_editor:
+        step(apps, schema_editor)
+
+
+def test_an_operator_group_keeps_its_grant_on_tool_executions_after_the_move():
+    """A site from before the move has the content type under tools, and a group granted
+    tools.view_toolexecution; after it, the same group may view agent.ToolExecution."""
+    ContentType.objects.filter(app_label="agent", model="toolexecution").update(app_label="tools")
+    old = Permission.objects.get(content_type__app_label="tools", codename="view_toolexecution")
+    auditors = Group.objects.create(name="auditors")
+    auditors.permissions.add(old)
+    run_step(MOVE_TOOL_EXECUTIONS.move_content_type)
+    ContentType.objects.clear_cache()
+    operator = User.objects.create_user("olga", is_staff=True)
+    operator.groups.add(auditors)
+    assert operator.has_perm("agent.view_toolexecution")
+    assert not ContentType.objects.filter(app_label="tools").exists()
+
+
+def test_the_move_leaves_a_site_made_after_it_as_it_is():
+    before = ContentType.objects.get(app_label="agent", model="toolexecution").pk
+    run_step(MOVE_TOOL_EXECUTIONS.move_content_type)
+    assert ContentType.objects.get(app_label="agent", model="toolexecution").pk == before
+
+
+def test_memory_drops_the_foreign_key_an_older_database_has_on_its_run_id():
+    """An older database has memory_memory.source_run_id constrained to agent_agentrun; the
+    migration drops that constraint and nothing else."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "ALTER TABLE memory_memory ADD CONSTRAINT memory_source_run_fk "
+            "FOREIGN KEY (source_run_id) REFERENCES agent_agentrun (id)"
+        )
+    run_step(PLAIN_RUN_ID.drop_run_constraints)
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, "memory_memory")
+    assert not [
+        name
+        for name, c in constraints.items()
+        if c["foreign_key"] and c["columns"] == ["source_run_id"]
+    ]
+    assert any(c["index"] and c["columns"] == ["source_run_id"] for c in constraints.values())
