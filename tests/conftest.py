@@ -10,6 +10,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +68,51 @@ def workspaces(settings) -> Iterator[Path]:
     settings.LOOP_WORKSPACES_DIR = root
     yield root
     shutil.rmtree(root, ignore_errors=True)
+
+
+class ModuleRecords:
+    """Records a test module makes once and commits (real runs, sandbox and all), for tests that
+    only read them, or change them inside their own transaction, rolled back at their end."""
+
+    def __init__(self, blocker: Any, workspaces: Path) -> None:
+        self.blocker, self.workspaces = blocker, workspaces
+
+    def make(self, build: Callable[[], Any]) -> Any:
+        """What `build()` makes and returns, committed, with the database open to it and
+        workspaces under this module's directory."""
+        from django.test import override_settings
+
+        from tools.sandbox import WARM
+
+        with self.blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=self.workspaces):
+            made = build()
+            WARM.drain()
+        return made
+
+
+@pytest.fixture(scope="module")
+def module_records(django_db_setup, django_db_blocker) -> Iterator[ModuleRecords]:
+    """Made once per module; at its end, every user made since (with their runs, memories and
+    forgettings) is deleted, and the embedding space if it was new, so no later test sees them."""
+    from django.contrib.auth.models import User
+
+    from memory.models import EmbeddingSpace, ForgottenMemory
+
+    root = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
+    root.chmod(0o711)  # the unprivileged sandbox user traverses it
+    with django_db_blocker.unblock():
+        had_embedding_space = EmbeddingSpace.objects.exists()
+        last_user = User.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    try:
+        yield ModuleRecords(django_db_blocker, root)
+    finally:
+        with django_db_blocker.unblock():
+            made = User.objects.filter(pk__gt=last_user)
+            ForgottenMemory.objects.filter(owner__in=made).delete()
+            made.delete()
+            if not had_embedding_space:
+                EmbeddingSpace.objects.all().delete()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,17 +1,12 @@
 """The operators' console: runs made by real runs through the mock, seen by staff in the admin."""
 
 import json
-import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
-from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -26,9 +21,8 @@ from agent.selectors import history_of
 from agent.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from console.selectors import history_from_transcript, transcripts, usage
 from console.widgets import run_badge, tool_badge
-from memory.models import EmbeddingSpace, Memory
+from memory.models import Memory
 from tools.base import ToolStatus
-from tools.sandbox import WARM
 
 pytestmark = pytest.mark.django_db
 
@@ -85,28 +79,19 @@ class Made:
 
 
 @pytest.fixture(scope="module")
-def made(django_db_setup, django_db_blocker) -> Iterator[Made]:
+def made(module_records) -> Made:
     """The seven runs, made once for the whole module (each is a real run, sandbox and all) and
     committed, so every test reads the same records; deleted with their users at the end.
 
     A test runs in a transaction rolled back when it ends, so one that moves a run's date or
     adds a trip to it changes it for itself only; each gets its own instances (`runs`)."""
-    root = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
-    root.chmod(0o711)  # the unprivileged sandbox user traverses it
-    with django_db_blocker.unblock():
-        had_embedding_space = EmbeddingSpace.objects.exists()
+
+    def build() -> Made:
         alice, bob = User.objects.create_user("alice"), User.objects.create_user("bob")
-    try:
-        with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root):
-            runs = make_runs(alice, bob)
-            WARM.drain()
-        yield Made(alice.pk, bob.pk, {name: run.pk for name, run in runs.items()})
-    finally:
-        with django_db_blocker.unblock():
-            User.objects.filter(pk__in=[alice.pk, bob.pk]).delete()  # their runs, memories too
-            if not had_embedding_space:
-                EmbeddingSpace.objects.all().delete()
-        shutil.rmtree(root, ignore_errors=True)
+        runs = make_runs(alice, bob)
+        return Made(alice.pk, bob.pk, {name: run.pk for name, run in runs.items()})
+
+    return module_records.make(build)
 
 
 @pytest.fixture

@@ -1,17 +1,12 @@
 """Who reaches the console, and what nobody can do there: audit records are read-only."""
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import Permission, User
 from django.db.models import Model
 from django.shortcuts import resolve_url
-from django.test import override_settings
 from django.urls import reverse
 
 from agent.execution import execute_run
@@ -19,7 +14,7 @@ from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import start_run
 from memory.forgetting import forget
-from memory.models import EmbeddingSpace, ForgottenMemory, Memory
+from memory.models import ForgottenMemory, Memory
 from tools.sandbox import WARM
 
 pytestmark = pytest.mark.django_db
@@ -60,27 +55,17 @@ class Made:
 
 
 @pytest.fixture(scope="module")
-def made(django_db_setup, django_db_blocker) -> Iterator[Made]:
+def made(module_records) -> Made:
     """A run that tripped the breaker, so every kind of audit record exists, and a forgetting:
     made once for the module (real runs, sandbox and all) and committed, then deleted with their
     users. A test that deletes a record does so in its own transaction, rolled back at its end."""
-    root_dir = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
-    root_dir.chmod(0o711)  # the unprivileged sandbox user traverses it
-    with django_db_blocker.unblock():
-        had_embedding_space = EmbeddingSpace.objects.exists()
+
+    def build() -> Made:
         alice = User.objects.create_user("alice")
         root = User.objects.create_superuser("root", "root@example.com", "a long password")
-    try:
-        with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root_dir):
-            records = make_records(alice, root)
-        yield Made(alice.pk, root.pk, records)
-    finally:
-        with django_db_blocker.unblock():
-            ForgottenMemory.objects.filter(owner=alice).delete()
-            User.objects.filter(pk__in=[alice.pk, root.pk]).delete()  # runs, memories too
-            if not had_embedding_space:
-                EmbeddingSpace.objects.all().delete()
-        shutil.rmtree(root_dir, ignore_errors=True)
+        return Made(alice.pk, root.pk, make_records(alice, root))
+
+    return module_records.make(build)
 
 
 @pytest.fixture

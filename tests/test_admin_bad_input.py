@@ -1,15 +1,9 @@
 """Malformed filters and ranges on the console's pages: each is ignored with a message or refused
 with a 400 that says why, never a 500."""
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from django.contrib.auth.models import Group, User
 from django.contrib.messages import get_messages
-from django.test import override_settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -18,8 +12,7 @@ from agent.execution import execute_run
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import start_run
 from console.widgets import IGNORED_FILTERS
-from memory.models import EmbeddingSpace, ForgottenMemory, Memory
-from tools.sandbox import WARM
+from memory.models import ForgottenMemory, Memory
 
 pytestmark = pytest.mark.django_db
 
@@ -36,27 +29,17 @@ def changelist(model) -> str:
 
 
 @pytest.fixture(scope="module")
-def run(django_db_setup, django_db_blocker) -> Iterator[AgentRun]:
+def run(module_records) -> AgentRun:
     """A run that tripped the breaker, so every list has rows: made once for the module (a real
     run, sandbox and all) and committed, then deleted with its user. The tests only read."""
-    root = Path(tempfile.mkdtemp(prefix="loop-workspaces-", dir="/tmp"))
-    root.chmod(0o711)  # the unprivileged sandbox user traverses it
-    with django_db_blocker.unblock():
-        had_embedding_space = EmbeddingSpace.objects.exists()
+
+    def build() -> AgentRun:
         alice = User.objects.create_user("alice")
-    try:
-        with django_db_blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=root):
-            made = execute_run(
-                start_run(alice, "Keep reading missing.txt until it exists", model="mock")
-            )
-            WARM.drain()
-        yield made
-    finally:
-        with django_db_blocker.unblock():
-            alice.delete()  # the run, its records and its memory too
-            if not had_embedding_space:
-                EmbeddingSpace.objects.all().delete()
-        shutil.rmtree(root, ignore_errors=True)
+        return execute_run(
+            start_run(alice, "Keep reading missing.txt until it exists", model="mock")
+        )
+
+    return module_records.make(build)
 
 
 def warnings(response) -> list[str]:

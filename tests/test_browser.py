@@ -17,6 +17,7 @@ from django.db import connections
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from agent.models import AgentRun, Conversation
+from agent.selectors import events_of
 from chat.rendering import page_cards
 from tests.conftest import PROJECT_DIR, child_environment, wait_for
 
@@ -159,8 +160,7 @@ def card_ids(turn) -> list[str]:
 
 
 def expected_ids(run: AgentRun) -> list[str]:
-    events = run.events.order_by("seq").values_list("seq", "kind", "data")
-    return [card.id for card in page_cards(run.pk, events)]
+    return [card.id for card in page_cards(run.pk, events_of(run))]
 
 
 def test_two_people_use_the_chat(live_site, browser):
