@@ -60,7 +60,7 @@ class AnswerSource(StrEnum):
     PROGRESS = "progress"  # Loop's own account of what was done, or its note (nothing was done)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Event:
     kind: ClassVar[str]
 
@@ -76,7 +76,7 @@ class Event:
         return {name: _stored(value) for name, value in dataclasses.asdict(self).items()}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunStarted(Event):
     kind = "run_started"
     task: str
@@ -86,13 +86,13 @@ class RunStarted(Event):
     limits: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class MemoriesRecalled(Event):
     kind = "memories_recalled"
     memories: list[RecalledMemory]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelReplied(Event):
     kind = "model_replied"
     step: int
@@ -107,7 +107,7 @@ class ModelReplied(Event):
     retried: list[str] = dataclasses.field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ToolCallStarted(Event):
     kind = "tool_call_started"
     step: int
@@ -116,7 +116,7 @@ class ToolCallStarted(Event):
     arguments: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ToolCallFinished(Event):
     kind = "tool_call_finished"
     step: int
@@ -130,7 +130,7 @@ class ToolCallFinished(Event):
     truncated: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BreakerTripped(Event):
     kind = "breaker_tripped"
     step: int
@@ -139,7 +139,7 @@ class BreakerTripped(Event):
     failures: list[dict[str, str]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunHalted(Event):
     """A guard stopped the run. `summary_prompt` is what the model was asked for its last turn."""
 
@@ -150,7 +150,7 @@ class RunHalted(Event):
     summary_prompt: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunFinished(Event):
     kind = "run_finished"
     status: RunStatus
@@ -167,7 +167,7 @@ class RunFinished(Event):
     ok_tool_calls: int = 0  # the tool calls that worked (status ok)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunResumed(Event):
     """The run goes on from its log, at claim `attempt`. `note`, when set, is a user message the
     model reads (a person's Continue); `limits` are the run's limits from here on, absolute (a
@@ -200,6 +200,31 @@ EVENT_TYPES: dict[str, type[Event]] = {
 
 def event_from_dict(kind: str, data: dict[str, Any]) -> Event:
     return EVENT_TYPES[kind](**data)
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A stored event this version of Loop cannot load as its class (a kind or a field a later
+    Loop wrote): a reader shows it as stored, or not at all, rather than failing."""
+
+    kind: str
+    data: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        step = self.data.get("step", 0)
+        return step if isinstance(step, int) else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+def loaded(kind: str, data: dict[str, Any]) -> Event | Unreadable:
+    """The stored event as its class, or Unreadable if this version cannot load it."""
+    try:
+        return event_from_dict(kind, data)
+    except (KeyError, TypeError):
+        return Unreadable(kind, data)
 
 
 Loader = Callable[[Any], Any]

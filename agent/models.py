@@ -15,9 +15,10 @@ from agent.events import (
     HaltReason,
     ResumeReason,
     RunStatus,
-    event_from_dict,
+    Unreadable,
+    loaded,
 )
-from agent.loop import MODEL_FAILED
+from agent.loop import is_model_failure
 from tools.base import ToolStatus
 
 FINISHED = (
@@ -115,7 +116,7 @@ class AgentRun(models.Model):
         may ask it to go on from where it stopped."""
         if self.status in (RunStatus.HALTED, RunStatus.INTERRUPTED):
             return True
-        return self.status == RunStatus.FAILED and self.error.startswith(MODEL_FAILED)
+        return self.status == RunStatus.FAILED and is_model_failure(self.error)
 
 
 class RunEventManager(models.Manager["RunEvent"]):
@@ -186,9 +187,10 @@ class RunEvent(models.Model):
         return f"Run {self.run_id} #{self.seq} {self.kind}"
 
     @property
-    def event(self) -> Event:
-        """The row as its typed event: what every reader of the log goes through."""
-        return event_from_dict(self.kind, self.data)
+    def event(self) -> Event | Unreadable:
+        """The row as its typed event, what every reader of the log goes through (Unreadable if
+        a later Loop wrote it in a shape this version cannot load)."""
+        return loaded(self.kind, self.data)
 
 
 class ToolExecution(models.Model):

@@ -2,14 +2,13 @@
 conversation does not exist here. The chat's pages and socket read through these, and a run's
 log comes out as typed events (`Logged`), converted once where it is read."""
 
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
-from agent.events import Event, event_from_dict
+from agent.events import Event, Unreadable, event_from_dict, loaded
 from agent.history import loop_note, messages_from_events
 from agent.llm.base import Message
 from agent.llm.tokens import count_tokens
@@ -65,28 +64,11 @@ def conversation_with_status(conversation_id: int) -> Conversation:
     return with_last_status(Conversation.objects.filter(pk=conversation_id)).get()
 
 
-@dataclass(frozen=True)
-class Unreadable:
-    """A stored event this version of Loop cannot load as its class (a kind or a field a later
-    Loop wrote): a reader shows it as stored, or not at all, rather than failing."""
-
-    kind: str
-    data: dict[str, Any]
-
-
 class Logged(NamedTuple):
     """One event of a run's log, as every reader takes it: its number and its typed event."""
 
     seq: int
     event: Event | Unreadable
-
-
-def loaded(kind: str, data: dict[str, Any]) -> Event | Unreadable:
-    """The stored event as its class, or Unreadable if this version cannot load it."""
-    try:
-        return event_from_dict(kind, data)
-    except (KeyError, TypeError):
-        return Unreadable(kind, data)
 
 
 def events_of(run: AgentRun, *, after: int = 0, limit: int | None = None) -> list[Logged]:

@@ -31,10 +31,11 @@ from agent.events import (
     RunStatus,
     ToolCallFinished,
     ToolCallStarted,
+    Unreadable,
 )
-from agent.loop import MODEL_FAILED
+from agent.loop import is_model_failure
 from agent.models import Conversation
-from agent.selectors import Logged, Unreadable
+from agent.selectors import Logged
 from agent.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from tools.base import ToolStatus
 
@@ -107,7 +108,7 @@ def next_step(end: RunFinished) -> str:
     """What a person can do about how a run ended."""
     if end.halt_reason == HaltReason.DEADLINE and end.error:
         return SLOW_PROVIDER_STEP
-    if end.status == RunStatus.FAILED and end.error.startswith(MODEL_FAILED):
+    if end.status == RunStatus.FAILED and is_model_failure(end.error):
         return MODEL_DOWN_STEP  # such a run may be continued (AgentRun.can_continue)
     return NEXT_STEPS.get(end.status, "")
 

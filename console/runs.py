@@ -407,7 +407,7 @@ class RunEventAdmin(AuditAdmin):
 
     @admin.display(description="what happened")
     def gist(self, event: RunEvent) -> str:
-        return selectors.gist(selectors.read(event))
+        return selectors.gist(event.event)
 
     @admin.display(description="data")
     def data_json(self, event: RunEvent) -> SafeString:

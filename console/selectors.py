@@ -24,6 +24,7 @@ from agent.events import (
     RunStatus,
     ToolCallFinished,
     ToolCallStarted,
+    Unreadable,
     event_from_dict,
 )
 from agent.history import messages_from_events
@@ -59,19 +60,6 @@ def failed_tool_calls() -> Subquery:
         .values("n")
     )
     return Coalesce(Subquery(failed, output_field=IntegerField()), 0)
-
-
-@dataclass(frozen=True)
-class Unreadable:
-    """A stored event this version of Loop cannot read as its class (a kind or a field a later
-    Loop wrote): the console shows it as stored rather than failing the page."""
-
-    kind: str
-    step: int
-    data: dict[str, Any]
-
-    def as_dict(self) -> dict[str, Any]:
-        return self.data
 
 
 @dataclass(frozen=True)
@@ -126,14 +114,6 @@ class TimelineEntry:
         return resumed_text(self.event.reason, self.event.by)
 
 
-def read(row: RunEvent) -> Event | Unreadable:
-    """The row as its typed event, or as Unreadable when this version cannot load it."""
-    try:
-        return row.event
-    except (KeyError, TypeError):
-        return Unreadable(row.kind, row.step, row.data)
-
-
 def entry_for(
     seq: int, event: Event | Unreadable, at: datetime, records: RunRecords | None = None
 ) -> TimelineEntry:
@@ -155,7 +135,7 @@ def timeline(run: AgentRun) -> list[TimelineEntry]:
     """Every event of the run in order, each with the audit rows it produced. Four queries
     whatever the length of the run."""
     rows = list(run.events.order_by("seq"))
-    events = [read(row) for row in rows]
+    events = [row.event for row in rows]
     recalled_ids = {
         memory.id
         for event in events

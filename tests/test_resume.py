@@ -512,7 +512,8 @@ def test_a_continue_starts_the_breaker_afresh():
 
 def test_a_continued_run_that_ended_with_calls_open_closes_them_and_runs_none():
     cut = cut_after(SUCCEEDED_LOG, ToolCallStarted)
-    ended = [*SUCCEEDED_LOG[:cut], RunFinished("interrupted", "", error="The worker stopped.")]
+    worker_stopped = RunFinished(status="interrupted", answer="", error="The worker stopped.")
+    ended = [*SUCCEEDED_LOG[:cut], worker_stopped]
     state = replay(continued(ended, Limits()))
     assert (state.pending, state.dangling) == ([], [])
     closing = [m for m in state.messages if m["role"] == "tool"]
