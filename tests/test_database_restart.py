@@ -67,7 +67,8 @@ from agent.runs import start_run
 run = RUN and AgentRun.objects.get(pk=RUN) or start_run(
     get_user_model().objects.get(username="alice"), "Count to 3", model="mock"
 )
-RunRecorder(run)(ModelReplied(step=1, text="One.", tool_calls=[], prompt_tokens=1, completion_tokens=1))
+reply = ModelReplied(step=1, text="One.", tool_calls=[], prompt_tokens=1, completion_tokens=1)
+RunRecorder(run)(reply)
 print(run.pk, run.events.aggregate(last=Max("seq"))["last"])
 """
 
