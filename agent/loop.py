@@ -83,6 +83,7 @@ def is_model_failure(error: str) -> bool:
     """Whether a run's error says the model provider failed it (model_failure wrote it)."""
     return error.startswith(f"{MODEL_FAILED}: ")
 
+
 # The run's note on an answer the model was stopped from finishing; the answer is kept, marked.
 CUT_ANSWER = (
     "The answer is cut short: the model reached the most it may write in one reply, so it may be "
