@@ -163,6 +163,8 @@ LOOP_PARALLEL_TOOL_CALLS = env_int("LOOP_PARALLEL_TOOL_CALLS", 4)
 LOOP_WORKSPACES_DIR = Path(env_str("LOOP_WORKSPACES_DIR") or VAR_DIR / "workspaces").resolve()
 LOOP_WORKSPACE_MAX_BYTES = env_int("LOOP_WORKSPACE_MAX_BYTES", 200_000_000)  # tools.quota
 LOOP_WORKSPACE_MAX_FILES = env_int("LOOP_WORKSPACE_MAX_FILES", 10_000)  # files and directories
+# The most one uploaded file may hold (chat/files.py); the workspace quota bounds them all.
+LOOP_UPLOAD_MAX_BYTES = env_int("LOOP_UPLOAD_MAX_BYTES", 10 * 1024 * 1024)
 LOOP_SANDBOX = env_str("LOOP_SANDBOX", "bubblewrap")
 # As root, user N's snippets run as host uid (and gid) LOOP_SANDBOX_UID_BASE + N: a process budget
 # of their own (numeric ids, no /etc/passwd entries). No host account may use that range.
@@ -178,6 +180,8 @@ LOOP_WEB_SEARCH_ENGINE = env_str("LOOP_WEB_SEARCH_ENGINE", "duckduckgo")
 # Long-term memory (see memory/ and docs/configuration.md).
 LOOP_EMBEDDER = env_str("LOOP_EMBEDDER", "memory.neural.MiniLMEmbedder")
 LOOP_MEMORY_RECALL_K = env_int("LOOP_MEMORY_RECALL_K", 5)
+# How long a forgetting record keeps the forgotten text (0: never kept, only the fact).
+LOOP_FORGOTTEN_TEXT_DAYS = env_int("LOOP_FORGOTTEN_TEXT_DAYS", 0)
 LOOP_MEMORY_MIN_SIMILARITY = env_float("LOOP_MEMORY_MIN_SIMILARITY", None)  # None: the embedder's
 LOOP_MEMORY_MERGE_SIMILARITY = env_float(
     "LOOP_MEMORY_MERGE_SIMILARITY", None

@@ -1,4 +1,5 @@
-"""Loop's URLs: the chat, the logins, and the operators' admin."""
+"""Loop's URLs: the chat with its Files and Memories, the logins and a person's own data, and the
+operators' admin."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -6,5 +7,7 @@ from django.urls import include, path
 urlpatterns = [
     path("accounts/", include("accounts.urls")),
     path("admin/", admin.site.urls),
+    path("files/", include("chat.files_urls")),
+    path("memories/", include("chat.memories_urls")),
     path("", include("chat.urls")),
 ]
