@@ -77,6 +77,8 @@ TASKS = [
     "List my files",
     "Search the web for pgvector HNSW",
     "Keep reading missing.txt until it exists",
+    "How many lines are in data.csv?",
+    "How many words are in notes.txt?",
 ]
 
 
@@ -306,6 +308,65 @@ def test_one_call_task_reports_a_failed_tool_honestly(
     assert f"{tool} failed" in run.answer
     assert read(ToolStatus.ERROR, "something broke.") in run.answer
     assert result not in run.answer
+
+
+# counting a file's lines and words ---------------------------------------------------------------
+
+DATA_CSV = "name,count\nalpha,1\nbeta,2\ngamma,3 and more words here\n"
+
+
+@pytest.mark.parametrize(
+    ("task", "path"),
+    [
+        ("How many lines are in data.csv?", "data.csv"),
+        ("How many words are in notes.txt?", "notes.txt"),
+        ("how many lines of text are in the file reports/q1.md", "reports/q1.md"),
+        ("Count the words in data.csv", "data.csv"),
+    ],
+)
+def test_counting_reads_the_named_file_first(task: str, path: str) -> None:
+    run = Run(task)
+    assert run.call.name == "read_file"
+    assert run.arguments == {"path": path}
+
+
+def test_counting_answers_with_the_files_lines_and_words() -> None:
+    run = Run("How many lines are in data.csv?")
+    run.result(DATA_CSV)
+    assert run.answer == "data.csv has 4 lines and 8 words."
+    assert [call.name for call in run.calls] == ["read_file"]
+
+
+@pytest.mark.parametrize(
+    ("content", "answer"),
+    [
+        ("one line, no newline", "notes.txt has 1 line and 4 words."),
+        ("two\nlines", "notes.txt has 2 lines and 2 words."),
+        ("a\n\n\nb\n", "notes.txt has 4 lines and 2 words."),
+    ],
+)
+def test_counting_counts_a_last_line_without_a_newline_and_blank_lines(
+    content: str, answer: str
+) -> None:
+    run = Run("How many words are in notes.txt?")
+    run.result(content)
+    assert run.answer == answer
+
+
+def test_counting_answers_a_failed_read_with_its_error() -> None:
+    run = Run("How many lines are in data.csv?")
+    run.failed(ToolStatus.ERROR, not_found("data.csv"))
+    assert (
+        run.answer == f"I could not read data.csv: {read(ToolStatus.ERROR, not_found('data.csv'))}"
+    )
+    assert "lines" not in run.answer
+
+
+def test_reading_a_file_still_shows_it_rather_than_counting() -> None:
+    """ "Read data.csv" still shows the file; only a question about its lines or words counts."""
+    run = Run("Read data.csv")
+    run.result(DATA_CSV)
+    assert run.answer == DATA_CSV
 
 
 # a task that keeps failing ------------------------------------------------------------------------

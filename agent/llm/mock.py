@@ -48,6 +48,11 @@ READ_FILE = re.compile(
     rf"{FILE_NAME}",
     re.I,
 )
+COUNT_IN_FILE = re.compile(
+    rf"\b(?:how many (?:lines|words)|count (?:the )?(?:lines|words))\b.*?\b(?:in|of)\s+"
+    rf"(?:the\s+)?(?:file\s+)?{FILE_NAME}",
+    re.I | re.S,
+)
 LIST_FILES = re.compile(r"\b(?:list|show)\b.*\bfiles\b|\bwhat files\b", re.I)
 ASKS_ABOUT_EARLIER = re.compile(r"\b(?:before|earlier|previously|last time)\b", re.I)
 REMEMBER = re.compile(r"^\s*remember (?:that )?(.+)", re.I | re.S)
@@ -101,6 +106,8 @@ TASK_SHAPES = """\
 - the demo: "Compute the sum of 1..100 and save it to a file" (optionally "to total.txt")
 - saving text: "Save 'buy milk' to notes.txt"
 - reading a file: "Read notes.txt", "What's in notes.txt?"
+- counting a file's lines and words: "How many lines are in data.csv?", "How many words are in
+  notes.txt?"
 - listing files: "List my files"
 - web search: "Search the web for pgvector HNSW"
 - a task that keeps failing: "Keep reading missing.txt until it exists"
@@ -356,6 +363,24 @@ def keep_reading(match: re.Match[str], seen: list[Observation]) -> Move:
     return "read_file", {"path": "./" * len(seen) + path}
 
 
+def count_in_file(match: re.Match[str], seen: list[Observation]) -> Move:
+    """Reads the file, then counts its lines (a last line without a newline counts too) and its
+    words: something real to do with a file a person uploaded."""
+    path = match.group(1)
+    if not seen:
+        return "read_file", {"path": path}
+    result = seen[-1]
+    if not result.ok:
+        return f"I could not read {path}: {result.text}"
+    text = parse_tool_message(result.text)[1]
+    lines, words = len(text.splitlines()), len(text.split())
+    return f"{path} has {counted(lines, 'line')} and {counted(words, 'word')}."
+
+
+def counted(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def compute(code: str, shown: str) -> Plan:
     def plan(match: re.Match[str], seen: list[Observation]) -> Move:
         if not seen:
@@ -417,6 +442,7 @@ PLANS: list[tuple[re.Pattern[str], Plan]] = [
     (SAVE_SUM, save_sum),
     (SEARCH, one_call("web_search", lambda m: {"query": m.group(1).strip(" .?!")})),
     (WRITE_TEXT, one_call("write_file", lambda m: {"path": m.group(2), "content": m.group(1)})),
+    (COUNT_IN_FILE, count_in_file),
     (READ_FILE, one_call("read_file", lambda m: {"path": m.group(1)})),
     (LIST_FILES, one_call("list_files", lambda m: {})),
     (RANGE_SUM, range_sum),
