@@ -28,6 +28,7 @@ from agent.runs import (
     cancel_run_as_operator,
     continue_run_as_operator,
 )
+from agent.transcripts import transcripts
 from agent.wording import resumed_text
 from console import selectors
 from console.widgets import (
@@ -288,7 +289,7 @@ class AgentRunAdmin(AuditAdmin):
     def export_transcripts(
         self, request: HttpRequest, queryset: QuerySet[AgentRun]
     ) -> HttpResponse:
-        return transcript_response(selectors.transcripts(queryset), "loop-transcripts.json")
+        return transcript_response(transcripts(queryset), "loop-transcripts.json")
 
     def cancel(self, request: HttpRequest, run: AgentRun) -> AgentRun:
         run = cancel_run_as_operator(request.user, run.pk)
@@ -316,7 +317,7 @@ class AgentRunAdmin(AuditAdmin):
     def transcript_view(self, request: HttpRequest, run_id: int) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        found = selectors.transcripts(AgentRun.objects.filter(pk=run_id))
+        found = transcripts(AgentRun.objects.filter(pk=run_id))
         if not found:
             raise Http404(f"No run {run_id}.")
         return transcript_response(found[0], f"loop-run-{run_id}.json")

@@ -1,14 +1,13 @@
-"""What the operators' console reads: a run's timeline and transcript, usage per user and day,
-breaker trip counts, and which runs recalled a memory. Plain selectors; the admin renders them."""
+"""What the operators' console reads: a run's timeline, usage per user and day, breaker trip
+counts, and which runs recalled a memory. Plain selectors; the admin renders them. A run's
+transcript is agent/transcripts.py's, shared with a person's own export."""
 
-import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from typing import Any
 
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
@@ -25,10 +24,7 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
     Unreadable,
-    event_from_dict,
 )
-from agent.history import messages_from_events
-from agent.llm.base import Message
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.wording import resumed_text
 from memory.models import Memory
@@ -44,7 +40,6 @@ FAILED_TOOL_STATUSES = (
     ToolStatus.DENIED,
     ToolStatus.INTERRUPTED,
 )
-TRANSCRIPT_FORMAT = "loop.transcript/1"
 # How much of a text a one-line gist shows.
 GIST_WIDTH = 80
 
@@ -183,70 +178,6 @@ def gist(event: Event | Unreadable) -> str:
             lost = f", lost {event.lost_worker}" if event.lost_worker else ""
             return f"{resumed_text(event.reason, event.by)} (attempt {event.attempt}{lost})"
     return ""
-
-
-def run_summary(run: AgentRun) -> dict[str, Any]:
-    def when(moment: datetime | None) -> str | None:
-        return moment.isoformat() if moment else None
-
-    return {
-        "id": run.pk,
-        "user": run.user.get_username(),
-        "task": run.task,
-        "status": run.status,
-        "halt_reason": run.halt_reason,
-        "answer": run.answer,
-        "error": run.error,
-        "provider": run.provider,
-        "model": run.model,
-        "limits": run.limits,
-        "iterations": run.iterations,
-        "tool_calls": run.tool_calls,
-        "prompt_tokens": run.prompt_tokens,
-        "completion_tokens": run.completion_tokens,
-        "created_at": when(run.created_at),
-        "started_at": when(run.started_at),
-        "finished_at": when(run.finished_at),
-        "cancel_requested_at": when(run.cancel_requested_at),
-        "attempt": run.attempt,
-        "worker": run.worker,
-        "resumes": run.resumes,
-    }
-
-
-def transcripts(runs: QuerySet[AgentRun]) -> list[dict[str, Any]]:
-    """Each run's summary and its whole event log in order: two queries for any selection.
-
-    An export copies the log rather than reading it: each event's `data` is what the log stores,
-    as stored (loop.transcript/1), and `history_from_transcript` reads it back as typed events."""
-    runs = list(runs.select_related("user").order_by("pk"))
-    events = RunEvent.objects.filter(run__in=runs).order_by("run_id", "seq")
-    by_run = {
-        run_id: list(group) for run_id, group in itertools.groupby(events, lambda e: e.run_id)
-    }
-    return [
-        {
-            "format": TRANSCRIPT_FORMAT,
-            "run": run_summary(run),
-            "events": [
-                {
-                    "seq": event.seq,
-                    "kind": event.kind,
-                    "step": event.step,
-                    "created_at": event.created_at.isoformat(),
-                    "data": event.data,
-                }
-                for event in by_run.get(run.pk, [])
-            ],
-        }
-        for run in runs
-    ]
-
-
-def history_from_transcript(transcript: dict[str, Any]) -> list[Message]:
-    """The message history the model saw, rebuilt from an exported transcript alone."""
-    events = sorted(transcript["events"], key=lambda event: event["seq"])
-    return messages_from_events(event_from_dict(e["kind"], e["data"]) for e in events)
 
 
 @dataclass

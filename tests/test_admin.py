@@ -18,8 +18,9 @@ from agent.loop import Limits
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import cancel_run, start_run
 from agent.selectors import history_of
+from agent.transcripts import history_from_transcript, transcripts
 from agent.wording import RUN_SYMBOLS, TOOL_SYMBOLS
-from console.selectors import history_from_transcript, transcripts, usage
+from console.selectors import usage
 from console.widgets import run_badge, tool_badge
 from memory.models import Memory
 from tools.base import ToolStatus
