@@ -2,19 +2,21 @@
 conversation does not exist here. The chat's pages and socket read through these, and a run's
 log comes out as typed events (`Logged`), converted once where it is read."""
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
-from agent.events import Event, Unreadable, event_from_dict, loaded
+from agent.events import Event, MemoriesRecalled, Unreadable, event_from_dict, loaded
 from agent.history import loop_note, messages_from_events
 from agent.llm.base import Message
 from agent.llm.tokens import count_tokens
 from agent.models import FINISHED, AgentRun, Conversation
 from memory.forgetting import remembered_by
 from memory.models import Memory
+from memory.recalled import RecalledMemory
 
 
 def runs_for(user: AbstractBaseUser) -> QuerySet[AgentRun]:
@@ -35,6 +37,28 @@ def run_of(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
 
 def owns_run(user: AbstractBaseUser, run_id: int) -> bool:
     return runs_for(user).filter(pk=run_id).exists()
+
+
+def runs_by_id(user: AbstractBaseUser, ids: Iterable[int | None]) -> dict[int, AgentRun]:
+    """The user's runs of these ids, by id, each with its conversation: the runs that stored
+    their memories. A run of a deleted conversation is still theirs here (its memory outlived
+    it); a reader links to the conversation only while `conversation.deleted_at` is None."""
+    wanted = {run_id for run_id in ids if run_id is not None}
+    runs = AgentRun.objects.filter(user=user, pk__in=wanted).select_related("conversation")
+    return {run.pk: run for run in runs} if wanted else {}
+
+
+def recalled_in(run: AgentRun) -> list[RecalledMemory]:
+    """The memories the run recalled, from its MemoriesRecalled events (a run continued may
+    recall again), each once, in the order they came: none if it recalled nothing, or if this
+    version cannot read the event."""
+    recalled: dict[int, RecalledMemory] = {}
+    for row in run.events.filter(kind=MemoriesRecalled.kind).order_by("seq"):
+        match row.event:
+            case MemoriesRecalled(memories=memories):
+                for memory in memories:
+                    recalled.setdefault(memory.id, memory)
+    return list(recalled.values())
 
 
 def runs_of(conversation: Conversation) -> QuerySet[AgentRun]:

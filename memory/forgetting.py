@@ -1,17 +1,35 @@
 """Forgetting memories on an operator's or their owner's behalf, each one recorded (who, when,
-which)."""
+which).
+
+The record keeps the fact that a memory was forgotten (its id, owner, origin, the run that stored
+it, who forgot it and when), and its text only for LOOP_FORGOTTEN_TEXT_DAYS days: by default not
+at all, so what a person took back is not kept verbatim anywhere they cannot see.
+`purge_forgotten_texts` blanks the texts older than that, and the periodic task calls it.
+"""
 
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from memory.models import ForgottenMemory, Memory
+
+# What a record holds once its text is no longer kept (or never was).
+NOT_KEPT = ""
+
+
+def text_retention() -> timedelta:
+    """How long a forgetting record keeps the forgotten text (zero: not kept at all)."""
+    return timedelta(days=max(settings.LOOP_FORGOTTEN_TEXT_DAYS, 0))
 
 
 def forget(memories: QuerySet[Memory], by: AbstractBaseUser) -> list[ForgottenMemory]:
     """Delete `memories` and record each one, in one transaction: none goes unrecorded."""
+    keep_text = text_retention() > timedelta(0)
     with transaction.atomic():
         doomed = list(memories.select_related("owner").defer("embedding").select_for_update())
         records = ForgottenMemory.objects.bulk_create(
@@ -19,7 +37,7 @@ def forget(memories: QuerySet[Memory], by: AbstractBaseUser) -> list[ForgottenMe
                 memory_id=memory.pk,
                 owner=memory.owner,
                 owner_name=memory.owner.get_username(),
-                text=memory.text,
+                text=memory.text if keep_text else NOT_KEPT,
                 origin=memory.origin,
                 source_run_id=memory.source_run_id,
                 forgotten_by=by,
@@ -29,6 +47,14 @@ def forget(memories: QuerySet[Memory], by: AbstractBaseUser) -> list[ForgottenMe
         )
         Memory.objects.filter(pk__in=[memory.pk for memory in doomed]).delete()
     return records
+
+
+def purge_forgotten_texts(now: datetime | None = None) -> int:
+    """Blank the text of every forgetting record older than the retention; the fact stays.
+    Returns how many records were blanked."""
+    cutoff = (now or timezone.now()) - text_retention()
+    stale = ForgottenMemory.objects.filter(forgotten_at__lte=cutoff).exclude(text=NOT_KEPT)
+    return stale.update(text=NOT_KEPT)
 
 
 def remembered_by(owner: AbstractBaseUser, run_ids: Iterable[int]) -> QuerySet[Memory]:

@@ -1,0 +1,179 @@
+"""The Memories page: what Loop remembers about the person, where each memory came from, and
+forgetting, adding and editing them. Thin adapters over memory.personal and agent.selectors;
+another person's memory or run is 404 here, as their conversations are."""
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from agent import selectors
+from agent.models import AgentRun, Conversation
+from memory import personal
+from memory.models import Memory
+from memory.recalled import RecalledMemory
+
+PER_PAGE = 50
+# The longest search the page takes: a search is words to find, not a document.
+MAX_QUERY_CHARS = 200
+
+ADDED = {
+    "stored": "Remembered.",
+    "duplicate": "Loop already remembers that.",
+    "merged": "Loop remembered something nearly the same: it now has your wording.",
+    "dropped": "Not kept: your memory is full of memories worth more than this one.",
+}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A memory as the page shows it: with the run that stored it, if that run is still the
+    person's, and that run's conversation, if it is still there to link to."""
+
+    memory: Memory
+    run: AgentRun | None
+    conversation: Conversation | None
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """The run of `?run=`: what it recalled, and how many of those are still stored."""
+
+    run: AgentRun
+    conversation: Conversation | None
+    memories: list[RecalledMemory]
+    still_stored: int
+
+
+def counted(count: int) -> str:
+    return f"{count} memor{'y' if count == 1 else 'ies'}"
+
+
+def shown(user: Any, memories: list[Memory]) -> list[Shown]:
+    runs = selectors.runs_by_id(user, (memory.source_run_id for memory in memories))
+    return [
+        Shown(memory, *run_and_conversation(runs.get(memory.source_run_id))) for memory in memories
+    ]
+
+
+def run_and_conversation(run: AgentRun | None) -> tuple[AgentRun | None, Conversation | None]:
+    if run is None or run.conversation is None or run.conversation.deleted_at is not None:
+        return run, None
+    return run, run.conversation
+
+
+def search_of(request: HttpRequest) -> str:
+    """The search as typed, bounded, and without what PostgreSQL cannot compare (NUL)."""
+    return request.GET.get("q", "").replace("\x00", "").strip()[:MAX_QUERY_CHARS]
+
+
+def recalled_run(request: HttpRequest) -> Recalled | None:
+    """The run of `?run=`, the person's own (anyone else's is 404), with what it recalled."""
+    raw = request.GET.get("run", "")
+    if not raw:
+        return None
+    run = selectors.run_of(request.user, int(raw)) if raw.isdigit() else None
+    if run is None:
+        raise Http404("No such run.")
+    recalled = selectors.recalled_in(run)
+    ids = [memory.id for memory in recalled]
+    stored = personal.mine(request.user).filter(pk__in=ids).count()
+    return Recalled(run, run_and_conversation(run)[1], recalled, stored)
+
+
+def memories_page(
+    request: HttpRequest, *, error: str = "", text: str = "", status: int = 200
+) -> HttpResponse:
+    query = search_of(request)
+    recalled = recalled_run(request)
+    found = personal.memories_of(request.user, query)
+    if recalled is not None:
+        found = found.filter(pk__in=[memory.id for memory in recalled.memories])
+    page = Paginator(found, PER_PAGE).get_page(request.GET.get("page"))
+    context = {
+        "query": query,
+        "recalled": recalled,
+        "page": page,
+        "memories": shown(request.user, list(page.object_list)),
+        "total": personal.mine(request.user).count(),
+        "here": here(query, recalled.run.pk if recalled else None),
+        "error": error,
+        "text": text,
+    }
+    return render(request, "chat/memories.html", context, status=status)
+
+
+def here(query: str, run_id: int | None) -> dict[str, str]:
+    """The search and the run the page shows, which every change sends back to return to."""
+    return {key: str(value) for key, value in (("q", query), ("run", run_id)) if value}
+
+
+def back(request: HttpRequest) -> HttpResponse:
+    """To the Memories page as it was: the same search, the same run."""
+    wanted = {key: request.POST.get(key, "") for key in ("q", "run")}
+    query = urlencode({key: value for key, value in wanted.items() if value})
+    return redirect(reverse("memories") + (f"?{query}" if query else ""))
+
+
+@require_GET
+def memories(request: HttpRequest) -> HttpResponse:
+    return memories_page(request)
+
+
+def posted_ids(request: HttpRequest) -> list[int]:
+    raw = request.POST.getlist("id")
+    if not all(value.isdigit() for value in raw):
+        raise Http404("No such memory.")
+    return [int(value) for value in raw]
+
+
+@require_POST
+def forget(request: HttpRequest) -> HttpResponse:
+    """Forget the memories of the `id` fields, or all of them with `all=1`; each forgetting is
+    recorded. Ids none of which are the person's memories are 404."""
+    if request.POST.get("all") == "1":
+        forgotten = personal.forget_all(request.user)
+    else:
+        ids = posted_ids(request)
+        if not ids:
+            messages.info(request, "Nothing was selected: nothing forgotten.")
+            return back(request)
+        forgotten = personal.forget_these(request.user, ids)
+        if not forgotten:
+            raise Http404("No such memory.")
+    messages.success(request, f"Forgot {counted(len(forgotten))}.")
+    return back(request)
+
+
+@require_POST
+def add(request: HttpRequest) -> HttpResponse:
+    """Remember what the person wrote ("Remember this"); the page says what became of it."""
+    text = request.POST.get("text", "")
+    try:
+        done = personal.add_by_hand(request.user, text)
+    except personal.InvalidMemory as error:
+        return memories_page(request, error=f"Not remembered: {error}", text=text, status=400)
+    messages.success(request, ADDED[done.outcome])
+    return back(request)
+
+
+@require_POST
+def edit(request: HttpRequest, memory_id: int) -> HttpResponse:
+    """Give one memory a new text (re-embedded, so recall finds it by the new words)."""
+    try:
+        done = personal.edit(request.user, memory_id, request.POST.get("text", ""))
+    except Memory.DoesNotExist:
+        raise Http404("No such memory.") from None
+    except personal.InvalidMemory as error:
+        return memories_page(request, error=f"Not changed: {error}", status=400)
+    said = "Memory changed."
+    if done.absorbed:
+        said += f" It also takes the place of {counted(len(done.absorbed))} that said the same."
+    messages.success(request, said)
+    return back(request)
