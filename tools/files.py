@@ -19,14 +19,14 @@ MAX_WRITE_BYTES = 1_000_000
 MAX_LIST_ENTRIES = 1_000
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK so that opening a FIFO cannot hang the worker; O_NOCTTY so a tty never becomes ours.
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _TEMP_TOKEN_BYTES = 8
 # Long enough to recognise the file, short enough that the temp name stays under NAME_MAX.
 _TEMP_STEM_CHARS = 200
-_TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{16}\.tmp", re.DOTALL)
+TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{16}\.tmp", re.DOTALL)
 _DRIVE_LETTER = re.compile(r"[A-Za-z]:")
 _READ_CHUNK = 64 * 1024
 _EXAMPLE = "like 'notes/todo.txt'"
@@ -66,7 +66,7 @@ class ListFilesArguments(BaseModel):
 # Paths -------------------------------------------------------------------------------------------
 
 
-def _components(path: str) -> list[str]:
+def path_components(path: str) -> list[str]:
     """The names along a relative path, after refusing anything that could lead outside."""
     _refuse_hostile(path)
     return [name for name in path.split("/") if name not in ("", ".")]
@@ -103,12 +103,12 @@ def _refuse_hostile(path: str) -> None:
 
 
 def _file_components(path: str) -> list[str]:
-    """Like _components, for a path that must name a file rather than the workspace itself."""
+    """Like path_components, for a path that must name a file rather than the workspace itself."""
     if not path:
         raise ToolDenied(
             f"The path is empty. Give a file path relative to your workspace, {_EXAMPLE}."
         )
-    names = _components(path)
+    names = path_components(path)
     if not names:
         raise ToolError(
             f"{path!r} is your workspace root, not a file. Use list_files to see its contents "
@@ -128,14 +128,14 @@ def _symlink_denied(shown: str) -> ToolDenied:
     )
 
 
-def _is_symlink(directory: int, name: str) -> bool:
+def is_symlink(directory: int, name: str) -> bool:
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
     except OSError:
         return False
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
     if stat.S_ISFIFO(mode):
         return "a FIFO"
     if stat.S_ISSOCK(mode):
@@ -158,7 +158,7 @@ def _reporting_failures(verb: str, shown: str) -> Iterator[None]:
 # Walking the workspace with file descriptors, so no symlink swapped in mid-call is ever followed --
 
 
-def _open_root(workspace: Path, stack: ExitStack) -> int:
+def open_root(workspace: Path, stack: ExitStack) -> int:
     try:
         root = os.open(workspace, _ROOT_FLAGS)
     except OSError:
@@ -167,7 +167,7 @@ def _open_root(workspace: Path, stack: ExitStack) -> int:
     return root
 
 
-def _owner(root: int) -> Owner | None:
+def owner_of(root: int) -> Owner | None:
     """Whom new entries must belong to: snippets run as the workspace's owner and must edit them."""
     if os.geteuid() != 0:
         return None
@@ -179,7 +179,7 @@ def _enter(parent: int, names: list[str], depth: int, stack: ExitStack) -> int:
     """Open directory names[depth] inside parent, refusing it if it is a symlink."""
     name = names[depth]
     try:
-        directory = os.open(name, _DIRECTORY_FLAGS, dir_fd=parent)
+        directory = os.open(name, DIRECTORY_FLAGS, dir_fd=parent)
     except OSError as error:
         raise _directory_error(error, parent, name, _shown(names[: depth + 1])) from None
     stack.callback(os.close, directory)
@@ -188,7 +188,7 @@ def _enter(parent: int, names: list[str], depth: int, stack: ExitStack) -> int:
 
 def _directory_error(error: OSError, parent: int, name: str, shown: str) -> ToolError:
     # With O_DIRECTORY, Linux reports a symlink as ENOTDIR rather than ELOOP.
-    if error.errno in (errno.ELOOP, errno.ENOTDIR) and _is_symlink(parent, name):
+    if error.errno in (errno.ELOOP, errno.ENOTDIR) and is_symlink(parent, name):
         return _symlink_denied(shown)
     if error.errno == errno.ENOTDIR:
         return ToolError(
@@ -248,7 +248,7 @@ def read_file(args: ReadFileArguments, context: ToolContext) -> str:
     names = _file_components(args.path)
     shown = _shown(names)
     with ExitStack() as stack, _reporting_failures("read", shown):
-        directory = _walk(_open_root(context.workspace, stack), names[:-1], stack)
+        directory = _walk(open_root(context.workspace, stack), names[:-1], stack)
         data = _read_regular(_open_for_reading(directory, names[-1], shown, stack), shown)
     if not data:
         return f"{shown} is empty (0 bytes)."
@@ -257,14 +257,14 @@ def read_file(args: ReadFileArguments, context: ToolContext) -> str:
 
 def _open_for_reading(directory: int, name: str, shown: str, stack: ExitStack) -> int:
     try:
-        handle = os.open(name, _READ_FLAGS, dir_fd=directory)
+        handle = os.open(name, READ_FLAGS, dir_fd=directory)
     except FileNotFoundError:
         raise ToolError(
             f"{shown} does not exist in your workspace. Use list_files to see what is there, "
             "or write_file to create it."
         ) from None
     except OSError as error:
-        if error.errno == errno.ELOOP and _is_symlink(directory, name):
+        if error.errno == errno.ELOOP and is_symlink(directory, name):
             raise _symlink_denied(shown) from None
         raise
     stack.callback(os.close, handle)
@@ -278,7 +278,7 @@ def _read_regular(handle: int, shown: str) -> bytes:
             f"{shown} is a directory. Use list_files with path {shown!r} to see what it contains."
         )
     if not stat.S_ISREG(info.st_mode):
-        raise ToolDenied(f"{shown} is {_kind(info.st_mode)}; read_file only reads regular files.")
+        raise ToolDenied(f"{shown} is {kind_of(info.st_mode)}; read_file only reads regular files.")
     _check_read_size(info.st_size, shown)
     # The file may grow after fstat: read one byte past the cap to notice.
     data = _read_at_most(handle, MAX_READ_BYTES + 1)
@@ -329,8 +329,8 @@ def write_file(args: WriteFileArguments, context: ToolContext) -> str:
         )
     data = _encode(args.content)
     with ExitStack() as stack, _reporting_failures("write", shown):
-        root = _open_root(context.workspace, stack)
-        owner = _owner(root)
+        root = open_root(context.workspace, stack)
+        owner = owner_of(root)
         budget = stack.enter_context(admitted(root))
         missing = _missing_directories(root, names[:-1], stack)
         if missing:  # the file is new too, in directories the quota must admit with it
@@ -384,14 +384,14 @@ def _replaced_size(directory: int, name: str, shown: str) -> int | None:
             f"inside it, like '{shown}/file.txt', or choose another name."
         )
     if not stat.S_ISREG(mode):
-        raise ToolDenied(f"{shown} is {_kind(mode)}; write_file only replaces regular files.")
+        raise ToolDenied(f"{shown} is {kind_of(mode)}; write_file only replaces regular files.")
     return info.st_size
 
 
 def _write_atomically(directory: int, name: str, data: bytes, owner: Owner | None) -> None:
     """Write a temp file beside the target, then rename it over: a crash leaves old or new."""
-    temp = f".{name[:_TEMP_STEM_CHARS]}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
-    handle = os.open(temp, _TEMP_FLAGS, 0o644, dir_fd=directory)
+    temp = temp_name(name)
+    handle = os.open(temp, TEMP_FLAGS, 0o644, dir_fd=directory)
     try:
         try:
             if owner is not None:
@@ -407,6 +407,11 @@ def _write_atomically(directory: int, name: str, data: bytes, owner: Owner | Non
         raise
 
 
+def temp_name(name: str) -> str:
+    """A hidden name beside `name` that list_files never shows (it matches TEMP_NAME)."""
+    return f".{name[:_TEMP_STEM_CHARS]}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
+
+
 def _write_all(handle: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -417,11 +422,11 @@ def _write_all(handle: int, data: bytes) -> None:
 
 
 def list_files(args: ListFilesArguments, context: ToolContext) -> str:
-    names = _components(args.path)
+    names = path_components(args.path)
     shown = _shown(names)
     with ExitStack() as stack, _reporting_failures("list", shown):
-        directory = _walk(_open_root(context.workspace, stack), names, stack)
-        entries = sorted(name for name in os.listdir(directory) if not _TEMP_NAME.fullmatch(name))
+        directory = _walk(open_root(context.workspace, stack), names, stack)
+        entries = sorted(name for name in os.listdir(directory) if not TEMP_NAME.fullmatch(name))
         lines = [_describe_entry(directory, name) for name in entries[:MAX_LIST_ENTRIES]]
     return _listing(shown, lines, len(entries))
 
@@ -439,7 +444,7 @@ def _describe_entry(directory: int, name: str) -> str:
         return f"{label}/"
     if stat.S_ISREG(info.st_mode):
         return f"{label} ({info.st_size:,} bytes)"
-    return f"{label} ({_kind(info.st_mode)})"
+    return f"{label} ({kind_of(info.st_mode)})"
 
 
 def _listing(shown: str, lines: list[str], total: int) -> str:

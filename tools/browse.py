@@ -1,0 +1,483 @@
+"""The workspace as its person sees it in the Files panel: list, open, download, delete, upload.
+
+Confined exactly like the file tools (tools.files): every path goes through the same rules (no
+'..', no absolute path, no NUL or control characters), every directory is opened one component at
+a time without following a symlink, and every write is admitted by the workspace quota under the
+workspace's lock (tools.quota). The messages here are for a person, not for the model.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import unicodedata
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from tools.base import ToolError
+from tools.files import (
+    DIRECTORY_FLAGS,
+    READ_FLAGS,
+    TEMP_FLAGS,
+    TEMP_NAME,
+    is_symlink,
+    kind_of,
+    open_root,
+    owner_of,
+    path_components,
+    temp_name,
+)
+from tools.quota import Quota, admitted
+
+MAX_SHOWN_ENTRIES = 1_000
+VIEW_MAX_BYTES = 200_000  # of a text file shown inline; the rest is for the download
+CLASH_CHOICES = ("replace", "keep")
+_UTF8_LONGEST = 4
+# Bidirectional controls reorder what a name looks like ("txt.exe" shown as "exe.txt").
+_BIDI = {
+    "\u061c",
+    "\u200e",
+    "\u200f",
+    *map(chr, range(0x202A, 0x202F)),
+    *map(chr, range(0x2066, 0x206A)),
+}
+
+
+class BrowseError(Exception):
+    """A request the panel refuses, with the sentence the person reads."""
+
+    status = 400
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(BrowseError):
+    """Nothing of that name in this person's workspace (another person's files included)."""
+
+    status = 404
+
+
+class Clash(BrowseError):
+    """An upload whose name is taken, and no choice made between replacing and keeping both."""
+
+    status = 409
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    path: str  # from the workspace root, '/'-separated
+    size: int
+    modified: datetime
+    is_folder: bool
+    kind: str  # "file", "folder", "symlink" or what else it is ("a FIFO")
+
+
+@dataclass(frozen=True)
+class Listing:
+    folder: str  # "" for the root
+    entries: list[Entry]
+    total: int  # entries in the folder; only the newest MAX_SHOWN_ENTRIES are in `entries`
+
+    @property
+    def parents(self) -> list[tuple[str, str]]:
+        """(name, path) of each folder from the root down to this one, for the breadcrumbs."""
+        names = self.folder.split("/") if self.folder else []
+        return [(name, "/".join(names[: depth + 1])) for depth, name in enumerate(names)]
+
+
+@dataclass(frozen=True)
+class TextPart:
+    path: str
+    text: str
+    size: int
+    shown_bytes: int
+
+    @property
+    def cut(self) -> bool:
+        return self.shown_bytes < self.size
+
+
+@dataclass
+class Download:
+    name: str
+    size: int
+    file: BinaryIO  # open on the very file checked; the caller closes it
+
+
+# Paths -------------------------------------------------------------------------------------------
+
+
+def components(path: str) -> list[str]:
+    """The names along a path the person gave, by the file tools' rules, plus no bidi control."""
+    try:
+        names = path_components(path)
+    except ToolError as refused:
+        raise BrowseError(str(refused)) from None
+    refuse_unshowable(path)
+    return names
+
+
+def refuse_unshowable(text: str) -> None:
+    """Refuse what would make a name look like another: C1 controls and bidirectional marks."""
+    bidi = next((char for char in text if char in _BIDI), None)
+    if bidi is not None:
+        raise BrowseError(
+            f"The name {text!r} contains the bidirectional control U+{ord(bidi):04X}, which can "
+            "make a name look like another. Rename the file without it."
+        )
+    control = next((char for char in text if unicodedata.category(char) == "Cc"), None)
+    if control is not None:
+        raise BrowseError(f"The name {text!r} contains the control character {control!r}.")
+
+
+def file_components(path: str) -> list[str]:
+    names = components(path)
+    if not names:
+        raise BrowseError("That is your workspace itself, not a file: choose a file in it.")
+    return names
+
+
+def check_upload_name(name: str) -> str:
+    """An uploaded file's name, refused unless it is one plain name under the same rules."""
+    if not name:
+        raise BrowseError("A file was sent without a name.")
+    names = components(name)
+    if len(names) != 1 or names[0] != name:
+        raise BrowseError(
+            f"The name {name!r} is a path: give the file a plain name, and choose the folder "
+            "in the panel."
+        )
+    if TEMP_NAME.fullmatch(name):
+        raise BrowseError(f"The name {name!r} is reserved for files being written.")
+    return name
+
+
+def _shown(names: list[str]) -> str:
+    return "/".join(names)
+
+
+@contextmanager
+def _workspace(workspace: Path) -> Iterator[tuple[ExitStack, int]]:
+    with ExitStack() as stack:
+        try:
+            root = open_root(workspace, stack)
+        except ToolError as error:
+            raise BrowseError(str(error)) from None
+        try:
+            yield stack, root
+        except OSError as error:
+            raise BrowseError(
+                f"That did not work: {error.strerror or type(error).__name__}."
+            ) from None
+
+
+def _open_folder(root: int, names: list[str], stack: ExitStack) -> int:
+    """Open the folder at names below root, one component at a time, following no symlink."""
+    directory = root
+    for depth, name in enumerate(names):
+        shown = _shown(names[: depth + 1])
+        try:
+            child = os.open(name, DIRECTORY_FLAGS, dir_fd=directory)
+        except OSError as error:
+            raise _folder_error(error, directory, name, shown) from None
+        stack.callback(os.close, child)
+        directory = child
+    return directory
+
+
+def _folder_error(error: OSError, parent: int, name: str, shown: str) -> BrowseError:
+    # With O_DIRECTORY, Linux reports a symlink as ENOTDIR rather than ELOOP.
+    if error.errno in (errno.ELOOP, errno.ENOTDIR) and is_symlink(parent, name):
+        return BrowseError(f"{shown} is a symlink, and the Files panel never follows one.")
+    if error.errno == errno.ENOTDIR:
+        return BrowseError(f"{shown} is a file, not a folder.")
+    if error.errno == errno.ENOENT:
+        return _gone(shown)
+    return BrowseError(f"Could not open {shown}: {error.strerror}.")
+
+
+def _gone(shown: str) -> NotFound:
+    return NotFound(
+        f"{shown} is not in your workspace (it may have been deleted or renamed since the list "
+        "was shown)."
+    )
+
+
+# Listing -----------------------------------------------------------------------------------------
+
+
+def list_folder(workspace: Path, folder: str = "") -> Listing:
+    """The folder's entries, newest first (files being written are not shown)."""
+    names = components(folder)
+    with _workspace(workspace) as (stack, root):
+        directory = _open_folder(root, names, stack)
+        found = [
+            entry
+            for name in os.listdir(directory)
+            if not TEMP_NAME.fullmatch(name)
+            and (entry := _entry(directory, name, names)) is not None
+        ]
+    found.sort(key=lambda entry: (entry.modified, entry.name), reverse=True)
+    return Listing(_shown(names), found[:MAX_SHOWN_ENTRIES], len(found))
+
+
+def _entry(directory: int, name: str, names: list[str]) -> Entry | None:
+    try:
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:  # deleted while listing
+        return None
+    mode = info.st_mode
+    if stat.S_ISDIR(mode):
+        kind = "folder"
+    elif stat.S_ISREG(mode):
+        kind = "file"
+    elif stat.S_ISLNK(mode):
+        kind = "symlink"
+    else:
+        kind = kind_of(mode)
+    modified = datetime.fromtimestamp(info.st_mtime, UTC)
+    size = info.st_size if stat.S_ISREG(mode) else 0
+    return Entry(name, _shown([*names, name]), size, modified, stat.S_ISDIR(mode), kind)
+
+
+# Opening -----------------------------------------------------------------------------------------
+
+
+def _open_file(root: int, names: list[str], stack: ExitStack) -> tuple[int, os.stat_result]:
+    """An open descriptor on the regular file at names, never through a symlink."""
+    shown = _shown(names)
+    directory = _open_folder(root, names[:-1], stack)
+    try:
+        handle = os.open(names[-1], READ_FLAGS, dir_fd=directory)
+    except FileNotFoundError:
+        raise _gone(shown) from None
+    except OSError as error:
+        if error.errno == errno.ELOOP and is_symlink(directory, names[-1]):
+            raise BrowseError(
+                f"{shown} is a symlink, and the Files panel never follows one."
+            ) from None
+        raise
+    stack.callback(os.close, handle)
+    info = os.fstat(handle)
+    if stat.S_ISDIR(info.st_mode):
+        raise BrowseError(f"{shown} is a folder: open it from the list.")
+    if not stat.S_ISREG(info.st_mode):
+        raise BrowseError(f"{shown} is {kind_of(info.st_mode)}, not a file that can be opened.")
+    return handle, info
+
+
+def open_text(workspace: Path, path: str, limit: int = VIEW_MAX_BYTES) -> TextPart:
+    """The start of a UTF-8 text file (at most `limit` bytes, cut at a character boundary)."""
+    names = file_components(path)
+    with _workspace(workspace) as (stack, root):
+        handle, info = _open_file(root, names, stack)
+        data = _read_at_most(handle, limit + 1)  # one byte more: was the file cut?
+    part = data[:limit]
+    text = _decode(part, cut=len(data) > limit, shown=_shown(names))
+    return TextPart(_shown(names), text, max(info.st_size, len(data)), len(part))
+
+
+def _read_at_most(handle: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    while limit > 0 and (chunk := os.read(handle, min(limit, 64 * 1024))):
+        chunks.append(chunk)
+        limit -= len(chunk)
+    return b"".join(chunks)
+
+
+def _decode(data: bytes, *, cut: bool, shown: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        # A cut may split the last character; anything else is not text.
+        split = error.start >= len(data) - _UTF8_LONGEST and "unexpected end" in error.reason
+        if cut and split:
+            return data[: error.start].decode("utf-8")
+        raise BrowseError(
+            f"{shown} is not UTF-8 text, so it cannot be shown here: download it."
+        ) from None
+
+
+def open_download(workspace: Path, path: str) -> Download:
+    """The file, opened for reading: the caller streams it and closes it."""
+    names = file_components(path)
+    with _workspace(workspace) as (stack, root):
+        handle, info = _open_file(root, names, stack)
+        duplicate = os.dup(handle)
+    return Download(names[-1], info.st_size, os.fdopen(duplicate, "rb"))
+
+
+# Deleting ----------------------------------------------------------------------------------------
+
+
+def delete(workspace: Path, path: str) -> str:
+    """Delete a file or a symlink (the link itself), or an empty folder; a folder with anything
+    in it is refused, so that one click never deletes more than the person saw."""
+    names = file_components(path)
+    shown = _shown(names)
+    with _workspace(workspace) as (stack, root), admitted(root):
+        directory = _open_folder(root, names[:-1], stack)
+        try:
+            info = os.stat(names[-1], dir_fd=directory, follow_symlinks=False)
+        except FileNotFoundError:
+            raise _gone(shown) from None
+        if stat.S_ISDIR(info.st_mode):
+            return _delete_folder(directory, names[-1], shown)
+        os.unlink(names[-1], dir_fd=directory)
+    return f"Deleted {shown}."
+
+
+def _delete_folder(directory: int, name: str, shown: str) -> str:
+    try:
+        os.rmdir(name, dir_fd=directory)
+    except OSError as error:
+        if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise BrowseError(
+                f"{shown} is a folder with files in it: delete them first (only an empty folder "
+                "is deleted)."
+            ) from None
+        raise
+    return f"Deleted the empty folder {shown}."
+
+
+# Uploading ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Incoming:
+    """An upload being written to a hidden temporary file in the workspace's root."""
+
+    root: int  # the workspace, open; owned by the caller
+    temp: str
+    handle: int | None
+    written: int = 0
+
+    def write(self, data: bytes) -> None:
+        if self.handle is None:
+            raise BrowseError("This upload was already finished.")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.handle, view) :]
+        self.written += len(data)
+
+    def finish(self) -> None:
+        if self.handle is not None:
+            os.fsync(self.handle)
+            os.close(self.handle)
+            self.handle = None
+
+    def discard(self) -> None:
+        if self.handle is not None:
+            os.close(self.handle)
+            self.handle = None
+        with suppress(OSError):
+            os.unlink(self.temp, dir_fd=self.root)
+
+
+def open_workspace(workspace: Path) -> int:
+    """The workspace's root, open, for an upload that spans a request (the caller closes it)."""
+    try:
+        return os.open(workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise BrowseError("Your workspace is not available right now. Try again later.") from None
+
+
+def begin_upload(root: int, name: str) -> Incoming:
+    """A temporary file for `name`, hidden from every listing until store_upload names it."""
+    temp = temp_name(name)
+    handle = os.open(temp, TEMP_FLAGS, 0o644, dir_fd=root)
+    owner = owner_of(root)
+    if owner is not None:
+        os.fchown(handle, *owner)
+    return Incoming(root, temp, handle)
+
+
+def room(root: int) -> tuple[int, int]:
+    """The bytes and the files the workspace has room for now (a first check; store_upload
+    checks again under the lock)."""
+    with admitted(root) as budget:
+        return (
+            budget.quota.max_bytes - budget.used.bytes,
+            budget.quota.max_files - budget.used.files,
+        )
+
+
+def store_upload(incoming: Incoming, folder: str, name: str, on_clash: str = "") -> str:
+    """Give a complete upload its name in folder, under the workspace's lock and quota.
+
+    The temporary file already counts in the workspace's use, so the check is that the
+    workspace, with it, is within its quota (a run may have written meanwhile).
+    """
+    names = components(folder)
+    check_upload_name(name)
+    if on_clash and on_clash not in CLASH_CHOICES:
+        raise BrowseError(f"on_clash must be one of {', '.join(CLASH_CHOICES)}, not {on_clash!r}.")
+    with ExitStack() as stack, admitted(incoming.root) as budget:
+        directory = _open_folder(incoming.root, names, stack)
+        target, replaced = _target(directory, name, _shown([*names, name]), on_clash)
+        quota, used = budget.quota, budget.used
+        if used.bytes - (replaced or 0) > quota.max_bytes or used.files > quota.max_files:
+            raise BrowseError(_over_quota(name, quota, used.bytes - incoming.written))
+        os.rename(incoming.temp, target, src_dir_fd=incoming.root, dst_dir_fd=directory)
+    verb = "Uploaded" if replaced is None else "Replaced"
+    return f"{verb} {_shown([*names, target])} ({incoming.written:,} bytes)."
+
+
+def _over_quota(name: str, quota: Quota, used_bytes: int) -> str:
+    return (
+        f"{name} was not stored: it would take your workspace past its quota "
+        f"({used_bytes:,} of {quota.max_bytes:,} bytes used, at most {quota.max_files:,} files). "
+        "Delete files you no longer need and try again."
+    )
+
+
+def over_quota(name: str, root: int) -> str:
+    """The refusal for an upload the quota has no room for, with what the workspace holds."""
+    with admitted(root) as budget:
+        return _over_quota(name, budget.quota, budget.used.bytes)
+
+
+def _target(directory: int, name: str, shown: str, on_clash: str) -> tuple[str, int | None]:
+    """The name to store under and the size of the file it replaces (None: a new file), by the
+    person's choice on a clash."""
+    try:
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return name, None
+    if on_clash == "keep":
+        return _free_name(directory, name), None
+    if on_clash == "replace":
+        if not stat.S_ISREG(info.st_mode):
+            raise BrowseError(f"{shown} is {_what(info.st_mode)}, which an upload never replaces.")
+        return name, info.st_size
+    raise Clash(f"{shown} already exists: replace it, or keep both (the upload as a new name).")
+
+
+def _what(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    return kind_of(mode)
+
+
+def _free_name(directory: int, name: str) -> str:
+    """'name (2).ext', 'name (3).ext'...: the first that is free."""
+    stem, dot, extension = name.rpartition(".")
+    if not stem:  # no extension, or a dotfile
+        stem, dot, extension = name, "", ""
+    for number in range(2, 10_000):
+        candidate = f"{stem} ({number}){dot}{extension}"
+        try:
+            os.stat(candidate, dir_fd=directory, follow_symlinks=False)
+        except FileNotFoundError:
+            return candidate
+    raise BrowseError(f"Too many copies of {name} already: rename some first.")
