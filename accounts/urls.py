@@ -1,5 +1,5 @@
 """Logins: Django's own views for log in and log out (POST only), password change counted by
-django-axes like a login, and sign-up."""
+django-axes like a login, sign-up, and a person's own data: export it, or delete the account."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
@@ -18,4 +18,8 @@ urlpatterns = [
         name="password_change_done",
     ),
     path("signup/", views.signup, name="signup"),
+    path("data/", views.my_data, name="my_data"),
+    path("data/export/", views.export, name="my_data_export"),
+    path("data/delete/", views.delete, name="my_data_delete"),
+    path("data/deleted/", views.deleted, name="account_deleted"),
 ]

@@ -1,23 +1,29 @@
 """Sign-up, governed by LOOP_SIGNUP: `approve` (staff approve the account), `open`, or `off`;
-and the password change, whose old password django-axes counts like a login.
+the password change, whose old password django-axes counts like a login; and a person's own data
+(agent/my_data.py): its export as one zip, and deleting the account after a password check.
 
 Loop runs code for whoever has an account, so by default a new account waits, inactive, until
 an operator approves it on the console's sign-ups page. Sign-ups are throttled per address
 (LOOP_SIGNUP_PER_HOUR), and a name that is taken or looks like one that is makes no account.
 """
 
+import tempfile
 from typing import Any
 
+from django import forms
 from django.conf import settings
-from django.contrib.auth import login
+from django.contrib.auth import authenticate, login, logout
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import ValidationError
+from django.http import FileResponse, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from accounts import signups
 from accounts.forms import SignUpForm, ThrottledPasswordChangeForm
+from agent.my_data import AccountNotDeleted, delete_account, export_zip, held_by
 
 # The backend a fresh account logs in with (the first one, axes, only counts failures).
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
@@ -61,3 +67,71 @@ class PasswordChangeView(auth_views.PasswordChangeView):
 
     def get_form_kwargs(self) -> dict[str, Any]:
         return super().get_form_kwargs() | {"request": self.request}
+
+
+class DeleteAccountForm(forms.Form):
+    """The password, checked as a login attempt (as the password change does), so that a
+    stolen session cannot guess it for ever before deleting the account."""
+
+    password = forms.CharField(
+        label="Your password",
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}),
+    )
+
+    def __init__(self, *args: Any, request: HttpRequest, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.request = request
+
+    def clean_password(self) -> str:
+        password = self.cleaned_data["password"]
+        user = self.request.user
+        checked = authenticate(self.request, username=user.get_username(), password=password)
+        if checked is None or checked.pk != user.pk:
+            raise ValidationError("That is not your password. Nothing was deleted.")
+        return password
+
+
+def my_data_page(request: HttpRequest, form: DeleteAccountForm) -> HttpResponse:
+    context = {"form": form, "held": held_by(request.user)}
+    return render(request, "accounts/my_data.html", context)
+
+
+@require_GET
+def my_data(request: HttpRequest) -> HttpResponse:
+    return my_data_page(request, DeleteAccountForm(request=request))
+
+
+@require_GET
+def export(request: HttpRequest) -> FileResponse:
+    """The zip is built in a temporary file (gone once the answer is sent or dropped), so a large
+    workspace is streamed from disk rather than held in memory."""
+    archive = tempfile.TemporaryFile(suffix=".zip")  # noqa: SIM115 (FileResponse closes it)
+    try:
+        export_zip(request.user, archive)
+        archive.seek(0)
+    except BaseException:
+        archive.close()
+        raise
+    name = f"loop-data-{timezone.now():%Y-%m-%d}.zip"
+    return FileResponse(archive, as_attachment=True, filename=name, content_type="application/zip")
+
+
+@require_POST
+def delete(request: HttpRequest) -> HttpResponse:
+    form = DeleteAccountForm(request.POST, request=request)
+    if not form.is_valid():
+        return my_data_page(request, form)
+    try:
+        delete_account(request.user, form.cleaned_data["password"])
+    except AccountNotDeleted as refused:
+        form.add_error(None, str(refused))
+        return my_data_page(request, form)
+    logout(request)
+    return redirect("account_deleted")
+
+
+@login_not_required
+@require_GET
+def deleted(request: HttpRequest) -> HttpResponse:
+    return render(request, "accounts/account_deleted.html")

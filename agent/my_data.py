@@ -1,0 +1,359 @@
+"""A person's own data: all of it exported as one zip, or the account deleted (docs/privacy.md).
+
+The export holds what Loop keeps about the person: their account, their conversations with every
+run's transcript (the same loop.transcript/1 the operators' console exports), their runs outside
+any conversation, their memories and their workspace's files. It is written into a file the
+caller gives (a temporary file, for the web), a file of the workspace at a time in chunks, so a
+large workspace never sits in memory.
+
+Deleting the account removes the person and what is theirs, and keeps the operators' audit of
+what the account's runs did, without the person: the runs are handed to a placeholder account
+that no one can log in to, and lose their conversation.
+"""
+
+import json
+import os
+import posixpath
+import secrets
+import shutil
+import stat
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from django.apps import apps
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.contenttypes.models import ContentType
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from agent.models import FINISHED, AgentRun, Conversation, RunResume
+from agent.runs import request_cancel
+from agent.transcripts import transcripts
+from memory.forgetting import forget
+from memory.models import ForgottenMemory, Memory
+from tools.workspace import workspace_path
+
+EXPORT_FORMAT = "loop.export/1"
+# How many runs outside conversations one query of their transcripts reads at once.
+LOOSE_RUNS_PER_BATCH = 100
+# How much of a file is read at a time into the zip.
+CHUNK_BYTES = 1024 * 1024
+# A zip entry's date cannot be older than this (the format counts from 1980).
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+# How long a conversation's name in the zip may be.
+SLUG_CHARS = 50
+# The placeholder that keeps a deleted account's runs: "deleted-" and this many random hex digits.
+PLACEHOLDER_PREFIX = "deleted-"
+PLACEHOLDER_HEX = 12
+# A forgetting record of a deleted account keeps no text, whatever the retention.
+NO_TEXT = ""
+
+README = """\
+Your data from Loop, exported {exported} for {username}.
+
+account.json        Your account: name, e-mail, when you joined and last logged in.
+conversations/      One file per conversation, <id>-<title>.json: its title, when it was
+                    started, updated and (if you deleted it) deleted, and every run's
+                    transcript, oldest first. Conversations you deleted are included: Loop
+                    keeps their runs for its operators' audit until you delete your account.
+runs/               Your runs outside any conversation (started from the terminal), one
+                    transcript per file, <id>.json.
+memories.json       What Loop remembers about you: each memory's text, where it came from
+                    (a run's outcome, or remembered on purpose), when it was stored and last
+                    changed, how often and when it was last recalled, and the run that stored it.
+files/              Your workspace, as the agent's file tools see it.{skipped}
+
+A transcript is the JSON the operators' console exports (format loop.transcript/1): the run's
+summary and its whole event log, each event's data as the log stores it. See docs/privacy.md
+and docs/admin.md in Loop's source.
+"""
+
+
+class AccountNotDeleted(Exception):
+    """Deleting the account was refused, and nothing was changed; the message says why."""
+
+
+class WrongPassword(AccountNotDeleted):
+    pass
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """What deleting an account did: who keeps its runs now, and how much went."""
+
+    placeholder: AbstractBaseUser
+    runs_cancelled: int
+    runs_anonymised: int
+    memories: int
+    conversations: int
+
+
+# The export ----------------------------------------------------------------------------------
+
+
+def held_by(user: AbstractBaseUser) -> dict[str, int]:
+    """How much Loop keeps of the person, for the page that offers to export or delete it."""
+    return {
+        "conversations": Conversation.objects.filter(owner=user).count(),
+        "runs": AgentRun.objects.filter(user=user).count(),
+        "memories": Memory.objects.filter(owner=user).count(),
+    }
+
+
+def export_zip(user: AbstractBaseUser, destination: IO[bytes]) -> None:
+    """Write everything Loop keeps of `user` into `destination`, as one zip."""
+    with zipfile.ZipFile(destination, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        write_json(archive, "account.json", account_of(user))
+        for conversation in Conversation.objects.filter(owner=user).order_by("pk"):
+            write_json(archive, conversation_name(conversation), conversation_of(conversation))
+        for transcript in loose_transcripts(user):
+            write_json(archive, f"runs/{transcript['run']['id']}.json", transcript)
+        write_json(archive, "memories.json", memories_of(user))
+        skipped = write_workspace(archive, workspace_path(user.pk))
+        archive.writestr("README.txt", readme(user, skipped))
+
+
+def write_json(archive: zipfile.ZipFile, name: str, content: Any) -> None:
+    archive.writestr(name, json.dumps(content, indent=2, ensure_ascii=False))
+
+
+def when(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def account_of(user: AbstractBaseUser) -> dict[str, Any]:
+    return {
+        "format": EXPORT_FORMAT,
+        "username": user.get_username(),
+        "email": getattr(user, "email", ""),
+        "first_name": getattr(user, "first_name", ""),
+        "last_name": getattr(user, "last_name", ""),
+        "date_joined": when(getattr(user, "date_joined", None)),
+        "last_login": when(user.last_login),
+    }
+
+
+def conversation_name(conversation: Conversation) -> str:
+    slug = slugify(conversation.title)[:SLUG_CHARS].strip("-") or "conversation"
+    return f"conversations/{conversation.pk}-{slug}.json"
+
+
+def conversation_of(conversation: Conversation) -> dict[str, Any]:
+    """The conversation and its runs' transcripts, oldest first: two queries for its runs."""
+    return {
+        "id": conversation.pk,
+        "title": conversation.title,
+        "created_at": when(conversation.created_at),
+        "updated_at": when(conversation.updated_at),
+        "deleted_at": when(conversation.deleted_at),
+        "runs": transcripts(conversation.runs.all()),
+    }
+
+
+def loose_transcripts(user: AbstractBaseUser) -> Iterator[dict[str, Any]]:
+    """The transcripts of the user's runs outside any conversation, a batch at a time, so a
+    long history is never read whole."""
+    ids = list(
+        AgentRun.objects.filter(user=user, conversation__isnull=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    for start in range(0, len(ids), LOOSE_RUNS_PER_BATCH):
+        batch = ids[start : start + LOOSE_RUNS_PER_BATCH]
+        yield from transcripts(AgentRun.objects.filter(pk__in=batch))
+
+
+def memories_of(user: AbstractBaseUser) -> list[dict[str, Any]]:
+    memories = Memory.objects.filter(owner=user).defer("embedding").order_by("pk")
+    return [
+        {
+            "id": memory.pk,
+            "text": memory.text,
+            "origin": memory.origin,
+            "stored_at": when(memory.created_at),
+            "updated_at": when(memory.updated_at),
+            "recall_count": memory.recall_count,
+            "last_recalled_at": when(memory.last_recalled_at),
+            "source_run_id": memory.source_run_id,
+        }
+        for memory in memories
+    ]
+
+
+def readme(user: AbstractBaseUser, skipped: list[str]) -> str:
+    note = ""
+    if skipped:
+        listed = "".join(f"\n                      {name}" for name in skipped)
+        note = (
+            "\n                    Not included: these are not plain files, or could not be"
+            "\n                    read (a symbolic link is never followed):" + listed
+        )
+    exported = timezone.now().strftime("%Y-%m-%d %H:%M UTC")
+    return README.format(exported=exported, username=user.get_username(), skipped=note)
+
+
+# The workspace, walked by file descriptor so that no symbolic link is ever followed ----------
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Non-blocking, so that a FIFO put there by a snippet cannot hang the export.
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def write_workspace(archive: zipfile.ZipFile, workspace: Path) -> list[str]:
+    """Put each regular file of the workspace under files/ and return the paths of what was
+    left out (symbolic links, devices, FIFOs, sockets). A workspace never made adds nothing."""
+    try:
+        root = os.open(workspace, _DIRECTORY)
+    except FileNotFoundError:
+        return []
+    skipped: list[str] = []
+    try:
+        for top, directories, files, directory in os.fwalk(".", dir_fd=root):
+            for name in (*directories, *files):
+                relative = shown(posixpath.normpath(posixpath.join(top, name)))
+                if not add_entry(archive, directory, name, relative):
+                    skipped.append(relative)
+    finally:
+        os.close(root)
+    return sorted(skipped)
+
+
+def shown(path: str) -> str:
+    """A path as the zip names it: bytes that are not UTF-8 become U+FFFD."""
+    return os.fsencode(path).decode("utf-8", "replace")
+
+
+def add_entry(archive: zipfile.ZipFile, directory: int, name: str, relative: str) -> bool:
+    """Add one entry of an open directory; False if it is not a directory nor a regular file.
+    (fwalk, not following links, descends only into real directories.)"""
+    try:
+        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:  # gone since the directory was listed
+        return True
+    if stat.S_ISDIR(info.st_mode):
+        return True
+    if not stat.S_ISREG(info.st_mode):
+        return False
+    try:
+        handle = os.open(name, _FILE, dir_fd=directory)
+    except OSError:  # gone, or swapped for a link, since it was looked at
+        return False
+    with os.fdopen(handle, "rb") as source:
+        opened = os.fstat(source.fileno())
+        if not stat.S_ISREG(opened.st_mode):
+            return False
+        copy_into(archive, source, f"files/{relative}", opened)
+    return True
+
+
+def copy_into(
+    archive: zipfile.ZipFile, source: IO[bytes], name: str, opened: os.stat_result
+) -> None:
+    """Stream the file as it was when opened (no more than its size then) into the zip."""
+    entry = zipfile.ZipInfo(name, date_time=max(ZIP_EPOCH, time.gmtime(opened.st_mtime)[:6]))
+    entry.compress_type = zipfile.ZIP_DEFLATED
+    remaining = opened.st_size
+    large = remaining >= zipfile.ZIP64_LIMIT
+    with archive.open(entry, "w", force_zip64=large) as target:
+        while remaining > 0 and (chunk := source.read(min(CHUNK_BYTES, remaining))):
+            target.write(chunk)
+            remaining -= len(chunk)
+
+
+# Deleting the account ------------------------------------------------------------------------
+
+
+def delete_account(user: AbstractBaseUser, password: str) -> Deletion:
+    """Delete `user`'s account, once their password is checked: their live runs are asked to
+    stop first; then, in one transaction, their memories (each forgetting recorded, without its
+    text), their conversations and the account go, and their runs, with their event logs and
+    audit rows, pass to a new placeholder account; the workspace is deleted once that commits.
+
+    A wrong password, or an operator's account, changes nothing (AccountNotDeleted)."""
+    if not user.check_password(password):
+        raise WrongPassword("That is not your password. Nothing was deleted.")
+    if user.is_staff or user.is_superuser:
+        raise AccountNotDeleted(
+            "An operator's account is not deleted from here: the admin's log of what it did "
+            "would go with it. Ask another operator to take your privileges away first."
+        )
+    cancelled = cancel_live_runs(user)
+    workspace = workspace_path(user.pk)
+    with transaction.atomic():
+        placeholder = make_placeholder()
+        memories = len(forget(Memory.objects.filter(owner=user), by=user))
+        anonymise_forgettings(user, placeholder)
+        runs = hand_over_runs(user, placeholder)
+        conversations, _ = Conversation.objects.filter(owner=user).delete()
+        anonymise_admin_log(user, placeholder)
+        user.delete()
+        transaction.on_commit(lambda: shutil.rmtree(workspace, ignore_errors=True))
+    return Deletion(placeholder, cancelled, runs, memories, conversations)
+
+
+def cancel_live_runs(user: AbstractBaseUser) -> int:
+    """Ask each run still queued or running to stop, deleted conversations' included: a queued
+    one ends at once, a running one within a second and, cancelled, remembers nothing."""
+    live = AgentRun.objects.filter(user=user).exclude(status__in=FINISHED)
+    runs = list(live)
+    for run in runs:
+        request_cancel(run)
+    return len(runs)
+
+
+def make_placeholder() -> AbstractBaseUser:
+    """An account of its own for one deleted account's runs: inactive, with no usable password,
+    and a last login (the deletion's time), so it is never taken for a sign-up waiting for an
+    operator's approval."""
+    users = get_user_model()
+    while True:
+        name = PLACEHOLDER_PREFIX + secrets.token_hex(PLACEHOLDER_HEX // 2)
+        if not users.objects.filter(username=name).exists():
+            break
+    placeholder = users(username=name, is_active=False, last_login=timezone.now())
+    placeholder.set_unusable_password()
+    placeholder.save()
+    return placeholder
+
+
+def hand_over_runs(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> int:
+    """The runs, their logs and audit rows stay, the placeholder's and in no conversation; who
+    asked a continue stays right (the owner is the placeholder now)."""
+    runs = AgentRun.objects.filter(user=user)
+    AgentRun.objects.filter(continue_requested_by=user).update(continue_requested_by=placeholder)
+    RunResume.objects.filter(requested_by=user).update(requested_by=placeholder)
+    return runs.update(user=placeholder, conversation=None)
+
+
+def anonymise_forgettings(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> None:
+    """Every forgetting record that names the person names the placeholder instead, and those
+    of the person's memories keep no text."""
+    name = placeholder.get_username()
+    ForgottenMemory.objects.filter(owner=user).update(
+        owner=placeholder, owner_name=name, text=NO_TEXT
+    )
+    ForgottenMemory.objects.filter(forgotten_by=user).update(
+        forgotten_by=placeholder, forgotten_by_name=name
+    )
+
+
+def anonymise_admin_log(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> None:
+    """Operators' log entries about the account (approving the sign-up, say, which the admin logs
+    under a proxy of the user model) stay, about the placeholder."""
+    concrete = type(user)._meta.concrete_model
+    kinds = [
+        ContentType.objects.get_for_model(model, for_concrete_model=False)
+        for model in apps.get_models()
+        if model._meta.concrete_model is concrete
+    ]
+    LogEntry.objects.filter(content_type__in=kinds, object_id=str(user.pk)).update(
+        object_id=str(placeholder.pk), object_repr=placeholder.get_username()
+    )
