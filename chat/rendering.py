@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlencode
 
 import nh3
 from django.template.backends.django import Template
@@ -194,7 +195,8 @@ def event_card(run_id: int, seq: int, event: Event | Unreadable, texts: Texts) -
     match event:
         case MemoriesRecalled(memories=memories):
             best = max((memory.score for memory in memories), default=0)
-            return Card("memories", card_id, {"memories": memories, "best": best})
+            shown = {"memories": memories, "best": best, "url": recalled_url(run_id)}
+            return Card("memories", card_id, shown)
         case ModelReplied(tool_calls=calls, text=text, reasoning=reasoning) if calls and (
             text or reasoning
         ):
@@ -265,6 +267,11 @@ def tool_data(event: ToolCallStarted | ToolCallFinished, texts: Texts) -> dict[s
         "policy": event.policy,
         "truncated": event.truncated,
     }
+
+
+def recalled_url(run_id: int) -> str:
+    """The Memories page showing the memories a run recalled (those still stored)."""
+    return reverse("memories") + "?" + urlencode({"run": run_id})
 
 
 def shown_arguments(raw: str) -> tuple[str, str]:
