@@ -1,8 +1,8 @@
 """A person's files through the real stack: a 10 MB upload (its time, and what it costs daphne's
 memory) and the Files panel of a workspace of 10,000 files.
 
-    .venv/bin/python bench/files.py [--uploads 5] [--size-bytes 10485760] [--files 10000]
-                                    [--lists 10] [--project /work/main] [--keep]
+    .venv/bin/python bench/files.py [--uploads 5] [--size-bytes 10485760] [--parts 1]
+                                    [--files 10000] [--lists 10] [--project /work/main] [--keep]
 
 Starts a fresh site (bench/_stack.py: daphne, an embedded PostgreSQL of its own, Redis; no worker:
 nothing here runs the agent) and two bench users, who log in through the login form as a browser
@@ -10,13 +10,14 @@ does and take the CSRF token from the csrftoken cookie the Files panel (`GET /fi
 
 Upload: one small upload first (the view's code loaded once), then --uploads times a file of
 --size-bytes random bytes (default LOOP_UPLOAD_MAX_BYTES's default, the largest the site takes),
-each under a new name, `POST /files/upload/` as one multipart part named `file` with the
-csrfmiddlewaretoken field and the page's Origin, as the panel's form sends it. Each upload is
-checked on disk (the file in the workspace, its size). Figures: time per upload (the whole round
-trip, body sent to answer received) p50 and max; daphne's resident memory (VmRSS of the daphne
-process, sampled every 10 ms by a thread) before the first upload, at its peak during each
-upload, and after the last, and the peak's and the after's growth over before as a fraction of
-the file's size.
+each under a new name, `POST /files/upload/` as --parts multipart parts named `file` (one by
+default; LOOP_UPLOAD_MAX_FILES for the largest body the site takes) with the csrfmiddlewaretoken
+field and the page's Origin, as the panel's form sends it. Each upload is checked on disk (the
+file in the workspace, its size), then deleted, so every upload has the same room. Figures: time
+per upload (the whole round trip, body sent to answer received) p50 and max; daphne's resident
+memory (VmRSS of the daphne process, sampled every 10 ms by a thread) before the first upload, at
+its peak during each upload, and after the last, and the peak's and the after's growth over
+before as a fraction of the size of the files one request carries.
 
 Listing: the other user's workspace gets --files small files in its top folder, written as the
 site's own processes would (tools.workspace with the site's settings, through `manage.py shell`,
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,7 +110,8 @@ class Upload:
 
 @dataclass
 class Uploads:
-    size: int
+    size: int  # of each file
+    parts: int  # files per request
     each: list[Upload] = field(default_factory=list)
     before: float = 0.0  # daphne's RSS after the warm-up upload, before the first measured one
     after: float = 0.0  # and after the last
@@ -116,17 +119,18 @@ class Uploads:
     def lines(self) -> list[str]:
         times = [upload.seconds * 1000 for upload in self.each]
         peak = max(upload.peak for upload in self.each)
-        size_mb = self.size / MB
+        size_mb = self.size * self.parts / MB  # the files one request carries
         peak_ratio = (peak - self.before) / size_mb
         after_ratio = (self.after - self.before) / size_mb
         per_upload = ", ".join(f"{u.before:.1f}/{u.peak:.1f}/{u.after:.1f}" for u in self.each)
         return [
-            f"upload of {self.size} bytes ({size_mb:.1f} MiB) x {len(self.each)}: "
+            f"upload of {self.parts} x {self.size} bytes ({size_mb:.1f} MiB a request) "
+            f"x {len(self.each)}: "
             f"p50 {percentile(times, 0.5):.0f} ms, max {max(times):.0f} ms, "
             f"{size_mb / (percentile(times, 0.5) / 1000):.0f} MiB/s at p50",
             f"daphne RSS: before {self.before:.1f} MB, peak {peak:.1f} MB, "
             f"after {self.after:.1f} MB (before/peak/after each upload: {per_upload})",
-            f"growth over before / file size (floor: under {GROWTH_FLOOR}): "
+            f"growth over before / the request's files' size (floor: under {GROWTH_FLOOR}): "
             f"at the peak {peak_ratio:.2f} ({verdict(peak_ratio < GROWTH_FLOOR)}), "
             f"after {after_ratio:.2f} ({verdict(after_ratio < GROWTH_FLOOR)})",
         ]
@@ -149,14 +153,19 @@ async def files_token(person: Person) -> str:
     return token
 
 
-async def post_upload(person: Person, token: str, source: Path, name: str) -> float:
-    """One `POST /files/upload/` of source as `name`; the round trip in seconds."""
-    with source.open("rb") as body:
+async def post_upload(person: Person, token: str, source: Path, names: list[str]) -> float:
+    """One `POST /files/upload/` of source once per name, each a part named `file`; the round
+    trip in seconds."""
+    with ExitStack() as bodies:
+        parts = [
+            ("file", (name, bodies.enter_context(source.open("rb")), "application/octet-stream"))
+            for name in names
+        ]
         started = time.perf_counter()
         answer = await person.client.post(
             "/files/upload/",
             data={"csrfmiddlewaretoken": token},
-            files={"file": (name, body, "application/octet-stream")},
+            files=parts,
             headers={**person.headers, "X-CSRFToken": token},
         )
         took = time.perf_counter() - started
@@ -165,18 +174,22 @@ async def post_upload(person: Person, token: str, source: Path, name: str) -> fl
     return took
 
 
-def check_stored(stack: Stack, owner: int, name: str, size: int) -> None:
-    stored = Path(stack.env["LOOP_WORKSPACES_DIR"]) / str(owner) / name
-    if not stored.is_file() or stored.stat().st_size != size:
-        found = stored.stat().st_size if stored.is_file() else "no file"
-        raise SystemExit(
-            f"the upload of {name} was answered but not stored whole ({found}); "
-            f"see {stack.var_dir}/daphne.log"
-        )
+def take_stored(stack: Stack, owner: int, names: list[str], size: int) -> None:
+    """Check each upload is in the workspace whole, then delete it (the next upload has the same
+    room in the quota)."""
+    for name in names:
+        stored = Path(stack.env["LOOP_WORKSPACES_DIR"]) / str(owner) / name
+        if not stored.is_file() or stored.stat().st_size != size:
+            found = f"{stored.stat().st_size} bytes" if stored.is_file() else "no file"
+            raise SystemExit(
+                f"the upload of {name} was answered but not stored whole ({found}); "
+                f"see {stack.var_dir}/daphne.log"
+            )
+        stored.unlink()
 
 
 async def measure_uploads(
-    stack: Stack, username: str, count: int, size: int, scratch: Path
+    stack: Stack, username: str, count: int, size: int, parts: int, scratch: Path
 ) -> Uploads:
     assert stack.web is not None
     owner = user_id(stack, username)
@@ -184,21 +197,21 @@ async def measure_uploads(
     big, small = scratch / "big.bin", scratch / "small.bin"
     big.write_bytes(os.urandom(size))
     small.write_bytes(os.urandom(1024))
-    result = Uploads(size)
+    result = Uploads(size, parts)
     try:
         await person.log_in()
         token = await files_token(person)
-        await post_upload(person, token, small, "warm-up.bin")
-        check_stored(stack, owner, "warm-up.bin", 1024)
+        await post_upload(person, token, small, ["warm-up.bin"])
+        take_stored(stack, owner, ["warm-up.bin"], 1024)
         with RssSampler(stack.web.pid) as sampler:
             result.before = sampler.mark()
             for n in range(count):
-                name = f"upload-{n}.bin"
+                names = [f"upload-{n}-{part}.bin" for part in range(parts)]
                 before = sampler.mark()
-                took = await post_upload(person, token, big, name)
+                took = await post_upload(person, token, big, names)
                 after = sampler.sample()
                 result.each.append(Upload(took, before, sampler.peak, after))
-                check_stored(stack, owner, name, size)
+                take_stored(stack, owner, names, size)
             result.after = rss_mb(stack.web.pid)
     finally:
         await person.close()
@@ -309,7 +322,8 @@ def measure_listing(stack: Stack, username: str, count: int, repeats: int) -> Li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--uploads", type=int, default=5)
-    parser.add_argument("--size-bytes", type=int, default=10 * MB, help="of each upload")
+    parser.add_argument("--size-bytes", type=int, default=10 * MB, help="of each file")
+    parser.add_argument("--parts", type=int, default=1, help="files per upload request")
     parser.add_argument("--files", type=int, default=10_000, help="in the listed workspace")
     parser.add_argument("--lists", type=int, default=10, help="listings timed")
     parser.add_argument("--project", type=Path, default=MAIN_PROJECT, help="the tree to run")
@@ -322,7 +336,9 @@ def main() -> None:
         uploader, lister = stack.create_people("bench-files-", 2)
         print(f"daphne in {stack.project}, pid {stack.web.pid if stack.web else '?'}")
         uploads = asyncio.run(
-            measure_uploads(stack, uploader, options.uploads, options.size_bytes, Path(scratch))
+            measure_uploads(
+                stack, uploader, options.uploads, options.size_bytes, options.parts, Path(scratch)
+            )
         )
         print("\n".join(uploads.lines()), flush=True)
         listing = measure_listing(stack, lister, options.files, options.lists)
