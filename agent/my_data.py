@@ -348,7 +348,7 @@ def anonymise_forgettings(user: AbstractBaseUser, placeholder: AbstractBaseUser)
 def anonymise_admin_log(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> None:
     """Operators' log entries about the account (approving the sign-up, say, which the admin logs
     under a proxy of the user model) stay, about the placeholder."""
-    concrete = type(user)._meta.concrete_model
+    concrete = get_user_model()
     kinds = [
         ContentType.objects.get_for_model(model, for_concrete_model=False)
         for model in apps.get_models()
