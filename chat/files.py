@@ -1,0 +1,209 @@
+"""The Files panel: a person's workspace, listed, opened, downloaded, deleted and uploaded to.
+
+Thin views over tools.browse, which confines every path like the file tools do. A path names a
+file in the requester's own workspace only, so another person's files do not exist here (404).
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import BadRequest, SuspiciousOperation
+from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_GET, require_POST
+
+from chat.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
+from tools import browse
+from tools.quota import Quota, usage
+from tools.workspace import context_for
+
+# Served as text/plain (never rendered: nosniff); anything else downloads as octet-stream.
+TEXT_SUFFIXES = frozenset(
+    [
+        ".txt",
+        ".csv",
+        ".tsv",
+        ".md",
+        ".json",
+        ".jsonl",
+        ".py",
+        ".log",
+        ".yaml",
+        ".yml",
+        ".toml",
+        ".ini",
+        ".cfg",
+        ".sql",
+        ".sh",
+        ".rst",
+    ]
+)
+TEXT_TYPE = "text/plain; charset=utf-8"
+BINARY_TYPE = "application/octet-stream"
+
+
+def workspace_of(user: AbstractBaseUser) -> Any:
+    return context_for(user).workspace
+
+
+def quota_context(user: AbstractBaseUser) -> dict[str, Any]:
+    """How much of the workspace quota the person uses: for the page header (chat/quota.html)."""
+    quota = Quota.from_settings()
+    used = usage(workspace_of(user))
+    return {
+        "used_bytes": used.bytes,
+        "max_bytes": quota.max_bytes,
+        "used_files": used.files,
+        "max_files": quota.max_files,
+        "percent": min(100, round(100 * used.bytes / quota.max_bytes)) if quota.max_bytes else 100,
+    }
+
+
+def folder_url(folder: str) -> str:
+    base = reverse("files")
+    return f"{base}?{urlencode({'dir': folder})}" if folder else base
+
+
+def parent_of(path: str) -> str:
+    parent = str(PurePosixPath(path).parent)
+    return "" if parent == "." else parent
+
+
+def panel(
+    request: HttpRequest,
+    folder: str,
+    *,
+    notes: list[tuple[str, str]] | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The panel for folder (the fragment alone for htmx), or its refusal with the reason."""
+    context: dict[str, Any] = {
+        "notes": notes or [],
+        "quota": quota_context(request.user),
+        "max_upload": settings.LOOP_UPLOAD_MAX_BYTES,
+        "max_files": settings.LOOP_UPLOAD_MAX_FILES,
+    }
+    try:
+        context["listing"] = browse.list_folder(workspace_of(request.user), folder)
+    except browse.BrowseError as refused:
+        context.update(error=refused.message, folder=folder)
+        status = refused.status
+    template = "chat/files.html#panel" if request.htmx else "chat/files.html"
+    return render(request, template, context, status=status)
+
+
+@require_GET
+def files(request: HttpRequest) -> HttpResponse:
+    return panel(request, request.GET.get("dir", ""))
+
+
+@require_GET
+def view(request: HttpRequest, path: str) -> HttpResponse:
+    """A text file shown inline, as escaped text, its start only when it is large."""
+    try:
+        part = browse.open_text(workspace_of(request.user), path)
+    except browse.BrowseError as refused:
+        context = {"error": refused.message, "path": path, "folder": parent_of(path)}
+        return render(request, "chat/file_view.html", context, status=refused.status)
+    context = {"part": part, "path": part.path, "folder": parent_of(part.path)}
+    return render(request, "chat/file_view.html", context)
+
+
+@require_GET
+def raw(request: HttpRequest, path: str) -> HttpResponse:
+    """The file as a download: never rendered from this origin, whatever its name says."""
+    try:
+        download = browse.open_download(workspace_of(request.user), path)
+    except browse.BrowseError as refused:
+        return HttpResponse(refused.message, status=refused.status, content_type=TEXT_TYPE)
+    suffix = PurePosixPath(download.name).suffix.lower()
+    response = FileResponse(
+        download.file,
+        as_attachment=True,
+        filename=download.name,
+        content_type=TEXT_TYPE if suffix in TEXT_SUFFIXES else BINARY_TYPE,
+    )
+    response["Content-Length"] = str(download.size)
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@require_POST
+def delete(request: HttpRequest) -> HttpResponse:
+    path = request.POST.get("path", "")
+    try:
+        note = browse.delete(workspace_of(request.user), path)
+    except browse.BrowseError as refused:
+        return answer(request, parent_of(path), refused=[refused.message], status=refused.status)
+    return answer(request, parent_of(path), done=[note])
+
+
+def answer(
+    request: HttpRequest,
+    folder: str,
+    *,
+    done: list[str] | None = None,
+    refused: list[str] | None = None,
+    status: int = 400,
+) -> HttpResponse:
+    """What a change answers: JSON when asked, the panel fragment for htmx, else a redirect
+    back to the folder with a message per file. `status` is for when something was refused."""
+    done, refused = done or [], refused or []
+    notes = [("success", note) for note in done] + [("error", note) for note in refused]
+    if "application/json" in request.headers.get("Accept", ""):
+        return JsonResponse({"done": done, "refused": refused}, status=status if refused else 200)
+    if request.htmx:
+        return panel(request, folder, notes=notes)
+    for level, note in notes:
+        messages.add_message(
+            request, messages.SUCCESS if level == "success" else messages.ERROR, note
+        )
+    return redirect(folder_url(folder))
+
+
+@streams_uploads
+@csrf_exempt  # the CSRF check reads the form, and the form must be read through the handler
+@require_POST
+def upload(request: HttpRequest) -> HttpResponse:
+    """Store one or several parts named `file` in the folder `dir`: each part is streamed to
+    disk as it arrives and named only when whole, the CSRF token checked and the quota met."""
+    handler = WorkspaceUploadHandler(workspace_of(request.user))
+    stream_into_workspace(request, handler)
+    try:
+        try:
+            request.POST  # noqa: B018 (parsed here, through the handler, once)
+        except (BadRequest, SuspiciousOperation, MultiPartParserError) as error:
+            return HttpResponse(f"The upload could not be read: {error}\n", status=400)
+        except browse.BrowseError as refused:
+            return HttpResponse(refused.message, status=refused.status, content_type=TEXT_TYPE)
+        return store(request, handler)
+    finally:
+        handler.discard()  # whatever was not named: refused, over a limit, or a bad CSRF token
+
+
+@csrf_protect
+def store(request: HttpRequest, handler: WorkspaceUploadHandler) -> HttpResponse:
+    folder = request.POST.get("dir", "")
+    on_clash = request.POST.get("on_clash", "")
+    done, refused, clashes = [], list(handler.refusals), 0
+    for streamed in handler.complete:
+        try:
+            done.append(browse.store_upload(streamed.incoming, folder, streamed.name, on_clash))
+        except browse.Clash as clash:
+            clashes += 1
+            refused.append(f"{clash.message} Choose which below, and upload it again.")
+        except browse.BrowseError as refusal:
+            refused.append(refusal.message)
+    if not handler.complete and not refused:
+        refused.append(f"No file was sent: choose one, or send parts named {FIELD!r}.")
+    status = 409 if refused and clashes == len(refused) else 400
+    return answer(request, folder, done=done, refused=refused, status=status)
