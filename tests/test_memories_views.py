@@ -68,6 +68,9 @@ def test_the_page_lists_each_memory_with_its_run_conversation_and_recalls(
     assert "recalled 1 time, last <time" in told_item
     assert ActiveParts(shown).found == []  # strict CSP: nothing inline, the confirmation too
     assert 'name="all" value="1"' in shown
+    # The selection's boxes belong to the "Forget selected" form, outside each memory's own.
+    assert 'id="forget-selected" method="post" action="/memories/forget/"' in shown
+    assert f'name="id" value="{stored.pk}" form="forget-selected"' in shown
 
 
 def test_search_shows_only_the_memories_that_match(as_alice, alice):
