@@ -12,6 +12,7 @@ that no one can log in to, and lose their conversation.
 """
 
 import json
+import logging
 import os
 import posixpath
 import secrets
@@ -19,7 +20,7 @@ import shutil
 import stat
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,9 +38,11 @@ from django.utils.text import slugify
 from agent.models import FINISHED, AgentRun, Conversation, RunResume
 from agent.runs import request_cancel
 from agent.transcripts import transcripts
-from memory.forgetting import forget
+from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
 from tools.workspace import workspace_path
+
+logger = logging.getLogger(__name__)
 
 EXPORT_FORMAT = "loop.export/1"
 # How many runs outside conversations one query of their transcripts reads at once.
@@ -53,8 +56,6 @@ SLUG_CHARS = 50
 # The placeholder that keeps a deleted account's runs: "deleted-" and this many random hex digits.
 PLACEHOLDER_PREFIX = "deleted-"
 PLACEHOLDER_HEX = 12
-# A forgetting record of a deleted account keeps no text, whatever the retention.
-NO_TEXT = ""
 
 README = """\
 Your data from Loop, exported {exported} for {username}.
@@ -295,8 +296,22 @@ def delete_account(user: AbstractBaseUser, password: str) -> Deletion:
         conversations, _ = Conversation.objects.filter(owner=user).delete()
         anonymise_admin_log(user, placeholder)
         user.delete()
-        transaction.on_commit(lambda: shutil.rmtree(workspace, ignore_errors=True))
+        transaction.on_commit(lambda: remove_workspace(workspace))
     return Deletion(placeholder, cancelled, runs, memories, conversations)
+
+
+def remove_workspace(workspace: Path) -> None:
+    """Delete the workspace, following no link (shutil.rmtree works by file descriptor). What
+    cannot be removed is logged for an operator: the account is gone either way."""
+
+    def failed(function: Callable[..., Any], path: str, error: Any) -> None:
+        reason = error[1]
+        logger.error(
+            "Deleted account's workspace: %s(%s) failed: %s", function.__name__, path, reason
+        )
+
+    if os.path.lexists(workspace):
+        shutil.rmtree(workspace, onerror=failed)
 
 
 def cancel_live_runs(user: AbstractBaseUser) -> int:
@@ -335,10 +350,10 @@ def hand_over_runs(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> int
 
 def anonymise_forgettings(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> None:
     """Every forgetting record that names the person names the placeholder instead, and those
-    of the person's memories keep no text."""
+    of the person's memories keep no text, whatever LOOP_FORGOTTEN_TEXT_DAYS says."""
     name = placeholder.get_username()
     ForgottenMemory.objects.filter(owner=user).update(
-        owner=placeholder, owner_name=name, text=NO_TEXT
+        owner=placeholder, owner_name=name, text=NOT_KEPT
     )
     ForgottenMemory.objects.filter(forgotten_by=user).update(
         forgotten_by=placeholder, forgotten_by_name=name

@@ -45,7 +45,8 @@ def as_alice(alice) -> Client:
 @pytest.fixture
 def alices_data(alice, bob, workspaces) -> dict:
     """A finished run that wrote a file and remembered it, a memory told by hand, one she
-    forgot herself, a run still queued in another conversation, and bob's own run and memory."""
+    forgot herself, a run still queued in another conversation; bob's own run, memory and
+    file, and a link to his workspace from hers."""
     conversation = new_conversation(alice)
     done = execute_run(start_run(alice, DEMO, model="mock", conversation=conversation))
     remember(alice, TOLD)
@@ -58,6 +59,7 @@ def alices_data(alice, bob, workspaces) -> dict:
     remember(bob, "Bob likes tea.")
     (workspaces / str(bob.pk)).mkdir()
     (workspaces / str(bob.pk) / "tea.txt").write_text("Assam\n")
+    (workspaces / str(alice.pk) / "bobs").symlink_to(workspaces / str(bob.pk))
     return {"done": done, "queued": queued, "bobs_run": bobs_run}
 
 
