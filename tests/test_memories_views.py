@@ -170,6 +170,9 @@ def test_the_memories_a_run_recalled_and_those_still_stored(as_alice, alice, bob
     assert f"{len(recalled) - 1} still stored (the others were forgotten since)" in shown
     personal.forget_these(alice, recalled)
     assert "None of what this run recalled is still stored." in page(as_alice, f"?run={asked.pk}")
+    nothing = run_in_conversation(alice, "What is 17 * 23?")  # nothing stored is like it
+    assert recalled_in(nothing) == []
+    assert "This run recalled no memories." in page(as_alice, f"?run={nothing.pk}")
     assert as_alice.get(f"/memories/?run={asked.pk + 1000}").status_code == 404
     assert as_alice.get("/memories/?run=x").status_code == 404
     bobs = Client()
