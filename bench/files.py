@@ -13,11 +13,11 @@ Upload: one small upload first (the view's code loaded once), then --uploads tim
 each under a new name, `POST /files/upload/` as --parts multipart parts named `file` (one by
 default; LOOP_UPLOAD_MAX_FILES for the largest body the site takes) with the csrfmiddlewaretoken
 field and the page's Origin, as the panel's form sends it. Each upload is checked on disk (the
-file in the workspace, its size), then deleted, so every upload has the same room. Figures: time
-per upload (the whole round trip, body sent to answer received) p50 and max; daphne's resident
-memory (VmRSS of the daphne process, sampled every 10 ms by a thread) before the first upload, at
-its peak during each upload, and after the last, and the peak's and the after's growth over
-before as a fraction of the size of the files one request carries.
+file in the workspace, byte for byte), then deleted, so every upload has the same room. Figures:
+time per upload (the whole round trip, body sent to answer received) p50 and max; daphne's
+resident memory (VmRSS of the daphne process, sampled every 10 ms by a thread) before the first
+upload, at its peak during each upload, and after the last, and the peak's and the after's growth
+over before as a fraction of the size of the files one request carries.
 
 Listing: the other user's workspace gets --files small files in its top folder, written as the
 site's own processes would (tools.workspace with the site's settings, through `manage.py shell`,
@@ -174,13 +174,14 @@ async def post_upload(person: Person, token: str, source: Path, names: list[str]
     return took
 
 
-def take_stored(stack: Stack, owner: int, names: list[str], size: int) -> None:
-    """Check each upload is in the workspace whole, then delete it (the next upload has the same
-    room in the quota)."""
+def take_stored(stack: Stack, owner: int, names: list[str], source: Path) -> None:
+    """Check each upload is in the workspace, byte for byte, then delete it (the next upload has
+    the same room in the quota)."""
+    sent = source.read_bytes()
     for name in names:
         stored = Path(stack.env["LOOP_WORKSPACES_DIR"]) / str(owner) / name
-        if not stored.is_file() or stored.stat().st_size != size:
-            found = f"{stored.stat().st_size} bytes" if stored.is_file() else "no file"
+        if not stored.is_file() or stored.read_bytes() != sent:
+            found = f"{stored.stat().st_size} other bytes" if stored.is_file() else "no file"
             raise SystemExit(
                 f"the upload of {name} was answered but not stored whole ({found}); "
                 f"see {stack.var_dir}/daphne.log"
@@ -202,7 +203,7 @@ async def measure_uploads(
         await person.log_in()
         token = await files_token(person)
         await post_upload(person, token, small, ["warm-up.bin"])
-        take_stored(stack, owner, ["warm-up.bin"], 1024)
+        take_stored(stack, owner, ["warm-up.bin"], small)
         with RssSampler(stack.web.pid) as sampler:
             result.before = sampler.mark()
             for n in range(count):
@@ -211,7 +212,7 @@ async def measure_uploads(
                 took = await post_upload(person, token, big, names)
                 after = sampler.sample()
                 result.each.append(Upload(took, before, sampler.peak, after))
-                take_stored(stack, owner, names, size)
+                take_stored(stack, owner, names, big)
             result.after = rss_mb(stack.web.pid)
     finally:
         await person.close()
