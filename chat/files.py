@@ -194,16 +194,21 @@ def upload(request: HttpRequest) -> HttpResponse:
 def store(request: HttpRequest, handler: WorkspaceUploadHandler) -> HttpResponse:
     folder = request.POST.get("dir", "")
     on_clash = request.POST.get("on_clash", "")
-    done, refused, clashes = [], list(handler.refusals), 0
+    done, refused = [], list(handler.refusals)
+    statuses = {400} if refused else set()
     for streamed in handler.complete:
         try:
             done.append(browse.store_upload(streamed.incoming, folder, streamed.name, on_clash))
-        except browse.Clash as clash:
-            clashes += 1
-            refused.append(f"{clash.message} Choose which below, and upload it again.")
         except browse.BrowseError as refusal:
-            refused.append(refusal.message)
+            ask = (
+                " Choose which below, and upload it again."
+                if isinstance(refusal, browse.Clash)
+                else ""
+            )
+            refused.append(refusal.message + ask)
+            statuses.add(refusal.status)
     if not handler.complete and not refused:
         refused.append(f"No file was sent: choose one, or send parts named {FIELD!r}.")
-    status = 409 if refused and clashes == len(refused) else 400
+    # One status when every refusal had the same (409: all clashes, 404: no such folder).
+    status = statuses.pop() if len(statuses) == 1 else 400
     return answer(request, folder, done=done, refused=refused, status=status)
