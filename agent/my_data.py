@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
+from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.apps import apps
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
@@ -295,6 +296,7 @@ def delete_account(user: AbstractBaseUser, password: str) -> Deletion:
         runs = hand_over_runs(user, placeholder)
         conversations, _ = Conversation.objects.filter(owner=user).delete()
         anonymise_admin_log(user, placeholder)
+        anonymise_logins(user, placeholder)
         user.delete()
         transaction.on_commit(lambda: remove_workspace(workspace))
     return Deletion(placeholder, cancelled, runs, memories, conversations)
@@ -372,3 +374,11 @@ def anonymise_admin_log(user: AbstractBaseUser, placeholder: AbstractBaseUser) -
     LogEntry.objects.filter(content_type__in=kinds, object_id=str(user.pk)).update(
         object_id=str(placeholder.pk), object_repr=placeholder.get_username()
     )
+
+
+def anonymise_logins(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> None:
+    """django-axes' records of the account's logins and failed attempts (time, address, browser)
+    stay for the operators' security audit, under the placeholder's name."""
+    name, placeholder_name = user.get_username(), placeholder.get_username()
+    for model in (AccessLog, AccessAttempt, AccessFailureLog):
+        model.objects.filter(username=name).update(username=placeholder_name)

@@ -2,6 +2,7 @@
 conversations and the workspace go, and the runs stay for the operators' audit, anonymised."""
 
 import pytest
+from axes.models import AccessAttempt, AccessLog
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.django_db
 PASSWORD = "a long enough passphrase 42"
 DEMO = "Compute the sum of 1..100 and save it to a file"
 DELETE = "/accounts/data/delete/"
+LOGIN = "/accounts/login/"
 TOLD = "Alice's favourite colour is teal."
 
 
@@ -228,6 +230,23 @@ def test_the_console_still_shows_the_runs_without_the_person(
     placeholder = User.objects.get(username__startswith="deleted-")
     assert placeholder.username in page.text
     assert ">alice<" not in page.text
+
+
+def test_the_records_of_her_logins_stay_under_the_placeholder_s_name(
+    alice, alices_data, django_capture_on_commit_callbacks
+):
+    client = Client()
+    assert client.post(LOGIN, {"username": "alice", "password": "wrong"}).status_code == 200
+    assert client.post(LOGIN, {"username": "alice", "password": PASSWORD}).status_code == 302
+    logins = AccessLog.objects.filter(username="alice").count()
+    attempts = AccessAttempt.objects.filter(username="alice").count()
+    assert (logins, attempts) != (0, 0)
+    delete(client, capture=django_capture_on_commit_callbacks)
+    placeholder = User.objects.get(username__startswith="deleted-").username
+    assert not AccessLog.objects.filter(username="alice").exists()
+    assert not AccessAttempt.objects.filter(username="alice").exists()
+    assert AccessLog.objects.filter(username=placeholder).count() == logins
+    assert AccessAttempt.objects.filter(username=placeholder).count() == attempts
 
 
 def test_an_operator_account_is_not_deleted_from_here(client, operator, workspaces):
