@@ -165,6 +165,8 @@ LOOP_WORKSPACE_MAX_BYTES = env_int("LOOP_WORKSPACE_MAX_BYTES", 200_000_000)  # t
 LOOP_WORKSPACE_MAX_FILES = env_int("LOOP_WORKSPACE_MAX_FILES", 10_000)  # files and directories
 # The most one uploaded file may hold (chat/files.py); the workspace quota bounds them all.
 LOOP_UPLOAD_MAX_BYTES = env_int("LOOP_UPLOAD_MAX_BYTES", 10 * 1024 * 1024)
+# The most files one upload request may carry; its body may be this many uploads' worth.
+LOOP_UPLOAD_MAX_FILES = env_int("LOOP_UPLOAD_MAX_FILES", 5)
 LOOP_SANDBOX = env_str("LOOP_SANDBOX", "bubblewrap")
 # As root, user N's snippets run as host uid (and gid) LOOP_SANDBOX_UID_BASE + N: a process budget
 # of their own (numeric ids, no /etc/passwd entries). No host account may use that range.
