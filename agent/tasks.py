@@ -23,6 +23,7 @@ from agent.execution import RELEASED, work_job
 from agent.interrupt import StopReason
 from agent.models import AgentRun
 from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
+from memory.forgetting import purge_forgotten_texts
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,16 @@ async def recover_runs(timestamp: int) -> int:
     for run_id, job_id in await _runs_whose_job_ended():
         recovered += await _give_a_new_job(run_id, job_id, f"its job {job_id} ended before it")
     return recovered
+
+
+@app.periodic(cron="17 * * * *", periodic_id="purge_forgotten_texts")
+@app.task(
+    name="memory.purge_forgotten_texts", queue=RECOVERY_QUEUE, queueing_lock="purge_forgotten"
+)
+async def purge_forgotten_texts_job(timestamp: int) -> int:
+    """Hourly: a forgetting record keeps the forgotten text no longer than
+    LOOP_FORGOTTEN_TEXT_DAYS (memory/forgetting.py)."""
+    return await sync_to_async(purge_forgotten_texts)()
 
 
 async def _give_a_new_job(run_id: int, old_job: int, why: str) -> int:

@@ -28,6 +28,8 @@ from tools.text import excerpt
 NEIGHBOURS = 5
 # How much of a memory's text a list or a table row shows.
 TEXT_WIDTH = 80
+# A forgetting record keeps the text only for LOOP_FORGOTTEN_TEXT_DAYS (memory/forgetting.py).
+NOT_KEPT_SAID = "(not kept: see LOOP_FORGOTTEN_TEXT_DAYS)"
 
 
 def neighbours(memory: Memory, k: int = NEIGHBOURS) -> list[tuple[Memory, float]]:
@@ -177,15 +179,19 @@ class ForgottenMemoryAdmin(AuditAdmin):
     fields = (
         ("memory_id", "origin"),
         ("owner_name", "owner_page"),
-        "text",
+        "kept_text",
         "source",
         ("forgotten_by_name", "forgotten_by_page", "forgotten_at"),
     )
-    readonly_fields = ("owner_page", "forgotten_by_page", "source")
+    readonly_fields = ("owner_page", "forgotten_by_page", "source", "kept_text")
 
     @admin.display(description="text")
     def short_text(self, forgotten: ForgottenMemory) -> str:
-        return excerpt(forgotten.text, TEXT_WIDTH)
+        return excerpt(forgotten.text, TEXT_WIDTH) if forgotten.text else NOT_KEPT_SAID
+
+    @admin.display(description="text")
+    def kept_text(self, forgotten: ForgottenMemory) -> str:
+        return forgotten.text or NOT_KEPT_SAID
 
     @admin.display(description="stored by", ordering="source_run_id")
     def source(self, forgotten: ForgottenMemory) -> SafeString:

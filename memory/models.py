@@ -63,8 +63,9 @@ class EmbeddingSpace(models.Model):
 
 
 class ForgottenMemory(models.Model):
-    """An operator forgot a memory: who, when, and what it held. The memory itself is gone; this
-    row stays, and keeps names as text so it outlives the accounts it mentions."""
+    """A memory was forgotten, by an operator or its owner: who, when, which. Its text is kept only
+    for LOOP_FORGOTTEN_TEXT_DAYS (memory/forgetting.py). The memory itself is gone; this row
+    stays, and keeps names as text so it outlives the accounts it mentions."""
 
     memory_id = models.PositiveBigIntegerField()
     owner = models.ForeignKey(

@@ -52,3 +52,22 @@ def test_a_shorter_retention_purges_the_texts_kept_under_a_longer_one(alice, bob
     assert purge_forgotten_texts() == len(kept) == 2
     assert set(ForgottenMemory.objects.values_list("text", flat=True)) == {""}
     assert ForgottenMemory.objects.count() == 2  # the facts stay
+
+
+def test_the_workers_hourly_job_purges_texts_past_their_retention(alice, settings):
+    from asgiref.sync import async_to_sync
+    from django.utils import timezone
+    from procrastinate.contrib.django import app
+
+    from agent.tasks import purge_forgotten_texts_job
+
+    settings.LOOP_FORGOTTEN_TEXT_DAYS = 1
+    [record] = forget(Memory.objects.filter(pk=remember(alice, SECRET).memory.pk), alice)
+    ForgottenMemory.objects.filter(pk=record.pk).update(
+        forgotten_at=timezone.now() - timedelta(days=2)
+    )
+    assert async_to_sync(purge_forgotten_texts_job.func)(timestamp=0) == 1
+    record.refresh_from_db()
+    assert record.text == ""
+    periodic = {task.periodic_id for task in app.periodic_registry.periodic_tasks.values()}
+    assert "purge_forgotten_texts" in periodic
