@@ -8,6 +8,8 @@ from django.contrib.auth.validators import ASCIIUsernameValidator
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
+from agent.my_data import PLACEHOLDER_PREFIX
+
 NAME_HELP = "Letters a-z and A-Z, digits and @ . + - _ only; 150 characters or fewer."
 
 
@@ -24,7 +26,12 @@ class SignUpForm(UserCreationForm):
         username.help_text = NAME_HELP
 
     def clean_username(self) -> str:
-        return self.cleaned_data["username"]
+        """A name like a deleted account's placeholder (agent.my_data) is refused, so no one
+        can pass for an anonymised account in the audit."""
+        name = self.cleaned_data["username"]
+        if name.casefold().startswith(PLACEHOLDER_PREFIX):
+            raise ValidationError(f"Names starting with {PLACEHOLDER_PREFIX!r} are Loop's own.")
+        return name
 
     def validate_unique(self) -> None:
         """Left to accounts.signups: the name is the only unique field a person fills in."""

@@ -140,3 +140,12 @@ def test_every_skeleton_is_its_own_skeleton():
         chr(code) for code in prototypes() if skeleton(skeleton(chr(code))) != skeleton(chr(code))
     ]
     assert unsettled == []
+
+
+@pytest.mark.parametrize("name", ["deleted-0123456789ab", "Deleted-someone"])
+def test_no_one_signs_up_with_a_deleted_accounts_placeholder_name(settings, name):
+    settings.LOOP_SIGNUP = "open"
+    response = sign_up(name)
+    assert response.status_code == 200
+    assert "are Loop&#x27;s own" in response.text or "are Loop's own" in response.text
+    assert not User.objects.exists()
