@@ -39,6 +39,7 @@ from agent.models import Conversation
 from agent.selectors import Logged
 from agent.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from tools.base import ToolStatus
+from tools.browse import BrowseError, file_components
 
 # Raw HTML in Markdown is shown as text; nh3 then keeps only these tags and link schemes, so a
 # <script>, an onerror= or a javascript: link in model output can never run.
@@ -80,6 +81,8 @@ STATUS_WORDS = {
     RunStatus.FAILED: "Failed",
     RunStatus.INTERRUPTED: "Interrupted",
 }
+# The tools whose `path` names one file of the workspace, which their card links to.
+FILE_TOOLS = frozenset({"read_file", "write_file"})
 NO_RUN = {"status": "none", "icon": "○", "label": "No runs yet"}
 UNKNOWN_SYMBOL = "?"  # a status from a later version of Loop
 RUNNING_CALL = {"status": "running", "icon": "…", "label": "Running"}  # a call not yet finished
@@ -257,7 +260,9 @@ def tool_data(event: ToolCallStarted | ToolCallFinished, texts: Texts) -> dict[s
     if not isinstance(event, ToolCallFinished):
         return shown | RUNNING_CALL
     text = texts.shown("text", event.text)
+    worked = event.status == ToolStatus.OK
     return shown | {
+        "file": file_link(event.tool, event.arguments) if worked else None,
         "status": event.status,
         "icon": TOOL_SYMBOLS.get(event.status, FAILED_CALL_SYMBOL),
         "label": event.status.capitalize(),
@@ -272,6 +277,27 @@ def tool_data(event: ToolCallStarted | ToolCallFinished, texts: Texts) -> dict[s
 def recalled_url(run_id: int) -> str:
     """The Memories page showing the memories a run recalled (those still stored)."""
     return reverse("memories") + "?" + urlencode({"run": run_id})
+
+
+def file_link(tool: str, raw_arguments: str) -> dict[str, str] | None:
+    """The file a read_file or write_file call worked on, as its card links to it in the Files
+    panel: its path as the file tools read it, and its URL. None for any other tool, and for a
+    path the file tools or the panel refuse (`..`, absolute, a control or bidi character, the
+    workspace itself): no link leads out, and none to what the panel would not open."""
+    if tool not in FILE_TOOLS:
+        return None
+    try:
+        arguments = json.loads(raw_arguments)
+    except ValueError:
+        return None
+    path = arguments.get("path") if isinstance(arguments, dict) else None
+    if not isinstance(path, str):
+        return None
+    try:
+        inside = "/".join(file_components(path))
+    except BrowseError:
+        return None
+    return {"path": inside, "url": reverse("files_view", args=[inside])}
 
 
 def shown_arguments(raw: str) -> tuple[str, str]:

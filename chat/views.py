@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agent import runs, selectors
 from agent.llm.factory import MOCK, default_model
 from agent.models import AgentRun, Conversation
+from chat.files import quota_context
 from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards
 from memory.forgetting import forget
 
@@ -55,6 +56,7 @@ def chat_page(
         "suggestions": SUGGESTIONS,
         "send_url": send_url,
         "model": model_context(),
+        "quota": quota_context(request.user),
         "error": error,
         "task": task,
         # What deleting the conversation offers to forget.
