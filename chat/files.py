@@ -6,7 +6,7 @@ file in the requester's own workspace only, so another person's files do not exi
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlencode
 
@@ -51,7 +51,7 @@ TEXT_TYPE = "text/plain; charset=utf-8"
 BINARY_TYPE = "application/octet-stream"
 
 
-def workspace_of(user: AbstractBaseUser) -> Any:
+def workspace_of(user: AbstractBaseUser) -> Path:
     return context_for(user).workspace
 
 
