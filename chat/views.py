@@ -16,6 +16,7 @@ from agent.models import AgentRun, Conversation
 from chat.files import quota_context
 from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards
 from memory.forgetting import forget
+from tools.base import ToolError
 
 SUGGESTIONS = (
     "Compute the sum of 1..100 and save it to a file",
@@ -34,6 +35,16 @@ def turn(run: AgentRun) -> dict[str, Any]:
 def model_context() -> dict[str, Any]:
     name = default_model()
     return {"name": name, "is_mock": name == MOCK}
+
+
+def quota_or_none(user: Any) -> dict[str, Any] | None:
+    """How much of the workspace quota the person uses, for the sidebar; None when the workspace
+    cannot be measured (not made, not readable): the chat stands without it, and the Files panel
+    and the tools say what is wrong."""
+    try:
+        return quota_context(user)
+    except (OSError, ToolError):
+        return None
 
 
 def chat_page(
@@ -56,7 +67,7 @@ def chat_page(
         "suggestions": SUGGESTIONS,
         "send_url": send_url,
         "model": model_context(),
-        "quota": quota_context(request.user),
+        "quota": quota_or_none(request.user),
         "error": error,
         "task": task,
         # What deleting the conversation offers to forget.

@@ -211,3 +211,27 @@ def test_every_chat_page_leads_to_files_memories_and_my_data(client, alice, conv
     ]:
         assert f'href="{href}"' in page
         assert words in page
+
+
+@pytest.mark.django_db
+def test_the_sidebar_shows_the_quota_used(client, alice, workspaces):
+    (workspaces / str(alice.pk)).mkdir()
+    (workspaces / str(alice.pk) / "data.csv").write_bytes(b"x" * 2048)
+    client.force_login(alice)
+    page = client.get("/").text
+    assert '<p class="quota"><a href="/files/">Files</a>' in page
+    assert "2.0\xa0KB of" in page
+
+
+@pytest.mark.django_db
+def test_the_chat_stands_when_the_workspace_cannot_be_measured(client, alice, settings, tmp_path):
+    """A workspaces directory that cannot be made (here a file stands in its place): the chat
+    page still opens, with a plain link to Files instead of the quota."""
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    settings.LOOP_WORKSPACES_DIR = blocked
+    client.force_login(alice)
+    response = client.get("/")
+    assert response.status_code == 200
+    assert '<a href="/files/">Files</a>' in response.text
+    assert 'class="quota"' not in response.text
