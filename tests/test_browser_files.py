@@ -1,10 +1,10 @@
 """A person's files and memories in a real browser (Debian's Chromium through Playwright), against
 a live daphne and a real worker: upload a file by the button, have the agent work on it, open it
 from the tool card, download it, then forget what the run remembered and see the next run not
-recall it. Screenshots of the Files panel and the Memories page land in var/test-artifacts/."""
+recall it. Screenshots of the Files panel and the Memories page land in var/test-artifacts/
+(docs/images/files-laptop.png is a copy of one, made by hand like the chat's)."""
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,7 @@ from agent.events import MemoriesRecalled
 from agent.models import AgentRun
 from agent.selectors import events_of
 from memory.models import Memory
-from tests.conftest import PROJECT_DIR, wait_for
+from tests.conftest import wait_for
 from tests.test_browser import (
     ARTIFACTS,
     LAPTOP,
@@ -35,7 +35,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DATA_CSV = b"name,count\nalpha,1\nbeta,2\ngamma,3 and more words\n"
 QUESTION = "How many lines are in data.csv?"
 ANSWER = "data.csv has 4 lines and 7 words."
-README_IMAGE = PROJECT_DIR / "docs" / "images" / "files-laptop.png"
 
 
 def upload_by_the_button(page: Page, path: Path) -> None:
@@ -84,8 +83,6 @@ def test_a_person_uploads_works_on_downloads_and_forgets(live_site, browser, tmp
     upload_by_the_button(page, upload)
     expect(page.get_by_role("link", name="data.csv").first).to_be_visible(timeout=WAIT_MS)
     page.screenshot(path=ARTIFACTS / "files-laptop.png")
-    README_IMAGE.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(ARTIFACTS / "files-laptop.png", README_IMAGE)
 
     phone = logged_in(browser, live_site, "alice", PHONE)
     open_places_on_a_phone(phone, "Files")
