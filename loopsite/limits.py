@@ -1,18 +1,27 @@
-"""The bound on a request's body, enforced inside daphne before the body is buffered.
+"""The bound on a request's body, enforced inside daphne before the body is buffered, and what
+daphne holds of a large body.
 
 daphne hands a request to the ASGI application only once Twisted has received the whole body
-(into a temporary file), and then puts all of it, 8 KiB at a time, on the application's queue in
-one go: a 200 MB upload held 200 MB of daphne's memory before any Django code could refuse it.
-So the bound lives in daphne's request object: a declared `Content-Length` over the limit is
-answered 413 from the headers alone, and a chunked body is cut off the moment it passes the limit.
+(into a temporary file, past 100 KB), and then puts all of it, 8 KiB at a time, on the
+application's queue in one go: a 200 MB upload held 200 MB of daphne's memory before any Django
+code could refuse it. So the bound lives in daphne's request object: a declared `Content-Length`
+over the limit is answered 413 from the headers alone, and a chunked body is cut off the moment it
+passes the limit.
 
 One path has a bound of its own: `POST /files/upload/` carries up to LOOP_UPLOAD_MAX_FILES files
 of up to LOOP_UPLOAD_MAX_BYTES each, so its body may be that many files' worth plus
-LOOP_REQUEST_MAX_BYTES for the form around them (chat/uploads.py streams the files to disk; what
-daphne itself holds, it holds in a temporary file). The path is read from the request line, the
-only part of the request known when the headers end.
+LOOP_REQUEST_MAX_BYTES for the form around them. The path is read from the request line, the
+only part of the request known when the headers end. For such a body two more things keep daphne's
+memory flat (bench/files.py): Twisted does not decode a multipart body into `request.args` (it
+would, in memory, many times over, and daphne never reads it), and a body in a temporary file
+stays there until the application takes each chunk (BodyOnDisk); chat/uploads.py then streams the
+files to the workspace.
 """
 
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 from daphne import http_protocol
@@ -28,6 +37,24 @@ class BoundedRequest(http_protocol.WebRequest):
     upload_max_body = 0
     received = 0
     refused = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Twisted parses a multipart body into request.args, all of it in memory (13 to 17 times
+        # the upload's size at the peak): daphne never reads request.args.
+        self._parsePOSTFormSubmission = False
+
+    @property
+    def application_queue(self) -> asyncio.Queue | None:
+        return self.__dict__.get("_application_queue")
+
+    @application_queue.setter
+    def application_queue(self, queue: asyncio.Queue | None) -> None:
+        """daphne makes the queue, then puts the whole body on it: keep a large body on disk."""
+        if type(queue) is asyncio.Queue and on_disk(self.content):
+            queue.__class__ = BodyOnDisk
+            queue.content, queue.offset = self.content, 0
+        self.__dict__["_application_queue"] = queue
 
     def gotLength(self, length: int | None) -> None:
         self.max_body = self.bound_for(getattr(self.channel, "_path", b""))
@@ -85,3 +112,43 @@ def bound_request_bodies(max_bytes: int, upload_max_bytes: int | None = None) ->
         upload_bound(max_bytes) if upload_max_bytes is None else upload_max_bytes
     )
     http_protocol.WebRequest = BoundedRequest
+
+
+def on_disk(content: Any) -> bool:
+    """Whether Twisted keeps this body in a temporary file (a large one) rather than in memory."""
+    try:
+        content.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class _OnDisk:
+    offset: int
+    size: int
+
+
+class BodyOnDisk(asyncio.Queue):
+    """The application's queue of one request with a large body: of each chunk daphne puts on
+    it, only where it lies in Twisted's temporary file is kept; the chunk is read when the
+    application takes it (Queue.get calls _get), so the body is never all in memory at once."""
+
+    content: Any
+    offset: int
+
+    def put_nowait(self, item: dict[str, Any]) -> None:
+        if item.get("type") == "http.request" and item.get("body"):
+            size = len(item["body"])
+            item = {**item, "body": _OnDisk(self.offset, size)}
+            self.offset += size
+        super().put_nowait(item)
+
+    def _get(self) -> dict[str, Any]:
+        item = super()._get()
+        body = item.get("body")
+        if isinstance(body, _OnDisk):
+            if self.content.closed:  # the client went away: Twisted closed the file
+                return {"type": "http.disconnect"}
+            item = {**item, "body": os.pread(self.content.fileno(), body.size, body.offset)}
+        return item

@@ -139,3 +139,39 @@ def test_logging_in_through_daphne_still_works(daphne):
     answer = connection.getresponse()
     assert (answer.status, answer.getheader("Location")) == (302, "/")
     connection.close()
+
+
+def test_a_large_body_waits_on_disk_until_the_application_takes_it(tmp_path):
+    """daphne puts a whole body on the application's queue at once; a body Twisted keeps in a
+    temporary file stays there, each chunk read only when the application takes it."""
+    import asyncio
+
+    from loopsite.limits import BodyOnDisk
+
+    body = tmp_path / "body"
+    body.write_bytes(b"a" * 8 + b"b" * 8 + b"c" * 3)
+    with body.open("rb") as content:
+        queue = asyncio.Queue()
+        queue.__class__ = BodyOnDisk
+        queue.content, queue.offset = content, 0
+        for chunk, more in ((b"a" * 8, True), (b"b" * 8, True), (b"c" * 3, False)):
+            queue.put_nowait({"type": "http.request", "body": chunk, "more_body": more})
+        assert not any(isinstance(item["body"], bytes) for item in queue._queue)
+        taken = [queue.get_nowait()["body"] for _ in range(3)]
+    assert taken == [b"a" * 8, b"b" * 8, b"c" * 3]
+
+
+def test_twisted_does_not_parse_a_multipart_body_into_memory():
+    """Twisted would decode a whole multipart body into request.args (13 to 17 times an upload's
+    size at the peak), which daphne never reads."""
+    from types import SimpleNamespace
+
+    from twisted.web.test.requesthelper import DummyChannel
+
+    from loopsite.limits import BoundedRequest
+
+    channel = DummyChannel()
+    channel.factory = SimpleNamespace(
+        server=SimpleNamespace(protocol_connected=lambda request: None)
+    )
+    assert BoundedRequest(channel)._parsePOSTFormSubmission is False
