@@ -280,3 +280,15 @@ def test_the_function_refuses_a_wrong_password_itself(alice, alices_data, worksp
     with pytest.raises(my_data.WrongPassword):
         my_data.delete_account(alice, "not my password")
     assert held(alice, workspaces) == before
+
+
+def test_wrong_passwords_count_as_failed_logins_and_lock_out(
+    as_alice, alice, alices_data, workspaces, settings
+):
+    """A stolen session cannot guess the password here for ever: each wrong one is a failed
+    login with django-axes, and once locked out the right one is refused too."""
+    for _ in range(settings.AXES_FAILURE_LIMIT):
+        delete(as_alice, "a guess")
+    assert AccessAttempt.objects.get(username="alice").failures_since_start >= 1
+    delete(as_alice)
+    assert User.objects.filter(pk=alice.pk, is_active=True).exists()
