@@ -30,6 +30,7 @@ from agent.llm.mock import MockLLM
 from memory.hygiene import outcome_text
 from tools.base import ToolStatus
 from tools.code import describe, parse_report
+from tools.files import empty_file_note
 from tools.sandbox import Execution
 
 TOOLS = [
@@ -351,6 +352,12 @@ def test_counting_counts_a_last_line_without_a_newline_and_blank_lines(
     run = Run("How many words are in notes.txt?")
     run.result(content)
     assert run.answer == answer
+
+
+def test_counting_an_empty_file_counts_nothing_not_read_files_note() -> None:
+    run = Run("How many lines are in empty.txt?")
+    run.result(empty_file_note("empty.txt"))
+    assert run.answer == "empty.txt has 0 lines and 0 words."
 
 
 def test_counting_answers_a_failed_read_with_its_error() -> None:

@@ -251,8 +251,20 @@ def read_file(args: ReadFileArguments, context: ToolContext) -> str:
         directory = _walk(open_root(context.workspace, stack), names[:-1], stack)
         data = _read_regular(_open_for_reading(directory, names[-1], shown, stack), shown)
     if not data:
-        return f"{shown} is empty (0 bytes)."
+        return empty_file_note(shown)
     return _decode(data, shown)
+
+
+EMPTY_FILE_NOTE = " is empty (0 bytes)."
+
+
+def empty_file_note(shown: str) -> str:
+    """What read_file says of an empty file; is_empty_file_note tells it from a file's text."""
+    return shown + EMPTY_FILE_NOTE
+
+
+def is_empty_file_note(text: str) -> bool:
+    return text.endswith(EMPTY_FILE_NOTE) and "\n" not in text
 
 
 def _open_for_reading(directory: int, name: str, shown: str, stack: ExitStack) -> int:

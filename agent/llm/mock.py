@@ -29,6 +29,7 @@ from agent.llm.tokens import count_prompt_tokens, count_tokens
 from memory.hygiene import outcome_answer
 from tools.base import ToolStatus
 from tools.code import parse_report
+from tools.files import is_empty_file_note
 from tools.text import excerpt
 
 FILE_NAME = r"([\w\-/]+\.\w+)"
@@ -373,6 +374,8 @@ def count_in_file(match: re.Match[str], seen: list[Observation]) -> Move:
     if not result.ok:
         return f"I could not read {path}: {result.text}"
     text = parse_tool_message(result.text)[1]
+    if is_empty_file_note(text):
+        text = ""
     lines, words = len(text.splitlines()), len(text.split())
     return f"{path} has {counted(lines, 'line')} and {counted(words, 'word')}."
 
