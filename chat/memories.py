@@ -2,6 +2,7 @@
 forgetting, adding and editing them. Thin adapters over memory.personal and agent.selectors;
 another person's memory or run is 404 here, as their conversations are."""
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -22,6 +23,10 @@ from memory.recalled import RecalledMemory
 PER_PAGE = 50
 # The longest search the page takes: a search is words to find, not a document.
 MAX_QUERY_CHARS = 200
+# An id as a form or a link sends it: ASCII digits, as many as a database id can have. Not
+# str.isdigit(), which takes "²" (that int() refuses) and any number of digits (int() reads
+# at most 4,300).
+AN_ID = re.compile(r"[0-9]{1,20}")
 
 ADDED = {
     "stored": "Remembered.",
@@ -68,6 +73,11 @@ def run_and_conversation(run: AgentRun | None) -> tuple[AgentRun | None, Convers
     return run, run.conversation
 
 
+def id_of(raw: str) -> int | None:
+    """The id a field holds, or None if it holds no id."""
+    return int(raw) if AN_ID.fullmatch(raw) else None
+
+
 def search_of(request: HttpRequest) -> str:
     """The search as typed, bounded, and without what PostgreSQL cannot compare (NUL)."""
     return request.GET.get("q", "").replace("\x00", "").strip()[:MAX_QUERY_CHARS]
@@ -78,7 +88,8 @@ def recalled_run(request: HttpRequest) -> Recalled | None:
     raw = request.GET.get("run", "")
     if not raw:
         return None
-    run = selectors.run_of(request.user, int(raw)) if raw.isdigit() else None
+    run_id = id_of(raw)
+    run = None if run_id is None else selectors.run_of(request.user, run_id)
     if run is None:
         raise Http404("No such run.")
     recalled = selectors.recalled_in(run)
@@ -127,10 +138,10 @@ def memories(request: HttpRequest) -> HttpResponse:
 
 
 def posted_ids(request: HttpRequest) -> list[int]:
-    raw = request.POST.getlist("id")
-    if not all(value.isdigit() for value in raw):
+    ids = [id_of(value) for value in request.POST.getlist("id")]
+    if None in ids:
         raise Http404("No such memory.")
-    return [int(value) for value in raw]
+    return [memory_id for memory_id in ids if memory_id is not None]
 
 
 @require_POST

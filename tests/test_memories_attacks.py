@@ -1,0 +1,76 @@
+"""The Memories page attacked by a logged-in person: ids that are not ids, ids of another
+person's memory or of a run of a conversation they deleted, repeated ids, and an edit into the
+words of another person's memory. Each is refused or harmless, never a server error."""
+
+import pytest
+from django.test import Client
+
+from agent.execution import execute_run
+from agent.runs import delete_conversation, new_conversation, start_run
+from memory import personal
+from memory.models import ForgottenMemory, Memory
+from memory.store import remember
+
+pytestmark = pytest.mark.django_db
+
+TEAL = "My favourite colour is teal."
+CAT = "My cat is called Miso."
+# Digits to str.isdigit() that int() does not read, and a number longer than int() reads.
+NOT_INTS = ("²", "①", "9" * 5000)
+
+
+@pytest.fixture
+def as_alice(client, alice) -> Client:
+    client.force_login(alice)
+    return client
+
+
+@pytest.mark.parametrize("raw", NOT_INTS)
+def test_a_run_that_is_not_a_number_is_404_not_a_server_error(as_alice, alice, raw):
+    remember(alice, CAT)
+    assert as_alice.get("/memories/", {"run": raw}).status_code == 404
+
+
+@pytest.mark.parametrize("raw", NOT_INTS)
+def test_an_id_to_forget_that_is_not_a_number_is_404_and_forgets_nothing(as_alice, alice, raw):
+    memory = remember(alice, CAT).memory
+    assert as_alice.post("/memories/forget/", {"id": [memory.pk, raw]}).status_code == 404
+    assert Memory.objects.filter(pk=memory.pk).exists()
+
+
+def test_ids_beyond_the_database_s_integers_are_404(as_alice, alice):
+    memory = remember(alice, CAT).memory
+    huge = str(2**63)
+    assert as_alice.get("/memories/", {"run": huge}).status_code == 404
+    assert as_alice.post("/memories/forget/", {"id": [huge]}).status_code == 404
+    assert as_alice.post(f"/memories/{huge}/edit/", {"text": TEAL}).status_code == 404
+    assert Memory.objects.filter(pk=memory.pk, text=CAT).exists()
+
+
+def test_a_repeated_id_forgets_the_memory_once(as_alice, alice):
+    memory = remember(alice, CAT).memory
+    response = as_alice.post("/memories/forget/", {"id": [memory.pk] * 3})
+    assert response.status_code == 302
+    assert ForgottenMemory.objects.filter(memory_id=memory.pk).count() == 1
+
+
+def test_a_run_of_a_deleted_conversation_is_404_on_the_page(as_alice, alice, workspaces):
+    conversation = new_conversation(alice, "Colours")
+    personal.add_by_hand(alice, TEAL)
+    run = execute_run(
+        start_run(alice, "What is my favourite colour?", model="mock", conversation=conversation)
+    )
+    assert as_alice.get("/memories/", {"run": run.pk}).status_code == 200
+    delete_conversation(alice, conversation.pk)
+    assert as_alice.get("/memories/", {"run": run.pk}).status_code == 404
+
+
+def test_editing_into_another_person_s_memory_absorbs_nothing_of_theirs(as_alice, alice, bob):
+    bobs = remember(bob, TEAL).memory
+    mine = remember(alice, CAT).memory
+    response = as_alice.post(f"/memories/{mine.pk}/edit/", {"text": TEAL})
+    assert response.status_code == 302
+    assert personal.edit(alice, mine.pk, TEAL.upper()).absorbed == []
+    bobs.refresh_from_db()
+    assert (bobs.owner, bobs.text) == (bob, TEAL)
+    assert not ForgottenMemory.objects.exists()
