@@ -1,0 +1,151 @@
+"""The Files panel attacked, by its own person and by an outsider: names the disk or the panel
+cannot take, a hard link to something outside the workspace, a temporary file gone before it is
+named, encoded traversal in the URL, markup and quotes in names, parts that lie about their size,
+bodies without a length, and a client that goes away while daphne holds its body on disk."""
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from loopsite.limits import BodyOnDisk
+from tests.test_files_upload import multipart, send
+from tools.workspace import context_for
+
+pytestmark = pytest.mark.django_db
+
+UPLOAD = "/files/upload/"
+
+
+@pytest.fixture
+def workspace(alice, workspaces, client) -> Path:
+    client.force_login(alice)
+    return context_for(alice).workspace
+
+
+def upload(client: Client, *parts: tuple[str, str | None, bytes]):
+    return send(client, multipart(*parts), Accept="application/json")
+
+
+# Names the disk or the panel cannot take ---------------------------------------------------------
+
+
+def test_names_like_the_folder_itself_are_refused(client, workspace):
+    for name in (".", "./", "a/.."):
+        response = upload(client, ("file", name, b"x"))
+        assert response.status_code == 400, name
+        assert response.json()["refused"]
+    assert os.listdir(workspace) == []
+
+
+# Traversal in the URL ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "%2e%2e/%2e%2e/etc/passwd",
+        "..%2f..%2fetc%2fpasswd",
+        "%2Fetc%2Fpasswd",
+        "..%5c..%5cetc%5cpasswd",
+        "a%00b",
+        "notes/%2e%2e/%2e%2e/x",
+    ],
+)
+def test_encoded_traversal_in_the_url_is_refused(client, workspace, path):
+    (workspace / "notes").mkdir()
+    for view in ("raw", "view"):
+        response = client.get(f"/files/{view}/{path}")
+        assert response.status_code in (400, 404), (view, path)
+        assert b"root:" not in response.content
+
+
+# Markup and quotes in names ----------------------------------------------------------------------
+
+
+def test_markup_and_quotes_in_a_name_are_escaped_in_the_list_and_the_view(client, workspace):
+    name = "<img src=x onerror=alert(1)>\"'.txt"
+    (workspace / name).write_text("<script>alert(2)</script>")
+    listing = client.get("/files/").content.decode()
+    assert "<img src=x" not in listing
+    assert "&lt;img src=x onerror=alert(1)&gt;&quot;&#x27;.txt" in listing
+    view = client.get(f"/files/view/{name.replace('<', '%3C').replace('>', '%3E')}")
+    assert view.status_code == 200
+    assert "<img src=x" not in view.content.decode()
+    assert "<script>alert(2)" not in view.content.decode()
+
+
+def test_quotes_in_a_name_cannot_forge_the_download_s_headers(client, workspace):
+    name = 'a"; filename="evil.html'
+    (workspace / name).write_text("<script>alert(1)</script>")
+    response = client.get("/files/raw/a%22%3B%20filename%3D%22evil.html")
+    assert response["Content-Disposition"] == 'attachment; filename="a\\"; filename=\\"evil.html"'
+    assert response["Content-Type"] == "application/octet-stream"
+    assert response["X-Content-Type-Options"] == "nosniff"
+
+
+# Quota and size ----------------------------------------------------------------------------------
+
+
+def test_a_part_that_declares_a_small_size_is_measured_by_what_it_sends(
+    client, workspace, settings
+):
+    settings.LOOP_UPLOAD_MAX_BYTES = 100
+    body = multipart(("file", "liar.bin", b"x" * 5000), raw_header="")
+    body = body.replace(b"Content-Type: application/octet-stream", b"Content-Length: 1\r\n"
+                        b"Content-Type: application/octet-stream", 1)  # fmt: skip
+    response = send(client, body, Accept="application/json")
+    assert "over the 100-byte limit per file" in response.json()["refused"][0]
+    assert os.listdir(workspace) == []
+
+
+def test_a_body_without_a_length_stores_nothing(alice, workspace):
+    """A chunked body has no Content-Length: Django's parser reads nothing of it."""
+    from django.test import RequestFactory
+
+    from chat.files import upload as upload_view
+
+    request = RequestFactory().post(
+        UPLOAD, data=multipart(("file", "a.txt", b"a")), content_type="multipart/form-data; "
+        "boundary=LoopBoundary7MA4YWxk", headers={"Accept": "application/json"},
+    )  # fmt: skip
+    del request.META["CONTENT_LENGTH"]
+    request.user = alice
+    request._dont_enforce_csrf_checks = True
+    response = upload_view(request)
+    assert response.status_code == 400
+    assert os.listdir(workspace) == []
+
+
+def test_a_wrong_csrf_token_stores_nothing_and_leaves_no_temporary_file(alice, workspace):
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(alice)
+    strict.get("/files/")
+    form = multipart(("csrfmiddlewaretoken", None, b"x" * 64), ("file", "a.txt", b"a" * 70_000))
+    assert send(strict, form).status_code == 403
+    assert (
+        send(strict, multipart(("file", "b.txt", b"b")), **{"X-CSRFToken": "y" * 32}).status_code
+        == 403
+    )
+    assert os.listdir(workspace) == []
+
+
+# A client gone while daphne holds its body -------------------------------------------------------
+
+
+def test_a_body_on_disk_after_the_client_went_away_is_a_disconnect(tmp_path):
+    """Twisted closes its temporary file when the connection is lost: the chunks still queued
+    are answered as a disconnect, never read from a closed (or reused) descriptor."""
+    body = tmp_path / "body"
+    body.write_bytes(b"a" * 16)
+    content = body.open("rb")
+    queue = asyncio.Queue()
+    queue.__class__ = BodyOnDisk
+    queue.content, queue.offset = content, 0
+    queue.put_nowait({"type": "http.request", "body": b"a" * 8, "more_body": True})
+    queue.put_nowait({"type": "http.request", "body": b"a" * 8, "more_body": False})
+    assert queue.get_nowait()["body"] == b"a" * 8
+    content.close()
+    assert queue.get_nowait() == {"type": "http.disconnect"}
