@@ -32,6 +32,36 @@ def upload(client: Client, *parts: tuple[str, str | None, bytes]):
 # Names the disk or the panel cannot take ---------------------------------------------------------
 
 
+def test_a_name_that_is_not_utf8_does_not_break_the_panel(client, workspace):
+    """run_code may leave a file whose name is not UTF-8: the panel listed it as a lone
+    surrogate, which no response can encode, and every page of the folder was a 500."""
+    os.close(os.open(bytes(workspace) + b"/report\xff.txt", os.O_CREAT | os.O_WRONLY, 0o644))
+    (workspace / "kept.txt").write_text("kept")
+    page = client.get("/files/")
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "report\\xff.txt" in body  # shown escaped, as what it is
+    assert 'href="/files/view/kept.txt"' in body  # and the rest of the folder as ever
+    assert "/files/view/report" not in body  # no link the panel would only refuse
+    assert "/files/raw/report" not in body
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["invoice\u202etxt.exe", "two\nlines.txt", "bell\x07.txt"],
+)
+def test_a_name_the_panel_refuses_is_listed_escaped_without_links(client, workspace, name):
+    """A snippet's file named with a bidi control read as another name in the list
+    ('invoiceexe.txt'), and its links led only to refusals."""
+    (workspace / name).write_text("x")
+    body = client.get("/files/").content.decode()
+    assert name not in body
+    assert name.encode("unicode_escape").decode() in body
+    assert "/files/view/" not in body
+    assert "/files/raw/" not in body
+    assert 'name="path"' not in body
+
+
 def test_names_like_the_folder_itself_are_refused(client, workspace):
     for name in (".", "./", "a/.."):
         response = upload(client, ("file", name, b"x"))

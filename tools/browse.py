@@ -80,6 +80,9 @@ class Entry:
     modified: datetime
     is_folder: bool
     kind: str  # "file", "folder", "symlink" or what else it is ("a FIFO")
+    # False for a name the panel refuses (not UTF-8, a control or bidi character): it is shown
+    # escaped, and offered no link or action that would only be refused.
+    reachable: bool = True
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,11 @@ def _entry(directory: int, name: str, names: list[str]) -> Entry | None:
         info = os.stat(name, dir_fd=directory, follow_symlinks=False)
     except FileNotFoundError:  # deleted while listing
         return None
+    if not _reachable(name):
+        modified = datetime.fromtimestamp(info.st_mtime, UTC)
+        size = info.st_size if stat.S_ISREG(info.st_mode) else 0
+        kind = "a file" if stat.S_ISREG(info.st_mode) else _what(info.st_mode)
+        return Entry(_escaped(name), "", size, modified, False, kind, reachable=False)
     mode = info.st_mode
     if stat.S_ISDIR(mode):
         kind = "folder"
@@ -248,6 +256,32 @@ def _entry(directory: int, name: str, names: list[str]) -> Entry | None:
     modified = datetime.fromtimestamp(info.st_mtime, UTC)
     size = info.st_size if stat.S_ISREG(mode) else 0
     return Entry(name, _shown([*names, name]), size, modified, stat.S_ISDIR(mode), kind)
+
+
+def _reachable(name: str) -> bool:
+    """Whether the panel can name this entry: not a name run_code left that is not UTF-8 (a lone
+    surrogate here, which no page can encode), nor one the path rules refuse (a control or bidi
+    character, a backslash)."""
+    try:
+        name.encode("utf-8")
+        components(name)
+    except (UnicodeEncodeError, BrowseError):
+        return False
+    return True
+
+
+def _escaped(name: str) -> str:
+    """The name as it is, with what cannot be shown as itself written as an escape: '\\xff' for
+    a byte that is not UTF-8, '\\u202e' for a bidi control, '\\n' for a newline."""
+    return "".join(_escaped_char(char) for char in name)
+
+
+def _escaped_char(char: str) -> str:
+    if "\udc80" <= char <= "\udcff":  # os.listdir's stand-in for a byte that is not UTF-8
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    if char.isprintable() and char not in _BIDI:
+        return char
+    return char.encode("unicode_escape").decode("ascii")
 
 
 # Opening -----------------------------------------------------------------------------------------
