@@ -70,6 +70,25 @@ def test_names_like_the_folder_itself_are_refused(client, workspace):
     assert os.listdir(workspace) == []
 
 
+# Links -------------------------------------------------------------------------------------------
+
+
+def test_a_hard_link_to_a_file_outside_the_workspace_is_never_opened(client, workspace, tmp_path):
+    """A symlink is never followed; a hard link is the file itself, so the panel served a file
+    from outside the workspace under a workspace name. A file with other names is not opened."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    os.link(secret, workspace / "linked.txt")
+    for url in ("/files/raw/linked.txt", "/files/view/linked.txt"):
+        response = client.get(url)
+        assert response.status_code == 400, url
+        assert "hard link" in response.content.decode()
+        assert b"host secret" not in response.content
+    client.post("/files/delete/", {"path": "linked.txt"})  # deleting removes only the name
+    assert not (workspace / "linked.txt").exists()
+    assert secret.read_text() == "host secret"
+
+
 # Traversal in the URL ----------------------------------------------------------------------------
 
 

@@ -307,6 +307,13 @@ def _open_file(root: int, names: list[str], stack: ExitStack) -> tuple[int, os.s
         raise BrowseError(f"{shown} is a folder: open it from the list.")
     if not stat.S_ISREG(info.st_mode):
         raise BrowseError(f"{shown} is {kind_of(info.st_mode)}, not a file that can be opened.")
+    if info.st_nlink > 1:
+        # No writer of the workspace makes one (the saver copies a snippet's files): such a
+        # name may be a hard link to a file outside it, which O_NOFOLLOW cannot tell.
+        raise BrowseError(
+            f"{shown} has other hard links, so it may be a file from outside your workspace: "
+            "the Files panel does not open it."
+        )
     return handle, info
 
 
