@@ -41,6 +41,11 @@ class Streamed:
     def size(self) -> int:
         return self.incoming.written
 
+    def close(self) -> None:
+        """Django closes every uploaded file when a parse fails (too many files, say) and when
+        the request ends: an unnamed temporary file goes, a named one is left alone."""
+        self.incoming.discard()
+
 
 @dataclass
 class WorkspaceUploadHandler(FileUploadHandler):
@@ -78,7 +83,11 @@ class WorkspaceUploadHandler(FileUploadHandler):
             raise SkipFile
         if self.root is None:
             raise SkipFile
-        self.current = Streamed(file_name, browse.begin_upload(self.root, file_name))
+        try:
+            self.current = Streamed(file_name, browse.begin_upload(self.root, file_name))
+        except OSError as error:
+            self.refusals.append(f"{file_name} was not stored: {error.strerror}.")
+            raise SkipFile from None
         self.room_files -= 1
         raise StopFutureHandlers
 
@@ -106,7 +115,10 @@ class WorkspaceUploadHandler(FileUploadHandler):
             )
         if len(raw_data) > self.room_bytes:
             self._drop(self._over_quota(current.name))
-        current.incoming.write(raw_data)
+        try:
+            current.incoming.write(raw_data)
+        except OSError as error:  # the disk full, say: this part is lost, not the request
+            self._drop(f"{current.name} was not stored: {error.strerror}.")
         self.room_bytes -= len(raw_data)
 
     def _drop(self, refusal: str) -> None:

@@ -11,7 +11,8 @@ import pytest
 from django.test import Client
 
 from loopsite.limits import BodyOnDisk
-from tests.test_files_upload import multipart, send
+from tests.test_files_upload import leftovers, multipart, send
+from tools import browse
 from tools.workspace import context_for
 
 pytestmark = pytest.mark.django_db
@@ -60,6 +61,57 @@ def test_a_name_the_panel_refuses_is_listed_escaped_without_links(client, worksp
     assert "/files/view/" not in body
     assert "/files/raw/" not in body
     assert 'name="path"' not in body
+
+
+@pytest.mark.parametrize(
+    "name", ["a" * 256, "é" * 128, "😀" * 64 + ".txt"], ids=["ascii", "2-byte", "4-byte"]
+)
+def test_a_name_too_long_for_the_disk_is_refused_with_a_reason(client, workspace, name):
+    response = upload(client, ("file", name, b"x"))
+    assert response.status_code == 400
+    (refusal,) = response.json()["refused"]
+    assert "longer than the 255 bytes a file name may have" in refusal
+    assert os.listdir(workspace) == []
+
+
+@pytest.mark.parametrize(
+    "name", ["a" * 255, "é" * 127, "😀" * 62 + ".txt"], ids=["ascii", "2-byte", "4-byte"]
+)
+def test_a_long_name_the_disk_takes_is_stored(client, workspace, name):
+    """The temporary file's name kept 200 characters of the name: 200 'é' are 400 bytes, past
+    the 255 a name may have, and the upload was a 500."""
+    response = upload(client, ("file", name, b"payload"))
+    assert response.status_code == 200, response.content
+    assert (workspace / name).read_bytes() == b"payload"
+    assert leftovers(workspace) == []
+
+
+def test_keeping_both_when_the_copy_s_name_would_be_too_long_is_refused(client, workspace):
+    name = "a" * 251 + ".txt"  # 255 bytes: 'name (2).txt' has no room
+    (workspace / name).write_bytes(b"old")
+    response = send(client, multipart(("on_clash", None, b"keep"), ("file", name, b"new")),
+                    Accept="application/json")  # fmt: skip
+    assert response.status_code == 400
+    (refusal,) = response.json()["refused"]
+    assert refusal.startswith(f"{name} was not stored:")
+    assert (workspace / name).read_bytes() == b"old"
+    assert leftovers(workspace) == []
+
+
+def test_an_upload_whose_temporary_file_vanished_is_refused_not_a_crash(workspace):
+    """The temporary file is in the workspace, where a run_code snippet or a delete can remove
+    it before it is named: that upload is refused with the reason, like any other."""
+    root = browse.open_workspace(workspace)
+    try:
+        incoming = browse.begin_upload(root, "data.csv")
+        incoming.write(b"a,b\n")
+        incoming.finish()
+        os.unlink(incoming.temp, dir_fd=root)
+        with pytest.raises(browse.BrowseError, match=r"data\.csv was not stored"):
+            browse.store_upload(incoming, "", "data.csv")
+    finally:
+        os.close(root)
+    assert os.listdir(workspace) == []
 
 
 def test_names_like_the_folder_itself_are_refused(client, workspace):
@@ -164,6 +216,13 @@ def test_a_body_without_a_length_stores_nothing(alice, workspace):
     request.user = alice
     request._dont_enforce_csrf_checks = True
     response = upload_view(request)
+    assert response.status_code == 400
+    assert os.listdir(workspace) == []
+
+
+def test_more_parts_than_django_counts_leave_no_temporary_file(client, workspace, settings):
+    settings.DATA_UPLOAD_MAX_NUMBER_FILES = 3
+    response = upload(client, *[("file", f"{n}.txt", b"n") for n in range(5)])
     assert response.status_code == 400
     assert os.listdir(workspace) == []
 

@@ -40,6 +40,9 @@ MAX_SHOWN_ENTRIES = 200
 VIEW_MAX_BYTES = 200_000  # of a text file shown inline; the rest is for the download
 CLASH_CHOICES = ("replace", "keep")
 _UTF8_LONGEST = 4
+NAME_MAX_BYTES = 255  # Linux's NAME_MAX, in bytes of the UTF-8 name
+# Of the name kept in an upload's temporary name: with the dot, token and suffix, under NAME_MAX.
+_TEMP_STEM_BYTES = 200
 # Bidirectional controls reorder what a name looks like ("txt.exe" shown as "exe.txt").
 _BIDI = {
     "\u061c",
@@ -162,6 +165,12 @@ def check_upload_name(name: str) -> str:
         )
     if TEMP_NAME.fullmatch(name):
         raise BrowseError(f"The name {name!r} is reserved for files being written.")
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if size > NAME_MAX_BYTES:
+        raise BrowseError(
+            f"The name {name[:40]!r}... is {size:,} bytes long, longer than the "
+            f"{NAME_MAX_BYTES} bytes a file name may have: shorten it."
+        )
     return name
 
 
@@ -402,6 +411,7 @@ class Incoming:
     temp: str
     handle: int | None
     written: int = 0
+    settled: bool = False  # named or deleted: nothing is left to discard, and root may be closed
 
     def write(self, data: bytes) -> None:
         if self.handle is None:
@@ -421,8 +431,10 @@ class Incoming:
         if self.handle is not None:
             os.close(self.handle)
             self.handle = None
-        with suppress(OSError):
-            os.unlink(self.temp, dir_fd=self.root)
+        if not self.settled:
+            self.settled = True
+            with suppress(OSError):
+                os.unlink(self.temp, dir_fd=self.root)
 
 
 def open_workspace(workspace: Path) -> int:
@@ -435,7 +447,8 @@ def open_workspace(workspace: Path) -> int:
 
 def begin_upload(root: int, name: str) -> Incoming:
     """A temporary file for `name`, hidden from every listing until store_upload names it."""
-    temp = temp_name(name)
+    stem = name.encode("utf-8")[:_TEMP_STEM_BYTES].decode("utf-8", "ignore")
+    temp = temp_name(stem)  # temp_name keeps characters, and 200 of them may be 800 bytes
     handle = os.open(temp, TEMP_FLAGS, 0o644, dir_fd=root)
     owner = owner_of(root)
     if owner is not None:
@@ -469,9 +482,20 @@ def store_upload(incoming: Incoming, folder: str, name: str, on_clash: str = "")
         quota, used = budget.quota, budget.used
         if used.bytes - (replaced or 0) > quota.max_bytes or used.files > quota.max_files:
             raise BrowseError(_over_quota(name, quota, used.bytes - incoming.written))
-        os.rename(incoming.temp, target, src_dir_fd=incoming.root, dst_dir_fd=directory)
+        _rename(incoming, directory, target, name)
     verb = "Uploaded" if replaced is None else "Replaced"
     return f"{verb} {_shown([*names, target])} ({incoming.written:,} bytes)."
+
+
+def _rename(incoming: Incoming, directory: int, target: str, name: str) -> None:
+    """Name the upload; a failure (its temporary file deleted meanwhile by a snippet or a
+    delete, a kept copy's name too long) is a refusal of this file alone."""
+    try:
+        os.rename(incoming.temp, target, src_dir_fd=incoming.root, dst_dir_fd=directory)
+        incoming.settled = True
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise BrowseError(f"{name} was not stored: {reason}.") from None
 
 
 def _over_quota(name: str, quota: Quota, used_bytes: int) -> str:
@@ -519,6 +543,12 @@ def _free_name(directory: int, name: str) -> str:
         stem, dot, extension = name, "", ""
     for number in range(2, 10_000):
         candidate = f"{stem} ({number}){dot}{extension}"
+        if len(candidate.encode("utf-8")) > NAME_MAX_BYTES:
+            raise BrowseError(
+                f"{name} was not stored: its name is too long for a copy beside it ({candidate!r} "
+                f"would pass the {NAME_MAX_BYTES} bytes a name may have). Replace it, or rename "
+                "the file and upload it again."
+            )
         try:
             os.stat(candidate, dir_fd=directory, follow_symlinks=False)
         except FileNotFoundError:
