@@ -290,6 +290,10 @@ def delete_account(user: AbstractBaseUser, password: str) -> Deletion:
     cancelled = cancel_live_runs(user)
     workspace = workspace_path(user.pk)
     with transaction.atomic():
+        hold_account(user)
+        # A run started since the first pass (from another device) stops too; none can start
+        # now that the account's row is held, and one waiting to start finds it gone.
+        cancelled += cancel_live_runs(user, only_unasked=True)
         placeholder = make_placeholder()
         memories = len(forget(Memory.objects.filter(owner=user), by=user))
         anonymise_forgettings(user, placeholder)
@@ -316,10 +320,21 @@ def remove_workspace(workspace: Path) -> None:
         shutil.rmtree(workspace, onerror=failed)
 
 
-def cancel_live_runs(user: AbstractBaseUser) -> int:
+def hold_account(user: AbstractBaseUser) -> None:
+    """Lock the account's row to the transaction's end, as starting a run does (so no run
+    starts meanwhile); an account already gone (deleted from another device at the same time)
+    is refused, and nothing more is made or changed."""
+    if not get_user_model().objects.select_for_update().filter(pk=user.pk).exists():
+        raise AccountNotDeleted("This account is already deleted.")
+
+
+def cancel_live_runs(user: AbstractBaseUser, *, only_unasked: bool = False) -> int:
     """Ask each run still queued or running to stop, deleted conversations' included: a queued
-    one ends at once, a running one within a second and, cancelled, remembers nothing."""
+    one ends at once, a running one within a second and, cancelled, remembers nothing.
+    `only_unasked` leaves out the running ones already asked."""
     live = AgentRun.objects.filter(user=user).exclude(status__in=FINISHED)
+    if only_unasked:
+        live = live.filter(cancel_requested_at__isnull=True)
     runs = list(live)
     for run in runs:
         request_cancel(run)

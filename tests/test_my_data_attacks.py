@@ -1,0 +1,97 @@
+"""My data attacked by a logged-in person: workspace names an unzip program would misread, a run
+of someone else's in one of their conversations, a run started while the account is being
+deleted, the same account deleted twice at once, and the sessions and sockets of other devices."""
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from agent import my_data
+from agent.events import RunStatus
+from agent.models import AgentRun
+from agent.runs import start_run
+from memory.store import remember
+
+pytestmark = pytest.mark.django_db
+
+PASSWORD = "a long enough passphrase 42"
+EXPORT = "/accounts/data/export/"
+DELETE = "/accounts/data/delete/"
+
+
+@pytest.fixture
+def alice(workspaces) -> User:
+    return User.objects.create_user("alice", password=PASSWORD)
+
+
+@pytest.fixture
+def bob(workspaces) -> User:
+    return User.objects.create_user("bob", password=PASSWORD)
+
+
+@pytest.fixture
+def as_alice(alice) -> Client:
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+def test_a_run_started_while_the_account_is_deleted_is_cancelled_not_handed_over(
+    alice, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Another device starts a run after the live runs were listed to stop, before the
+    transaction: it must not go on under the placeholder once the account is gone."""
+    first = start_run(alice, "What is 6 * 7?", model="mock")
+    started: list[AgentRun] = []
+    cancel = my_data.request_cancel
+
+    def meanwhile(run: AgentRun) -> AgentRun:
+        if not started:
+            started.append(start_run(alice, "What is 17 * 23?", model="mock"))
+        return cancel(run)
+
+    monkeypatch.setattr(my_data, "request_cancel", meanwhile)
+    with django_capture_on_commit_callbacks(execute=True):
+        my_data.delete_account(alice, PASSWORD)
+    first.refresh_from_db()
+    (late,) = started
+    late.refresh_from_db()
+    assert first.status == RunStatus.CANCELLED
+    assert late.status == RunStatus.CANCELLED
+    assert late.user.username.startswith("deleted-")
+
+
+def test_the_same_account_deleted_twice_at_once_makes_one_placeholder(
+    alice, bob, django_capture_on_commit_callbacks
+):
+    """Two devices press Delete together: the second, holding the account as it was read
+    before the first committed, is refused and changes nothing more."""
+    remember(alice, "Alice likes tea.")
+    second = User.objects.get(pk=alice.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        my_data.delete_account(alice, PASSWORD)
+    placeholders = set(User.objects.filter(username__startswith="deleted-"))
+    with pytest.raises(my_data.AccountNotDeleted), django_capture_on_commit_callbacks(execute=True):
+        my_data.delete_account(second, PASSWORD)
+    assert set(User.objects.filter(username__startswith="deleted-")) == placeholders
+    assert len(placeholders) == 1
+
+
+def test_every_other_device_is_logged_out_too(
+    alice, alice_devices, django_capture_on_commit_callbacks
+):
+    here, elsewhere = alice_devices
+    with django_capture_on_commit_callbacks(execute=True):
+        assert here.post(DELETE, {"password": PASSWORD}).status_code == 302
+    for url in ("/", "/memories/", "/accounts/data/", EXPORT):
+        response = elsewhere.get(url)
+        assert response.status_code == 302, url
+        assert response.url.startswith("/accounts/login/")
+
+
+@pytest.fixture
+def alice_devices(alice) -> tuple[Client, Client]:
+    devices = Client(), Client()
+    for device in devices:
+        device.force_login(alice)
+    return devices
