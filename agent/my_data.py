@@ -41,6 +41,7 @@ from agent.runs import request_cancel
 from agent.transcripts import transcripts
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
+from tools.browse import BrowseError, components
 from tools.workspace import workspace_path
 
 logger = logging.getLogger(__name__)
@@ -193,13 +194,24 @@ def memories_of(user: AbstractBaseUser) -> list[dict[str, Any]]:
 def readme(user: AbstractBaseUser, skipped: list[str]) -> str:
     note = ""
     if skipped:
-        listed = "".join(f"\n                      {name}" for name in skipped)
+        listed = "".join(f"\n                      {escaped(name)}" for name in skipped)
         note = (
-            "\n                    Not included: these are not plain files, or could not be"
-            "\n                    read (a symbolic link is never followed):" + listed
+            "\n                    Not included: these are not plain files, could not be read"
+            "\n                    (a symbolic link is never followed), or have names the Files"
+            "\n                    panel refuses, which an unzip program could take for a path"
+            "\n                    elsewhere (a backslash, a drive letter) or show as another"
+            "\n                    name (control or bidirectional characters, shown here as"
+            "\n                    \\x.. or \\u....):" + listed
         )
     exported = timezone.now().strftime("%Y-%m-%d %H:%M UTC")
     return README.format(exported=exported, username=user.get_username(), skipped=note)
+
+
+def escaped(name: str) -> str:
+    """A name as one line of the README shows it: what is not printable (control and
+    bidirectional characters, line breaks) as its escape, so no name can pass for another or
+    break the list."""
+    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in name)
 
 
 # The workspace, walked by file descriptor so that no symbolic link is ever followed ----------
@@ -221,11 +233,22 @@ def write_workspace(archive: zipfile.ZipFile, workspace: Path) -> list[str]:
         for top, directories, files, directory in os.fwalk(".", dir_fd=root):
             for name in (*directories, *files):
                 relative = shown(posixpath.normpath(posixpath.join(top, name)))
-                if not add_entry(archive, directory, name, relative):
+                if not safe_in_zip(relative) or not add_entry(archive, directory, name, relative):
                     skipped.append(relative)
     finally:
         os.close(root)
     return sorted(skipped)
+
+
+def safe_in_zip(relative: str) -> bool:
+    """Whether the zip may name the file so: by the Files panel's rules (tools.browse), no
+    backslash or drive letter an unzip program on Windows takes for a way out of the folder,
+    no control or bidirectional character that makes it look like another name."""
+    try:
+        components(relative)
+    except BrowseError:
+        return False
+    return True
 
 
 def shown(path: str) -> str:

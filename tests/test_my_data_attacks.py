@@ -2,6 +2,9 @@
 of someone else's in one of their conversations, a run started while the account is being
 deleted, the same account deleted twice at once, and the sessions and sockets of other devices."""
 
+import io
+import zipfile
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -34,6 +37,47 @@ def as_alice(alice) -> Client:
     client = Client()
     client.force_login(alice)
     return client
+
+
+def exported(client: Client) -> zipfile.ZipFile:
+    response = client.get(EXPORT)
+    assert response.status_code == 200
+    return zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
+
+
+# A snippet can name a file anything but '/' and NUL: each of these, extracted by a program that
+# takes '\' for a folder (as on Windows) or shows names as they are, lands or looks elsewhere.
+MISLEADING = {
+    "..\\..\\..\\startup.bat": "a backslash",
+    "C:evil.txt": "a drive letter",
+    "fake\nREADME.txt": "a newline",
+    "report\u202etxt.exe": "a bidirectional control",
+    "bell\x07.txt": "a control character",
+}
+
+
+def test_a_workspace_name_an_unzip_program_would_misread_is_left_out_and_named(
+    as_alice, alice, workspaces
+):
+    workspace = workspaces / str(alice.pk)
+    (workspace / "sub").mkdir(parents=True)
+    for name in MISLEADING:
+        (workspace / name).write_text("x")
+    (workspace / "sub" / "..\\..\\up.txt").write_text("x")
+    (workspace / "plain.txt").write_text("kept")
+    archive = exported(as_alice)
+    files = [name for name in archive.namelist() if name.startswith("files/")]
+    assert files == ["files/plain.txt"]
+    readme = archive.read("README.txt").decode()
+    body = readme.split("Not included:", 1)[1]
+    assert "\n                      fake\\nREADME.txt\n" in body
+    assert "report\\u202etxt.exe" in body
+    assert "bell\\x07.txt" in body
+    assert "..\\..\\..\\startup.bat" in body
+    assert "sub/..\\..\\up.txt" in body
+    assert "\u202e" not in readme
+    assert "\x07" not in readme
+    assert "\nREADME.txt" not in readme
 
 
 def test_a_run_started_while_the_account_is_deleted_is_cancelled_not_handed_over(
