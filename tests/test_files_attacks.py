@@ -4,6 +4,7 @@ named, encoded traversal in the URL, markup and quotes in names, parts that lie 
 bodies without a length, and a client that goes away while daphne holds its body on disk."""
 
 import asyncio
+import errno
 import os
 from pathlib import Path
 
@@ -114,6 +115,26 @@ def test_an_upload_whose_temporary_file_vanished_is_refused_not_a_crash(workspac
     assert os.listdir(workspace) == []
 
 
+def test_a_write_the_disk_refuses_loses_that_file_alone(client, workspace, monkeypatch):
+    """A full disk mid-part was a 500 for the whole upload; now that part is refused, its
+    temporary file deleted, and the other parts are stored."""
+    write = browse.Incoming.write
+
+    def failing(incoming: browse.Incoming, data: bytes) -> None:
+        if incoming.temp.startswith(".full.bin."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write(incoming, data)
+
+    monkeypatch.setattr(browse.Incoming, "write", failing)
+    response = upload(client, ("file", "full.bin", b"x" * 10), ("file", "ok.txt", b"ok"))
+    assert response.status_code == 400
+    assert response.json() == {
+        "done": ["Uploaded ok.txt (2 bytes)."],
+        "refused": ["full.bin was not stored: No space left on device."],
+    }
+    assert os.listdir(workspace) == ["ok.txt"]
+
+
 def test_names_like_the_folder_itself_are_refused(client, workspace):
     for name in (".", "./", "a/.."):
         response = upload(client, ("file", name, b"x"))
@@ -139,6 +160,18 @@ def test_a_hard_link_to_a_file_outside_the_workspace_is_never_opened(client, wor
     client.post("/files/delete/", {"path": "linked.txt"})  # deleting removes only the name
     assert not (workspace / "linked.txt").exists()
     assert secret.read_text() == "host secret"
+
+
+def test_an_upload_into_a_symlinked_folder_is_refused(client, workspace, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, workspace / "inbox")
+    response = send(client, multipart(("dir", None, b"inbox"), ("file", "a.txt", b"a")),
+                    Accept="application/json")  # fmt: skip
+    assert response.status_code == 400
+    assert "symlink" in response.json()["refused"][0]
+    assert os.listdir(outside) == []
+    assert leftovers(workspace) == []
 
 
 # Traversal in the URL ----------------------------------------------------------------------------
