@@ -116,7 +116,9 @@ def export_zip(user: AbstractBaseUser, destination: IO[bytes]) -> None:
     with zipfile.ZipFile(destination, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         write_json(archive, "account.json", account_of(user))
         for conversation in Conversation.objects.filter(owner=user).order_by("pk"):
-            write_json(archive, conversation_name(conversation), conversation_of(conversation))
+            write_json(
+                archive, conversation_name(conversation), conversation_of(conversation, user)
+            )
         for transcript in loose_transcripts(user):
             write_json(archive, f"runs/{transcript['run']['id']}.json", transcript)
         write_json(archive, "memories.json", memories_of(user))
@@ -149,15 +151,16 @@ def conversation_name(conversation: Conversation) -> str:
     return f"conversations/{conversation.pk}-{slug}.json"
 
 
-def conversation_of(conversation: Conversation) -> dict[str, Any]:
-    """The conversation and its runs' transcripts, oldest first: two queries for its runs."""
+def conversation_of(conversation: Conversation, user: AbstractBaseUser) -> dict[str, Any]:
+    """The conversation and its runs' transcripts, oldest first: two queries for its runs. Only
+    the user's own runs, whatever else a conversation may come to hold."""
     return {
         "id": conversation.pk,
         "title": conversation.title,
         "created_at": when(conversation.created_at),
         "updated_at": when(conversation.updated_at),
         "deleted_at": when(conversation.deleted_at),
-        "runs": transcripts(conversation.runs.all()),
+        "runs": transcripts(conversation.runs.filter(user=user)),
     }
 
 

@@ -3,6 +3,7 @@ of someone else's in one of their conversations, a run started while the account
 deleted, the same account deleted twice at once, and the sessions and sockets of other devices."""
 
 import io
+import json
 import zipfile
 
 import pytest
@@ -12,7 +13,7 @@ from django.test import Client
 from agent import my_data
 from agent.events import RunStatus
 from agent.models import AgentRun
-from agent.runs import start_run
+from agent.runs import new_conversation, start_run
 from memory.store import remember
 
 pytestmark = pytest.mark.django_db
@@ -78,6 +79,19 @@ def test_a_workspace_name_an_unzip_program_would_misread_is_left_out_and_named(
     assert "\u202e" not in readme
     assert "\x07" not in readme
     assert "\nREADME.txt" not in readme
+
+
+def test_a_run_of_another_person_in_a_conversation_is_not_exported(as_alice, alice, bob):
+    conversation = new_conversation(alice, "Mine")
+    mine = start_run(alice, "What is 2 + 2?", model="mock", conversation=conversation)
+    theirs = start_run(bob, "bob's secret task", model="mock")
+    AgentRun.objects.filter(pk=theirs.pk).update(conversation=conversation)
+    archive = exported(as_alice)
+    (name,) = [n for n in archive.namelist() if n.startswith("conversations/")]
+    runs = json.loads(archive.read(name))["runs"]
+    assert [run["run"]["id"] for run in runs] == [mine.pk]
+    for name in archive.namelist():
+        assert b"bob's secret task" not in archive.read(name), name
 
 
 def test_a_run_started_while_the_account_is_deleted_is_cancelled_not_handed_over(
