@@ -244,6 +244,23 @@ def test_symlinked_final_file_is_refused_for_read_and_write(
     assert (workspace / "link.txt").is_symlink()
 
 
+def test_a_hard_link_to_a_file_outside_the_workspace_is_never_read(
+    call: Call, workspace: Path, outside: Path
+) -> None:
+    os.link(outside / "secret.txt", workspace / "linked.txt")
+    read = call("read_file", path="linked.txt")
+    assert_denied(read)
+    assert "hard links" in read.text
+    assert OUTSIDE_TEXT.strip() not in read.text
+
+
+def test_a_long_name_in_a_script_of_many_bytes_is_written(call: Call, workspace: Path) -> None:
+    """The temporary file beside it is cut by bytes, the disk's limit, not by characters."""
+    name = "é" * 120 + ".txt"  # 244 bytes: a name the disk takes
+    assert call("write_file", path=name, content="hi").status is ToolStatus.OK
+    assert (workspace / name).read_text() == "hi"
+
+
 @pytest.mark.parametrize("target", ["parent", "sibling"])
 def test_symlinked_directory_to_outside_is_refused_by_every_tool(
     call: Call, tmp_path: Path, workspace: Path, outside: Path, target: str

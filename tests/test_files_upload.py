@@ -169,6 +169,7 @@ def test_a_part_not_named_file_is_ignored_with_a_message(client, workspace):
         ("a\x85b.txt", "control character"),
         ("invoice\u202etxt.exe", "bidirectional control U+202E"),
         ("a\u2066b.txt", "bidirectional control U+2066"),
+        ("data\u200b.csv", "invisible character U+200B"),
         ("a\\b.txt", "backslash"),
         ("C:evil.txt", "drive letter"),
         ("notes/evil.txt", "is a path"),

@@ -51,6 +51,9 @@ _BIDI = {
     *map(chr, range(0x202A, 0x202F)),
     *map(chr, range(0x2066, 0x206A)),
 }
+# Invisible characters that make "data\u200b.csv" look like "data.csv" (ZWJ and ZWNJ stay:
+# emoji and some scripts need them).
+_INVISIBLE = {"\u200b", "\u2060", "\ufeff"}
 
 
 class BrowseError(Exception):
@@ -134,12 +137,19 @@ def components(path: str) -> list[str]:
 
 
 def refuse_unshowable(text: str) -> None:
-    """Refuse what would make a name look like another: C1 controls and bidirectional marks."""
+    """Refuse what would make a name look like another: C1 controls, bidirectional marks and
+    invisible characters."""
     bidi = next((char for char in text if char in _BIDI), None)
     if bidi is not None:
         raise BrowseError(
             f"The name {text!r} contains the bidirectional control U+{ord(bidi):04X}, which can "
             "make a name look like another. Rename the file without it."
+        )
+    invisible = next((char for char in text if char in _INVISIBLE), None)
+    if invisible is not None:
+        raise BrowseError(
+            f"The name {text!r} contains the invisible character U+{ord(invisible):04X}, which "
+            "makes a name look like another. Rename the file without it."
         )
     control = next((char for char in text if unicodedata.category(char) == "Cc"), None)
     if control is not None:
@@ -288,7 +298,7 @@ def _escaped(name: str) -> str:
 def _escaped_char(char: str) -> str:
     if "\udc80" <= char <= "\udcff":  # os.listdir's stand-in for a byte that is not UTF-8
         return f"\\x{ord(char) - 0xDC00:02x}"
-    if char.isprintable() and char not in _BIDI:
+    if char.isprintable() and char not in _BIDI | _INVISIBLE:
         return char
     return char.encode("unicode_escape").decode("ascii")
 

@@ -291,6 +291,11 @@ def _read_regular(handle: int, shown: str) -> bytes:
         )
     if not stat.S_ISREG(info.st_mode):
         raise ToolDenied(f"{shown} is {kind_of(info.st_mode)}; read_file only reads regular files.")
+    if info.st_nlink > 1:  # O_NOFOLLOW stops symlinks, not a second name for a file elsewhere
+        raise ToolDenied(
+            f"{shown} has other hard links; read_file does not read a file that may live outside "
+            "the workspace."
+        )
     _check_read_size(info.st_size, shown)
     # The file may grow after fstat: read one byte past the cap to notice.
     data = _read_at_most(handle, MAX_READ_BYTES + 1)
@@ -421,7 +426,8 @@ def _write_atomically(directory: int, name: str, data: bytes, owner: Owner | Non
 
 def temp_name(name: str) -> str:
     """A hidden name beside `name` that list_files never shows (it matches TEMP_NAME)."""
-    return f".{name[:_TEMP_STEM_CHARS]}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
+    stem = name.encode()[:_TEMP_STEM_CHARS].decode(errors="ignore")  # bytes: the disk's limit
+    return f".{stem}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
 
 
 def _write_all(handle: int, data: bytes) -> None:
