@@ -122,11 +122,17 @@ def delete(request: HttpRequest) -> HttpResponse:
     form = DeleteAccountForm(request.POST, request=request)
     if not form.is_valid():
         return my_data_page(request, form)
+    user = request.user
+    account_id = user.pk
     try:
-        delete_account(request.user, form.cleaned_data["password"])
+        delete_account(user, form.cleaned_data["password"])
     except AccountNotDeleted as refused:
         form.add_error(None, str(refused))
         return my_data_page(request, form)
+    # Django clears a deleted instance's pk; the logout signal finds the account's sockets by
+    # it (chat.consumers), which close at once: this session's, and every other device's,
+    # which now finds its session logs no one in.
+    user.pk = account_id
     logout(request)
     return redirect("account_deleted")
 

@@ -4,6 +4,9 @@ deleted, the same account deleted twice at once, and the sessions and sockets of
 
 import io
 import json
+import re
+import urllib.parse
+import urllib.request
 import zipfile
 
 import pytest
@@ -14,7 +17,17 @@ from agent import my_data
 from agent.events import RunStatus
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
+from chat.consumers import Close
 from memory.store import remember
+from tests.socket_harness import (
+    WAIT,
+    browser_with,
+    close_code,
+    no_traceback,
+    open_socket,
+    session_cookie,
+    watch,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -153,3 +166,39 @@ def alice_devices(alice) -> tuple[Client, Client]:
     for device in devices:
         device.force_login(alice)
     return devices
+
+
+CSRF_FIELD = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+
+
+def delete_through(site, cookie: str) -> None:
+    """Delete the account as the browser does: the My data page's form, its token, the
+    password."""
+    browser = browser_with(cookie)
+    page = browser.open(f"{site.url}/accounts/data/", timeout=WAIT).read().decode()
+    form = urllib.parse.urlencode(
+        {"csrfmiddlewaretoken": CSRF_FIELD.search(page).group(1), "password": PASSWORD}
+    )
+    request = urllib.request.Request(  # noqa: S310 (the live site)
+        f"{site.url}{DELETE}", data=form.encode(), method="POST"
+    )
+    assert browser.open(request, timeout=WAIT).url.endswith("/accounts/data/deleted/")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_the_account_closes_its_sockets_on_every_device_at_once(start_daphne, alice):
+    """As a logout does, without waiting for an event that may never come: the run watched is
+    finished, so nothing the deletion does to runs wakes the sockets."""
+    site = start_daphne()
+    run = start_run(alice, "What is 6 * 7?", model="mock")
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.SUCCEEDED)
+    leaving, elsewhere = session_cookie(alice), session_cookie(alice)
+    with open_socket(site, leaving) as here, open_socket(site, elsewhere) as there:
+        for page in (here, there):
+            watch(page, run.pk)
+            assert f'data-run="{run.pk}"' in page.recv(timeout=WAIT)
+        delete_through(site, leaving)
+        assert close_code(here) == Close.SIGNED_OUT
+        assert close_code(there) == Close.SIGNED_OUT
+    assert not User.objects.filter(pk=alice.pk).exists()
+    no_traceback(site)
