@@ -23,8 +23,10 @@ NOT_KEPT = ""
 
 
 def text_retention() -> timedelta:
-    """How long a forgetting record keeps the forgotten text (zero: not kept at all)."""
-    return timedelta(days=max(settings.LOOP_FORGOTTEN_TEXT_DAYS, 0))
+    """How long a forgetting record keeps the forgotten text (zero: not kept at all). A number
+    of days beyond what a date can count (a typo of a few zeros) keeps it for as long as dates
+    go, rather than failing every forgetting."""
+    return timedelta(days=min(max(settings.LOOP_FORGOTTEN_TEXT_DAYS, 0), timedelta.max.days))
 
 
 def forget(memories: QuerySet[Memory], by: AbstractBaseUser) -> list[ForgottenMemory]:
@@ -52,7 +54,11 @@ def forget(memories: QuerySet[Memory], by: AbstractBaseUser) -> list[ForgottenMe
 def purge_forgotten_texts(now: datetime | None = None) -> int:
     """Blank the text of every forgetting record older than the retention; the fact stays.
     Returns how many records were blanked."""
-    cutoff = (now or timezone.now()) - text_retention()
+    now = now or timezone.now()
+    retention = text_retention()
+    if retention >= now - datetime.min.replace(tzinfo=now.tzinfo):
+        return 0  # kept longer than any record can have been
+    cutoff = now - retention
     stale = ForgottenMemory.objects.filter(forgotten_at__lte=cutoff).exclude(text=NOT_KEPT)
     return stale.update(text=NOT_KEPT)
 
