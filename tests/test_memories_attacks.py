@@ -11,6 +11,7 @@ from memory import personal
 from memory.forgetting import purge_forgotten_texts
 from memory.models import ForgottenMemory, Memory
 from memory.store import remember
+from tests.test_chat_views import ActiveParts
 
 pytestmark = pytest.mark.django_db
 
@@ -84,3 +85,21 @@ def test_a_retention_beyond_the_calendar_keeps_the_text_and_purges_nothing(alice
     assert purge_forgotten_texts() == 0
     record.refresh_from_db()
     assert record.text == CAT
+
+
+EVIL = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+
+
+def test_memory_text_titles_and_the_search_are_shown_as_text(as_alice, alice, workspaces):
+    conversation = new_conversation(alice, EVIL)
+    run = execute_run(start_run(alice, "What is 17 * 23?", model="mock", conversation=conversation))
+    personal.add_by_hand(alice, f"Note: {EVIL}")
+    Memory.objects.filter(owner=alice, source_run_id=run.pk).update(text=f"Found: {EVIL}")
+    for query in ({}, {"q": EVIL}, {"q": "note"}, {"run": run.pk}):
+        shown = as_alice.get("/memories/", query).text
+        assert ActiveParts(shown).found == [], query
+        assert "<script>alert" not in shown
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in as_alice.get("/memories/").text
+    refused = as_alice.post("/memories/add/", {"text": f"{EVIL}\x00"})
+    assert refused.status_code == 400
+    assert ActiveParts(refused.text).found == []
