@@ -226,18 +226,27 @@ _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 def write_workspace(archive: zipfile.ZipFile, workspace: Path) -> list[str]:
     """Put each regular file of the workspace under files/ and return the paths of what was
-    left out (symbolic links, devices, FIFOs, sockets). A workspace never made adds nothing."""
+    left out (symbolic links, devices, FIFOs, sockets, names the zip cannot hold safely, and a
+    second file of a name already taken: names that are not UTF-8 can come to read the same).
+    A workspace never made adds nothing."""
     try:
         root = os.open(workspace, _DIRECTORY)
     except FileNotFoundError:
         return []
     skipped: list[str] = []
+    named: set[str] = set()
     try:
         for top, directories, files, directory in os.fwalk(".", dir_fd=root):
             for name in (*directories, *files):
                 relative = shown(posixpath.normpath(posixpath.join(top, name)))
-                if not safe_in_zip(relative) or not add_entry(archive, directory, name, relative):
+                if (
+                    relative in named
+                    or not safe_in_zip(relative)
+                    or not add_entry(archive, directory, name, relative)
+                ):
                     skipped.append(relative)
+                else:
+                    named.add(relative)
     finally:
         os.close(root)
     return sorted(skipped)

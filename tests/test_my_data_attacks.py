@@ -4,6 +4,7 @@ deleted, the same account deleted twice at once, and the sessions and sockets of
 
 import io
 import json
+import os
 import re
 import urllib.parse
 import urllib.request
@@ -202,3 +203,17 @@ def test_deleting_the_account_closes_its_sockets_on_every_device_at_once(start_d
         assert close_code(there) == Close.SIGNED_OUT
     assert not User.objects.filter(pk=alice.pk).exists()
     no_traceback(site)
+
+
+def test_names_that_read_the_same_once_decoded_make_one_entry_and_a_note(
+    as_alice, alice, workspaces
+):
+    """Two names that are not UTF-8 both read as U+FFFD: the zip holds one, never a second
+    entry of the same name (which an unzip program writes over the first)."""
+    workspace = workspaces / str(alice.pk)
+    workspace.mkdir()
+    for raw in (b"\xff.txt", b"\xfe.txt"):
+        (workspace / os.fsdecode(raw)).write_bytes(raw)
+    archive = exported(as_alice)
+    assert [n for n in archive.namelist() if n.startswith("files/")] == ["files/\ufffd.txt"]
+    assert "\n                      \ufffd.txt" in archive.read("README.txt").decode()
