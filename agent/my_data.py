@@ -356,10 +356,13 @@ def remove_workspace(workspace: Path) -> None:
 
 
 def hold_account(user: AbstractBaseUser) -> None:
-    """Lock the account's row to the transaction's end, as starting a run does (so no run
-    starts meanwhile); an account already gone (deleted from another device at the same time)
-    is refused, and nothing more is made or changed."""
-    if not get_user_model().objects.select_for_update().filter(pk=user.pk).exists():
+    """Lock the account's row to the transaction's end against starting a run and remembering
+    (both lock it first), so no run starts meanwhile; an account already gone (deleted from
+    another device at the same time) is refused, and nothing more is made or changed. A lock
+    short of a key lock: a worker taking up a continued run of the account, which holds the run
+    and then names its asker, does not wait on it while the deletion waits on the run."""
+    users = get_user_model().objects
+    if not users.select_for_update(no_key=True).filter(pk=user.pk).exists():
         raise AccountNotDeleted("This account is already deleted.")
 
 
