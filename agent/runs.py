@@ -92,7 +92,7 @@ def start_run(
 def check_room_for_a_run(user_id: int) -> None:
     """Refuse one live run more than LOOP_USER_ACTIVE_RUNS. Call inside a transaction: the user's
     row stays locked to its end, so two starts at once cannot both pass the limit."""
-    get_user_model().objects.select_for_update().filter(pk=user_id).first()
+    lock_owner(user_id)
     active = AgentRun.objects.filter(
         user_id=user_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
     ).count()
@@ -102,6 +102,12 @@ def check_room_for_a_run(user_id: int) -> None:
             f"You have {active} {runs} going, the most Loop runs at once for one person. "
             "Wait for one to finish, or stop one, then try again."
         )
+
+
+def lock_owner(user_id: int) -> None:
+    """Hold the user's row to the end of the transaction: one live run more is judged, and an
+    account deleted, one at a time."""
+    get_user_model().objects.select_for_update().filter(pk=user_id).first()
 
 
 def submit_run(
@@ -194,6 +200,10 @@ def reopen(
     as one of its owner's live runs again, and its next worker picks it up from its log with
     renewed limits."""
     with transaction.atomic():
+        # The owner's row first, then the run, in the order starting a run and deleting an
+        # account take them, so a Continue racing either waits instead of deadlocking.
+        owner = runs.filter(pk=run_id).values_list("user_id", flat=True).get()
+        lock_owner(owner)
         run = runs.select_for_update(of=("self",)).get(pk=run_id)
         if not run.can_continue:
             raise InvalidTask(
