@@ -125,12 +125,26 @@ def child_database_url(transactional_db) -> str:
     return f"postgresql://{params['user']}@/{name}?host={params['host']}"
 
 
+# The password the people of the tests log in with.
+PASSWORD = "a long enough passphrase 42"
+
+
 @pytest.fixture
 def alice():
     """A user; the test's django_db mark decides how the database is used."""
     from django.contrib.auth.models import User
 
-    return User.objects.create_user("alice")
+    return User.objects.create_user("alice", password=PASSWORD)
+
+
+@pytest.fixture
+def as_alice(alice):
+    """A client logged in as alice."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(alice)
+    return client
 
 
 @pytest.fixture
@@ -147,7 +161,7 @@ def operator(client):
 def bob():
     from django.contrib.auth.models import User
 
-    return User.objects.create_user("bob")
+    return User.objects.create_user("bob", password=PASSWORD)
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float = 90.0) -> object:

@@ -3,12 +3,12 @@ LOOP_UPLOAD_MAX_FILES files' worth (and a form's worth beside), every other path
 by LOOP_REQUEST_MAX_BYTES, both refused from the headers alone."""
 
 import contextlib
-import re
 import socket
 
 import pytest
 
 from loopsite.limits import UPLOAD_PATHS, BoundedRequest, upload_bound
+from tests.test_web_limits import reply, status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,19 +70,7 @@ def post(port: int, path: str, size: int) -> bytes:
         connection.sendall(head)
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             connection.sendall(upload_body(size))
-        received = b""
-        try:
-            while data := connection.recv(65536):
-                received += data
-        except ConnectionResetError:
-            pass
-    return received
-
-
-def status(received: bytes) -> int:
-    match = re.match(rb"HTTP/1\.1 (\d{3})", received)
-    assert match, received[:200]
-    return int(match.group(1))
+        return reply(connection)
 
 
 def test_through_daphne_an_upload_may_be_larger_than_any_other_request(start_daphne):

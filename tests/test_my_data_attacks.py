@@ -20,6 +20,7 @@ from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from chat.consumers import Close
 from memory.store import remember
+from tests.conftest import PASSWORD
 from tests.socket_harness import (
     WAIT,
     browser_with,
@@ -30,28 +31,10 @@ from tests.socket_harness import (
     watch,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("workspaces")]
 
-PASSWORD = "a long enough passphrase 42"
 EXPORT = "/accounts/data/export/"
 DELETE = "/accounts/data/delete/"
-
-
-@pytest.fixture
-def alice(workspaces) -> User:
-    return User.objects.create_user("alice", password=PASSWORD)
-
-
-@pytest.fixture
-def bob(workspaces) -> User:
-    return User.objects.create_user("bob", password=PASSWORD)
-
-
-@pytest.fixture
-def as_alice(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
 
 
 def exported(client: Client) -> zipfile.ZipFile:

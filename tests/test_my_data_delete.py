@@ -17,31 +17,14 @@ from agent.runs import new_conversation, start_run
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
 from memory.store import remember
+from tests.conftest import PASSWORD
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("workspaces")]
 
-PASSWORD = "a long enough passphrase 42"
 DEMO = "Compute the sum of 1..100 and save it to a file"
 DELETE = "/accounts/data/delete/"
 LOGIN = "/accounts/login/"
 TOLD = "Alice's favourite colour is teal."
-
-
-@pytest.fixture
-def alice(workspaces) -> User:
-    return User.objects.create_user("alice", password=PASSWORD)
-
-
-@pytest.fixture
-def bob(workspaces) -> User:
-    return User.objects.create_user("bob", password=PASSWORD)
-
-
-@pytest.fixture
-def as_alice(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
 
 
 @pytest.fixture

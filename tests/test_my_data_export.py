@@ -20,31 +20,14 @@ from agent.models import AgentRun, Conversation
 from agent.runs import delete_conversation, new_conversation, start_run
 from memory.models import Memory
 from memory.store import remember
+from tests.conftest import PASSWORD
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("workspaces")]
 
-PASSWORD = "a long enough passphrase 42"
 DEMO = "Compute the sum of 1..100 and save it to a file"
 BOBS_SECRET = "bob keeps the spare key under the blue flowerpot"
 PAGE = "/accounts/data/"
 EXPORT = "/accounts/data/export/"
-
-
-@pytest.fixture
-def alice(workspaces) -> User:
-    return User.objects.create_user("alice", password=PASSWORD)
-
-
-@pytest.fixture
-def bob(workspaces) -> User:
-    return User.objects.create_user("bob", password=PASSWORD)
-
-
-@pytest.fixture
-def as_alice(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
 
 
 def ask(user: User, task: str, conversation: Conversation | None = None) -> AgentRun:
