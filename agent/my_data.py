@@ -41,7 +41,7 @@ from agent.runs import request_cancel
 from agent.transcripts import transcripts
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
-from tools.browse import BrowseError, components
+from tools.browse import BrowseError, components, escaped_name
 from tools.workspace import workspace_path
 
 logger = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ def memories_of(user: AbstractBaseUser) -> list[dict[str, Any]]:
 def readme(user: AbstractBaseUser, skipped: list[str]) -> str:
     note = ""
     if skipped:
-        listed = "".join(f"\n                      {escaped(name)}" for name in skipped)
+        listed = "".join(f"\n                      {escaped_name(name)}" for name in skipped)
         note = (
             "\n                    Not included: these are not plain files, could not be read"
             "\n                    (a symbolic link is never followed), or have names the Files"
@@ -208,13 +208,6 @@ def readme(user: AbstractBaseUser, skipped: list[str]) -> str:
         )
     exported = timezone.now().strftime("%Y-%m-%d %H:%M UTC")
     return README.format(exported=exported, username=user.get_username(), skipped=note)
-
-
-def escaped(name: str) -> str:
-    """A name as one line of the README shows it: what is not printable (control and
-    bidirectional characters, line breaks) as its escape, so no name can pass for another or
-    break the list."""
-    return "".join(char if char.isprintable() else ascii(char)[1:-1] for char in name)
 
 
 # The workspace, walked by file descriptor so that no symbolic link is ever followed ----------

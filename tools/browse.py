@@ -262,7 +262,7 @@ def _entry(directory: int, name: str, names: list[str]) -> Entry | None:
         modified = datetime.fromtimestamp(info.st_mtime, UTC)
         size = info.st_size if stat.S_ISREG(info.st_mode) else 0
         kind = "a file" if stat.S_ISREG(info.st_mode) else _what(info.st_mode)
-        return Entry(_escaped(name), "", size, modified, False, kind, reachable=False)
+        return Entry(escaped_name(name), "", size, modified, False, kind, reachable=False)
     mode = info.st_mode
     if stat.S_ISDIR(mode):
         kind = "folder"
@@ -289,7 +289,7 @@ def _reachable(name: str) -> bool:
     return True
 
 
-def _escaped(name: str) -> str:
+def escaped_name(name: str) -> str:
     """The name as it is, with what cannot be shown as itself written as an escape: '\\xff' for
     a byte that is not UTF-8, '\\u202e' for a bidi control, '\\n' for a newline."""
     return "".join(_escaped_char(char) for char in name)
