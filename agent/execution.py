@@ -32,7 +32,7 @@ from agent.guards import RunReleased
 from agent.history import RunState, loop_note, replay
 from agent.interrupt import Interrupt, StopReason
 from agent.llm.base import LLM
-from agent.llm.factory import llm_for
+from agent.llm.factory import ModelChoice, llm_for
 from agent.loop import Limits, RunResult, Tools, progress_report, run_agent
 from agent.models import FINISHED, AgentRun, RunResume
 from agent.recorder import RunRecorder
@@ -202,7 +202,7 @@ def work(
     run = claimed.run
     recorder = RunRecorder(run, then=on_event)
     try:
-        llm = llm or llm_for(run.model, deltas=recorder.stream)
+        llm = llm or llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
         tools = tools or tools_for(run, stopped=interrupt.is_set if interrupt else None)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)

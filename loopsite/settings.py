@@ -148,6 +148,19 @@ LOOP_GROQ_REASONING_EFFORT = env_choice(
 )
 LOOP_GROQ_TIMEOUT = env_int("LOOP_GROQ_TIMEOUT", 60)
 LOOP_GROQ_MAX_RETRIES = env_int("LOOP_GROQ_MAX_RETRIES", 2)
+# Any OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio, OpenRouter; docs/models.md).
+# With a base URL and no GROQ_API_KEY, runs use LOOP_OPENAI_MODEL; the key is optional.
+LOOP_OPENAI_BASE_URL = env_str("LOOP_OPENAI_BASE_URL")
+LOOP_OPENAI_API_KEY = env_str("LOOP_OPENAI_API_KEY")
+LOOP_OPENAI_MODEL = env_str("LOOP_OPENAI_MODEL")
+# Sent as reasoning_effort only when set: many servers refuse parameters they do not know.
+LOOP_OPENAI_REASONING_EFFORT = env_str("LOOP_OPENAI_REASONING_EFFORT")
+# A local model on a CPU can take minutes for a long reply; the run's own deadline still bounds it.
+LOOP_OPENAI_TIMEOUT = env_int("LOOP_OPENAI_TIMEOUT", 120)
+LOOP_OPENAI_MAX_RETRIES = env_int("LOOP_OPENAI_MAX_RETRIES", 2)
+# The models a person may pick from, per conversation (comma-separated names, as LOOP_MODEL takes
+# them); empty: the one default model.
+LOOP_MODELS = env_list("LOOP_MODELS", [])
 
 # The bounds on every run (agent.loop.Limits).
 LOOP_TASK_MAX_CHARS = env_int("LOOP_TASK_MAX_CHARS", 10_000)
