@@ -38,13 +38,17 @@ class Conversation(models.Model):
     """A thread of runs: each run's context holds the thread's earlier tasks and answers.
 
     Deleting one is soft (`deleted_at`): it and its runs vanish for its owner, while the runs, their
-    event logs and audit rows stay for operators.
+    event logs and audit rows stay for operators. Each run records the provider and model it used;
+    `model` is what the conversation goes on with.
     """
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
     )
     title = models.CharField(max_length=200, blank=True)
+    # The qualified name (factory.ModelChoice.name) of the model its next task runs on: the one
+    # its latest run was started with. "" before its first run.
+    model = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
