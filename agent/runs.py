@@ -13,12 +13,12 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from agent.events import AnswerSource, RunFinished, RunStatus
-from agent.llm.factory import resolve
+from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
 from agent.loop import Limits
 from agent.models import FINISHED, AgentRun, Conversation
 from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
-from agent.selectors import conversations_for, runs_for
+from agent.selectors import conversation_model, conversations_for, runs_for
 from tools.text import excerpt
 
 
@@ -27,6 +27,10 @@ class InvalidTask(ValueError):
 
 
 class TooManyActiveRuns(InvalidTask):
+    pass
+
+
+class ModelNotOffered(InvalidTask):
     pass
 
 
@@ -63,11 +67,12 @@ def start_run(
     user: AbstractBaseUser,
     task: str,
     *,
-    model: str = "",
+    model: str | ModelChoice = "",
     limits: Limits | None = None,
     conversation: Conversation | None = None,
 ) -> AgentRun:
-    """Record a new run for `user`, queued, in `conversation` if given (it must be the user's).
+    """Record a new run for `user`, queued, in `conversation` if given (it must be the user's):
+    the run records the provider and model it uses, and the conversation goes on with that model.
 
     Bad input, or one run more than LOOP_USER_ACTIVE_RUNS, raises before anything is stored.
     """
@@ -78,7 +83,8 @@ def start_run(
         if conversation is not None:
             conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
             conversation.title = conversation.title or title_from(task)
-            conversation.save(update_fields=["title", "updated_at"])
+            conversation.model = choice.name
+            conversation.save(update_fields=["title", "model", "updated_at"])
         return AgentRun.objects.create(
             user=user,
             conversation=conversation,
@@ -111,7 +117,7 @@ def lock_owner(user_id: int) -> None:
 
 
 def submit_run(
-    user: AbstractBaseUser, task: str, conversation: Conversation, *, model: str = ""
+    user: AbstractBaseUser, task: str, conversation: Conversation, *, model: str | ModelChoice = ""
 ) -> AgentRun:
     """Start a run in `conversation` and queue it for a worker; returns at once."""
     with transaction.atomic():
@@ -126,10 +132,34 @@ def queue(run: AgentRun) -> None:
     AgentRun.objects.filter(pk=run.pk).update(job_id=run.job_id)
 
 
-def submit_first_run(user: AbstractBaseUser, task: str, *, model: str = "") -> AgentRun:
+def submit_first_run(
+    user: AbstractBaseUser, task: str, *, model: str | ModelChoice = ""
+) -> AgentRun:
     """Start a new conversation with `task`; if the run is refused, no conversation is kept."""
     with transaction.atomic():
         return submit_run(user, task, new_conversation(user), model=model)
+
+
+def chat_model(conversation: Conversation | None, picked: str = "") -> ModelChoice:
+    """The model a person's next task in `conversation` (None: a new one) runs on: the one they
+    picked, which must be one this Loop offers (the page lists only those, so any other name is
+    a tampered form: refused, before anything is stored), else the one the conversation goes on
+    with (selectors.conversation_model). A person may pick another model for any message: the
+    conversation's earlier turns reach the model as plain text, whichever model wrote them."""
+    if not picked:
+        try:
+            return conversation_model(conversation)
+        except ModelUnavailable as error:
+            raise InvalidTask(str(error)) from error
+    offered = offered_models()
+    choice = parse(picked)
+    if choice not in offered:
+        names = ", ".join(offered_choice.name for offered_choice in offered) or "none"
+        raise ModelNotOffered(
+            f"This Loop does not offer the model {excerpt(picked, 80)!r}; nothing was sent. "
+            f"Pick one of the models it offers ({names}) and send again."
+        )
+    return choice
 
 
 def title_from(task: str) -> str:

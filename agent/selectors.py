@@ -12,6 +12,14 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 from agent.events import Event, MemoriesRecalled, Unreadable, event_from_dict, loaded
 from agent.history import loop_note, messages_from_events
 from agent.llm.base import Message
+from agent.llm.factory import (
+    ModelChoice,
+    ModelUnavailable,
+    default_model,
+    offered_models,
+    parse,
+    resolve,
+)
 from agent.llm.tokens import count_tokens
 from agent.models import FINISHED, AgentRun, Conversation
 from memory.forgetting import remembered_by
@@ -64,6 +72,30 @@ def recalled_in(run: AgentRun) -> list[RecalledMemory]:
 def runs_of(conversation: Conversation) -> QuerySet[AgentRun]:
     """A conversation's runs, its turns, oldest first."""
     return conversation.runs.order_by("pk")
+
+
+def new_conversation_model(offered: list[ModelChoice]) -> ModelChoice:
+    """The model a new conversation starts on: the default when it is offered, else the first
+    offered (LOOP_MODEL need not be among LOOP_MODELS). ModelUnavailable, saying why, when not
+    even the default can run here."""
+    try:
+        default = resolve(default_model())
+    except ModelUnavailable:
+        if not offered:
+            raise
+        return offered[0]
+    return default if default in offered or not offered else offered[0]
+
+
+def conversation_model(conversation: Conversation | None) -> ModelChoice:
+    """The model the next task in `conversation` runs on (None: a new conversation): the one it
+    goes on with while it is still offered here, else the model a new conversation starts on."""
+    offered = offered_models()
+    if conversation is not None and conversation.model:
+        stored = parse(conversation.model)
+        if stored in offered:
+            return stored
+    return new_conversation_model(offered)
 
 
 def remembered_in(user: AbstractBaseUser, conversation: Conversation) -> QuerySet[Memory]:
