@@ -50,21 +50,35 @@ A request that finds the queue empty, or hits another path, is answered 418 (whi
 not retry) and the fixture fails the test at teardown.
 """
 
-import itertools
-import json
-import os
-import select
-import socket
-import struct
-import threading
 import time
-from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+
+from tests.chat_server import (
+    Completion,
+    Error,
+    FakeChatServer,
+    RecordedRequest,
+    SentStream,
+    no_proxies,
+    tool_call,
+)
+
+__all__ = [
+    "CHAT_COMPLETIONS_PATH",
+    "CURRENT_MODELS",
+    "MODELS_PATH",
+    "TOOL_USE_FAILED_MESSAGE",
+    "Completion",
+    "Error",
+    "FakeGroqServer",
+    "RecordedRequest",
+    "SentStream",
+    "groq_server_fixture",
+    "tool_call",
+]
 
 CHAT_COMPLETIONS_PATH = "/openai/v1/chat/completions"
 MODELS_PATH = "/openai/v1/models"
@@ -83,16 +97,6 @@ CURRENT_MODELS = (
 _EFFORTS = {"openai/gpt-oss-": {"low", "medium", "high"}, "qwen/qwen3": {"none", "default"}}
 _PARSED_FORMAT_FAMILY = "qwen/qwen3"
 
-# httpx honours these; the fake must be reached directly, never through a proxy.
-_PROXY_VARIABLES = (
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-)
-
 # What Groq sends for a malformed tool call (HTTP 400).
 TOOL_USE_FAILED_MESSAGE = (
     "Failed to call a function. Please adjust your prompt. See 'failed_generation' for more "
@@ -108,175 +112,26 @@ _ERROR_TYPES = {
 }
 
 
-def tool_call(name: str, arguments: Mapping[str, Any] | str, id: str | None = None) -> dict:
-    """One entry of `choices[0].message.tool_calls`. Dict arguments are sent as JSON text;
-    a string is sent unchanged (to script malformed arguments)."""
-    if not isinstance(arguments, str):
-        arguments = json.dumps(arguments)
-    return {
-        "id": id,
-        "type": "function",
-        "function": {"name": name, "arguments": arguments},
-    }
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A 200 chat completion."""
-
-    text: str | None = None
-    tool_calls: tuple[dict, ...] = ()
-    usage: tuple[int, int] = (10, 5)
-    model: str | None = None  # defaults to the model the request named
-    finish_reason: str | None = None  # defaults to "tool_calls" when there are calls, else "stop"
-    delay: float = 0.0
-    reasoning: str | None = None  # what a reasoning model thought, before its answer
-    cut_after: int | None = None  # streamed: the body ends after this many chunks
-    drop_after: int | None = None  # the connection is reset after this many chunks
-    drip: float = 0.0  # streamed: seconds between chunks
-
-
-@dataclass(frozen=True)
-class SentStream:
-    """What the server sent of one streamed reply."""
-
-    chunks: int  # chunks written
-    of: int  # chunks the whole reply has, its last (with the finish reason) included
-    client_left: bool  # the client closed the connection before the server was done
-
-
-@dataclass(frozen=True)
-class Error:
-    """An HTTP error with a JSON body (or raw text, when `body` is a str)."""
-
-    status: int
-    body: dict | str
-    headers: Mapping[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    method: str
-    path: str
-    headers: dict[str, str]  # names lower-cased
-    body: Any  # parsed JSON, or the raw text when it was not JSON
-    at: float  # time.monotonic() when the request arrived
-
-    @property
-    def messages(self) -> list[dict]:
-        return self.body["messages"]
-
-
-class FakeGroqServer:
+class FakeGroqServer(FakeChatServer):
     """A threaded HTTP server answering Groq chat completion requests from a script."""
 
+    name = "fake Groq"
+    chat_path = CHAT_COMPLETIONS_PATH
+    models_path = MODELS_PATH
+
     def __init__(self, models: Sequence[str] = CURRENT_MODELS) -> None:
-        self.models = tuple(models)
-        self._script: deque[Completion | Error] = deque()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._ids = itertools.count(1)
-        self.requests: list[RecordedRequest] = []
-        self.streams: list[SentStream] = []
-        self.unexpected: list[str] = []  # requests the script had no answer for
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="fake-groq",
-            daemon=True,
-        )
-
-    # --- lifecycle ---------------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        return self._httpd.server_address[1]
+        super().__init__(models)
 
     @property
     def base_url(self) -> str:
         """What to pass as the groq SDK's base_url (it appends /openai/v1/...)."""
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "FakeGroqServer":
-        self._thread.start()
+    def __enter__(self) -> "FakeGroqServer":
+        self.start()
         return self
 
-    def stop(self) -> None:
-        self._stopping.set()  # wakes handlers sleeping on a delay
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> "FakeGroqServer":
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    # --- scripting ---------------------------------------------------------------------------
-
-    def reply(
-        self,
-        text: str | None = None,
-        *,
-        tool_calls: Sequence[dict] = (),
-        usage: tuple[int, int] = (10, 5),
-        model: str | None = None,
-        finish_reason: str | None = None,
-        delay: float = 0.0,
-        reasoning: str | None = None,
-        cut_after: int | None = None,
-        drop_after: int | None = None,
-        drip: float = 0.0,
-        times: int = 1,
-    ) -> None:
-        """Queue a 200 chat completion with text and/or tool calls (ids filled in if None)."""
-        for _ in range(times):
-            calls = tuple(
-                {**call, "id": call.get("id") or f"call_{next(self._ids):04d}"}
-                for call in tool_calls
-            )
-            self._push(
-                Completion(
-                    text,
-                    calls,
-                    usage,
-                    model,
-                    finish_reason,
-                    delay,
-                    reasoning,
-                    cut_after=cut_after,
-                    drop_after=drop_after,
-                    drip=drip,
-                )
-            )
-
-    def fail(
-        self,
-        status: int,
-        message: str | None = None,
-        *,
-        code: str | None = None,
-        body: dict | str | None = None,
-        headers: Mapping[str, str] | None = None,
-        delay: float = 0.0,
-        times: int = 1,
-    ) -> None:
-        """Queue an HTTP error. Unless `body` is given, it is Groq's
-        `{"error": {"message", "type", "code"}}` shape."""
-        if body is None:
-            body = {
-                "error": {
-                    "message": message or f"Fake error {status}",
-                    "type": _ERROR_TYPES.get(status, "internal_server_error"),
-                    "code": code,
-                }
-            }
-        for _ in range(times):
-            self._push(Error(status, body, dict(headers or {}), delay))
+    # --- scripting Groq's own errors ----------------------------------------------------------
 
     def tool_use_failed(self, failed_generation: str, *, times: int = 1) -> None:
         """Queue Groq's 400 for a malformed tool call."""
@@ -340,43 +195,14 @@ class FakeGroqServer:
             headers["retry-after"] = f"{retry_after:g}"
         self.fail(429, message, code="rate_limit_exceeded", headers=headers, times=times)
 
-    @property
-    def pending(self) -> int:
-        """How many scripted responses have not been used yet."""
-        with self._lock:
-            return len(self._script)
-
-    def _sent(self, stream: SentStream) -> None:
-        with self._lock:
-            self.streams.append(stream)
-
-    def _push(self, response: Completion | Error) -> None:
-        with self._lock:
-            self._script.append(response)
-
-    def _next(self, request: RecordedRequest) -> Completion | Error | dict | None:
-        with self._lock:
-            self.requests.append(request)
-            if request.method == "GET" and request.path == MODELS_PATH:
-                # A scripted error (a bad key, an outage) answers the listing too.
-                if self._script and isinstance(self._script[0], Error):
-                    return self._script.popleft()
-                return self._model_list()
-            if request.method == "POST" and request.path == CHAT_COMPLETIONS_PATH:
-                refusal = self._refusal(request.body)
-                if refusal is not None:
-                    return refusal
-                if self._script:
-                    return self._script.popleft()
-                self.unexpected.append(f"{request.method} {request.path}: no response scripted")
-            else:
-                self.unexpected.append(f"{request.method} {request.path}: unknown endpoint")
-            return None
-
     # --- checking a request as Groq does ------------------------------------------------------
 
-    def _refusal(self, body: Any) -> Error | None:
+    def _error_type(self, status: int) -> str:
+        return _ERROR_TYPES.get(status, "internal_server_error")
+
+    def _refusal(self, request: RecordedRequest) -> Error | None:
         """Groq's answer to a request it rejects before generating anything, or None."""
+        body = request.body
         model = body.get("model", "") if isinstance(body, dict) else ""
         if model not in self.models:
             message = f"The model `{model}` does not exist or you do not have access to it."
@@ -496,129 +322,6 @@ class FakeGroqServer:
         )
         return chunks
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                self._handle()
-
-            def do_GET(self) -> None:
-                self._handle()
-
-            def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length).decode("utf-8", "replace")
-                try:
-                    body = json.loads(raw) if raw else None
-                except ValueError:
-                    body = raw
-                request = RecordedRequest(
-                    method=self.command,
-                    path=self.path,
-                    headers={name.lower(): value for name, value in self.headers.items()},
-                    body=body,
-                    at=time.monotonic(),
-                )
-                response = server._next(request)
-                if response is None:
-                    self._send(418, {"error": {"message": "fake Groq: unscripted request"}})
-                    return
-                if isinstance(response, dict):
-                    self._send(200, response)
-                    return
-                if response.delay and server._stopping.wait(response.delay):
-                    return  # the server is shutting down: never answer
-                if isinstance(response, Completion) and request.body.get("stream"):
-                    self._send_stream(server._chunks(response, request), response)
-                elif isinstance(response, Completion) and response.drop_after is not None:
-                    self._send_headers(200, "application/json")
-                    self._reset()
-                elif isinstance(response, Completion):
-                    self._send(200, server._completion_body(response, request))
-                else:
-                    self._send(response.status, response.body, response.headers)
-
-            def _send(
-                self, status: int, body: dict | str, headers: Mapping[str, str] | None = None
-            ) -> None:
-                is_text = isinstance(body, str)
-                payload = (body if is_text else json.dumps(body)).encode()
-                try:
-                    self.send_response(status)
-                    content_type = "text/plain" if is_text else "application/json"
-                    self.send_header("Content-Type", content_type)
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.send_header("Connection", "close")
-                    self.send_header("x-request-id", f"req_fake{next(server._ids):08d}")
-                    for name, value in (headers or {}).items():
-                        self.send_header(name, value)
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout): nothing to answer
-                self.close_connection = True
-
-            def _send_stream(self, chunks: list[dict], completion: Completion) -> None:
-                """Server-sent events, one chunk each, then [DONE]; the connection closes. The
-                body ends when it does (no length, no chunked encoding), as a proxy's may."""
-                sent, left = 0, False
-                stop = min(
-                    (n for n in (completion.cut_after, completion.drop_after) if n is not None),
-                    default=len(chunks),
-                )
-                try:
-                    self._send_headers(200, "text/event-stream")
-                    for chunk in chunks[:stop]:
-                        if sent and completion.drip and self._client_left(completion.drip):
-                            left = True
-                            break
-                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                        self.wfile.flush()
-                        sent += 1
-                    if completion.drop_after is not None and not left:
-                        self._reset()
-                    elif completion.cut_after is None and not left:
-                        self.wfile.write(b"data: [DONE]\n\n")
-                except (BrokenPipeError, ConnectionResetError):
-                    left = True
-                server._sent(SentStream(sent, len(chunks), left))
-                self.close_connection = True
-
-            def _send_headers(self, status: int, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.flush()
-
-            def _client_left(self, seconds: float) -> bool:
-                """Wait `seconds` for the next chunk's turn; True if the client closed the
-                connection meanwhile (or the server is stopping)."""
-                readable, _, _ = select.select([self.connection], [], [], seconds)
-                if server._stopping.is_set():
-                    return True
-                if not readable:
-                    return False
-                try:
-                    return self.connection.recv(1, socket.MSG_PEEK) == b""
-                except OSError:
-                    return True
-
-            def _reset(self) -> None:
-                """Drop the connection as a crashed peer does: a reset, not an orderly close."""
-                self.connection.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-                )
-                os.close(self.connection.detach())
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # keep the test output clean
-
-        return Handler
-
 
 def _groq_error(status: int, message: str, *, code: str = "", param: str = "") -> Error:
     details = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
@@ -643,8 +346,7 @@ def _reasoning_shown(reasoning: str | None, model: str, body: Any) -> str:
 @pytest.fixture(name="groq_server")
 def groq_server_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeGroqServer]:
     """A running FakeGroqServer, stopped after the test; fails the test on unscripted requests."""
-    for name in _PROXY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+    no_proxies(monkeypatch)
     with FakeGroqServer() as server:
         yield server
     assert not server.unexpected, (
