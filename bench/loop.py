@@ -1,6 +1,7 @@
-"""The loop's own overhead per step: an instant model, a no-op tool, nothing else to wait for.
+"""The loop's own overhead per step: an instant model, a no-op tool, nothing else to wait for;
+and the model client's own cost per model turn.
 
-    .venv/bin/python bench/loop.py [--repeats 5]
+    .venv/bin/python bench/loop.py [--repeats 5] [--turns 300] [--only loop|clients]
 
 Each step is one model turn asking for one tool call and that call's result. Two sinks:
 (a) events kept in memory; (b) every event persisted to PostgreSQL by the recorder real runs use,
@@ -11,17 +12,33 @@ the history; persisting appends, so it should not. A third line runs the in-memo
 tool in the backstop thread every real tool runs in (tools.base.Tool.own_deadline), to show what
 that thread costs.
 Floors: (a) under 100 µs per step, (b) under 2 ms, and 200 steps within 1.3x of 20 per step.
+
+The model clients (`--turns` each, after a warm-up): GroqLLM (the `groq` SDK on httpx) and
+OpenAICompatibleLLM (the `openai` SDK on httpx2) side by side in this process, each asking a fake
+chat-completions server on loopback (bench/_chat_server.py, a process of its own) for one turn of
+the demo task as a run asks for it: the system prompt, the task, an earlier call and its result,
+the default tools, the run's time left as the turn's timeout (so the watchdog runs); the reply
+is a short answer and one tool call, whole or streamed (a token or so a chunk, to a deltas
+callback). Beside each, the bare exchange: the same request body, already encoded, posted by a
+plain client of the same HTTP library and the reply's bytes read, no more. A client's own cost
+is its turn minus the bare exchange of the same round; rounds take the eight in turn, the order
+reversed every other round, so a noisy neighbour weighs on each alike. Median and p95 over the
+rounds, in µs. No floor: a model turn takes a second or more, beside which this should be well
+under a millisecond whole.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopsite.settings")
@@ -30,16 +47,23 @@ import django
 
 django.setup()
 
+import groq  # noqa: E402
+import openai  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from agent.events import Event, RunStatus  # noqa: E402
 from agent.execution import cancel_flag  # noqa: E402
 from agent.llm.base import Message, Reply, ToolCall, ToolSpec  # noqa: E402
-from agent.loop import Limits, run_agent  # noqa: E402
+from agent.llm.chat_completions import ChatCompletionsLLM  # noqa: E402
+from agent.llm.groq import GroqLLM  # noqa: E402
+from agent.llm.openai_compat import OpenAICompatibleLLM  # noqa: E402
+from agent.loop import SYSTEM_PROMPT, Limits, run_agent  # noqa: E402
 from agent.models import AgentRun  # noqa: E402
 from agent.recorder import RunRecorder  # noqa: E402
 from agent.runs import start_run  # noqa: E402
+from agent.toolset import default_registry  # noqa: E402
+from bench import _chat_server as chat_server  # noqa: E402
 from tools.base import Tool, ToolContext, ToolRegistry  # noqa: E402
 
 
@@ -121,10 +145,7 @@ def median_per_step(measure: Callable[[int], float], steps: int, repeats: int) -
     return statistics.median(measure(steps) for _ in range(repeats))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    repeats = parser.parse_args().repeats
+def loop_overhead(repeats: int) -> None:
     floors = {"in memory": 100e-6, "PostgreSQL": 2e-3}
     print(f"{'sink':<12}{'20 steps':>14}{'200 steps':>14}{'200/20':>9}  floor")
     try:
@@ -146,6 +167,221 @@ def main() -> None:
             print(figures + f"< {floors[name] * 1e6:g} µs/step, <= 1.3x: {verdict}")
     finally:
         get_user_model().objects.filter(username="bench").delete()  # its runs and memories too
+
+
+# --- the model client's own cost per turn -----------------------------------------------------
+
+WARM_UP_ROUNDS = 20
+# What a run passes as a turn's timeout: the time it has left (the default limit is minutes).
+TIME_LEFT = 300.0
+# The turns timed: a run's second, and its tenth (the last LOOP_MAX_ITERATIONS allows by default).
+TURNS = (2, 10)
+DEMO_TASK = "Compute the sum of 1..100 and save it to a file"
+# The calls earlier turns made, in turn, with what they gave back.
+EARLIER_CALLS = (
+    ("run_code", {"code": "print(sum(range(1, 101)))"}, "exit code 0\nstdout:\n5050\n"),
+    ("write_file", {"path": "sum.txt", "content": "5050\n"}, "Wrote 5 bytes to sum.txt."),
+    ("read_file", {"path": "sum.txt"}, "5050\n"),
+)
+
+
+@contextlib.contextmanager
+def running_chat_server() -> Iterator[str]:
+    """bench/_chat_server.py in a process of its own; yields its origin, http://127.0.0.1:<port>."""
+    script = Path(__file__).resolve().parent / "_chat_server.py"
+    server = subprocess.Popen(  # noqa: S603 (our own command line)
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert server.stdout is not None
+        yield f"http://127.0.0.1:{int(server.stdout.readline())}"
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()  # its signal to end
+        try:
+            server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def turn_messages(turn: int) -> list[Message]:
+    """What a run at the demo task sends on its `turn`: the prompt, the task, and each earlier
+    turn's call and its result."""
+    messages: list[Message] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": DEMO_TASK},
+    ]
+    for number in range(turn - 1):
+        name, arguments, result = EARLIER_CALLS[number % len(EARLIER_CALLS)]
+        call = ToolCall(f"call_{number}", name, json.dumps(arguments))
+        messages += [
+            {"role": "assistant", "content": "", "tool_calls": [call.as_message_part()]},
+            {"role": "tool", "tool_call_id": call.id, "content": result},
+        ]
+    return messages
+
+
+@dataclasses.dataclass
+class Exchange:
+    """One provider's client at one turn, whole or streamed, and the bare exchange of the same
+    request body by a plain client of the HTTP library the provider's SDK is built on."""
+
+    label: str
+    turn: int
+    streamed: bool
+    llm: ChatCompletionsLLM
+    url: str
+    messages: list[Message]
+    specs: list[ToolSpec]
+    client_turns: list[float] = dataclasses.field(default_factory=list)
+    bare_turns: list[float] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.body = request_body(self.llm, self.messages, self.specs, self.streamed)
+        self.bare_client = self.llm.dialect.http.Client(timeout=TIME_LEFT)
+        self.headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "authorization": "Bearer bench",
+        }
+
+    def client_turn(self) -> float:
+        started = time.perf_counter()
+        reply = self.llm.chat(self.messages, self.specs, timeout=TIME_LEFT)
+        elapsed = time.perf_counter() - started
+        assert reply.text == chat_server.TEXT, reply
+        assert reply.tool_calls[0].arguments == chat_server.CALL_ARGUMENTS, reply
+        return elapsed
+
+    def bare_turn(self) -> float:
+        started = time.perf_counter()
+        if self.streamed:
+            with self.bare_client.stream(
+                "POST", self.url, content=self.body, headers=self.headers
+            ) as response:
+                for _ in response.iter_bytes():
+                    pass
+        else:
+            response = self.bare_client.post(self.url, content=self.body, headers=self.headers)
+        elapsed = time.perf_counter() - started
+        assert response.status_code == 200, response
+        return elapsed
+
+    def close(self) -> None:
+        self.bare_client.close()
+        self.llm.client.close()
+
+
+def request_body(
+    llm: ChatCompletionsLLM, messages: list[Message], specs: list[ToolSpec], streamed: bool
+) -> bytes:
+    """What the client posts for this turn, encoded as its HTTP library encodes JSON."""
+    body: dict[str, Any] = {"messages": messages, "model": llm.model, **llm.request_options(specs)}
+    if streamed:
+        body["stream"] = True
+        if llm.dialect.asks_stream_usage:
+            body["stream_options"] = {"include_usage": True}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def exchanges(origin: str) -> list[Exchange]:
+    """Groq and the OpenAI-compatible client at each turn, whole and streamed, each with its own
+    client (and connection), as each run has."""
+    specs = default_registry().specs()
+    made = []
+    for streamed in (False, True):
+        for turn in TURNS:
+            for label, llm, url in clients(origin, streamed):
+                made.append(Exchange(label, turn, streamed, llm, url, turn_messages(turn), specs))
+    return made
+
+
+def clients(origin: str, streamed: bool) -> list[tuple[str, ChatCompletionsLLM, str]]:
+    """(label, client, the URL it posts a turn to) of each provider, streaming to a no-op."""
+    deltas = (lambda piece: None) if streamed else None
+    groq_llm = GroqLLM("llama-3.1-8b-instant", api_key="bench", base_url=origin, deltas=deltas)
+    openai_llm = OpenAICompatibleLLM(
+        "llama3.1:8b", base_url=f"{origin}/v1", api_key="bench", deltas=deltas
+    )
+    return [
+        (
+            f"Groq (groq {groq.__version__}, httpx)",
+            groq_llm,
+            f"{origin}/openai/v1/chat/completions",
+        ),
+        (
+            f"OpenAI-compatible (openai {openai.__version__}, httpx2)",
+            openai_llm,
+            f"{origin}/v1/chat/completions",
+        ),
+    ]
+
+
+def one_round(number: int, measured: list[Exchange], keep: bool) -> None:
+    """Each exchange's bare turn and client turn; every other round in the reverse order."""
+    steps = [(exchange, bare) for exchange in measured for bare in (True, False)]
+    if number % 2:
+        steps.reverse()
+    for exchange, bare in steps:
+        elapsed = exchange.bare_turn() if bare else exchange.client_turn()
+        if keep:
+            (exchange.bare_turns if bare else exchange.client_turns).append(elapsed)
+
+
+def p95(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[94]
+
+
+def client_overhead(rounds: int) -> None:
+    with running_chat_server() as origin:
+        measured = exchanges(origin)
+        try:
+            for number in range(WARM_UP_ROUNDS + rounds):
+                one_round(number, measured, keep=number >= WARM_UP_ROUNDS)
+        finally:
+            for exchange in measured:
+                exchange.close()
+    print_overhead(measured, rounds)
+
+
+def print_overhead(measured: list[Exchange], rounds: int) -> None:
+    sizes = {exchange.turn: len(exchange.body) for exchange in measured if not exchange.streamed}
+    print(
+        f"\nThe model client's own cost per turn, in µs: {rounds} turns each after "
+        f"{WARM_UP_ROUNDS} warm-up, fake server on loopback.\n"
+        + "; ".join(f"turn {turn}'s request {size / 1000:.1f} kB" for turn, size in sizes.items())
+        + f"; the reply a {len(chat_server.TEXT)}-character answer and one tool call, whole "
+        f"({len(chat_server.PLAIN) / 1000:.1f} kB) or streamed ({len(chat_server.chunks())} "
+        "chunks).\nown = client turn - bare exchange of the same bytes, in the same round."
+    )
+    print(
+        f"{'client':<44}{'reply':<10}{'turn':>4}{'bare p50':>10}{'p95':>7}{'client p50':>12}"
+        f"{'p95':>7}{'own p50':>9}{'p95':>7}"
+    )
+    for exchange in sorted(measured, key=lambda exchange: (exchange.streamed, exchange.turn)):
+        own = [c - b for c, b in zip(exchange.client_turns, exchange.bare_turns, strict=True)]
+        bare, client, cost = (
+            (statistics.median(turns) * 1e6, p95(turns) * 1e6)
+            for turns in (exchange.bare_turns, exchange.client_turns, own)
+        )
+        print(
+            f"{exchange.label:<44}{'streamed' if exchange.streamed else 'whole':<10}"
+            f"{exchange.turn:>4}{bare[0]:>10.0f}{bare[1]:>7.0f}{client[0]:>12.0f}{client[1]:>7.0f}"
+            f"{cost[0]:>9.0f}{cost[1]:>7.0f}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5, help="runs per loop figure")
+    parser.add_argument("--turns", type=int, default=200, help="model turns per client figure")
+    parser.add_argument("--only", choices=("loop", "clients"), help="one part of the two")
+    options = parser.parse_args()
+    if options.only != "clients":
+        loop_overhead(options.repeats)
+    if options.only != "loop":
+        client_overhead(options.turns)
 
 
 if __name__ == "__main__":
