@@ -268,6 +268,10 @@ class Exchange:
         assert response.status_code == 200, response
         return elapsed
 
+    @property
+    def own_turns(self) -> list[float]:
+        return [c - b for c, b in zip(self.client_turns, self.bare_turns, strict=True)]
+
     def close(self) -> None:
         self.bare_client.close()
         self.llm.client.close()
@@ -360,15 +364,33 @@ def print_overhead(measured: list[Exchange], rounds: int) -> None:
         f"{'p95':>7}{'own p50':>9}{'p95':>7}"
     )
     for exchange in sorted(measured, key=lambda exchange: (exchange.streamed, exchange.turn)):
-        own = [c - b for c, b in zip(exchange.client_turns, exchange.bare_turns, strict=True)]
-        bare, client, cost = (
+        bare, client, own = (
             (statistics.median(turns) * 1e6, p95(turns) * 1e6)
-            for turns in (exchange.bare_turns, exchange.client_turns, own)
+            for turns in (exchange.bare_turns, exchange.client_turns, exchange.own_turns)
         )
         print(
             f"{exchange.label:<44}{'streamed' if exchange.streamed else 'whole':<10}"
             f"{exchange.turn:>4}{bare[0]:>10.0f}{bare[1]:>7.0f}{client[0]:>12.0f}{client[1]:>7.0f}"
-            f"{cost[0]:>9.0f}{cost[1]:>7.0f}"
+            f"{own[0]:>9.0f}{own[1]:>7.0f}"
+        )
+    print_margins(measured)
+
+
+def print_margins(measured: list[Exchange]) -> None:
+    """What a streamed chunk and an earlier turn in the history add to a client's own cost, from
+    the medians: streamed minus whole at the first turn timed, and the last turn minus the first,
+    whole."""
+    own = {
+        (exchange.label, exchange.streamed, exchange.turn): statistics.median(exchange.own_turns)
+        for exchange in measured
+    }
+    first, last = TURNS[0], TURNS[-1]
+    for label in dict.fromkeys(exchange.label for exchange in measured):
+        chunk = (own[label, True, first] - own[label, False, first]) / len(chat_server.chunks())
+        earlier = (own[label, False, last] - own[label, False, first]) / (last - first)
+        print(
+            f"{label}: {chunk * 1e6:.0f} µs a streamed chunk, "
+            f"{earlier * 1e6:.0f} µs a turn for each earlier call and result in the history"
         )
 
 
