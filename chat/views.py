@@ -7,11 +7,22 @@ from django import forms
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_POST
 
 from agent import runs, selectors
-from agent.llm.factory import MOCK, default_model
+from agent.llm.factory import (
+    GROQ,
+    MOCK,
+    OPENAI,
+    ModelChoice,
+    ModelUnavailable,
+    default_model,
+    offered_models,
+    parse,
+)
 from agent.models import AgentRun, Conversation
 from chat.files import quota_context
 from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards
@@ -32,9 +43,44 @@ def turn(run: AgentRun) -> dict[str, Any]:
     return {"run": run, "cards": page_cards(run.pk, events), "seq": events[-1].seq if events else 0}
 
 
-def model_context() -> dict[str, Any]:
-    name = default_model()
-    return {"name": name, "is_mock": name == MOCK}
+# How the header names each provider. A server's URL is not shown: it may be an address inside
+# the operator's network, and every person sees the header.
+PROVIDER_NAMES = {MOCK: "built in", GROQ: "Groq", OPENAI: "OpenAI-compatible server"}
+
+
+def shown(choice: ModelChoice) -> dict[str, str]:
+    provider = PROVIDER_NAMES.get(choice.provider, choice.provider)
+    return {"name": choice.name, "model": choice.model, "provider": provider}
+
+
+def model_context(conversation: Conversation | None, picked: str = "") -> dict[str, Any]:
+    """What the header says of the model: the one the next task runs on (or the one `picked`
+    for a task refused, if it is offered) and its provider, the others a person may pick
+    instead, the one the conversation used if it is no longer offered; or, when no model can
+    run here, why."""
+    try:
+        current = selectors.conversation_model(conversation)
+    except ModelUnavailable as error:
+        return {"name": default_model(), "unavailable": str(error)}
+    offered = offered_models()
+    if picked and parse(picked) in offered:
+        current = parse(picked)
+    choices = [shown(choice) for choice in offered]
+    stored = conversation.model if conversation else ""
+    return {
+        "current": shown(current),
+        "choices": choices if len(choices) > 1 else [],
+        "is_mock": current.provider == MOCK and len(choices) <= 1,
+        "was": stored if stored and parse(stored) != current else "",
+    }
+
+
+def model_header(request: HttpRequest, conversation: Conversation) -> bytes:
+    """The header's model, drawn out of band: after a send, it says what the conversation goes
+    on with now (and a form reset puts the pick back to it, not to the page's first one)."""
+    conversation.refresh_from_db(fields=["model"])
+    context = {"model": model_context(conversation), "oob": True}
+    return render_to_string("chat/model.html", context, request).encode()
 
 
 def quota_or_none(user: Any) -> dict[str, Any] | None:
@@ -53,6 +99,7 @@ def chat_page(
     *,
     error: str = "",
     task: str = "",
+    picked: str = "",
     status: int = 200,
 ) -> HttpResponse:
     runs = selectors.runs_of(conversation) if conversation else AgentRun.objects.none()
@@ -66,7 +113,7 @@ def chat_page(
         "turns": [turn(run) for run in runs],
         "suggestions": SUGGESTIONS,
         "send_url": send_url,
-        "model": model_context(),
+        "model": model_context(conversation, picked),
         "quota": quota_or_none(request.user),
         "error": error,
         "task": task,
@@ -95,32 +142,39 @@ def conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
 
 @require_POST
 def start(request: HttpRequest) -> HttpResponse:
-    """The first task of a new conversation: store both, then show the conversation."""
-    task = request.POST.get("task", "")
+    """The first task of a new conversation: store both, on the model picked (the default if
+    none), then show the conversation."""
+    task, picked = request.POST.get("task", ""), request.POST.get("model", "")
     try:
-        run = runs.submit_first_run(request.user, task)
+        model = runs.chat_model(None, picked)
+        run = runs.submit_first_run(request.user, task, model=model)
     except runs.InvalidTask as error:
-        return chat_page(request, None, error=str(error), task=task, status=400)
+        return chat_page(request, None, error=str(error), task=task, picked=picked, status=400)
     return redirect("chat:conversation", run.conversation_id)
 
 
 @require_POST
 def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    """A task in a conversation: with htmx, answer the new turn to add to the timeline."""
+    """A task in a conversation, on the model picked for it (else the conversation's own): with
+    htmx, answer the new turn to add to the timeline, and the header's model as it is now."""
     conversation = owned_conversation(request, conversation_id)
-    task = request.POST.get("task", "")
+    task, picked = request.POST.get("task", ""), request.POST.get("model", "")
     try:
-        run = runs.submit_run(request.user, task, conversation)
+        model = runs.chat_model(conversation, picked)
+        run = runs.submit_run(request.user, task, conversation, model=model)
     except runs.InvalidTask as error:
         if not request.htmx:
-            return chat_page(request, conversation, error=str(error), task=task, status=400)
-        response = HttpResponse(str(error))
+            error_page = {"error": str(error), "task": task, "picked": picked}
+            return chat_page(request, conversation, **error_page, status=400)
+        response = HttpResponse(escape(str(error)))  # it may quote what the person sent
         response["HX-Retarget"] = "#send-error"
         response["HX-Reswap"] = "innerHTML"
         return response
     if not request.htmx:
         return redirect("chat:conversation", conversation.pk)
-    return render(request, "chat/cards.html#turn", {"turn": turn(run)})
+    response = render(request, "chat/cards.html#turn", {"turn": turn(run)})
+    response.content += model_header(request, conversation)
+    return response
 
 
 @require_GET
@@ -165,7 +219,7 @@ def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
 def refused(request: HttpRequest, run_id: int, error: str) -> HttpResponse:
     """A continue refused with its sentence, where a refused send shows its own."""
     if request.htmx:
-        response = HttpResponse(error)
+        response = HttpResponse(escape(error))
         response["HX-Retarget"] = "#send-error"
         response["HX-Reswap"] = "innerHTML"
         return response
