@@ -1,0 +1,342 @@
+"""The model in the chat: the header names the model a conversation's next task runs on and its
+provider; with several offered (LOOP_MODELS) a person picks one, for a new conversation or for
+any later message; the conversation keeps the pick and each run records the provider and model
+it used. A name the page does not offer is refused and stores nothing; another person's
+conversation is out of reach."""
+
+import importlib
+from html import unescape
+from html.parser import HTMLParser
+
+import pytest
+from django.apps import apps
+from django.db import connection
+from django.test import Client
+from procrastinate.contrib.django.models import ProcrastinateJob
+
+from agent.events import RunStatus
+from agent.execution import execute_run
+from agent.models import AgentRun, Conversation
+from agent.runs import new_conversation, start_run
+from tests.openai_server import MODEL, openai_server_fixture  # noqa: F401 (the fixture)
+from tests.test_chat_views import ActiveParts
+
+pytestmark = pytest.mark.django_db
+
+LLAMA = f"openai:{MODEL}"  # the fake server's model, qualified
+QWEN = "openai:qwen3:8b"  # on the same server, but not offered
+TASK = "What is 17 * 23?"
+HTMX = {"HX-Request": "true"}
+MOVE_TO_MODEL_NAMES = importlib.import_module("agent.migrations.0007_conversation_model")
+
+
+@pytest.fixture
+def nothing_configured(settings):
+    """No model configured: the mock alone, whatever the environment says."""
+    settings.GROQ_API_KEY = ""
+    settings.LOOP_MODEL = ""
+    settings.LOOP_MODELS = []
+    settings.LOOP_OPENAI_BASE_URL = ""
+    settings.LOOP_OPENAI_MODEL = ""
+    return settings
+
+
+@pytest.fixture
+def two_models(nothing_configured):
+    """The mock and a model on an OpenAI-compatible server, the mock the default. The server is
+    never asked here (no run is worked), so its address need not answer."""
+    nothing_configured.LOOP_OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    nothing_configured.LOOP_MODELS = ["mock", LLAMA]
+    return nothing_configured
+
+
+class ModelHeader(HTMLParser):
+    """The text of the header's model (the element with id conversation-model), and its pick's
+    options as (value, selected)."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.depth = 0
+        self.found = 0
+        self.words: list[str] = []
+        self.options: list[tuple[str, bool]] = []
+        self.feed(page)
+        assert self.found == 1, page
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if values.get("id") == "conversation-model":
+            self.found += 1
+            self.depth = 1
+        elif self.depth and tag not in VOID:
+            self.depth += 1
+        if self.depth and tag == "option":
+            self.options.append((values["value"] or "", "selected" in values))
+
+    def handle_endtag(self, tag: str) -> None:
+        if self.depth:
+            self.depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self.depth:
+            self.words.extend(data.split())
+
+
+VOID = {"input", "br", "img"}
+
+
+def header_text(page: str) -> str:
+    return " ".join(ModelHeader(page).words)
+
+
+def options(page: str) -> list[tuple[str, bool]]:
+    """The models the header's pick offers: (value, selected); none without a pick."""
+    return ModelHeader(page).options
+
+
+def test_the_header_names_the_mock_and_says_how_to_use_a_real_model(as_alice, nothing_configured):
+    page = as_alice.get("/").text
+    text = header_text(page)
+    assert text.startswith("model: mock · built in")
+    assert "LOOP_OPENAI_BASE_URL" in text
+    assert "docs/models.md" in text
+    assert "GROQ_API_KEY" in text
+    assert options(page) == []
+
+
+def test_the_header_names_the_configured_model_and_its_provider(as_alice, nothing_configured):
+    nothing_configured.LOOP_OPENAI_BASE_URL = "http://user:secret@10.1.2.3:11434/v1"
+    nothing_configured.LOOP_OPENAI_MODEL = MODEL
+    page = as_alice.get("/").text
+    assert header_text(page) == f"model: {MODEL} · OpenAI-compatible server"
+    assert "10.1.2.3" not in page  # the server's address stays the operator's
+    assert "secret" not in page
+    nothing_configured.GROQ_API_KEY = "gsk_test"
+    nothing_configured.LOOP_OPENAI_BASE_URL = ""
+    nothing_configured.LOOP_GROQ_MODEL = "openai/gpt-oss-120b"
+    assert header_text(as_alice.get("/").text) == "model: openai/gpt-oss-120b · Groq"
+
+
+def test_one_model_offers_no_pick_and_its_runs_use_it(as_alice, alice, nothing_configured):
+    nothing_configured.LOOP_OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    nothing_configured.LOOP_OPENAI_MODEL = MODEL
+    page = as_alice.get("/").text
+    assert 'id="model-pick"' not in page
+    assert "data-model-pick" not in page  # the suggestions carry no pick either
+    as_alice.post("/send/", {"task": TASK})
+    run = AgentRun.objects.get()
+    assert (run.provider, run.model) == ("openai", MODEL)
+    assert Conversation.objects.get().model == LLAMA
+    assert header_text(as_alice.get(f"/c/{run.conversation_id}/").text).startswith(
+        f"model: {MODEL} · OpenAI-compatible server"
+    )
+
+
+def test_several_models_are_offered_the_default_picked(as_alice, two_models):
+    page = as_alice.get("/").text
+    assert options(page) == [("mock", True), (LLAMA, False)]
+    assert "mock · built in" in header_text(page)
+    assert f"{MODEL} · OpenAI-compatible server" in header_text(page)
+    assert "LOOP_OPENAI_BASE_URL" not in header_text(page)  # the operator chose the mock too
+    # The suggestions start the conversation on the pick too (chat/static/chat/models.js).
+    assert '<input type="hidden" name="model" value="mock" data-model-pick>' in page
+    assert "chat/models.js" in page
+    assert ActiveParts(page).found == []  # the CSP holds: no inline script
+
+
+def test_the_default_is_picked_when_loop_model_names_one_offered(as_alice, two_models):
+    two_models.LOOP_MODEL = MODEL  # bare: the server's model
+    assert options(as_alice.get("/").text) == [("mock", False), (LLAMA, True)]
+    two_models.LOOP_MODEL = "groq:not-offered"  # not among LOOP_MODELS: the first is picked
+    assert options(as_alice.get("/").text) == [("mock", True), (LLAMA, False)]
+
+
+def test_a_pick_is_stored_with_the_conversation_and_recorded_by_its_run(
+    as_alice, alice, two_models
+):
+    response = as_alice.post("/send/", {"task": TASK, "model": LLAMA})
+    conversation = Conversation.objects.get(owner=alice)
+    assert response.url == f"/c/{conversation.pk}/"
+    assert conversation.model == LLAMA
+    run = AgentRun.objects.get()
+    assert (run.provider, run.model, run.conversation_id) == ("openai", MODEL, conversation.pk)
+    page = as_alice.get(response.url).text
+    assert options(page) == [("mock", False), (LLAMA, True)]
+
+
+def test_the_next_message_keeps_the_conversation_s_model_unless_another_is_picked(
+    as_alice, alice, two_models
+):
+    two_models.LOOP_USER_ACTIVE_RUNS = 4
+    as_alice.post("/send/", {"task": TASK, "model": LLAMA})
+    conversation = Conversation.objects.get()
+    send = f"/c/{conversation.pk}/send/"
+    as_alice.post(send, {"task": "And 18 * 23?"}, headers=HTMX)  # a form with no pick
+    as_alice.post(send, {"task": "Now 19 * 23?", "model": "mock"}, headers=HTMX)
+    switched = as_alice.post(send, {"task": "Then 20 * 23?"}, headers=HTMX)
+    used = list(AgentRun.objects.order_by("pk").values_list("provider", "model"))
+    assert used == [("openai", MODEL), ("openai", MODEL), ("mock", "mock"), ("mock", "mock")]
+    conversation.refresh_from_db()
+    assert conversation.model == "mock"
+    # The header, drawn again out of band, picks what the conversation goes on with.
+    assert 'id="conversation-model" hx-swap-oob="true"' in switched.text
+    assert options(switched.text) == [("mock", True), (LLAMA, False)]
+
+
+def test_a_refused_task_keeps_the_person_s_pick(as_alice, two_models):
+    refused = as_alice.post("/send/", {"task": "   ", "model": LLAMA})
+    assert refused.status_code == 400
+    assert options(refused.text) == [("mock", False), (LLAMA, True)]
+    assert not AgentRun.objects.exists()
+
+
+def test_a_name_not_offered_is_refused_and_nothing_is_stored(as_alice, alice, two_models):
+    for tampered in (QWEN, "groq:openai/gpt-oss-120b", "openai:", "x" * 5000, "mock "):
+        refused = as_alice.post("/send/", {"task": TASK, "model": tampered})
+        assert refused.status_code == 400, tampered
+        assert "This Loop does not offer the model" in refused.text
+        assert "Pick one of the models it offers (mock, openai:llama3.1:8b)" in refused.text
+    assert not Conversation.objects.exists()
+    assert not AgentRun.objects.exists()
+    assert not ProcrastinateJob.objects.exists()
+
+
+def test_a_name_not_offered_is_refused_in_a_conversation_which_keeps_its_model(
+    as_alice, alice, two_models
+):
+    conversation = start_run(
+        alice, TASK, model=LLAMA, conversation=new_conversation(alice)
+    ).conversation
+    conversation.refresh_from_db()
+    refused = as_alice.post(
+        f"/c/{conversation.pk}/send/", {"task": "More", "model": QWEN}, headers=HTMX
+    )
+    assert refused.headers["HX-Retarget"] == "#send-error"
+    assert "This Loop does not offer the model 'openai:qwen3:8b'" in unescape(refused.text)
+    marked = as_alice.post(
+        f"/c/{conversation.pk}/send/", {"task": "More", "model": "<b>x</b>"}, headers=HTMX
+    )
+    assert "&lt;b&gt;x&lt;/b&gt;" in marked.text  # shown as text, never as markup
+    plain = as_alice.post(f"/c/{conversation.pk}/send/", {"task": "More", "model": QWEN})
+    assert plain.status_code == 400
+    assert "This Loop does not offer the model" in plain.text
+    assert AgentRun.objects.count() == 1
+    conversation.refresh_from_db()
+    assert conversation.model == LLAMA
+
+
+def test_the_mock_is_refused_when_the_operator_does_not_offer_it(as_alice, two_models):
+    two_models.LOOP_MODELS = [LLAMA, QWEN]
+    refused = as_alice.post("/send/", {"task": TASK, "model": "mock"})
+    assert refused.status_code == 400
+    assert "This Loop does not offer the model 'mock'" in unescape(refused.text)
+    assert not AgentRun.objects.exists()
+
+
+def test_another_person_can_neither_see_nor_change_a_conversation_s_model(
+    client, alice, bob, two_models
+):
+    run = start_run(alice, TASK, model=LLAMA, conversation=new_conversation(alice))
+    conversation = run.conversation
+    client.force_login(bob)
+    assert client.get(f"/c/{conversation.pk}/").status_code == 404
+    for headers in ({}, HTMX):
+        sent = client.post(
+            f"/c/{conversation.pk}/send/", {"task": "mine", "model": "mock"}, headers=headers
+        )
+        assert sent.status_code == 404
+    conversation.refresh_from_db()
+    assert conversation.model == LLAMA
+    assert AgentRun.objects.count() == 1
+    # Bob's own new conversation starts on the default, whatever Alice picked.
+    assert options(client.get("/").text) == [("mock", True), (LLAMA, False)]
+
+
+def test_a_pick_without_the_csrf_token_is_refused(alice, two_models):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    assert client.post("/send/", {"task": TASK, "model": LLAMA}).status_code == 403
+    conversation = new_conversation(alice)
+    sent = client.post(f"/c/{conversation.pk}/send/", {"task": TASK, "model": LLAMA}, headers=HTMX)
+    assert sent.status_code == 403
+    conversation.refresh_from_db()
+    assert conversation.model == ""
+    assert not AgentRun.objects.exists()
+
+
+def test_a_conversation_whose_model_is_no_longer_offered_goes_on_with_the_default(
+    as_alice, alice, two_models
+):
+    conversation = start_run(
+        alice, TASK, model=LLAMA, conversation=new_conversation(alice)
+    ).conversation
+    two_models.LOOP_MODELS = []  # the operator took the server's model away: the mock alone
+    two_models.LOOP_OPENAI_BASE_URL = ""
+    page = as_alice.get(f"/c/{conversation.pk}/").text
+    text = header_text(page)
+    assert text.startswith("model: mock · built in")
+    assert f"(this conversation used {LLAMA}, no longer offered here)" in text
+    as_alice.post(f"/c/{conversation.pk}/send/", {"task": "More"})
+    assert AgentRun.objects.order_by("pk").last().provider == "mock"
+    conversation.refresh_from_db()
+    assert conversation.model == "mock"
+
+
+def test_when_no_model_can_run_the_header_and_a_send_say_why(as_alice, nothing_configured):
+    nothing_configured.LOOP_MODEL = "groq:openai/gpt-oss-120b"  # and no GROQ_API_KEY
+    page = as_alice.get("/").text
+    assert "cannot run here: Model 'openai/gpt-oss-120b' runs on Groq and needs GROQ_API_KEY" in (
+        header_text(page)
+    )
+    refused = as_alice.post("/send/", {"task": TASK})
+    assert refused.status_code == 400
+    assert "runs on Groq and needs GROQ_API_KEY" in refused.text
+    assert not Conversation.objects.exists()
+
+
+def test_the_run_works_on_the_model_it_recorded(
+    as_alice, alice, two_models, openai_server, workspaces
+):
+    """The worker builds the run's client from what the run recorded: the picked model's request
+    reaches the server, by that model's name."""
+    two_models.LOOP_OPENAI_BASE_URL = openai_server.base_url
+    openai_server.reply("391, from the server's model.")
+    as_alice.post("/send/", {"task": TASK, "model": LLAMA})
+    run = execute_run(AgentRun.objects.get())
+    assert (run.status, run.answer) == (RunStatus.SUCCEEDED, "391, from the server's model.")
+    [request] = [r for r in openai_server.requests if r.path.endswith("/chat/completions")]
+    assert request.body["model"] == MODEL
+    mocked = as_alice.post(f"/c/{run.conversation_id}/send/", {"task": TASK, "model": "mock"})
+    assert mocked.status_code == 302
+    assert execute_run(AgentRun.objects.order_by("pk").last()).answer == "17 * 23 = 391"
+    assert len(openai_server.requests) == 1  # the mock's run asked the server nothing
+
+
+def test_conversations_from_before_go_on_with_their_latest_run_s_model(alice):
+    """The migration names each conversation's model from its latest run, qualified; one with
+    no run stays on the default."""
+    on_groq = new_conversation(alice)
+    for provider, model in (("mock", "mock"), ("groq", "openai/gpt-oss-120b")):
+        AgentRun.objects.create(
+            user=alice, conversation=on_groq, task=TASK, provider=provider, model=model
+        )
+    on_mock = new_conversation(alice)
+    AgentRun.objects.create(
+        user=alice, conversation=on_mock, task=TASK, provider="mock", model="mock"
+    )
+    on_ollama = new_conversation(alice)
+    AgentRun.objects.create(
+        user=alice, conversation=on_ollama, task=TASK, provider="openai", model="qwen3:8b"
+    )
+    empty = new_conversation(alice)
+    before = Conversation.objects.get(pk=on_groq.pk).updated_at
+    with connection.schema_editor() as schema_editor:
+        MOVE_TO_MODEL_NAMES.name_from_latest_run(apps, schema_editor)
+    models = dict(Conversation.objects.values_list("pk", "model"))
+    assert models == {
+        on_groq.pk: "groq:openai/gpt-oss-120b",
+        on_mock.pk: "mock",
+        on_ollama.pk: "openai:qwen3:8b",
+        empty.pk: "",
+    }
+    assert Conversation.objects.get(pk=on_groq.pk).updated_at == before  # the sidebar's order
