@@ -1,7 +1,7 @@
 """The loop's own overhead per step: an instant model, a no-op tool, nothing else to wait for;
 and the model client's own cost per model turn.
 
-    .venv/bin/python bench/loop.py [--repeats 5] [--turns 300] [--only loop|clients]
+    .venv/bin/python bench/loop.py [--repeats 5] [--turns 150] [--only loop|clients]
 
 Each step is one model turn asking for one tool call and that call's result. Two sinks:
 (a) events kept in memory; (b) every event persisted to PostgreSQL by the recorder real runs use,
@@ -13,18 +13,20 @@ tool in the backstop thread every real tool runs in (tools.base.Tool.own_deadlin
 that thread costs.
 Floors: (a) under 100 µs per step, (b) under 2 ms, and 200 steps within 1.3x of 20 per step.
 
-The model clients (`--turns` each, after a warm-up): GroqLLM (the `groq` SDK on httpx) and
-OpenAICompatibleLLM (the `openai` SDK on httpx2) side by side in this process, each asking a fake
-chat-completions server on loopback (bench/_chat_server.py, a process of its own) for one turn of
-the demo task as a run asks for it: the system prompt, the task, an earlier call and its result,
-the default tools, the run's time left as the turn's timeout (so the watchdog runs); the reply
-is a short answer and one tool call, whole or streamed (a token or so a chunk, to a deltas
-callback). Beside each, the bare exchange: the same request body, already encoded, posted by a
-plain client of the same HTTP library and the reply's bytes read, no more. A client's own cost
-is its turn minus the bare exchange of the same round; rounds take the eight in turn, the order
-reversed every other round, so a noisy neighbour weighs on each alike. Median and p95 over the
-rounds, in µs. No floor: a model turn takes a second or more, beside which this should be well
-under a millisecond whole.
+The model clients (`--turns` turns each, after a warm-up; `--only clients` needs no database):
+GroqLLM (the `groq` SDK on httpx) and OpenAICompatibleLLM (the `openai` SDK on httpx2) side by
+side in this process, asking a fake chat-completions server on loopback (bench/_chat_server.py,
+in a process of its own) for a turn of the demo task as a run asks for it: the system prompt, the
+task, each earlier turn's call and result (turn 2 and turn 10, the last a default run has), the
+default tools, the run's time left as the turn's timeout (so the watchdog runs). The reply is a
+short answer and one tool call, whole or streamed (a token or so a chunk, to a deltas callback).
+Beside each, the bare exchange: the same request body, already encoded, posted by a plain client
+of the same HTTP library, and the reply's bytes read, nothing parsed. A client's own cost is its
+turn minus the bare exchange of the same round; a round takes each of the eight and its bare
+exchange in turn, in reverse order every other round, so a noisy neighbour weighs on all alike.
+Median and p95 over the rounds, in µs; then what a streamed chunk and each earlier call in the
+history add (from the medians). No floor: a model turn takes a second or more, beside which the
+issue asks it to be well under a millisecond.
 """
 
 import argparse
@@ -397,7 +399,7 @@ def print_margins(measured: list[Exchange]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs per loop figure")
-    parser.add_argument("--turns", type=int, default=200, help="model turns per client figure")
+    parser.add_argument("--turns", type=int, default=150, help="model turns per client figure")
     parser.add_argument("--only", choices=("loop", "clients"), help="one part of the two")
     options = parser.parse_args()
     if options.only != "clients":
