@@ -53,7 +53,7 @@ def default_model() -> str:
     if settings.LOOP_MODELS:
         return settings.LOOP_MODELS[0]
     if settings.GROQ_API_KEY:
-        return settings.LOOP_GROQ_MODEL
+        return f"{GROQ}:{settings.LOOP_GROQ_MODEL}"
     if settings.LOOP_OPENAI_BASE_URL:
         return f"{OPENAI}:{settings.LOOP_OPENAI_MODEL}"
     return MOCK
@@ -123,7 +123,7 @@ def _on_openai_compatible(choice: ModelChoice) -> ModelChoice:
 def offered_models() -> list[ModelChoice]:
     """The models a person may pick from, the default first: LOOP_MODELS' that can run here, or
     the default alone. Empty when not even the default can run."""
-    names = settings.LOOP_MODELS or [default_model()]
+    names = [default_model(), *settings.LOOP_MODELS]
     offered: list[ModelChoice] = []
     for name in names:
         try:
