@@ -71,7 +71,12 @@ class Command(BaseCommand):
             help=f"The user the run acts for (default: {CLI_USER!r}, created on first use).",
         )
         parser.add_argument(
-            "--model", default="", help="'mock', or a Groq model name (default: from settings)."
+            "--model",
+            default="",
+            help=(
+                "mock, groq:<model>, openai:<model> (the server at LOOP_OPENAI_BASE_URL), or a "
+                "bare name (docs/models.md). Default: from settings."
+            ),
         )
         parser.add_argument(
             "--max-iterations", type=int, help="Model turns before the run is halted."
