@@ -1,16 +1,15 @@
-"""The loop's own overhead per step: an instant model, a no-op tool, nothing else to wait for;
-and the model client's own cost per model turn.
+"""Loop's own overhead per step (an instant model, a no-op tool), and the model clients' per turn.
 
     .venv/bin/python bench/loop.py [--repeats 5] [--turns 150] [--only loop|clients]
 
-Each step is one model turn asking for one tool call and that call's result. Two sinks:
-(a) events kept in memory; (b) every event persisted to PostgreSQL by the recorder real runs use,
-with their cancel check against the database. Recalling memories before the first step and
-remembering the outcome after the last are per run, not per step, and are left out
-(bench/memory.py times recall). Runs of 20 and 200 steps show whether a step's cost grows with
-the history; persisting appends, so it should not. A third line runs the in-memory case with the
-tool in the backstop thread every real tool runs in (tools.base.Tool.own_deadline), to show what
-that thread costs.
+The loop, with nothing else to wait for: each step is one model turn asking for one tool call
+and that call's result. Two sinks: (a) events kept in memory; (b) every event persisted to
+PostgreSQL by the recorder real runs use, with their cancel check against the database.
+Recalling memories before the first step and remembering the outcome after the last are per run,
+not per step, and are left out (bench/memory.py times recall). Runs of 20 and 200 steps show
+whether a step's cost grows with the history; persisting appends, so it should not. A third line
+runs the in-memory case with the tool in the backstop thread every real tool runs in
+(tools.base.Tool.own_deadline), to show what that thread costs.
 Floors: (a) under 100 µs per step, (b) under 2 ms, and 200 steps within 1.3x of 20 per step.
 
 The model clients (`--turns` turns each, after a warm-up; `--only clients` needs no database):
