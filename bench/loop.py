@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopsite.settings")
@@ -223,6 +223,23 @@ def turn_messages(turn: int) -> list[Message]:
     return messages
 
 
+class Timing(NamedTuple):
+    """A span in wall-clock time and in this thread's CPU time, which a busy machine inflates
+    less: other processes delay a turn but do not add to its CPU time."""
+
+    wall: float
+    cpu: float
+
+
+def clock() -> Timing:
+    return Timing(time.perf_counter(), time.thread_time())
+
+
+def since(start: Timing) -> Timing:
+    now = clock()
+    return Timing(now.wall - start.wall, now.cpu - start.cpu)
+
+
 @dataclasses.dataclass
 class Exchange:
     """One provider's client at one turn, whole or streamed, and the bare exchange of the same
@@ -235,8 +252,8 @@ class Exchange:
     url: str
     messages: list[Message]
     specs: list[ToolSpec]
-    client_turns: list[float] = dataclasses.field(default_factory=list)
-    bare_turns: list[float] = dataclasses.field(default_factory=list)
+    client_turns: list[Timing] = dataclasses.field(default_factory=list)
+    bare_turns: list[Timing] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.body = request_body(self.llm, self.messages, self.specs, self.streamed)
@@ -247,16 +264,16 @@ class Exchange:
             "authorization": "Bearer bench",
         }
 
-    def client_turn(self) -> float:
-        started = time.perf_counter()
+    def client_turn(self) -> Timing:
+        started = clock()
         reply = self.llm.chat(self.messages, self.specs, timeout=TIME_LEFT)
-        elapsed = time.perf_counter() - started
+        elapsed = since(started)
         assert reply.text == chat_server.TEXT, reply
         assert reply.tool_calls[0].arguments == chat_server.CALL_ARGUMENTS, reply
         return elapsed
 
-    def bare_turn(self) -> float:
-        started = time.perf_counter()
+    def bare_turn(self) -> Timing:
+        started = clock()
         if self.streamed:
             with self.bare_client.stream(
                 "POST", self.url, content=self.body, headers=self.headers
@@ -265,13 +282,14 @@ class Exchange:
                     pass
         else:
             response = self.bare_client.post(self.url, content=self.body, headers=self.headers)
-        elapsed = time.perf_counter() - started
+        elapsed = since(started)
         assert response.status_code == 200, response
         return elapsed
 
-    @property
-    def own_turns(self) -> list[float]:
-        return [c - b for c, b in zip(self.client_turns, self.bare_turns, strict=True)]
+    def own(self, kind: str) -> list[float]:
+        """The client's own cost of each round, in "wall" or "cpu" time."""
+        pairs = zip(self.client_turns, self.bare_turns, strict=True)
+        return [getattr(client, kind) - getattr(bare, kind) for client, bare in pairs]
 
     def close(self) -> None:
         self.bare_client.close()
@@ -358,31 +376,36 @@ def print_overhead(measured: list[Exchange], rounds: int) -> None:
         + "; ".join(f"turn {turn}'s request {size / 1000:.1f} kB" for turn, size in sizes.items())
         + f"; the reply a {len(chat_server.TEXT)}-character answer and one tool call, whole "
         f"({len(chat_server.PLAIN) / 1000:.1f} kB) or streamed ({len(chat_server.chunks())} "
-        "chunks).\nown = client turn - bare exchange of the same bytes, in the same round."
+        "chunks).\nown = client turn - bare exchange of the same bytes, in the same round; "
+        "own CPU the same in this thread's CPU time."
     )
     print(
         f"{'client':<44}{'reply':<10}{'turn':>4}{'bare p50':>10}{'p95':>7}{'client p50':>12}"
-        f"{'p95':>7}{'own p50':>9}{'p95':>7}"
+        f"{'p95':>7}{'own p50':>9}{'p95':>7}{'own CPU p50':>13}"
     )
     for exchange in sorted(measured, key=lambda exchange: (exchange.streamed, exchange.turn)):
         bare, client, own = (
             (statistics.median(turns) * 1e6, p95(turns) * 1e6)
-            for turns in (exchange.bare_turns, exchange.client_turns, exchange.own_turns)
+            for turns in (
+                [timing.wall for timing in exchange.bare_turns],
+                [timing.wall for timing in exchange.client_turns],
+                exchange.own("wall"),
+            )
         )
         print(
             f"{exchange.label:<44}{'streamed' if exchange.streamed else 'whole':<10}"
             f"{exchange.turn:>4}{bare[0]:>10.0f}{bare[1]:>7.0f}{client[0]:>12.0f}{client[1]:>7.0f}"
-            f"{own[0]:>9.0f}{own[1]:>7.0f}"
+            f"{own[0]:>9.0f}{own[1]:>7.0f}{statistics.median(exchange.own('cpu')) * 1e6:>13.0f}"
         )
     print_margins(measured)
 
 
 def print_margins(measured: list[Exchange]) -> None:
     """What a streamed chunk and an earlier turn in the history add to a client's own cost, from
-    the medians: streamed minus whole at the first turn timed, and the last turn minus the first,
-    whole."""
+    the CPU medians (steadier): streamed minus whole at the first turn timed, and the last turn
+    minus the first, whole."""
     own = {
-        (exchange.label, exchange.streamed, exchange.turn): statistics.median(exchange.own_turns)
+        (exchange.label, exchange.streamed, exchange.turn): statistics.median(exchange.own("cpu"))
         for exchange in measured
     }
     first, last = TURNS[0], TURNS[-1]
@@ -390,7 +413,7 @@ def print_margins(measured: list[Exchange]) -> None:
         chunk = (own[label, True, first] - own[label, False, first]) / len(chat_server.chunks())
         earlier = (own[label, False, last] - own[label, False, first]) / (last - first)
         print(
-            f"{label}: {chunk * 1e6:.0f} µs a streamed chunk, "
+            f"{label}: {chunk * 1e6:.0f} µs CPU a streamed chunk, "
             f"{earlier * 1e6:.0f} µs a turn for each earlier call and result in the history"
         )
 
