@@ -33,6 +33,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -358,6 +359,7 @@ def p95(values: list[float]) -> float:
 
 def client_overhead(rounds: int) -> None:
     with running_chat_server() as origin:
+        server_share = raw_exchange(origin, measured_body(origin))
         measured = exchanges(origin)
         try:
             for number in range(WARM_UP_ROUNDS + rounds):
@@ -365,14 +367,40 @@ def client_overhead(rounds: int) -> None:
         finally:
             for exchange in measured:
                 exchange.close()
-    print_overhead(measured, rounds)
+    print_overhead(measured, rounds, server_share)
 
 
-def print_overhead(measured: list[Exchange], rounds: int) -> None:
+def measured_body(origin: str) -> bytes:
+    llm = OpenAICompatibleLLM("llama3.1:8b", base_url=f"{origin}/v1")
+    llm.client.close()
+    return request_body(llm, turn_messages(TURNS[0]), default_registry().specs(), True)
+
+
+def raw_exchange(origin: str, body: bytes, times: int = 200) -> float:
+    """The fake server's and loopback's share of a bare exchange: a streamed turn's request
+    written to a socket and its whole reply read back, no HTTP library (median, seconds)."""
+    host, port = origin.removeprefix("http://").split(":")
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nhost: %s\r\ncontent-length: %d\r\n\r\n%s"
+    request %= (host.encode(), len(body), body)
+    expected = len(chat_server.STREAMED_RESPONSE)
+    spans = []
+    with socket.create_connection((host, int(port))) as connection:
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(times):
+            started, received = time.perf_counter(), 0
+            connection.sendall(request)
+            while received < expected:
+                received += len(connection.recv(65536))
+            spans.append(time.perf_counter() - started)
+    return statistics.median(spans[times // 4 :])
+
+
+def print_overhead(measured: list[Exchange], rounds: int, server_share: float) -> None:
     sizes = {exchange.turn: len(exchange.body) for exchange in measured if not exchange.streamed}
     print(
         f"\nThe model client's own cost per turn, in µs: {rounds} turns each after "
-        f"{WARM_UP_ROUNDS} warm-up, fake server on loopback.\n"
+        f"{WARM_UP_ROUNDS} warm-up, fake server on loopback (its share, by a raw socket: "
+        f"{server_share * 1e6:.0f} µs a streamed turn).\n"
         + "; ".join(f"turn {turn}'s request {size / 1000:.1f} kB" for turn, size in sizes.items())
         + f"; the reply a {len(chat_server.TEXT)}-character answer and one tool call, whole "
         f"({len(chat_server.PLAIN) / 1000:.1f} kB) or streamed ({len(chat_server.chunks())} "
