@@ -358,8 +358,9 @@ def p95(values: list[float]) -> float:
 
 
 def client_overhead(rounds: int) -> None:
+    """Every exchange `rounds` times after the warm-up, against one fake server, then the table."""
     with running_chat_server() as origin:
-        server_share = raw_exchange(origin, measured_body(origin))
+        server_share = raw_exchange(origin, streamed_body(origin))
         measured = exchanges(origin)
         try:
             for number in range(WARM_UP_ROUNDS + rounds):
@@ -370,7 +371,8 @@ def client_overhead(rounds: int) -> None:
     print_overhead(measured, rounds, server_share)
 
 
-def measured_body(origin: str) -> bytes:
+def streamed_body(origin: str) -> bytes:
+    """The OpenAI-compatible client's request at the first turn timed, streamed."""
     llm = OpenAICompatibleLLM("llama3.1:8b", base_url=f"{origin}/v1")
     llm.client.close()
     return request_body(llm, turn_messages(TURNS[0]), default_registry().specs(), True)
