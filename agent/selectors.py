@@ -14,7 +14,6 @@ from agent.history import loop_note, messages_from_events
 from agent.llm.base import Message
 from agent.llm.factory import (
     ModelChoice,
-    ModelUnavailable,
     default_model,
     offered_models,
     parse,
@@ -75,16 +74,9 @@ def runs_of(conversation: Conversation) -> QuerySet[AgentRun]:
 
 
 def new_conversation_model(offered: list[ModelChoice]) -> ModelChoice:
-    """The model a new conversation starts on: the default when it is offered, else the first
-    offered (LOOP_MODEL need not be among LOOP_MODELS). ModelUnavailable, saying why, when not
-    even the default can run here."""
-    try:
-        default = resolve(default_model())
-    except ModelUnavailable:
-        if not offered:
-            raise
-        return offered[0]
-    return default if default in offered or not offered else offered[0]
+    """The model a new conversation starts on: the first offered (the default, when it can run
+    here). ModelUnavailable, saying why, when none can run, not even the default."""
+    return offered[0] if offered else resolve(default_model())
 
 
 def conversation_model(conversation: Conversation | None) -> ModelChoice:

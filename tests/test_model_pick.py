@@ -144,10 +144,10 @@ def test_several_models_are_offered_the_default_picked(as_alice, two_models):
     assert ActiveParts(page).found == []  # the CSP holds: no inline script
 
 
-def test_the_default_is_picked_when_loop_model_names_one_offered(as_alice, two_models):
-    two_models.LOOP_MODEL = MODEL  # bare: the server's model
-    assert options(as_alice.get("/").text) == [("mock", False), (LLAMA, True)]
-    two_models.LOOP_MODEL = "groq:not-offered"  # not among LOOP_MODELS: the first is picked
+def test_the_default_is_picked_when_loop_model_names_one_that_can_run(as_alice, two_models):
+    two_models.LOOP_MODEL = MODEL  # bare: the server's model, offered first
+    assert options(as_alice.get("/").text) == [(LLAMA, True), ("mock", False)]
+    two_models.LOOP_MODEL = "groq:not-here"  # cannot run here (no key): the first of LOOP_MODELS
     assert options(as_alice.get("/").text) == [("mock", True), (LLAMA, False)]
 
 
