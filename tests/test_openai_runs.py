@@ -9,6 +9,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from agent.events import RunStatus
 from agent.execution import execute_run
@@ -181,21 +182,25 @@ def test_a_run_streams_its_answer_to_the_pages_before_storing_it(on_server, alic
     assert "".join(text for _, _, text in published) == run.answer
 
 
-def test_a_connection_dropped_mid_stream_is_asked_again_and_the_run_succeeds(
-    on_server, alice, published
+@pytest.mark.parametrize("fault", ["drop_after", "cut_after"])
+def test_a_reply_broken_off_mid_stream_is_asked_again_and_the_run_succeeds(
+    on_server, alice, published, fault
 ):
-    on_server.reply(ANSWER, drop_after=3)
+    on_server.reply(ANSWER, **{fault: 3})
     on_server.reply(ANSWER)
 
     run = execute_run(start_run(alice, "What is the sum of 1..100?"))
 
     assert (run.status, run.answer) == (RunStatus.SUCCEEDED, ANSWER)
     [retry] = model_replies(run)[0]["retried"]
+    server = f"the model server at {on_server.base_url}"
     assert retry.startswith(
-        f"The connection to the model server at {on_server.base_url} broke while its reply came in"
+        f"The connection to {server} broke while its reply came in"
+        if fault == "drop_after"
+        else f"The model server at {on_server.base_url} cut its reply short"
     )
     shown = "".join(text for _, _, text in published)
-    assert shown.endswith("Loop asked for it again.]\n\n" + ANSWER)
+    assert shown.endswith("reply broke off; Loop asked for it again.]\n\n" + ANSWER)
 
 
 # --- usage ---------------------------------------------------------------------------------------
@@ -401,6 +406,16 @@ def test_a_rate_limit_is_waited_out_for_its_retry_after(on_server, alice, waits)
     assert retry.startswith("The model server's rate limit was reached: Rate limit reached for ")
 
 
+def test_without_retry_after_the_spent_windows_reset_time_is_waited(on_server, alice, waits):
+    on_server.rate_limited(retry_after=None)  # x-ratelimit-reset-tokens: 1.4s
+    on_server.reply("Your workspace is empty.")
+
+    run = execute_run(start_run(alice, "List my files"))
+
+    assert run.status == RunStatus.SUCCEEDED
+    assert waits == [pytest.approx(1.4)]
+
+
 def test_a_rate_limit_longer_than_the_run_has_left_fails_it_at_once_saying_when(
     on_server, alice, waits
 ):
@@ -476,6 +491,23 @@ def test_a_reply_dripping_past_the_deadline_halts_the_run_and_the_server_is_left
     assert sent.chunks < sent.of
 
 
+def test_a_reply_slower_than_loop_openai_timeout_is_retried_then_fails_saying_so(
+    on_server, settings, alice, waits
+):
+    settings.LOOP_OPENAI_TIMEOUT = 1  # a local model on a slow machine
+    on_server.reply("too late", delay=3, times=2)
+
+    run = execute_run(start_run(alice, "List my files"))
+
+    assert run.status == RunStatus.FAILED
+    assert len(on_server.requests) == 2
+    assert len(waits) == 1
+    assert run.error.startswith(
+        f"Model failed: The model server at {on_server.base_url} did not answer within 1 second"
+    )
+    assert run.error.endswith(", on each of 2 attempts.")
+
+
 # --- a server that is not there, a model that is not there ---------------------------------------
 
 
@@ -532,6 +564,34 @@ def test_a_model_the_server_does_not_have_fails_the_run_at_once_naming_the_setti
     )
 
 
+# --- the run's recorded model decides -----------------------------------------------------------
+
+
+def test_a_queued_run_stays_on_the_server_it_was_queued_for(on_server, settings, alice):
+    run = start_run(alice, "Say hello", model="qwen3:8b")  # bare: the server's, no Groq key
+    settings.GROQ_API_KEY = "gsk_test"  # a bare qwen3:8b would be Groq's now
+    on_server.reply("Hello.")
+
+    run = execute_run(run)
+
+    assert (run.provider, run.model, run.status) == ("openai", "qwen3:8b", RunStatus.SUCCEEDED)
+    assert on_server.requests[0].body["model"] == "qwen3:8b"
+
+
+def test_a_queued_run_whose_server_was_unset_fails_saying_what_to_set(on_server, settings, alice):
+    run = start_run(alice, "Say hello")
+    settings.LOOP_OPENAI_BASE_URL = ""
+
+    run = execute_run(run)
+
+    assert run.status == RunStatus.FAILED
+    assert run.error.startswith(
+        f"The run could not start: Model '{MODEL}' runs on an OpenAI-compatible server and "
+        "needs LOOP_OPENAI_BASE_URL"
+    )
+    assert on_server.requests == []
+
+
 # --- runagent ------------------------------------------------------------------------------------
 
 
@@ -573,3 +633,21 @@ def test_runagent_on_a_model_the_server_does_not_have_exits_1_naming_the_fix(on_
     assert "Error: Model failed: The model server at " in out
     assert "has no model 'qwen2.5:7b'" in out
     assert "`manage.py modelcheck` lists them." in out
+
+
+def test_runagent_takes_a_bare_ollama_name_with_its_colon(on_server):
+    on_server.reply("Hello.")
+
+    code, out = runagent("Say hello", "--model", "qwen3:8b")
+
+    assert code == 0
+    assert out.splitlines()[1] == "Model: openai qwen3:8b"
+    assert on_server.requests[0].body["model"] == "qwen3:8b"
+
+
+def test_runagent_on_a_provider_that_is_not_configured_exits_2_before_any_run(on_server):
+    with pytest.raises(CommandError, match="runs on Groq and needs GROQ_API_KEY") as refused:
+        call_command("runagent", "Say hello", "--model", "groq:openai/gpt-oss-20b")
+
+    assert refused.value.returncode == 2
+    assert not AgentRun.objects.exists()
