@@ -651,3 +651,33 @@ def test_runagent_on_a_provider_that_is_not_configured_exits_2_before_any_run(on
 
     assert refused.value.returncode == 2
     assert not AgentRun.objects.exists()
+
+
+def test_manage_py_runagent_on_the_server_from_the_environment_alone(
+    manage, child_database_url, workspaces, openai_server
+):
+    """A separate process configured by its environment only, as a person runs it, with its
+    system checks: keyless, no LOOP_MODEL, the reasoning in <think> tags shown as reasoning."""
+    openai_server.behave(reasoning="think")
+    openai_server.reply(tool_calls=[tool_call("list_files", {})], reasoning="I should look.")
+    openai_server.reply("Your workspace is empty.")
+    env = {
+        "DATABASE_URL": child_database_url,
+        "LOOP_WORKSPACES_DIR": str(workspaces),
+        "GROQ_API_KEY": "",
+        "LOOP_MODEL": "",
+        "LOOP_MODELS": "",
+        "LOOP_OPENAI_BASE_URL": openai_server.base_url,
+        "LOOP_OPENAI_MODEL": MODEL,
+    }
+
+    done = manage("runagent", "List my files", "--model", f"openai:{MODEL}", env=env)
+
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == f"Model: openai {MODEL}"
+    assert "step 1  reasoning: I should look." in lines
+    assert "step 1  list_files {}" in lines
+    assert "Your workspace is empty." in lines
+    assert "<think>" not in done.stdout
+    assert AgentRun.objects.get().provider == "openai"
