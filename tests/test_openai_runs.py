@@ -352,10 +352,19 @@ def test_a_server_that_cannot_call_tools_fails_the_run_at_once_saying_what_to_do
 WRITTEN_CALL = '```json\n{"name": "list_files", "arguments": {}}\n```'
 
 
+@pytest.mark.parametrize(
+    "written",
+    [
+        WRITTEN_CALL,
+        '{"name": "list_files", "parameters": {}}',
+        '<tool_call>\n{"name": "list_files", "arguments": {}}\n</tool_call>',
+    ],
+    ids=["fenced", "bare", "tagged"],
+)
 def test_a_tool_call_written_as_text_is_fed_back_once_and_the_model_corrects_itself(
-    on_server, alice, published
+    on_server, alice, published, written
 ):
-    on_server.reply(WRITTEN_CALL)
+    on_server.reply(written)
     on_server.reply(tool_calls=[tool_call("list_files", {})])
     on_server.reply("Your workspace is empty.")
 
