@@ -354,3 +354,8 @@ def test_the_default_is_offered_first_even_when_loop_models_leaves_it_out(on_oll
         LOOP_MODELS=["openai:qwen3:8b"],
     )
     assert factory.offered_models() == [ModelChoice("mock", "mock"), ModelChoice("openai", QWEN3)]
+
+
+def test_a_default_that_cannot_run_here_is_left_out_and_the_others_still_offered(configure):
+    configure(LOOP_MODEL="groq:openai/gpt-oss-20b", LOOP_MODELS=["mock"])
+    assert factory.offered_models() == [ModelChoice("mock", "mock")]
