@@ -454,6 +454,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=150, help="model turns per client figure")
     parser.add_argument("--only", choices=("loop", "clients"), help="one part of the two")
     options = parser.parse_args()
+    if options.turns < 2:
+        parser.error("--turns takes 2 or more (a p95 needs two)")
     if options.only != "clients":
         loop_overhead(options.repeats)
     if options.only != "loop":
