@@ -249,6 +249,8 @@ class FakeChatServer:
                 if self._script:
                     return self._script.popleft()
                 self.unexpected.append(f"{request.method} {request.path}: no response scripted")
+            elif (unknown := self._unknown_path(request)) is not None:
+                return unknown
             else:
                 self.unexpected.append(f"{request.method} {request.path}: unknown endpoint")
             return None
@@ -264,6 +266,10 @@ class FakeChatServer:
 
     def _refusal(self, request: RecordedRequest) -> Error | None:
         """The answer to a chat request the service rejects before generating anything."""
+        return None
+
+    def _unknown_path(self, request: RecordedRequest) -> Error | None:
+        """The answer to a request for another path, or None: a 418 that fails the test."""
         return None
 
     def _model_list(self) -> dict:

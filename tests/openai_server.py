@@ -19,15 +19,16 @@ FakeGroqServer takes them. `requests`, `streams`, `pending` and `unexpected` are
 
 `behave(**quirks)` (see `Quirks`) sets how the server behaves from then on: usage in a stream only
 when asked for with `stream_options.include_usage` (OpenAI) or never asked for; a server that
-refuses `stream_options`; tool-call arguments whole or in pieces; calls without ids, streamed
-pieces without an index; finish reason "stop" with calls; reasoning in `reasoning_content`,
-`reasoning` or `<think>` tags in the content; a server that cannot take tools (Ollama's, vLLM's and
-llama.cpp's own error); a key it requires.
+refuses `stream_options`; a usage chunk whose `choices` is null or missing; tool-call arguments
+whole or in pieces; calls without ids, streamed pieces without an index; finish reason "stop"
+with calls; reasoning in `reasoning_content`, `reasoning` or `<think>` tags in the content; a
+server that cannot take tools (Ollama's, vLLM's and llama.cpp's own error); a key it requires.
 
 Before the script, each chat request is checked as a server does: a model not in the catalogue is
 Ollama's 404 ('model "x" not found, try pulling it first'). GET /v1/models lists the catalogue (or
-answers with the script's next error). A request with nothing scripted, or to another path, is 418
-and fails the test at teardown.
+answers with the script's next error). A chat request with nothing scripted is 418 and fails the
+test at teardown; a request to another path is a plain-text 404, as Ollama's (a base URL without
+/v1), recorded in `wrong_paths`. `stream_options` without `stream` is OpenAI's 400.
 
 Streamed text comes in pieces of `PIECE` characters, so a <think> tag is split across chunks.
 """
@@ -40,6 +41,7 @@ from typing import Any
 
 import pytest
 
+from agent.llm import chat_completions
 from tests.chat_server import (
     Completion,
     Error,
@@ -78,6 +80,9 @@ PIECE = 5
 ARGUMENT_PIECE = 6
 
 STREAM_OPTIONS_REFUSED = "Unrecognized request argument supplied: stream_options"
+STREAM_OPTIONS_UNSTREAMED = (
+    "The 'stream_options' parameter is only allowed when 'stream' is enabled."
+)
 
 
 def _no_tools_error(server: str, model: str) -> Error:
@@ -123,6 +128,7 @@ class Quirks:
     finish_with_calls: str = "tool_calls"  # or "stop"
     no_tools: str | None = None  # "ollama" | "vllm" | "llamacpp"
     requires_key: str | None = None  # 401 unless Authorization: Bearer <it>
+    usage_choices: str = "empty"  # the usage chunk's choices: "empty" ([]) | "null" | "missing"
 
 
 class FakeOpenAIServer(FakeChatServer):
@@ -135,6 +141,7 @@ class FakeOpenAIServer(FakeChatServer):
     def __init__(self, models: Sequence[str] = CATALOGUE) -> None:
         super().__init__(models)
         self.quirks = Quirks()
+        self.wrong_paths: list[str] = []  # requests to paths the server does not have
 
     @property
     def base_url(self) -> str:
@@ -152,17 +159,19 @@ class FakeOpenAIServer(FakeChatServer):
         with self._lock:
             self.quirks = dataclasses.replace(self.quirks, **quirks)
 
-    def rate_limited(self, retry_after: float | None = 1.0, *, times: int = 1) -> None:
+    def rate_limited(
+        self, retry_after: float | None = 1.0, *, reset_tokens: str = "1.4s", times: int = 1
+    ) -> None:
         """Queue OpenAI's 429 for spent tokens per minute, with `retry-after` (None leaves it
-        out) and the `x-ratelimit-*` headers."""
+        out) and the `x-ratelimit-*` headers (the tokens' window resets in `reset_tokens`)."""
         message = (
             "Rate limit reached for llama3.1:8b in organization org-fake on tokens per min (TPM): "
-            "Limit 30000, Used 29500, Requested 1200. Please try again in 1.4s."
+            f"Limit 30000, Used 29500, Requested 1200. Please try again in {reset_tokens}."
         )
         headers = {
             "x-ratelimit-limit-tokens": "30000",
             "x-ratelimit-remaining-tokens": "0",
-            "x-ratelimit-reset-tokens": "1.4s",
+            "x-ratelimit-reset-tokens": reset_tokens,
         }
         if retry_after is not None:
             headers["retry-after"] = f"{retry_after:g}"
@@ -187,12 +196,20 @@ class FakeOpenAIServer(FakeChatServer):
         if model not in self.models:
             message = f'model "{model}" not found, try pulling it first'
             return Error(404, {"error": {"message": message, "type": "api_error", "param": None}})
+        if "stream_options" in body and not body.get("stream"):
+            return Error(400, {"error": {"message": STREAM_OPTIONS_UNSTREAMED, "param": None}})
         if self.quirks.rejects_stream_options and "stream_options" in body:
             details = {"message": STREAM_OPTIONS_REFUSED, "type": "invalid_request_error"}
             return Error(400, {"error": {**details, "param": None, "code": None}})
         if self.quirks.no_tools and body.get("tools"):
             return _no_tools_error(self.quirks.no_tools, model)
         return None
+
+    def _unknown_path(self, request: RecordedRequest) -> Error | None:
+        """Another path is Ollama's (Go's) plain 404, as a base URL without /v1 meets; kept in
+        `wrong_paths` rather than failing the test."""
+        self.wrong_paths.append(f"{request.method} {request.path}")
+        return Error(404, "404 page not found")
 
     def _model_list(self) -> dict:
         return {
@@ -275,7 +292,12 @@ class FakeOpenAIServer(FakeChatServer):
         chunks = [{**head, "choices": [_choice(delta, None)], **extra} for delta in [*deltas, {}]]
         chunks[-1]["choices"][0]["finish_reason"] = self._finish(completion)
         if with_usage:
-            chunks.append({**head, "choices": [], "usage": self._usage(completion)})
+            usage = {**head, "choices": [], "usage": self._usage(completion)}
+            if self.quirks.usage_choices != "empty":
+                usage["choices"] = None
+            if self.quirks.usage_choices == "missing":
+                del usage["choices"]
+            chunks.append(usage)
         return chunks
 
     def _call_pieces(self, index: int, call: dict) -> list[dict]:
@@ -306,6 +328,8 @@ def openai_server_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenA
     """A running FakeOpenAIServer, stopped after the test; fails the test on unscripted
     requests."""
     no_proxies(monkeypatch)
+    # A new server on a port an earlier one had is not the server that refused stream_options.
+    monkeypatch.setattr(chat_completions, "_REFUSE_STREAM_OPTIONS", set())
     with FakeOpenAIServer() as server:
         yield server
     assert not server.unexpected, (

@@ -231,11 +231,11 @@ class ChatCompletionsLLM:
         """One completion, retried while the wait fits (what went wrong on each attempt retried
         is added to `retried`); a 400 is raised for `chat` to judge."""
         sdk = self.dialect.sdk
-        attempt = 0
+        attempt, ask_usage = 0, True
         while True:
             options = self.request_options(tools)
             if self.deltas is not None:
-                options.update(stream=True, **self._stream_options())
+                options.update(stream=True, **(self._stream_options() if ask_usage else {}))
             limit = self._attempt_limit(deadline)
             pieces = ReplyPieces(self.deltas, self.interrupt)
             watchdog = Watchdog(deadline)
@@ -245,6 +245,7 @@ class ChatCompletionsLLM:
             except sdk.BadRequestError as error:
                 if not self._refused_stream_options(error, options):
                     raise
+                ask_usage = False
                 continue  # asked again at once without the option: not a retry
             except self.transient_errors as error:
                 wait = self._wait_to_retry(error, attempt, limit, deadline, watchdog)
@@ -269,7 +270,7 @@ class ChatCompletionsLLM:
         turn (and every later one) is asked without it."""
         if "stream_options" not in options:
             return False
-        message = str(_error_body(error).get("message") or error.message).lower()
+        message = _status_message(error).lower()
         if "stream_options" not in message and "include_usage" not in message:
             return False
         self.logger.info("%s does not take stream_options; asking without", self.server)
@@ -358,11 +359,21 @@ class ChatCompletionsLLM:
 
     def _retryable(self, error: Exception) -> bool:
         sdk = self.dialect.sdk
-        if isinstance(error, sdk.APIConnectionError) and not isinstance(error, sdk.APITimeoutError):
+        if self._unreached(error):
             return False  # nothing listens there: the server is down, or the URL is wrong
         if not isinstance(error, sdk.APIStatusError):  # a timeout or a dropped connection
             return True
+        if cannot_call_tools(_status_message(error)):
+            return False  # llama.cpp says it with a 500: asking again cannot help
         return error.status_code in {408, 409, 429} or error.status_code >= 500
+
+    def _unreached(self, error: Exception) -> bool:
+        """A connection never made (refused, or no such host), not one that broke: the openai
+        SDK wraps a reset while a reply streams in in the same APIConnectionError."""
+        sdk = self.dialect.sdk
+        if not isinstance(error, sdk.APIConnectionError) or isinstance(error, sdk.APITimeoutError):
+            return False
+        return _broken_connection(error, self.dialect.http) is None
 
     def _retry_wait(self, error: Exception, attempt: int) -> float:
         """The server's own hint when it gives one, else a short exponential backoff."""
@@ -385,20 +396,20 @@ class ChatCompletionsLLM:
         sdk = self.dialect.sdk
         server = _sentence(self.server)
         if self._timed_out(error):
-            return f"{server} did not answer within {limit:g} seconds{_on_attempts(attempts)}."
+            return f"{server} did not answer within {_seconds(limit)}{_on_attempts(attempts)}."
         if isinstance(error, StreamCut):
             return (
                 f"{server} cut its reply short: the stream ended before its last chunk"
                 f"{_on_attempts(attempts)}."
             )
-        if isinstance(error, self.dialect.http.TransportError):
+        if broken := _broken_connection(error, self.dialect.http):
             return (
                 f"The connection to {self.server} broke while its reply came in"
-                f"{_on_attempts(attempts)}: {error or type(error).__name__}"
+                f"{_on_attempts(attempts)}: {broken or type(broken).__name__}"
             )
         if not isinstance(error, sdk.APIStatusError):
             return self._unreachable(error)
-        message = _error_body(error).get("message") or error.message
+        message = _status_message(error)
         if cannot_call_tools(message):
             return self._cannot_call_tools(message)
         if self._model_missing(error, message):
@@ -465,6 +476,15 @@ def unreachable_detail(error: Exception) -> str:
     return str(cause or error) if not isinstance(cause, type(error)) else str(error)
 
 
+def _broken_connection(error: Exception, http: ModuleType) -> Exception | None:
+    """The transport's error of a connection that broke (a reset, a body cut mid-way), as
+    raised or under the SDK's APIConnectionError; None for one that was never made."""
+    cause = error if isinstance(error, http.TransportError) else error.__cause__
+    if isinstance(cause, http.TransportError) and not isinstance(cause, http.ConnectError):
+        return cause
+    return None
+
+
 class StreamCut(Exception):
     """A streamed reply ended before its last chunk (the one with the finish reason): what came
     is not the whole reply."""
@@ -482,8 +502,9 @@ def usage_of(usage: Any) -> Usage:
     return Usage(_field(usage, "prompt_tokens") or 0, _field(usage, "completion_tokens") or 0)
 
 
-# Where servers put a reasoning model's thinking apart from its answer: Groq and OpenRouter in
-# `reasoning`, vLLM, llama.cpp, LM Studio and DeepSeek in `reasoning_content`.
+# Where servers put a reasoning model's thinking apart from its answer: Groq, OpenRouter and vLLM
+# (its newer name) in `reasoning`; llama.cpp, LM Studio, DeepSeek and older vLLM in
+# `reasoning_content`.
 REASONING_FIELDS = ("reasoning", "reasoning_content")
 
 
@@ -524,7 +545,7 @@ class ThinkingFilter:
     back only until it can be told apart from an answer."""
 
     def __init__(self) -> None:
-        self.state = "start"  # start → thinking → answer
+        self.state = "start"  # start → thinking → thought → answer
         self.held = ""
         self.thought: list[str] = []
 
@@ -532,6 +553,8 @@ class ThinkingFilter:
         """The part of `piece` that is answer, possibly empty."""
         if self.state == "answer":
             return piece
+        if self.state == "thought":  # the answer starts at its first non-blank character
+            return self._answer_from(piece.lstrip()) if piece.strip() else ""
         self.held += piece
         if self.state == "start":
             stripped = self.held.lstrip()
@@ -547,7 +570,8 @@ class ThinkingFilter:
             self.held = self.held[len(self.held) - keep :]
             return ""
         self.thought.append(thought)
-        return self._answer_from(answer.lstrip())
+        self.state, self.held = "thought", ""
+        return self.feed(answer)
 
     def _answer_from(self, text: str) -> str:
         self.state, self.held = "answer", ""
@@ -600,7 +624,7 @@ class ReplyPieces:
         groq_part = getattr(chunk, "x_groq", None)  # Groq's own: its usage, or its error
         if error := _field(groq_part, "error"):
             raise LLMError(f"Groq's stream ended with an error: {error}")
-        for choice in chunk.choices[:1]:
+        for choice in (chunk.choices or ())[:1]:  # a usage chunk may have none, or null
             self.add(choice.delta)
             self.finish_reason = choice.finish_reason or self.finish_reason
         self.usage = _field(groq_part, "usage") or getattr(chunk, "usage", None) or self.usage
@@ -624,14 +648,15 @@ class ReplyPieces:
 
     def _index_of(self, piece: Any) -> int:
         """Which call a piece belongs to. A server that sends no index sends each call whole, or
-        its first piece with an id and the rest with none."""
+        its first piece with its id (if any) and name and the rest with neither."""
         if piece.index is not None:
             return piece.index
         for index, call in self.calls.items():
             if piece.id and call["id"] == piece.id:
                 return index
-        if piece.id or not self.calls:
-            return len(self.calls)
+        named = piece.function is not None and bool(piece.function.name)
+        if piece.id or not self.calls or (named and self.calls[max(self.calls)]["name"]):
+            return len(self.calls)  # a new call: an id, or a name while the last has one
         return max(self.calls)
 
     def reply(self) -> Reply:
@@ -698,6 +723,7 @@ _NO_TOOLS = (
     "enable-auto-tool-choice",
     "tools param requires --jinja",
     "--jinja",
+    "unsupported param: tools",
 )
 
 
@@ -721,6 +747,11 @@ def _says_missing(message: str) -> bool:
     return any(known in lowered for known in _MISSING)
 
 
+def _status_message(error: Any) -> str:
+    """What the server said in an error response."""
+    return str(_error_body(error).get("message") or error.message)
+
+
 def _error_body(error: Any) -> dict[str, Any]:
     """The error's details: Groq's SDK keeps the whole body ({"error": {...}}), OpenAI's the inner
     object; vLLM and others put the message at the top."""
@@ -735,6 +766,10 @@ def _error_body(error: Any) -> dict[str, Any]:
 
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+def _seconds(amount: float) -> str:
+    return f"{amount:g} second{'' if amount == 1 else 's'}"
 
 
 def _on_attempts(attempts: int) -> str:
