@@ -103,9 +103,10 @@ def test_a_keyless_server_gets_the_placeholder_key(openai_server):
 def test_a_key_the_server_refuses_is_an_llm_error_at_once(openai_server):
     openai_server.behave(requires_key="sk-right")
 
-    with pytest.raises(LLMError, match="answered 401: Incorrect API key provided"):
+    with pytest.raises(LLMError, match="answered 401: Incorrect API key provided") as raised:
         make_llm(openai_server, api_key="sk-wrong", max_retries=2).chat(QUESTION, TOOLS)
 
+    assert raised.value.status == 401  # what a check reads to say "set LOOP_OPENAI_API_KEY"
     assert len(openai_server.requests) == 1
 
 
@@ -164,9 +165,10 @@ def test_a_server_that_refuses_stream_options_is_asked_again_without_and_remembe
 def test_another_400_about_a_streamed_request_is_not_taken_for_a_refused_option(openai_server):
     openai_server.fail(400, "Please reduce the length of the messages.", times=2)
 
-    with pytest.raises(LLMError, match="answered 400: Please reduce the length"):
+    with pytest.raises(LLMError, match="answered 400: Please reduce the length") as raised:
         streaming_llm(openai_server, []).chat(QUESTION, TOOLS)
 
+    assert raised.value.status == 400
     assert len(openai_server.requests) == 1
 
 
@@ -451,6 +453,7 @@ def test_a_server_that_is_down_fails_at_once_naming_its_url(caplog):
     assert "LOOP_OPENAI_BASE_URL" in message
     assert "modelcheck" in message
     assert "retrying" not in caplog.text  # nothing listens there: not asked again
+    assert raised.value.status is None  # no answer, so no status
 
 
 @pytest.mark.parametrize("listing", [False, True], ids=["chat", "models"])
@@ -478,6 +481,7 @@ def test_a_model_the_server_does_not_have_names_the_setting_and_modelcheck(opena
     assert 'model "qwen3:32b" not found, try pulling it first' in message
     assert "LOOP_OPENAI_MODEL" in message
     assert "manage.py modelcheck" in message
+    assert raised.value.status == 404
     assert len(openai_server.requests) == 1
 
 

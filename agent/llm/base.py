@@ -62,8 +62,14 @@ class Reply:
 class LLMError(Exception):
     """The provider could not give a reply (down, out of retries, rejected the request).
 
-    It ends the run as `failed` with this message; it is never fed back to the model.
+    It ends the run as `failed` with this message; it is never fed back to the model. `status`
+    is the HTTP status the server answered with, when it answered (a check says what to change
+    after a 401 or a 404 without reading the message).
     """
+
+    def __init__(self, message: str = "", *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ModelTimedOut(LLMError):

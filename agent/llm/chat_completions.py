@@ -153,7 +153,7 @@ class ChatCompletionsLLM:
         except self.dialect.sdk.BadRequestError as error:
             note = self._rejected_reply_note(error, tools)
             if note is None:
-                raise LLMError(self._describe(error)) from None
+                raise LLMError(self._describe(error), status=error.status_code) from None
             reply = self._send_corrected([*messages, note], tools, deadline, retried)
         else:
             reply = self._correct_text_tool_call(reply, messages, tools, deadline, retried)
@@ -173,7 +173,7 @@ class ChatCompletionsLLM:
             again = (
                 " again, after the first was fed back" if self.dialect.rejected_reply(error) else ""
             )
-            raise LLMError(f"{self._describe(error)}{again}") from None
+            raise LLMError(f"{self._describe(error)}{again}", status=error.status_code) from None
         return dataclasses.replace(reply, recovered_error=messages[-1]["content"])
 
     def _correct_text_tool_call(
@@ -206,7 +206,7 @@ class ChatCompletionsLLM:
         try:
             return sorted(model.id for model in self.client.models.list().data)
         except sdk.APIStatusError as error:
-            raise LLMError(self._describe(error)) from None
+            raise LLMError(self._describe(error), status=error.status_code) from None
         except sdk.APIConnectionError as error:
             raise LLMError(self._unreachable(error)) from None
 
@@ -300,7 +300,8 @@ class ChatCompletionsLLM:
             ) from None
         wait = self._retry_wait(error, attempt)
         if not self._may_retry(error, attempt, wait, deadline):
-            raise LLMError(self._describe(error, limit, wait, attempt + 1)) from None
+            described = self._describe(error, limit, wait, attempt + 1)
+            raise LLMError(described, status=getattr(error, "status_code", None)) from None
         return wait
 
     def _attempt(
