@@ -121,8 +121,8 @@ def _on_openai_compatible(choice: ModelChoice) -> ModelChoice:
 
 
 def offered_models() -> list[ModelChoice]:
-    """The models a person may pick from, the default first: LOOP_MODELS' that can run here, or
-    the default alone. Empty when not even the default can run."""
+    """The models a person may pick from: the default, then LOOP_MODELS' others, each only if it
+    can run here. Empty when none can."""
     names = [default_model(), *settings.LOOP_MODELS]
     offered: list[ModelChoice] = []
     for name in names:
