@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from agent.llm.base import LLMError, ModelTimedOut, ToolCall, Usage
-from agent.llm.chat_completions import SERVER_FLAGS_HINT, TEXT_TOOL_CALL_NOTE
+from agent.llm.chat_completions import SERVER_FLAGS_HINT, TEXT_TOOL_CALL_NOTE, sse_data
 from agent.llm.openai_compat import NO_KEY, OpenAICompatibleLLM
 from tests.conftest import wait_for
 from tests.openai_server import (  # noqa: F401 (the fixture)
@@ -564,3 +564,49 @@ def test_a_timeout_says_how_long_it_waited(openai_server, timeout, said):
     assert str(raised.value) == (
         f"The model server at {openai_server.base_url} did not answer within {said}"
     )
+
+
+# --- reading a stream's events -----------------------------------------------------------------
+
+
+def test_a_streams_events_are_read_past_comments_names_and_blank_lines():
+    lines = [
+        ": OPENROUTER PROCESSING",  # a keep-alive comment
+        "",
+        "event: message",
+        'data: {"a": 1}',
+        "",
+        "id: 7",
+        'data: {"b":',  # one event's data over two lines
+        "data: 2}",
+        "",
+        "data: [DONE]",  # no blank line after the last event
+    ]
+
+    assert list(sse_data(lines)) == ['{"a": 1}', '{"b":\n2}', "[DONE]"]
+
+
+class Lines:
+    """A response's lines, as the client reads a stream from httpx."""
+
+    def __init__(self, *lines: str) -> None:
+        self.lines = lines
+
+    def iter_lines(self):
+        return iter(self.lines)
+
+
+def test_an_error_event_mid_stream_ends_the_turn_saying_so(openai_server):
+    llm = make_llm(openai_server)
+    events = llm._events(Lines('data: {"choices": []}', "", 'data: {"error": {"message": "OOM"}}'))
+
+    assert next(events) == {"choices": []}
+    with pytest.raises(LLMError, match=r"^The model server's stream ended with an error: OOM$"):
+        next(events)
+
+
+def test_a_stream_that_is_not_json_is_an_llm_error(openai_server):
+    events = make_llm(openai_server)._events(Lines("data: <html>", ""))
+
+    with pytest.raises(LLMError, match="sent a stream that is not JSON: '<html>'"):
+        next(events)

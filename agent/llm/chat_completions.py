@@ -35,7 +35,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -313,14 +313,43 @@ class ChatCompletionsLLM:
         pieces: "ReplyPieces",
     ) -> Reply:
         """One request. The response is handed to the watchdog as soon as its headers are in,
-        so the body, streamed or not, is read within the deadline."""
+        so the body, streamed or not, is read within the deadline.
+
+        The body goes to the SDK as `extra_body`, which it sends as it is: given as arguments,
+        the messages and tools would each be checked against the SDK's types first, a cost that
+        grows with the history (milliseconds a turn, some turns in). A streamed reply is read
+        from its server-sent events as plain JSON for the same reason (the SDK builds a typed
+        object of every chunk)."""
+        body = {"messages": messages, **{k: v for k, v in options.items() if k != "stream"}}
+        stream = {"stream": True} if options.get("stream") else {}
         with self.client.chat.completions.with_streaming_response.create(
-            model=self.model, messages=messages, timeout=limit, **options
+            model=self.model, messages=[], timeout=limit, extra_body=body, **stream
         ) as response:
             watchdog.watch(response.http_response)
-            if not options.get("stream"):
+            if not stream:
                 return self._reply(response.parse())
-            return pieces.read(response.parse(), self.transient_errors)
+            return pieces.read(self._events(response.http_response), self.transient_errors)
+
+    def _events(self, response: Any) -> Iterator[dict[str, Any]]:
+        """The data of each server-sent event of a streamed reply, up to `[DONE]`; an event
+        that is an error (the server gave up mid-reply) ends the turn with an LLMError."""
+        for data in sse_data(response.iter_lines()):
+            if data.startswith("[DONE]"):
+                return
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                raise LLMError(
+                    f"{_sentence(self.server)} sent a stream that is not JSON: {data[:200]!r}"
+                ) from None
+            if isinstance(chunk, dict) and chunk.get("error"):
+                error = chunk["error"]
+                message = error.get("message") if isinstance(error, dict) else None
+                if not isinstance(message, str) or not message:
+                    message = "An error occurred during streaming"
+                raise LLMError(f"{_sentence(self.server_s)} stream ended with an error: {message}")
+            if isinstance(chunk, dict):
+                yield chunk
 
     def _reply(self, completion: Any) -> Reply:
         if not completion.choices:
@@ -518,12 +547,26 @@ def _field(part: Any, name: str) -> Any:
 
 def reasoning_of(part: Any) -> str:
     for name in REASONING_FIELDS:
-        value = getattr(part, name, None)
-        if value is None:
+        value = _field(part, name)
+        if value is None and not isinstance(part, dict):
             value = (getattr(part, "model_extra", None) or {}).get(name)
         if isinstance(value, str) and value:
             return value
     return ""
+
+
+def sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """The data of each server-sent event in a stream's lines (an event's data lines joined);
+    comments (`: keep-alive`), event names and ids are skipped."""
+    data: list[str] = []
+    for line in lines:
+        if line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+        elif not line and data:
+            yield "\n".join(data)
+            data = []
+    if data:
+        yield "\n".join(data)
 
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -621,42 +664,43 @@ class ReplyPieces:
             # Everything came; only the connection's end (after [DONE]) went wrong.
         return self.reply()
 
-    def take(self, chunk: Any) -> None:
-        groq_part = getattr(chunk, "x_groq", None)  # Groq's own: its usage, or its error
-        if error := _field(groq_part, "error"):
+    def take(self, chunk: dict[str, Any]) -> None:
+        """One chunk, as the JSON the server sent."""
+        groq_part = chunk.get("x_groq") or {}  # Groq's own: its usage, or its error
+        if error := groq_part.get("error"):
             raise LLMError(f"Groq's stream ended with an error: {error}")
-        for choice in (chunk.choices or ())[:1]:  # a usage chunk may have none, or null
-            self.add(choice.delta)
-            self.finish_reason = choice.finish_reason or self.finish_reason
-        self.usage = _field(groq_part, "usage") or getattr(chunk, "usage", None) or self.usage
+        for choice in (chunk.get("choices") or ())[:1]:  # a usage chunk may have none, or null
+            self.add(choice.get("delta") or {})
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        self.usage = groq_part.get("usage") or chunk.get("usage") or self.usage
 
-    def add(self, delta: Any) -> None:
-        if delta.content:
-            self.text.append(delta.content)
-            shown = self.thinking.feed(delta.content)
+    def add(self, delta: dict[str, Any]) -> None:
+        if content := delta.get("content"):
+            self.text.append(content)
+            shown = self.thinking.feed(content)
             if shown and self.deltas is not None:
                 self.deltas(shown)
         if reasoning := reasoning_of(delta):
             self.reasoning.append(reasoning)
-        for piece in delta.tool_calls or ():
+        for piece in delta.get("tool_calls") or ():
+            function = piece.get("function") or {}
             call = self.calls.setdefault(
-                self._index_of(piece), {"id": "", "name": "", "arguments": []}
+                self._index_of(piece, function), {"id": "", "name": "", "arguments": []}
             )
-            call["id"] = piece.id or call["id"]
-            if piece.function is not None:
-                call["name"] = piece.function.name or call["name"]
-                call["arguments"].append(piece.function.arguments or "")
+            call["id"] = piece.get("id") or call["id"]
+            call["name"] = function.get("name") or call["name"]
+            call["arguments"].append(function.get("arguments") or "")
 
-    def _index_of(self, piece: Any) -> int:
+    def _index_of(self, piece: dict[str, Any], function: dict[str, Any]) -> int:
         """Which call a piece belongs to. A server that sends no index sends each call whole, or
         its first piece with its id (if any) and name and the rest with neither."""
-        if piece.index is not None:
-            return piece.index
+        if piece.get("index") is not None:
+            return piece["index"]
         for index, call in self.calls.items():
-            if piece.id and call["id"] == piece.id:
+            if piece.get("id") and call["id"] == piece["id"]:
                 return index
-        named = piece.function is not None and bool(piece.function.name)
-        if piece.id or not self.calls or (named and self.calls[max(self.calls)]["name"]):
+        named = bool(function.get("name"))
+        if piece.get("id") or not self.calls or (named and self.calls[max(self.calls)]["name"]):
             return len(self.calls)  # a new call: an id, or a name while the last has one
         return max(self.calls)
 
