@@ -610,3 +610,27 @@ def test_a_stream_that_is_not_json_is_an_llm_error(openai_server):
 
     with pytest.raises(LLMError, match="sent a stream that is not JSON: '<html>'"):
         next(events)
+
+
+@streamed_or_whole
+def test_a_web_page_where_the_server_should_be_asks_about_the_base_url(openai_server, streamed):
+    openai_server.fail(200, body="<html>Open WebUI</html>", times=3)
+
+    with pytest.raises(LLMError) as raised:
+        either_llm(openai_server, streamed).chat(QUESTION, TOOLS)
+
+    assert str(raised.value) == (
+        f"The model server at {openai_server.base_url} answered with text/plain, not a chat "
+        "completion: '<html>Open WebUI</html>'. Is its base URL right? An OpenAI-compatible one "
+        "usually ends in /v1."
+    )
+    assert len(openai_server.requests) == 1  # not a fault to sit out
+
+
+def test_a_stream_that_sends_no_usage_gives_a_reply_without_usage(openai_server):
+    openai_server.behave(rejects_stream_options=True)  # and sends no usage unasked
+
+    openai_server.reply(ANSWER, usage=(42, 11))
+    reply = streaming_llm(openai_server, []).chat(QUESTION, TOOLS)
+
+    assert (reply.text, reply.usage) == (ANSWER, Usage())

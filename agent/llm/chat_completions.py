@@ -258,10 +258,8 @@ class ChatCompletionsLLM:
                 )
                 if pieces.text and self.deltas is not None:
                     self.deltas(self.retry_note)
-            except sdk.APIError as error:  # an error event in the stream: the server gave up
-                raise LLMError(
-                    f"{_sentence(self.server_s)} stream ended with an error: {error}"
-                ) from None
+            except sdk.APIError as error:  # a reply the SDK could not make sense of
+                raise LLMError(f"{_sentence(self.server_s)} reply made no sense: {error}") from None
             self._sit_out(wait)
             attempt += 1
 
@@ -326,9 +324,24 @@ class ChatCompletionsLLM:
             model=self.model, messages=[], timeout=limit, extra_body=body, **stream
         ) as response:
             watchdog.watch(response.http_response)
+            self._check_content_type(response.http_response, stream)
             if not stream:
                 return self._reply(response.parse())
             return pieces.read(self._events(response.http_response), self.transient_errors)
+
+    def _check_content_type(self, response: Any, stream: bool) -> None:
+        """A 200 that is not a chat completion (a web page, a proxy's sign-in) is a wrong base
+        URL, said as such, not a crash or a retry."""
+        content_type = response.headers.get("content-type", "")
+        expected = "text/event-stream" if stream else "json"
+        if expected in content_type:
+            return
+        text = response.read().decode("utf-8", "replace")[:200]
+        raise LLMError(
+            f"{_sentence(self.server)} answered with {content_type or 'no content type'}, not a "
+            f"chat completion: {text!r}. Is its base URL right? An OpenAI-compatible one usually "
+            "ends in /v1."
+        )
 
     def _events(self, response: Any) -> Iterator[dict[str, Any]]:
         """The data of each server-sent event of a streamed reply, up to `[DONE]`; an event
