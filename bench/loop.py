@@ -443,8 +443,8 @@ def print_margins(measured: list[Exchange]) -> None:
         chunk = (own[label, True, first] - own[label, False, first]) / len(chat_server.chunks())
         earlier = (own[label, False, last] - own[label, False, first]) / (last - first)
         print(
-            f"{label}: {chunk * 1e6:.0f} µs CPU a streamed chunk, "
-            f"{earlier * 1e6:.0f} µs a turn for each earlier call and result in the history"
+            f"{label}: {round(chunk * 1e6)} µs CPU a streamed chunk, "
+            f"{round(earlier * 1e6)} µs a turn for each earlier call and result in the history"
         )
 
 
