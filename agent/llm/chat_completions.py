@@ -324,7 +324,7 @@ class ChatCompletionsLLM:
             model=self.model, messages=[], timeout=limit, extra_body=body, **stream
         ) as response:
             watchdog.watch(response.http_response)
-            self._check_content_type(response.http_response, stream)
+            self._check_content_type(response.http_response, bool(stream))
             if not stream:
                 return self._reply(response.parse())
             return pieces.read(self._events(response.http_response), self.transient_errors)
