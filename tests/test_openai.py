@@ -9,7 +9,12 @@ import socket
 import pytest
 
 from agent.llm.base import LLMError, ModelTimedOut, ToolCall, Usage
-from agent.llm.chat_completions import SERVER_FLAGS_HINT, TEXT_TOOL_CALL_NOTE, sse_data
+from agent.llm.chat_completions import (
+    SERVER_FLAGS_HINT,
+    TEXT_TOOL_CALL_NOTE,
+    ReplyPieces,
+    sse_data,
+)
 from agent.llm.openai_compat import NO_KEY, OpenAICompatibleLLM
 from tests.conftest import wait_for
 from tests.openai_server import (  # noqa: F401 (the fixture)
@@ -634,3 +639,43 @@ def test_a_stream_that_sends_no_usage_gives_a_reply_without_usage(openai_server)
     reply = streaming_llm(openai_server, []).chat(QUESTION, TOOLS)
 
     assert (reply.text, reply.usage) == (ANSWER, Usage())
+
+
+def test_tool_call_arguments_sent_as_an_object_are_taken_as_json_text(openai_server):
+    call = {"id": "call_a", "type": "function", "function": {"name": "read_file"}}
+    whole = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {**call, "function": {**call["function"], "arguments": {"path": "a.txt"}}}
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+    }
+    openai_server.fail(200, body=whole)
+
+    reply = make_llm(openai_server).chat(QUESTION, TOOLS)
+
+    assert reply.tool_calls == (ToolCall("call_a", "read_file", '{"path": "a.txt"}'),)
+
+
+def test_streamed_tool_call_arguments_sent_as_an_object_are_taken_as_json_text():
+    pieces = ReplyPieces(None)
+    call = {"index": 0, "id": "call_a", "function": {"name": "read_file", "arguments": {"a": 1}}}
+    for chunk in (
+        {"choices": [{"delta": {"tool_calls": [call]}}]},
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+    ):
+        pieces.take(chunk)
+
+    assert pieces.reply().tool_calls == (ToolCall("call_a", "read_file", '{"a": 1}'),)

@@ -370,7 +370,11 @@ class ChatCompletionsLLM:
         choice = completion.choices[0]
         message = choice.message
         calls = tuple(
-            ToolCall(call.id or new_call_id(), call.function.name, call.function.arguments or "{}")
+            ToolCall(
+                call.id or new_call_id(),
+                call.function.name,
+                arguments_text(call.function.arguments),
+            )
             for call in message.tool_calls or ()
         )
         reasoning, text = split_thinking(message.content or "")
@@ -538,6 +542,14 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
+def arguments_text(arguments: Any, empty: str = "{}") -> str:
+    """A tool call's arguments as JSON text, as the protocol has them; a server that sends them
+    as a JSON object (not text) gets them written out."""
+    if isinstance(arguments, str):
+        return arguments or empty
+    return empty if arguments is None else json.dumps(arguments)
+
+
 def usage_of(usage: Any) -> Usage:
     # Reasoning tokens are counted in completion_tokens, as OpenAI does.
     if not usage:
@@ -702,7 +714,7 @@ class ReplyPieces:
             )
             call["id"] = piece.get("id") or call["id"]
             call["name"] = function.get("name") or call["name"]
-            call["arguments"].append(function.get("arguments") or "")
+            call["arguments"].append(arguments_text(function.get("arguments"), ""))
 
     def _index_of(self, piece: dict[str, Any], function: dict[str, Any]) -> int:
         """Which call a piece belongs to. A server that sends no index sends each call whole, or
