@@ -268,6 +268,10 @@ class FakeChatServer:
         """The answer to a chat request the service rejects before generating anything."""
         return None
 
+    def _streams(self, request: RecordedRequest) -> bool:
+        """Whether the reply to a chat request is streamed: when it asks for it."""
+        return bool(request.body.get("stream"))
+
     def _unknown_path(self, request: RecordedRequest) -> Error | None:
         """The answer to a request for another path, or None: a 418 that fails the test."""
         return None
@@ -318,7 +322,7 @@ class FakeChatServer:
                     return
                 if response.delay and server._stopping.wait(response.delay):
                     return  # the server is shutting down: never answer
-                if isinstance(response, Completion) and request.body.get("stream"):
+                if isinstance(response, Completion) and server._streams(request):
                     self._send_stream(server._chunks(response, request), response)
                 elif isinstance(response, Completion) and response.drop_after is not None:
                     self._send_headers(200, "application/json")

@@ -22,7 +22,8 @@ when asked for with `stream_options.include_usage` (OpenAI) or never asked for; 
 refuses `stream_options`; a usage chunk whose `choices` is null or missing; tool-call arguments
 whole or in pieces; calls without ids, streamed pieces without an index; finish reason "stop"
 with calls; reasoning in `reasoning_content`, `reasoning` or `<think>` tags in the content; a
-server that cannot take tools (Ollama's, vLLM's and llama.cpp's own error); a key it requires.
+server that cannot take tools (Ollama's, vLLM's and llama.cpp's own error); a key it requires; a
+server that answers a request for a stream with the whole reply.
 
 Before the script, each chat request is checked as a server does: a model not in the catalogue is
 Ollama's 404 ('model "x" not found, try pulling it first'). GET /v1/models lists the catalogue (or
@@ -129,6 +130,7 @@ class Quirks:
     no_tools: str | None = None  # "ollama" | "vllm" | "llamacpp"
     requires_key: str | None = None  # 401 unless Authorization: Bearer <it>
     usage_choices: str = "empty"  # the usage chunk's choices: "empty" ([]) | "null" | "missing"
+    streams: bool = True  # False: a request asking for a stream gets the whole reply as JSON
 
 
 class FakeOpenAIServer(FakeChatServer):
@@ -204,6 +206,9 @@ class FakeOpenAIServer(FakeChatServer):
         if self.quirks.no_tools and body.get("tools"):
             return _no_tools_error(self.quirks.no_tools, model)
         return None
+
+    def _streams(self, request: RecordedRequest) -> bool:
+        return self.quirks.streams and super()._streams(request)
 
     def _unknown_path(self, request: RecordedRequest) -> Error | None:
         """Another path is Ollama's (Go's) plain 404, as a base URL without /v1 meets; kept in

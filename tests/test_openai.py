@@ -679,3 +679,33 @@ def test_streamed_tool_call_arguments_sent_as_an_object_are_taken_as_json_text()
         pieces.take(chunk)
 
     assert pieces.reply().tool_calls == (ToolCall("call_a", "read_file", '{"a": 1}'),)
+
+
+@pytest.mark.parametrize("where", ["reasoning_content", "think"])
+def test_a_server_that_does_not_stream_answers_a_streamed_turn_whole(openai_server, where):
+    openai_server.behave(streams=False, reasoning=where, call_ids=False)
+    openai_server.reply(ANSWER, reasoning=THOUGHT, tool_calls=CALLS, usage=(42, 11))
+    heard: list[str] = []
+
+    reply = streaming_llm(openai_server, heard).chat(QUESTION, TOOLS)
+
+    assert (reply.text, reply.reasoning, reply.usage) == (ANSWER, THOUGHT, Usage(42, 11))
+    assert called(reply) == CALLED
+    assert len({call.id for call in reply.tool_calls}) == 2
+    assert "".join(heard) == ANSWER  # shown at once, without the thinking
+    assert len(openai_server.requests) == 1
+
+
+class Body:
+    """A response's whole body, as the client reads a reply that was not streamed."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def read(self) -> bytes:
+        return self.body
+
+
+def test_a_whole_reply_to_a_streamed_turn_that_is_not_json_is_an_llm_error(openai_server):
+    with pytest.raises(LLMError, match="sent a reply that is not JSON"):
+        make_llm(openai_server)._whole_chunk(Body(b"{not json"))

@@ -323,17 +323,21 @@ class ChatCompletionsLLM:
         with self.client.chat.completions.with_streaming_response.create(
             model=self.model, messages=[], timeout=limit, extra_body=body, **stream
         ) as response:
-            watchdog.watch(response.http_response)
-            self._check_content_type(response.http_response, bool(stream))
+            http_response = response.http_response
+            watchdog.watch(http_response)
             if not stream:
+                self._check_content_type(http_response, "json")
                 return self._reply(response.parse())
-            return pieces.read(self._events(response.http_response), self.transient_errors)
+            if "json" in http_response.headers.get("content-type", ""):
+                # A server that does not stream sent the whole reply: one chunk of it all.
+                return pieces.read([self._whole_chunk(http_response)], self.transient_errors)
+            self._check_content_type(http_response, "text/event-stream")
+            return pieces.read(self._events(http_response), self.transient_errors)
 
-    def _check_content_type(self, response: Any, stream: bool) -> None:
+    def _check_content_type(self, response: Any, expected: str) -> None:
         """A 200 that is not a chat completion (a web page, a proxy's sign-in) is a wrong base
         URL, said as such, not a crash or a retry."""
         content_type = response.headers.get("content-type", "")
-        expected = "text/event-stream" if stream else "json"
         if expected in content_type:
             return
         text = response.read().decode("utf-8", "replace")[:200]
@@ -342,6 +346,12 @@ class ChatCompletionsLLM:
             f"chat completion: {text!r}. Is its base URL right? An OpenAI-compatible one usually "
             "ends in /v1."
         )
+
+    def _whole_chunk(self, response: Any) -> dict[str, Any]:
+        try:
+            return whole_as_chunk(json.loads(response.read()))
+        except ValueError:
+            raise LLMError(f"{_sentence(self.server)} sent a reply that is not JSON.") from None
 
     def _events(self, response: Any) -> Iterator[dict[str, Any]]:
         """The data of each server-sent event of a streamed reply, up to `[DONE]`; an event
@@ -540,6 +550,18 @@ class StreamCut(Exception):
 def new_call_id() -> str:
     """An id for a tool call the server sent without one (some local servers do)."""
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def whole_as_chunk(completion: Any) -> dict[str, Any]:
+    """A whole chat completion as the one chunk of a stream that would have brought it."""
+    if not isinstance(completion, dict):
+        return {}
+    choices = [
+        {"delta": choice.get("message") or {}, "finish_reason": choice.get("finish_reason")}
+        for choice in completion.get("choices") or ()
+        if isinstance(choice, dict)
+    ]
+    return {**completion, "choices": choices}
 
 
 def arguments_text(arguments: Any, empty: str = "{}") -> str:
