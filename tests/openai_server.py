@@ -116,6 +116,14 @@ def _no_tools_error(server: str, model: str) -> Error:
     raise ValueError(f"no_tools={server!r}: expected 'ollama', 'vllm' or 'llamacpp'")
 
 
+# The quirks that take one of a few values.
+_CHOICES = {
+    "reasoning": ("reasoning_content", "reasoning", "think"),
+    "finish_with_calls": ("tool_calls", "stop"),
+    "usage_choices": ("empty", "null", "missing"),
+}
+
+
 @dataclass(frozen=True)
 class Quirks:
     """How the server behaves; the defaults are OpenAI's own API."""
@@ -158,6 +166,9 @@ class FakeOpenAIServer(FakeChatServer):
         """How the server behaves from now on (the fields of `Quirks`; others keep theirs)."""
         if quirks.get("no_tools") is not None:
             _no_tools_error(quirks["no_tools"], MODEL)  # an unknown server fails here
+        for name, values in _CHOICES.items():
+            if name in quirks and quirks[name] not in values:
+                raise ValueError(f"{name}={quirks[name]!r}: expected one of {values}")
         with self._lock:
             self.quirks = dataclasses.replace(self.quirks, **quirks)
 
