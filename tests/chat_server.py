@@ -89,6 +89,11 @@ class Error:
 
 
 @dataclass(frozen=True)
+class Reset:
+    """No answer at all: the connection is reset as soon as the request is in."""
+
+
+@dataclass(frozen=True)
 class RecordedRequest:
     method: str
     path: str
@@ -112,7 +117,7 @@ class FakeChatServer:
 
     def __init__(self, models: Sequence[str]) -> None:
         self.models = tuple(models)
-        self._script: deque[Completion | Error] = deque()
+        self._script: deque[Completion | Error | Reset] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
@@ -216,6 +221,12 @@ class FakeChatServer:
         for _ in range(times):
             self._push(Error(status, body, dict(headers or {}), delay))
 
+    def reset_connection(self, *, times: int = 1) -> None:
+        """Queue a reset of the connection before any answer (a server that crashed on the
+        request, or a proxy dropping it)."""
+        for _ in range(times):
+            self._push(Reset())
+
     @property
     def pending(self) -> int:
         """How many scripted responses have not been used yet."""
@@ -226,11 +237,11 @@ class FakeChatServer:
         with self._lock:
             self.streams.append(stream)
 
-    def _push(self, response: Completion | Error) -> None:
+    def _push(self, response: Completion | Error | Reset) -> None:
         with self._lock:
             self._script.append(response)
 
-    def _next(self, request: RecordedRequest) -> Completion | Error | dict | None:
+    def _next(self, request: RecordedRequest) -> Completion | Error | Reset | dict | None:
         with self._lock:
             self.requests.append(request)
             path = request.path.partition("?")[0]
@@ -319,6 +330,9 @@ class FakeChatServer:
                     return
                 if isinstance(response, dict):
                     self._send(200, response)
+                    return
+                if isinstance(response, Reset):
+                    self._reset()
                     return
                 if response.delay and server._stopping.wait(response.delay):
                     return  # the server is shutting down: never answer

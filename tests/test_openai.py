@@ -709,3 +709,16 @@ class Body:
 def test_a_whole_reply_to_a_streamed_turn_that_is_not_json_is_an_llm_error(openai_server):
     with pytest.raises(LLMError, match="sent a reply that is not JSON"):
         make_llm(openai_server)._whole_chunk(Body(b"{not json"))
+
+
+@streamed_or_whole
+def test_a_connection_reset_before_any_answer_is_asked_again(openai_server, streamed):
+    openai_server.reset_connection()
+    openai_server.reply(ANSWER)
+
+    reply = either_llm(openai_server, streamed).chat(QUESTION, TOOLS)
+
+    assert reply.text == ANSWER
+    [retried] = reply.retried
+    assert "broke while its reply came in" in retried
+    assert len(openai_server.requests) == 2
