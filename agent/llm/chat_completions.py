@@ -460,8 +460,10 @@ class ChatCompletionsLLM:
                 f"{_on_attempts(attempts)}."
             )
         if broken := _broken_connection(error, self.dialect.http):
+            # The SDK wraps what breaks before the reply's headers; what breaks after is raw.
+            when = "before" if isinstance(error, sdk.APIConnectionError) else "while"
             return (
-                f"The connection to {self.server} broke while its reply came in"
+                f"The connection to {self.server} broke {when} its reply came in"
                 f"{_on_attempts(attempts)}: {broken or type(broken).__name__}"
             )
         if not isinstance(error, sdk.APIStatusError):

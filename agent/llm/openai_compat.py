@@ -5,9 +5,10 @@ table of what such servers do their own way.
 Their quirks are handled in the shared client, where Groq benefits too: usage in a streamed reply
 only when `stream_options.include_usage` is asked for (and a server that refuses the option is
 asked without it from then on), tool-call arguments in many pieces or all at once, a tool call with
-no id or no index, `finish_reason` "stop" with calls present, reasoning in `reasoning_content` or
-in <think> tags, a server that cannot call tools, and a model that writes its tool call as JSON
-text. See docs/models.md for each server's settings.
+no id or no index, arguments sent as a JSON object, `finish_reason` "stop" with calls present,
+reasoning in `reasoning_content` or in <think> tags, a server that answers a stream with the whole
+reply, a server that cannot call tools (llama.cpp says so with a 500), and a model that writes its
+tool call as JSON text. See docs/models.md for each server's settings.
 """
 
 from collections.abc import Callable
