@@ -77,7 +77,7 @@ def start_run(
     Bad input, or one run more than LOOP_USER_ACTIVE_RUNS, raises before anything is stored.
     """
     task = clean_task(task)
-    choice = resolve(model)
+    choice = recordable(resolve(model))
     with transaction.atomic():
         check_room_for_a_run(user.pk)
         if conversation is not None:
@@ -93,6 +93,22 @@ def start_run(
             model=choice.model,
             limits=dataclasses.asdict(limits or default_limits()),
         )
+
+
+def recordable(choice: ModelChoice) -> ModelChoice:
+    """The choice, if a run and its conversation can record it; a name longer than their columns
+    is refused with the reason, before anything is stored (not a database error)."""
+    longest = min(
+        AgentRun._meta.get_field("model").max_length,
+        Conversation._meta.get_field("model").max_length - len(f"{choice.provider}:"),
+    )
+    if len(choice.model) > longest:
+        raise InvalidTask(
+            f"The model name {excerpt(choice.model, 60)!r} is {len(choice.model)} characters "
+            f"long; Loop records model names of at most {longest}. Serve the model under a "
+            "shorter name (vLLM: --served-model-name; Ollama: `ollama cp`) and name that."
+        )
+    return choice
 
 
 def check_room_for_a_run(user_id: int) -> None:
@@ -207,9 +223,22 @@ def request_cancel(run: AgentRun) -> AgentRun:
 
 
 def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
-    """Queue `user`'s halted, interrupted or model-failed run to go on from its log. Another
-    user's run does not exist, as far as this is concerned."""
+    """Queue `user`'s halted, interrupted or model-failed run to go on from its log, on the model
+    it recorded, while this Loop still offers that model (an operator may go on regardless).
+    Another user's run does not exist, as far as this is concerned."""
+    check_still_offered(runs_for(user).get(pk=run_id))
     return reopen(runs_for(user), run_id, by=user, queue_it=True)
+
+
+def check_still_offered(run: AgentRun) -> None:
+    """A run goes on on the model it recorded; a person may not use one the operator has taken
+    out of LOOP_MODELS (or away from the default) since, by continuing a run that used it."""
+    used = ModelChoice(run.provider, run.model)
+    if used not in offered_models():
+        raise ModelNotOffered(
+            f"Run {run.pk} ran on the model {used.name!r}, which this Loop no longer offers, so "
+            "it cannot go on. To carry on, send the task again: it runs on a model offered here."
+        )
 
 
 def can_continue_any_run(user: AbstractBaseUser) -> bool:

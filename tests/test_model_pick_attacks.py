@@ -1,0 +1,168 @@
+"""Attacks on the model pick and on the run engine's use of it: what a person (or a tampered
+form) can make Loop run on, and what the operator's settings let through. Each test here failed
+before its fix (docs/security.md, issue 19)."""
+
+from html import unescape
+
+import pytest
+from django.core.checks import run_checks
+from django.test import Client
+
+from agent.events import RunStatus
+from agent.execution import execute_run
+from agent.loop import Limits
+from agent.models import AgentRun, Conversation
+from agent.runs import continue_run_as_operator, new_conversation, start_run
+from tests.openai_server import MODEL
+
+pytestmark = pytest.mark.django_db
+
+LLAMA = f"openai:{MODEL}"
+HTMX = {"HX-Request": "true"}
+DEMO = "Compute the sum of 1..100 and save it to a file"
+# A vLLM server names its model by the path it was started with, unless --served-model-name
+# says otherwise: a Hugging Face snapshot's path is easily longer than a run records.
+SNAPSHOT = (
+    "/srv/models/huggingface/hub/models--meta-llama--Llama-3.1-8B-Instruct/snapshots/"
+    "0e9e39f249a16976918f6564b8830bc894c89659e0e9e39f249a16976918f6564b8830bc8"
+)
+
+
+@pytest.fixture
+def two_models(settings):
+    """The mock (the default) and a model on an OpenAI-compatible server that is never asked."""
+    settings.GROQ_API_KEY = ""
+    settings.LOOP_MODEL = ""
+    settings.LOOP_OPENAI_MODEL = ""
+    settings.LOOP_OPENAI_API_KEY = ""
+    settings.LOOP_OPENAI_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.LOOP_MODELS = ["mock", LLAMA]
+    return settings
+
+
+def halted_mock_run(user) -> AgentRun:
+    """The demo on the mock, stopped at a cap of two model turns: it may be continued."""
+    run = start_run(user, DEMO, model="mock", conversation=new_conversation(user), limits=Limits(2))
+    run = execute_run(run)
+    assert run.status == RunStatus.HALTED
+    return run
+
+
+# Continue of a run whose model the operator took away
+
+
+def test_the_owner_cannot_continue_a_run_on_a_model_no_longer_offered(
+    as_alice, alice, two_models, workspaces
+):
+    """Continue queues the run on the model it recorded: after the operator takes that model out
+    of LOOP_MODELS, a person's Continue would still run on it. Refused, saying what to do."""
+    run = halted_mock_run(alice)
+    two_models.LOOP_MODELS = [LLAMA]  # the operator no longer offers the mock
+    refused = as_alice.post(f"/runs/{run.pk}/continue/", headers=HTMX)
+    assert refused.headers["HX-Retarget"] == "#send-error"
+    text = unescape(refused.text)
+    assert f"Run {run.pk} ran on the model 'mock', which this Loop no longer offers" in text
+    assert "send the task again" in text
+    plain = as_alice.post(f"/runs/{run.pk}/continue/")
+    assert plain.status_code == 400
+    assert "which this Loop no longer offers" in unescape(plain.text)
+    run.refresh_from_db()
+    assert run.status == RunStatus.HALTED
+    assert run.job_id is None
+    # An operator still may: the console's Continue is theirs to decide.
+    assert continue_run_as_operator(_operator(), run.pk).status == RunStatus.QUEUED
+
+
+def test_the_owner_still_continues_a_run_on_a_model_offered(
+    as_alice, alice, two_models, workspaces
+):
+    run = halted_mock_run(alice)
+    continued = as_alice.post(f"/runs/{run.pk}/continue/", headers=HTMX)
+    assert continued.status_code == 200
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
+
+
+def _operator():
+    from django.contrib.auth.models import User
+
+    return User.objects.create_superuser("root", "root@example.com", "a long password")
+
+
+# A model name longer than a run records
+
+
+def test_a_model_name_too_long_to_record_is_refused_with_a_reason_not_a_500(alice, two_models):
+    """An offered name longer than the run's `model` column failed the insert (DataError, a 500
+    page, and a traceback from `runagent --model`). Refused before anything is stored."""
+    long_name = f"openai:{SNAPSHOT}"
+    two_models.LOOP_MODELS = ["mock", long_name]
+    client = Client(raise_request_exception=False)
+    client.force_login(alice)
+    refused = client.post("/send/", {"task": "hi", "model": long_name})
+    assert refused.status_code == 400
+    text = unescape(refused.text)
+    assert f"is {len(SNAPSHOT)} characters long; Loop records model names of at most 128" in text
+    assert "--served-model-name" in text
+    assert not Conversation.objects.exists()
+    assert not AgentRun.objects.exists()
+
+
+def test_the_checks_name_a_model_too_long_to_record(two_models):
+    two_models.LOOP_MODELS = ["mock", f"openai:{SNAPSHOT}"]
+    two_models.LOOP_OPENAI_MODEL = SNAPSHOT
+    found = [message.msg for message in run_checks(tags=["llm"]) if message.id == "agent.W004"]
+    assert [msg.split(",")[0] for msg in found] == [
+        f"LOOP_MODELS names 'openai:{SNAPSHOT}'",
+        f"LOOP_OPENAI_MODEL names '{SNAPSHOT}'",
+    ]
+    assert "at most 128, so runs on it are refused" in found[0]
+
+
+# A key sent in the clear
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://10.0.0.5:11434/v1", "http://models.example.com/v1", "http://user:pw@gpu-box:8000/v1"],
+)
+def test_check_deploy_warns_of_a_key_sent_over_plain_http(two_models, url):
+    two_models.LOOP_OPENAI_BASE_URL = url
+    two_models.LOOP_OPENAI_API_KEY = "sk-secret"
+    found = {
+        message.id: message for message in run_checks(tags=["llm"], include_deployment_checks=True)
+    }
+    warning = found["agent.W003"]
+    assert "LOOP_OPENAI_API_KEY" in warning.msg
+    assert "plain http" in warning.msg
+    assert "pw" not in warning.msg  # the URL as messages show it, without its password
+    assert "sk-secret" not in warning.msg
+    assert "https://" in warning.hint
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("http://127.0.0.1:11434/v1", "sk-secret"),
+        ("http://localhost:11434/v1", "sk-secret"),
+        ("http://[::1]:8080/v1", "sk-secret"),
+        ("https://openrouter.ai/api/v1", "sk-secret"),
+        ("http://10.0.0.5:11434/v1", ""),  # no key: nothing to give away
+    ],
+)
+def test_check_deploy_is_quiet_about_a_key_that_stays_on_this_machine_or_goes_over_tls(
+    two_models, url, key
+):
+    two_models.LOOP_OPENAI_BASE_URL = url
+    two_models.LOOP_OPENAI_API_KEY = key
+    found = [message.id for message in run_checks(tags=["llm"], include_deployment_checks=True)]
+    assert "agent.W003" not in found
+
+
+def test_check_deploy_warns_of_a_groq_key_sent_over_plain_http(two_models):
+    two_models.GROQ_API_KEY = "gsk_secret"
+    two_models.GROQ_BASE_URL = "http://groq-proxy.internal"
+    found = {
+        message.id: message for message in run_checks(tags=["llm"], include_deployment_checks=True)
+    }
+    assert "GROQ_API_KEY" in found["agent.W003"].msg
