@@ -1,12 +1,16 @@
 """Start-up checks of the model settings: every model they name can run here, and a configured
 model server has a model named on it. `manage.py modelcheck` then checks the server itself."""
 
+import ipaddress
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from agent.llm.factory import OPENAI, ModelChoice, ModelUnavailable, default_model, parse, resolve
+from agent.llm.openai_compat import shown_url
+from agent.models import AgentRun
 
 NAME_ONE = (
     "Set LOOP_OPENAI_MODEL to a model the server has (`manage.py modelcheck` lists them), or "
@@ -56,6 +60,70 @@ def check_named_models(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         else:
             problems += _unrunnable("LOOP_MODELS", name, Warning, "agent.W002")
     return problems
+
+
+# The longest model name a run records (AgentRun.model); start_run refuses a longer one.
+MODEL_CHARS = AgentRun._meta.get_field("model").max_length
+
+
+@register("llm")
+def check_model_name_lengths(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """A model name longer than a run records cannot run: every start on it is refused (a vLLM
+    server names its model by the path it loaded it from, unless told otherwise)."""
+    problems: list[CheckMessage] = []
+    named = [("LOOP_MODEL", settings.LOOP_MODEL)] + [
+        ("LOOP_MODELS", n) for n in settings.LOOP_MODELS
+    ]
+    named += [("LOOP_OPENAI_MODEL", settings.LOOP_OPENAI_MODEL)]
+    for setting, name in named:
+        model = parse(name).model if setting != "LOOP_OPENAI_MODEL" else name
+        if len(model) > MODEL_CHARS:
+            problems.append(
+                Warning(
+                    f"{setting} names {name!r}, whose model name is {len(model)} characters "
+                    f"long; Loop records model names of at most {MODEL_CHARS}, so runs on it "
+                    "are refused.",
+                    hint="Serve the model under a shorter name (vLLM: --served-model-name; "
+                    "Ollama: `ollama cp`) and name that.",
+                    id="agent.W004",
+                )
+            )
+    return problems
+
+
+@register("llm", deploy=True)
+def check_keys_in_the_clear(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """An API key sent over plain http to another machine can be read (and reused) by anyone on
+    the way; on this machine (loopback) or over https it cannot."""
+    servers = (
+        ("LOOP_OPENAI_API_KEY", settings.LOOP_OPENAI_API_KEY, settings.LOOP_OPENAI_BASE_URL),
+        ("GROQ_API_KEY", settings.GROQ_API_KEY, settings.GROQ_BASE_URL),
+    )
+    return [
+        Warning(
+            f"{key_setting} is sent over plain http to {shown_url(url)}, another machine: anyone "
+            "on the network between can read the key, and every task and answer.",
+            hint="Use the server's https:// URL (or a TLS proxy in front of it), or run the "
+            "server on this machine (127.0.0.1).",
+            id="agent.W003",
+        )
+        for key_setting, key, url in servers
+        if key and _in_the_clear(url)
+    ]
+
+
+def _in_the_clear(url: str) -> bool:
+    """Plain http to a host that is not this machine."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "http":
+        return False
+    host = (parts.hostname or "").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return False
+    try:
+        return not ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        return True
 
 
 def _named_models() -> list[str]:
