@@ -31,8 +31,8 @@ from agent.events import (
 from agent.guards import RunReleased
 from agent.history import RunState, loop_note, replay
 from agent.interrupt import Interrupt, StopReason
-from agent.llm.base import LLM
-from agent.llm.factory import ModelChoice, llm_for
+from agent.llm.base import LLM, Message, ModelTimedOut, Reply, ToolSpec
+from agent.llm.factory import OPENAI, ModelChoice, llm_for
 from agent.loop import Limits, RunResult, Tools, progress_report, run_agent
 from agent.models import FINISHED, AgentRun, RunResume
 from agent.recorder import RunRecorder
@@ -202,7 +202,9 @@ def work(
     run = claimed.run
     recorder = RunRecorder(run, then=on_event)
     try:
-        llm = llm or llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
+        llm = llm or taking_turns(
+            llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
+        )
         tools = tools or tools_for(run, stopped=interrupt.is_set if interrupt else None)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
@@ -248,6 +250,74 @@ def work(
     if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
         remember_outcome(run, result)
     return run
+
+
+# One gate per process for the OpenAI-compatible server: at most LOOP_OPENAI_CONCURRENCY of this
+# worker's runs ask it at once (0: no limit).
+_SERVER_GATE: dict[int, threading.BoundedSemaphore] = {}
+_SERVER_GATE_LOCK = threading.Lock()
+
+
+def server_gate() -> threading.BoundedSemaphore | None:
+    """This process's gate for the model server, sized by LOOP_OPENAI_CONCURRENCY (None: none)."""
+    slots = getattr(settings, "LOOP_OPENAI_CONCURRENCY", 0)
+    if slots <= 0:
+        return None
+    with _SERVER_GATE_LOCK:
+        return _SERVER_GATE.setdefault(slots, threading.BoundedSemaphore(slots))
+
+
+def taking_turns(llm: LLM) -> LLM:
+    """The run's client for an OpenAI-compatible server, waiting its turn at this process's gate
+    when LOOP_OPENAI_CONCURRENCY is set; any other client as it is."""
+    gate = server_gate() if llm.provider == OPENAI else None
+    return llm if gate is None else TakingTurns(llm, gate)
+
+
+class TakingTurns:
+    """A model client that asks a server that answers a few requests at a time (Ollama,
+    llama-server, one GPU) only when one of its slots is free. A request queued at the server
+    instead counts against the client's timeout while it waits: it times out, is asked again at
+    the back of the queue, and the server still works out the reply nobody reads (measured:
+    about half the server's time with 16 runs, docs/security.md). Waiting here counts only
+    against the run's own deadline, and a run that cannot get a turn in it halts on it."""
+
+    # How often a wait for the gate looks whether the run was stopped.
+    POLL = 0.2
+
+    def __init__(self, llm: LLM, gate: threading.BoundedSemaphore) -> None:
+        self.llm, self.gate = llm, gate
+        self.provider, self.model = llm.provider, llm.model
+        self.interrupt: Interrupt | None = None
+
+    def chat(
+        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+    ) -> Reply:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.wait_for_a_slot(deadline)
+        try:
+            if self.interrupt is not None:
+                self.llm.interrupt = self.interrupt  # type: ignore[attr-defined]
+                self.interrupt.raise_if_set()  # stopped while it waited: nothing is asked
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+            return self.llm.chat(messages, tools, timeout=left)
+        finally:
+            self.gate.release()
+
+    def wait_for_a_slot(self, deadline: float | None) -> None:
+        while True:
+            left = self.POLL if deadline is None else min(self.POLL, deadline - time.monotonic())
+            if left > 0 and self.gate.acquire(timeout=left):
+                return
+            if self.interrupt is not None:
+                self.interrupt.raise_if_set()
+            if deadline is not None and time.monotonic() >= deadline:
+                slots = getattr(settings, "LOOP_OPENAI_CONCURRENCY", 0)
+                raise ModelTimedOut(
+                    f"The model server was busy with this worker's other runs (it is asked at "
+                    f"most {slots} at a time, LOOP_OPENAI_CONCURRENCY) for all the time the run "
+                    "had left."
+                )
 
 
 def settle(run: AgentRun, recorder: RunRecorder, result: RunResult) -> None:

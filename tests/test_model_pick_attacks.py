@@ -9,11 +9,11 @@ from django.core.checks import run_checks
 from django.test import Client
 
 from agent.events import RunStatus
-from agent.execution import execute_run
+from agent.execution import execute_run, server_gate
 from agent.loop import Limits
 from agent.models import AgentRun, Conversation
-from agent.runs import continue_run_as_operator, new_conversation, start_run
-from tests.openai_server import MODEL
+from agent.runs import continue_run_as_operator, default_limits, new_conversation, start_run
+from tests.openai_server import MODEL, openai_server_fixture  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -166,3 +166,41 @@ def test_check_deploy_warns_of_a_groq_key_sent_over_plain_http(two_models):
         message.id: message for message in run_checks(tags=["llm"], include_deployment_checks=True)
     }
     assert "GROQ_API_KEY" in found["agent.W003"].msg
+
+
+# Many runs on one slow model server
+
+
+@pytest.fixture
+def one_slot(two_models, openai_server):
+    """The fake server, asked by this worker at most one request at a time."""
+    two_models.LOOP_OPENAI_BASE_URL = openai_server.base_url
+    two_models.LOOP_OPENAI_CONCURRENCY = 1
+    two_models.LOOP_OPENAI_MAX_RETRIES = 0
+    return openai_server
+
+
+def test_a_run_waits_its_turn_for_a_busy_model_server_and_halts_on_its_deadline(
+    alice, one_slot, workspaces
+):
+    """Every run of a worker asked a server that answers one request at a time at once: the
+    queued ones timed out at the server, were asked again at its back, and it worked out replies
+    nobody read. With LOOP_OPENAI_CONCURRENCY a run waits for a free slot instead, and one that
+    gets none in its time halts on its deadline, without asking."""
+    gate = server_gate()
+    assert gate is not None
+    assert gate.acquire(blocking=False)  # another run's request is at the server
+    try:
+        waiting = start_run(alice, "hi", model=LLAMA, limits=default_limits(max_seconds=1))
+        waiting = execute_run(waiting)
+    finally:
+        gate.release()
+    assert waiting.status == RunStatus.HALTED, waiting.error
+    assert waiting.halt_reason == "deadline"
+    assert "LOOP_OPENAI_CONCURRENCY" in waiting.answer + waiting.error
+    assert not [r for r in one_slot.requests if r.path.endswith("/chat/completions")]
+    one_slot.reply("Hello.")
+    asked = execute_run(start_run(alice, "hi", model=LLAMA))
+    assert (asked.status, asked.answer) == (RunStatus.SUCCEEDED, "Hello.")
+    assert gate.acquire(blocking=False)  # the slot is free again
+    gate.release()
