@@ -2,14 +2,20 @@
 form) can make Loop run on, and what the operator's settings let through. Each test here failed
 before its fix (docs/security.md, issue 19)."""
 
+import threading
 from html import unescape
+from io import StringIO
 
 import pytest
 from django.core.checks import run_checks
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import Client
 
 from agent.events import RunStatus
-from agent.execution import execute_run, server_gate
+from agent.execution import TakingTurns, execute_run, server_gate
+from agent.interrupt import Interrupt, Interrupted, StopReason
+from agent.llm.factory import llm_for
 from agent.loop import Limits
 from agent.models import AgentRun, Conversation
 from agent.runs import continue_run_as_operator, default_limits, new_conversation, start_run
@@ -204,3 +210,39 @@ def test_a_run_waits_its_turn_for_a_busy_model_server_and_halts_on_its_deadline(
     assert (asked.status, asked.answer) == (RunStatus.SUCCEEDED, "Hello.")
     assert gate.acquire(blocking=False)  # the slot is free again
     gate.release()
+
+
+def test_a_run_stopped_while_it_waits_its_turn_never_asks_the_server(one_slot):
+    """A Stop ends the wait for a slot at once, and the request is never sent: a run stopped
+    behind a busy server does not add to its queue when its turn comes."""
+    gate = server_gate()
+    assert gate is not None
+    client = TakingTurns(llm_for(LLAMA), gate)
+    client.interrupt = Interrupt()
+    outcome: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            client.chat([{"role": "user", "content": "hi"}], None, timeout=None)
+        except BaseException as error:  # handed to the test
+            outcome.append(error)
+
+    assert gate.acquire(blocking=False)  # another run's request is at the server
+    asker = threading.Thread(target=ask, daemon=True)
+    try:
+        asker.start()
+        client.interrupt.set(StopReason.CANCEL)
+        asker.join(timeout=30)  # a bound that only turns a hang into a failure
+    finally:
+        gate.release()
+    assert not asker.is_alive()
+    assert [type(error) for error in outcome] == [Interrupted]
+    assert not one_slot.requests
+    assert gate.acquire(blocking=False)  # it left the slot free
+    gate.release()
+
+
+def test_runagent_refuses_a_model_name_too_long_to_record(alice, two_models):
+    with pytest.raises(CommandError, match="Loop records model names of at most 128"):
+        call_command("runagent", "hi", "--model", f"openai:{SNAPSHOT}", stdout=StringIO())
+    assert not AgentRun.objects.exists()
