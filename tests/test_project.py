@@ -28,12 +28,18 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def wait_for(url: str, seconds: float) -> http.client.HTTPResponse:
+def wait_for(
+    url: str, seconds: float, server: subprocess.Popen | None = None
+) -> http.client.HTTPResponse:
+    """The page, once the server answers: a server that exits first fails at once; `seconds` is
+    only a backstop for one that never listens (a loaded CI machine can take long to start it)."""
     deadline = time.monotonic() + seconds
     while True:
         try:
             return urllib.request.urlopen(url, timeout=5)  # noqa: S310 (a local http URL)
         except OSError:
+            if server is not None and server.poll() is not None:
+                raise AssertionError(f"the server exited ({server.returncode})") from None
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
@@ -49,7 +55,7 @@ def test_daphne_serves_the_site_and_its_static_files(tmp_path):
         stderr=subprocess.DEVNULL,
     )
     try:
-        page = wait_for(f"http://127.0.0.1:{port}/admin/login/", seconds=30)
+        page = wait_for(f"http://127.0.0.1:{port}/admin/login/", seconds=180, server=server)
         assert page.status == 200
         assert b"csrfmiddlewaretoken" in page.read()
         stylesheet = wait_for(f"http://127.0.0.1:{port}/static/admin/css/base.css", seconds=5)
