@@ -260,7 +260,7 @@ _SERVER_GATE_LOCK = threading.Lock()
 
 def server_gate() -> threading.BoundedSemaphore | None:
     """This process's gate for the model server, sized by LOOP_OPENAI_CONCURRENCY (None: none)."""
-    slots = getattr(settings, "LOOP_OPENAI_CONCURRENCY", 0)
+    slots = settings.LOOP_OPENAI_CONCURRENCY
     if slots <= 0:
         return None
     with _SERVER_GATE_LOCK:
@@ -312,7 +312,7 @@ class TakingTurns:
             if self.interrupt is not None:
                 self.interrupt.raise_if_set()
             if deadline is not None and time.monotonic() >= deadline:
-                slots = getattr(settings, "LOOP_OPENAI_CONCURRENCY", 0)
+                slots = settings.LOOP_OPENAI_CONCURRENCY
                 raise ModelTimedOut(
                     f"The model server was busy with this worker's other runs (it is asked at "
                     f"most {slots} at a time, LOOP_OPENAI_CONCURRENCY) for all the time the run "

@@ -158,6 +158,10 @@ LOOP_OPENAI_REASONING_EFFORT = env_str("LOOP_OPENAI_REASONING_EFFORT")
 # A local model on a CPU can take minutes for a long reply; the run's own deadline still bounds it.
 LOOP_OPENAI_TIMEOUT = env_int("LOOP_OPENAI_TIMEOUT", 120)
 LOOP_OPENAI_MAX_RETRIES = env_int("LOOP_OPENAI_MAX_RETRIES", 2)
+# The most requests one worker sends to the OpenAI-compatible server at once (0: no limit). A server
+# that answers one at a time (Ollama's OLLAMA_NUM_PARALLEL=1) wastes its time on replies nobody
+# waits for when more queue in it than it can answer before their timeouts (docs/models.md).
+LOOP_OPENAI_CONCURRENCY = env_int("LOOP_OPENAI_CONCURRENCY", 0)
 # The models a person may pick from, per conversation (comma-separated names, as LOOP_MODEL takes
 # them); empty: the one default model.
 LOOP_MODELS = env_list("LOOP_MODELS", [])
