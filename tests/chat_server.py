@@ -17,7 +17,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -94,6 +94,18 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class Raw:
+    """Bytes written as they are after the status line and headers, piece by piece, until the
+    pieces run out or the client leaves (a hostile or broken server: an endless stream, a
+    hand-made event stream, a huge body). The body ends when the connection closes."""
+
+    pieces: Iterable[bytes]
+    status: int = 200
+    content_type: str = "text/event-stream"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class RecordedRequest:
     method: str
     path: str
@@ -117,7 +129,7 @@ class FakeChatServer:
 
     def __init__(self, models: Sequence[str]) -> None:
         self.models = tuple(models)
-        self._script: deque[Completion | Error | Reset] = deque()
+        self._script: deque[Completion | Error | Reset | Raw] = deque()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._ids = itertools.count(1)
@@ -227,6 +239,18 @@ class FakeChatServer:
         for _ in range(times):
             self._push(Reset())
 
+    def raw(
+        self,
+        pieces: Iterable[bytes],
+        *,
+        status: int = 200,
+        content_type: str = "text/event-stream",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Queue an answer made of these bytes as they are (see `Raw`); `pieces` may be endless,
+        and is then written until the client leaves."""
+        self._push(Raw(pieces, status, content_type, dict(headers or {})))
+
     @property
     def pending(self) -> int:
         """How many scripted responses have not been used yet."""
@@ -237,11 +261,11 @@ class FakeChatServer:
         with self._lock:
             self.streams.append(stream)
 
-    def _push(self, response: Completion | Error | Reset) -> None:
+    def _push(self, response: Completion | Error | Reset | Raw) -> None:
         with self._lock:
             self._script.append(response)
 
-    def _next(self, request: RecordedRequest) -> Completion | Error | Reset | dict | None:
+    def _next(self, request: RecordedRequest) -> Completion | Error | Reset | Raw | dict | None:
         with self._lock:
             self.requests.append(request)
             path = request.path.partition("?")[0]
@@ -249,8 +273,8 @@ class FakeChatServer:
             if known and (denied := self._denied(request)) is not None:
                 return denied
             if request.method == "GET" and path == self.models_path:
-                # A scripted error (a bad key, an outage) answers the listing too.
-                if self._script and isinstance(self._script[0], Error):
+                # A scripted error (a bad key, an outage) or raw answer answers the listing too.
+                if self._script and isinstance(self._script[0], (Error, Raw)):
                     return self._script.popleft()
                 return self._model_list()
             if request.method == "POST" and path == self.chat_path:
@@ -334,6 +358,9 @@ class FakeChatServer:
                 if isinstance(response, Reset):
                     self._reset()
                     return
+                if isinstance(response, Raw):
+                    self._send_raw(response)
+                    return
                 if response.delay and server._stopping.wait(response.delay):
                     return  # the server is shutting down: never answer
                 if isinstance(response, Completion) and server._streams(request):
@@ -390,6 +417,23 @@ class FakeChatServer:
                 except (BrokenPipeError, ConnectionResetError):
                     left = True
                 server._sent(SentStream(sent, len(chunks), left))
+                self.close_connection = True
+
+            def _send_raw(self, response: Raw) -> None:
+                try:
+                    self.send_response(response.status)
+                    self.send_header("Content-Type", response.content_type)
+                    self.send_header("Connection", "close")
+                    for name, value in response.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    for piece in response.pieces:
+                        if server._stopping.is_set():
+                            break
+                        self.wfile.write(piece)
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading: what a bounded client does
                 self.close_connection = True
 
             def _send_headers(self, status: int, content_type: str) -> None:
