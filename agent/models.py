@@ -18,6 +18,7 @@ from agent.events import (
     Unreadable,
     loaded,
 )
+from agent.llm.factory import ModelChoice, offered_models
 from agent.loop import is_model_failure
 from tools.base import ToolStatus
 
@@ -113,6 +114,12 @@ class AgentRun(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def model_offered(self) -> bool:
+        """Whether the model this run recorded is still one a person may pick here: only then
+        may its owner continue it (agent.runs.check_still_offered)."""
+        return ModelChoice(self.provider, self.model) in offered_models()
 
     @property
     def can_continue(self) -> bool:

@@ -79,6 +79,18 @@ def test_the_owner_cannot_continue_a_run_on_a_model_no_longer_offered(
     assert continue_run_as_operator(_operator(), run.pk).status == RunStatus.QUEUED
 
 
+def test_a_run_on_a_model_no_longer_offered_shows_no_continue_button_but_why(
+    as_alice, alice, two_models, workspaces
+):
+    run = halted_mock_run(alice)
+    page = as_alice.get(f"/c/{run.conversation_id}/")
+    assert f'action="/runs/{run.pk}/continue/"' in page.text
+    two_models.LOOP_MODELS = [LLAMA]
+    page = as_alice.get(f"/c/{run.conversation_id}/")
+    assert f'action="/runs/{run.pk}/continue/"' not in page.text
+    assert "It ran on mock, which this Loop no longer offers" in page.text
+
+
 def test_the_owner_still_continues_a_run_on_a_model_offered(
     as_alice, alice, two_models, workspaces
 ):
