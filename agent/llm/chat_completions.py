@@ -23,15 +23,26 @@ row ends the run: a 400 about what the model generated (Groq's `tool_use_failed`
 written as JSON text in the answer instead of being called. A model that does not exist fails at
 once naming the setting to change and the check to run; so does a server that cannot call tools.
 
+Whatever a server sends is bounded and checked, since a hostile or broken one may send anything
+(docs/security.md): a reply holds at most MAX_REPLY_CHARS, a line of its event stream
+MAX_LINE_BYTES and a body read whole MAX_BODY_BYTES; nothing compressed is taken; redirects are not
+followed; a chunk not shaped as the protocol says is an LLMError, not a crash; what a server says in
+an error is shortened, its control characters dropped, and the key and the base URL's secrets
+never shown even when it echoes them.
+
 A run's `interrupt` (set by its owner) ends a wait before a retry at once, raising Interrupted: a
 stopped run is never asked for again after a rate limit or an outage; a reply streaming in stops
 being read (and shown) at its next piece.
 """
 
+import codecs
+import contextlib
 import dataclasses
 import email.utils
+import functools
 import json
 import logging
+import math
 import re
 import time
 import uuid
@@ -39,6 +50,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from agent.history import loop_note, undelimited
 from agent.interrupt import Interrupt
@@ -48,6 +60,14 @@ from agent.llm.watchdog import Watchdog
 # The longest wait for a rate limit or an outage that Loop sits out inside a run; a longer one
 # fails the run at once with the time to try again.
 MAX_WAIT = 60.0
+
+# What Loop holds of one reply, whatever the server sends (a hostile or broken one may send
+# gigabytes inside a run's deadline): the characters of text, reasoning and tool calls (several
+# times what a model writes in a turn), one line of an event stream, and a body read whole (a
+# reply not streamed, an error, the model list), room for the longest reply JSON-escaped.
+MAX_REPLY_CHARS = 4_000_000
+MAX_LINE_BYTES = 32 * 2**20
+MAX_BODY_BYTES = 32 * 2**20
 
 REJECTED_REPLY_NOTE = loop_note(
     "Your last reply was rejected by the model provider and nothing in it ran: {reason} {hint}"
@@ -78,6 +98,7 @@ class Dialect:
     http: ModuleType
     model_setting: str  # the setting that names the model, for a model that is not there
     check_command: str  # the `manage.py` command that checks the server and the model
+    base_url_setting: str  # the setting that says where the server is, for a redirect
     # Ask for usage in streamed replies (stream_options.include_usage): OpenAI's API and most
     # servers send none otherwise. Groq sends it anyway, in `x_groq`.
     asks_stream_usage: bool = False
@@ -123,6 +144,7 @@ class ChatCompletionsLLM:
         # Set (by the run's owner) to stop waiting to retry as soon as the run is interrupted.
         self.interrupt: Interrupt | None = None
         self.logger = logging.getLogger(f"agent.llm.{self.provider}")
+        self.secrets = secrets_of(str(client.base_url), client.api_key)
         sdk = self.dialect.sdk
         self.transient_errors: tuple[type[Exception], ...] = (
             sdk.APIStatusError,
@@ -145,6 +167,12 @@ class ChatCompletionsLLM:
 
     def chat(
         self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+    ) -> Reply:
+        with self._secrets_kept():
+            return self._chat(messages, tools, timeout)
+
+    def _chat(
+        self, messages: list[Message], tools: list[ToolSpec] | None, timeout: float | None
     ) -> Reply:
         deadline = None if timeout is None else time.monotonic() + timeout
         retried: list[str] = []
@@ -201,14 +229,50 @@ class ChatCompletionsLLM:
         return corrected
 
     def available_models(self) -> list[str]:
-        """The models the server lists (GET /models) for this key."""
+        """The models the server lists (GET /models) for this key; entries without a name
+        are left out."""
         sdk = self.dialect.sdk
         try:
-            return sorted(model.id for model in self.client.models.list().data)
+            with (
+                self._secrets_kept(),
+                self._own_errors(),
+                self.client.models.with_streaming_response.list() as response,
+            ):
+                listing = self._json(response.http_response)
         except sdk.APIStatusError as error:
-            raise LLMError(self._describe(error), status=error.status_code) from None
+            raise LLMError(
+                self._redacted(self._describe(error)), status=error.status_code
+            ) from None
         except sdk.APIConnectionError as error:
-            raise LLMError(self._unreachable(error)) from None
+            raise LLMError(self._redacted(self._unreachable(error))) from None
+        models = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(models, list):
+            raise LLMError(f"{_sentence(self.server)} sent a model list that is not one.")
+        return sorted(
+            {model["id"] for model in models if isinstance(model, dict) and _named(model)}
+        )
+
+    # --- what a server says, as Loop shows it ----------------------------------------------
+
+    @contextlib.contextmanager
+    def _secrets_kept(self) -> Iterator[None]:
+        """Whatever a turn fails with is shown to the person and recorded: it never carries
+        the key or the base URL's secrets, even when the server echoes them back."""
+        try:
+            yield
+        except LLMError as error:
+            error.args = (self._redacted(str(error)), *error.args[1:])
+            raise
+
+    def _redacted(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+    def _said(self, text: str) -> str:
+        """What the server said, fit to be shown: short, without control characters (which a
+        terminal would act on), without the key."""
+        return self._redacted(_clipped(text))
 
     def request_options(self, tools: list[ToolSpec] | None) -> dict[str, Any]:
         options: dict[str, Any] = {"tools": tools, "tool_choice": "auto"} if tools else {}
@@ -249,7 +313,7 @@ class ChatCompletionsLLM:
                 continue  # asked again at once without the option: not a retry
             except self.transient_errors as error:
                 wait = self._wait_to_retry(error, attempt, limit, deadline, watchdog)
-                retried.append(self._describe(error, limit, wait))
+                retried.append(self._redacted(self._describe(error, limit, wait)))
                 self.logger.warning(
                     "%s: attempt %d failed, retrying: %s",
                     _sentence(self.server),
@@ -320,19 +384,53 @@ class ChatCompletionsLLM:
         object of every chunk)."""
         body = {"messages": messages, **{k: v for k, v in options.items() if k != "stream"}}
         stream = {"stream": True} if options.get("stream") else {}
-        with self.client.chat.completions.with_streaming_response.create(
-            model=self.model, messages=[], timeout=limit, extra_body=body, **stream
-        ) as response:
+        with (
+            self._own_errors(),
+            self.client.chat.completions.with_streaming_response.create(
+                model=self.model, messages=[], timeout=limit, extra_body=body, **stream
+            ) as response,
+        ):
             http_response = response.http_response
             watchdog.watch(http_response)
             if not stream:
                 self._check_content_type(http_response, "json")
-                return self._reply(response.parse())
+                return self._reply(self._json(http_response))
             if "json" in http_response.headers.get("content-type", ""):
                 # A server that does not stream sent the whole reply: one chunk of it all.
-                return pieces.read([self._whole_chunk(http_response)], self.transient_errors)
+                return self._read(pieces, [self._whole_chunk(http_response)])
             self._check_content_type(http_response, "text/event-stream")
-            return pieces.read(self._events(http_response), self.transient_errors)
+            return self._read(pieces, self._events(EventStream(http_response)))
+
+    @contextlib.contextmanager
+    def _own_errors(self) -> Iterator[None]:
+        """What the response guard refused (a redirect, a compressed or oversized body) is
+        raised inside the SDK, which wraps it as a connection error: it is raised as itself."""
+        try:
+            yield
+        except self.dialect.sdk.APIConnectionError as error:
+            if isinstance(error.__cause__, LLMError):
+                raise error.__cause__ from None
+            raise
+
+    def _read(
+        self,
+        pieces: "ReplyPieces",
+        chunks: Iterable[dict[str, Any]],
+        what: str = "chat completion chunk",
+    ) -> Reply:
+        try:
+            return pieces.read(chunks, self.transient_errors)
+        except ReplyTooLong:
+            raise LLMError(
+                f"{_sentence(self.server_s)} reply came to more than {MAX_REPLY_CHARS:,} "
+                "characters, far more than a model writes in a turn; Loop read no more of it. "
+                "Is the model stuck repeating itself?"
+            ) from None
+        except NotAChunk as error:
+            raise LLMError(
+                f"{_sentence(self.server)} sent a reply that is not a {what}: "
+                f"{self._said(str(error))}"
+            ) from None
 
     def _check_content_type(self, response: Any, expected: str) -> None:
         """A 200 that is not a chat completion (a web page, a proxy's sign-in) is a wrong base
@@ -340,61 +438,68 @@ class ChatCompletionsLLM:
         content_type = response.headers.get("content-type", "")
         if expected in content_type:
             return
-        text = response.read().decode("utf-8", "replace")[:200]
+        text = _head_of(response, 200)
         raise LLMError(
             f"{_sentence(self.server)} answered with {content_type or 'no content type'}, not a "
-            f"chat completion: {text!r}. Is its base URL right? An OpenAI-compatible one usually "
-            "ends in /v1."
+            f"chat completion: {self._said(repr(text))}. Is its base URL right? An "
+            "OpenAI-compatible one usually ends in /v1."
         )
 
-    def _whole_chunk(self, response: Any) -> dict[str, Any]:
+    def _json(self, response: Any) -> Any:
+        """A body read whole (at most MAX_BODY_BYTES: the response guard sees to it)."""
         try:
-            return whole_as_chunk(json.loads(response.read()))
+            return json.loads(response.read())
         except ValueError:
             raise LLMError(f"{_sentence(self.server)} sent a reply that is not JSON.") from None
 
-    def _events(self, response: Any) -> Iterator[dict[str, Any]]:
-        """The data of each server-sent event of a streamed reply, up to `[DONE]`; an event
-        that is an error (the server gave up mid-reply) ends the turn with an LLMError."""
-        for data in sse_data(response.iter_lines()):
-            if data.startswith("[DONE]"):
-                return
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                raise LLMError(
-                    f"{_sentence(self.server)} sent a stream that is not JSON: {data[:200]!r}"
-                ) from None
-            if isinstance(chunk, dict) and chunk.get("error"):
-                error = chunk["error"]
-                message = error.get("message") if isinstance(error, dict) else None
-                if not isinstance(message, str) or not message:
-                    message = "An error occurred during streaming"
-                raise LLMError(f"{_sentence(self.server_s)} stream ended with an error: {message}")
-            if isinstance(chunk, dict):
-                yield chunk
+    def _whole_chunk(self, response: Any) -> dict[str, Any]:
+        return whole_as_chunk(self._json(response))
+
+    def _events(self, stream: Any) -> Iterator[dict[str, Any]]:
+        """The data of each server-sent event of a streamed reply (`stream.iter_lines()`, an
+        EventStream's), up to `[DONE]`; an event that is an error (the server gave up mid-reply)
+        ends the turn with an LLMError."""
+        try:
+            for data in sse_data(stream.iter_lines()):
+                if data.startswith("[DONE]"):
+                    return
+                yield self._chunk(data)
+        except LineTooLong:
+            raise LLMError(
+                f"{_sentence(self.server)} sent a line of more than {MAX_LINE_BYTES // 2**20} "
+                "MiB in its event stream; Loop read no more of it."
+            ) from None
+
+    def _chunk(self, data: str) -> dict[str, Any]:
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise LLMError(
+                f"{_sentence(self.server)} sent a stream that is not JSON: "
+                f"{self._said(repr(data[:200]))}"
+            ) from None
+        if not isinstance(chunk, dict):
+            raise LLMError(
+                f"{_sentence(self.server)} sent a reply that is not a chat completion chunk: "
+                f"{self._said(repr(data[:200]))}"
+            )
+        if chunk.get("error"):
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else None
+            if not isinstance(message, str) or not message:
+                message = "An error occurred during streaming"
+            raise LLMError(
+                f"{_sentence(self.server_s)} stream ended with an error: {self._said(message)}"
+            )
+        return chunk
 
     def _reply(self, completion: Any) -> Reply:
-        if not completion.choices:
+        """A whole completion, read as the one chunk of a stream that brought it all, so it is
+        checked and bounded as a streamed one is."""
+        if not isinstance(completion, dict) or not completion.get("choices"):
             raise LLMError(f"{_sentence(self.server)} returned no choices.")
-        choice = completion.choices[0]
-        message = choice.message
-        calls = tuple(
-            ToolCall(
-                call.id or new_call_id(),
-                call.function.name,
-                arguments_text(call.function.arguments),
-            )
-            for call in message.tool_calls or ()
-        )
-        reasoning, text = split_thinking(message.content or "")
-        return Reply(
-            text=text,
-            tool_calls=calls,
-            usage=usage_of(completion.usage),
-            reasoning=reasoning_of(message) or reasoning,
-            cut=choice.finish_reason == "length",
-        )
+        pieces = ReplyPieces(None, whole=True)
+        return self._read(pieces, [whole_as_chunk(completion)], "chat completion")
 
     def _deadline_timeout(self, error: Exception, limit: float) -> bool:
         """A timeout while the time the run had left, not the configured timeout, was the cap."""
@@ -512,7 +617,7 @@ class ChatCompletionsLLM:
         if not self.dialect.rejected_reply(error):
             return None
         details = _error_body(error)
-        reason = str(details.get("message") or "the reply was malformed")
+        reason = _clipped(str(details.get("message") or "the reply was malformed"))
         generation = str(details.get("failed_generation") or "")[:2000]
         if generation:
             reason += f" Your own output, quoted as data: <<<{undelimited(generation)}>>>"
@@ -524,6 +629,103 @@ class ChatCompletionsLLM:
         else:
             hint = "Tools are switched off for this turn: answer in plain text, calling no tool."
         return {"role": "user", "content": REJECTED_REPLY_NOTE.format(reason=reason, hint=hint)}
+
+
+# --- the HTTP client ---------------------------------------------------------------------------
+
+
+def bounded_http_client(dialect: Dialect, server: str) -> Any:
+    """The HTTP client for a dialect's SDK, with what the SDK's own lacks against a hostile or
+    broken server: redirects are not followed (the SDK follows them, and a 307 would carry the
+    conversation, or a 302 fetch a URL on the worker's network such as a cloud's metadata
+    service, whose answer the error would show), nothing compressed is asked for or taken (a
+    small gzip body can inflate to gigabytes), and a body read whole is cut at MAX_BODY_BYTES."""
+    guard = ResponseGuard(dialect, server)
+    return dialect.sdk.DefaultHttpxClient(
+        follow_redirects=False,
+        headers={"Accept-Encoding": "identity"},
+        event_hooks={"response": [guard]},
+    )
+
+
+class ResponseGuard:
+    """httpx's response hook: runs once a response's headers are in, before the SDK reads it.
+    What it refuses is an LLMError (the SDK wraps it; `_own_errors` unwraps it)."""
+
+    def __init__(self, dialect: Dialect, server: str) -> None:
+        self.dialect = dialect
+        self.server = server
+        self.body_class = _bounded_body_class(dialect.http)
+
+    def __call__(self, response: Any) -> None:
+        if response.has_redirect_location:
+            response.close()
+            location = scrubbed_url(response.headers.get("location", ""))
+            raise LLMError(
+                f"{_sentence(self.server)} answered {response.status_code} with a redirect to "
+                f"{_clipped(location)}; Loop does not follow a model server's redirects. Set "
+                f"{self.dialect.base_url_setting} to the URL the server means.",
+                status=response.status_code,
+            )
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in {"", "identity"}:
+            response.close()
+            raise LLMError(
+                f"{_sentence(self.server)} sent a compressed reply ({_clipped(encoding)}) it was "
+                "not asked for; Loop does not inflate one."
+            )
+        if "text/event-stream" not in response.headers.get("content-type", ""):
+            # A stream is bounded as it is read, line by line and reply by reply.
+            response.stream = self.body_class(response.stream, self.server)
+
+
+@functools.cache
+def _bounded_body_class(http: ModuleType) -> type:
+    """The bounded body for an HTTP library (httpx or httpx2): a stream of its own kind."""
+
+    class BoundedBody(http.SyncByteStream):  # type: ignore[name-defined,misc]
+        """A response body that ends the turn once it passes MAX_BODY_BYTES."""
+
+        def __init__(self, stream: Any, server: str) -> None:
+            self.stream = stream
+            self.server = server
+
+        def __iter__(self) -> Iterator[bytes]:
+            read = 0
+            for piece in self.stream:
+                read += len(piece)
+                if read > MAX_BODY_BYTES:
+                    raise LLMError(
+                        f"{_sentence(self.server)} sent more than {MAX_BODY_BYTES // 2**20} MiB "
+                        "in one answer; Loop read no more of it."
+                    )
+                yield piece
+
+        def close(self) -> None:
+            self.stream.close()
+
+    return BoundedBody
+
+
+def secrets_of(base_url: str, api_key: str) -> tuple[str, ...]:
+    """What a message must never show: the key, and the base URL's password and query values
+    (as given and as sent, percent-encoded). Short ones are left: they would blank out words."""
+    parts = urlsplit(base_url)
+    found = [api_key, parts.password or ""]
+    found += [value for _, value in parse_qsl(parts.query)]
+    found += [quote(value, safe="") for value in found]
+    return tuple(sorted({secret for secret in found if len(secret) >= 6}, key=len, reverse=True))
+
+
+def scrubbed_url(url: str) -> str:
+    """A URL as a message shows it: without a user, password, query or fragment."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        return "a URL Loop cannot read"
+    return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
 
 
 # --- reading replies --------------------------------------------------------------------------
@@ -558,12 +760,27 @@ def whole_as_chunk(completion: Any) -> dict[str, Any]:
     """A whole chat completion as the one chunk of a stream that would have brought it."""
     if not isinstance(completion, dict):
         return {}
-    choices = [
-        {"delta": choice.get("message") or {}, "finish_reason": choice.get("finish_reason")}
-        for choice in completion.get("choices") or ()
-        if isinstance(choice, dict)
-    ]
-    return {**completion, "choices": choices}
+    choices = completion.get("choices")
+    if not isinstance(choices, list):
+        return completion  # not a completion: ReplyPieces says so
+    return {**completion, "choices": [_whole_as_delta(choice) for choice in choices]}
+
+
+def _whole_as_delta(choice: Any) -> Any:
+    """A whole choice as a streamed one: its message the delta, each call a piece with its
+    position as its index (a whole message's calls are each a call of its own, even when two
+    carry the same id)."""
+    if not isinstance(choice, dict):
+        return choice
+    delta = choice.get("message") or {}
+    calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+    if isinstance(calls, list):
+        indexed = [
+            {"index": index, **call} if isinstance(call, dict) else call
+            for index, call in enumerate(calls)
+        ]
+        delta = {**delta, "tool_calls": indexed}
+    return {"delta": delta, "finish_reason": choice.get("finish_reason")}
 
 
 def arguments_text(arguments: Any, empty: str = "{}") -> str:
@@ -608,14 +825,65 @@ def sse_data(lines: Iterable[str]) -> Iterator[str]:
     """The data of each server-sent event in a stream's lines (an event's data lines joined);
     comments (`: keep-alive`), event names and ids are skipped."""
     data: list[str] = []
-    for line in lines:
+    for number, line in enumerate(lines):
+        if number == 0:
+            line = line.removeprefix("\ufeff")  # a byte order mark opening the stream
         if line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
         elif not line and data:
-            yield "\n".join(data)
+            if joined := "\n".join(data):  # an event with empty data is none (a keep-alive)
+                yield joined
             data = []
-    if data:
-        yield "\n".join(data)
+    if data and (joined := "\n".join(data)):
+        yield joined
+
+
+class EventStream:
+    """A streamed response's lines, read with `event_lines` (bounded) rather than httpx's own
+    iter_lines (which holds a line however long it grows)."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+
+    def iter_lines(self) -> Iterator[str]:
+        return event_lines(self.response.iter_bytes())
+
+
+class LineTooLong(Exception):
+    """A line of an event stream passed MAX_LINE_BYTES before it ended."""
+
+
+def event_lines(pieces: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[str]:
+    """The lines of an event stream as its bytes come in, split at CRLF, LF or CR as the
+    standard says, UTF-8 decoded. Unlike httpx's iter_lines, a line is not held past `limit`
+    bytes: a server that never ends one would fill the worker's memory."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    held: list[str] = []  # the line so far
+    size, after_cr = 0, False
+    for piece in pieces:
+        text = decoder.decode(piece)
+        if not text:
+            continue
+        if after_cr and text.startswith("\n"):
+            text = text[1:]  # the LF of a CRLF split across two reads
+        after_cr = text.endswith("\r")
+        first, *lines = _LINE_BREAK.split(text)
+        held.append(first)
+        size += len(first)
+        if lines:
+            if size > limit or max(map(len, lines)) > limit:
+                raise LineTooLong
+            yield "".join(held)
+            *ended, last = lines
+            yield from ended
+            held, size = [last], len(last)
+        elif size > limit:
+            raise LineTooLong
+    if rest := "".join(held) + decoder.decode(b"", final=True):
+        yield rest
+
+
+_LINE_BREAK = re.compile("\r\n|\r|\n")
 
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -690,10 +958,17 @@ class ReplyPieces:
     reply. An interrupted run's reply is read no further."""
 
     def __init__(
-        self, deltas: Callable[[str], None] | None, interrupt: Interrupt | None = None
+        self,
+        deltas: Callable[[str], None] | None,
+        interrupt: Interrupt | None = None,
+        *,
+        whole: bool = False,
     ) -> None:
         self.deltas = deltas
         self.interrupt = interrupt
+        # A whole reply (not streamed) is complete without a finish reason.
+        self.whole = whole
+        self.size = 0  # characters held so far, bounded by MAX_REPLY_CHARS
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.thinking = ThinkingFilter()
@@ -714,31 +989,65 @@ class ReplyPieces:
         return self.reply()
 
     def take(self, chunk: dict[str, Any]) -> None:
-        """One chunk, as the JSON the server sent."""
-        groq_part = chunk.get("x_groq") or {}  # Groq's own: its usage, or its error
+        """One chunk, as the JSON the server sent; NotAChunk when it is not shaped as one."""
+        groq_part = _part(chunk, "x_groq")  # Groq's own: its usage, or its error
         if error := groq_part.get("error"):
-            raise LLMError(f"Groq's stream ended with an error: {error}")
-        for choice in (chunk.get("choices") or ())[:1]:  # a usage chunk may have none, or null
-            self.add(choice.get("delta") or {})
-            self.finish_reason = choice.get("finish_reason") or self.finish_reason
-        self.usage = groq_part.get("usage") or chunk.get("usage") or self.usage
+            raise LLMError(f"Groq's stream ended with an error: {_clipped(str(error))}")
+        choices = chunk.get("choices") or []  # a usage chunk may have none, or null
+        if not isinstance(choices, list):
+            raise NotAChunk("its choices are not a list")
+        for choice in choices[:1]:
+            if not isinstance(choice, dict):
+                raise NotAChunk("a choice is not an object")
+            self.add(_part(choice, "delta"))
+            finish_reason = choice.get("finish_reason")
+            if finish_reason is not None and not isinstance(finish_reason, str):
+                raise NotAChunk("its finish reason is not text")
+            self.finish_reason = finish_reason or self.finish_reason
+        usage = groq_part.get("usage") or chunk.get("usage")
+        if usage is not None and not isinstance(usage, dict):
+            raise NotAChunk("its usage is not an object")
+        self.usage = usage or self.usage
 
     def add(self, delta: dict[str, Any]) -> None:
-        if content := delta.get("content"):
+        if content := _text(delta, "content"):
+            self._hold(content)
             self.text.append(content)
             shown = self.thinking.feed(content)
             if shown and self.deltas is not None:
                 self.deltas(shown)
         if reasoning := reasoning_of(delta):
+            self._hold(reasoning)
             self.reasoning.append(reasoning)
-        for piece in delta.get("tool_calls") or ():
-            function = piece.get("function") or {}
-            call = self.calls.setdefault(
-                self._index_of(piece, function), {"id": "", "name": "", "arguments": []}
-            )
-            call["id"] = piece.get("id") or call["id"]
-            call["name"] = function.get("name") or call["name"]
-            call["arguments"].append(arguments_text(function.get("arguments"), ""))
+        calls = delta.get("tool_calls") or []
+        if not isinstance(calls, list):
+            raise NotAChunk("its tool calls are not a list")
+        for piece in calls:
+            self._add_call(piece)
+
+    def _add_call(self, piece: Any) -> None:
+        if not isinstance(piece, dict):
+            raise NotAChunk("a tool call is not an object")
+        function = _part(piece, "function")
+        if not function and self.whole:
+            raise NotAChunk("a tool call has no function")
+        index = piece.get("index")
+        if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
+            raise NotAChunk("a tool call's index is not a number")
+        id, name = _text(piece, "id"), _text(function, "name")
+        arguments = arguments_text(function.get("arguments"), "")
+        self._hold(id + name + arguments)
+        call = self.calls.setdefault(
+            self._index_of(piece, function), {"id": "", "name": "", "arguments": []}
+        )
+        call["id"] = id or call["id"]
+        call["name"] = name or call["name"]
+        call["arguments"].append(arguments)
+
+    def _hold(self, text: str) -> None:
+        self.size += len(text)
+        if self.size > MAX_REPLY_CHARS:
+            raise ReplyTooLong
 
     def _index_of(self, piece: dict[str, Any], function: dict[str, Any]) -> int:
         """Which call a piece belongs to. A server that sends no index sends each call whole, or
@@ -754,21 +1063,70 @@ class ReplyPieces:
         return max(self.calls)
 
     def reply(self) -> Reply:
-        if self.finish_reason is None:
+        if self.finish_reason is None and not self.whole:
             raise StreamCut
-        reasoning, text = split_thinking("".join(self.text))
+        cut = self.finish_reason == "length"
+        calls = self._tool_calls()
+        reasoning, text = answer_and_thought("".join(self.text), cut or bool(calls))
         return Reply(
             text=text,
-            tool_calls=tuple(
-                ToolCall(
-                    call["id"] or new_call_id(), call["name"], "".join(call["arguments"]) or "{}"
-                )
-                for _, call in sorted(self.calls.items())
-            ),
+            tool_calls=calls,
             usage=usage_of(self.usage),
             reasoning="".join(self.reasoning) or reasoning,
-            cut=self.finish_reason == "length",
+            cut=cut,
         )
+
+    def _tool_calls(self) -> tuple[ToolCall, ...]:
+        """The calls, each with an id of its own: one the server sent that is odd (too long,
+        not plain, or another call's) is replaced, as a missing one is, since the page and the
+        history tell calls apart by it."""
+        calls, seen = [], set()
+        for _, call in sorted(self.calls.items()):
+            id = call["id"] if plain_call_id(call["id"]) and call["id"] not in seen else ""
+            id = id or new_call_id()
+            seen.add(id)
+            calls.append(ToolCall(id, call["name"], "".join(call["arguments"]) or "{}"))
+        return tuple(calls)
+
+
+class ReplyTooLong(Exception):
+    """A reply passed MAX_REPLY_CHARS."""
+
+
+class NotAChunk(ValueError):
+    """A chunk (or a whole completion) not shaped as the protocol has it; says what is off."""
+
+
+def _part(whole: dict[str, Any], name: str) -> dict[str, Any]:
+    part = whole.get(name) or {}
+    if not isinstance(part, dict):
+        raise NotAChunk(f"its {name} is not an object")
+    return part
+
+
+def _text(part: dict[str, Any], name: str) -> str:
+    value = part.get(name) or ""
+    if not isinstance(value, str):
+        raise NotAChunk(f"its {name} is not text")
+    return value
+
+
+_PLAIN_CALL_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+
+
+def plain_call_id(id: str) -> bool:
+    """An id as servers make them (`call_...`, `toolu_...`, nine letters): kept as sent."""
+    return bool(_PLAIN_CALL_ID.fullmatch(id))
+
+
+def answer_and_thought(text: str, cut_or_called: bool) -> tuple[str, str]:
+    """(reasoning, answer) of a reply's text. A reply that opened <think> and finished without
+    closing it (not cut at the output limit, calling nothing) has no answer apart from it: all of
+    it is the answer, rather than an empty one the person cannot see a reason for."""
+    reasoning, answer = split_thinking(text)
+    if reasoning and not answer and not cut_or_called and THINK_CLOSE not in text:
+        return "", reasoning
+    return reasoning, answer
 
 
 # --- a model's mistakes and a server's limits -------------------------------------------------
@@ -842,8 +1200,36 @@ def _says_missing(message: str) -> bool:
 
 
 def _status_message(error: Any) -> str:
-    """What the server said in an error response."""
-    return str(_error_body(error).get("message") or error.message)
+    """What the server said in an error response, shortened."""
+    return _clipped(str(_error_body(error).get("message") or error.message))
+
+
+# What is kept of what a server says (an error's message, a page where a reply should be).
+MAX_SAID_CHARS = 500
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _clipped(text: str) -> str:
+    """Text a server sent, as Loop shows and records it: at most MAX_SAID_CHARS, its control
+    characters (a terminal's escapes) written as `?`."""
+    text = _CONTROL.sub("?", text)
+    if len(text) > MAX_SAID_CHARS:
+        return f"{text[:MAX_SAID_CHARS]}… ({len(text) - MAX_SAID_CHARS:,} more characters)"
+    return text
+
+
+def _named(model: dict[str, Any]) -> bool:
+    return isinstance(model.get("id"), str) and bool(model["id"])
+
+
+def _head_of(response: Any, size: int) -> str:
+    """The start of a body, reading no more of it than that."""
+    head = b""
+    for piece in response.iter_bytes():
+        head += piece
+        if len(head) >= size:
+            break
+    return head[:size].decode("utf-8", "replace")
 
 
 def _error_body(error: Any) -> dict[str, Any]:
@@ -874,7 +1260,19 @@ def _fits(wait: float, deadline: float | None) -> bool:
     return deadline is None or time.monotonic() + wait < deadline
 
 
+# The longest wait a server's hint is taken at: a longer one (or a nonsense one, a year or
+# `1e308`) is said as this, never handed to the clock, which cannot show it.
+MAX_HINT = 7 * 24 * 3600.0
+
+
 def hinted_wait(headers: Mapping[str, str]) -> float | None:
+    """How long the server says to wait, if it says so sensibly (a number of seconds or
+    milliseconds, a date, a reset time); at most MAX_HINT."""
+    hinted = _hint(headers)
+    return None if hinted is None else min(hinted, MAX_HINT)
+
+
+def _hint(headers: Mapping[str, str]) -> float | None:
     if milliseconds := _number(headers.get("retry-after-ms")):
         return milliseconds / 1000
     retry_after = headers.get("retry-after")
@@ -897,10 +1295,12 @@ def hinted_wait(headers: Mapping[str, str]) -> float | None:
 
 
 def _number(text: str | None) -> float | None:
+    """A count of seconds a server sent: finite and not negative, or none (`nan`, `-5`)."""
     try:
-        return float(text) if text else None
+        value = float(text) if text else None
     except ValueError:
         return None
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")

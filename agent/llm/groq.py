@@ -20,6 +20,7 @@ from agent.llm.chat_completions import (
     Dialect,
     ReplyPieces,
     _error_body,
+    bounded_http_client,
 )
 
 __all__ = ["MAX_WAIT", "REJECTED_REPLY_NOTE", "RETRY_NOTE", "GroqLLM", "ReplyPieces"]
@@ -86,6 +87,7 @@ GROQ = Dialect(
     http=httpx,
     model_setting="LOOP_GROQ_MODEL",
     check_command="groqcheck",
+    base_url_setting="GROQ_BASE_URL",
     rejected_reply=rejected_reply,
     reasoning_options=reasoning_options,
 )
@@ -108,7 +110,13 @@ class GroqLLM(ChatCompletionsLLM):
     ) -> None:
         super().__init__(
             model,
-            client=groq.Groq(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0),
+            client=groq.Groq(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                max_retries=0,
+                http_client=bounded_http_client(GROQ, "Groq"),
+            ),
             server="Groq",
             server_s="Groq's",
             deltas=deltas,

@@ -13,12 +13,17 @@ tool call as JSON text. See docs/models.md for each server's settings.
 
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx2
 import openai
 
-from agent.llm.chat_completions import ChatCompletionsLLM, Dialect, unreachable_detail
+from agent.llm.chat_completions import (
+    ChatCompletionsLLM,
+    Dialect,
+    bounded_http_client,
+    scrubbed_url,
+    unreachable_detail,
+)
 
 # Sent as the key to a server that needs none (the SDK insists on one); such servers ignore it.
 NO_KEY = "no-key"
@@ -36,19 +41,16 @@ OPENAI_COMPATIBLE = Dialect(
     http=httpx2,
     model_setting="LOOP_OPENAI_MODEL",
     check_command="modelcheck",
+    base_url_setting="LOOP_OPENAI_BASE_URL",
     asks_stream_usage=True,
     reasoning_options=reasoning_options,
 )
 
 
 def shown_url(base_url: str) -> str:
-    """The base URL as messages and pages show it: without any user or password in it."""
-    parts = urlsplit(base_url)
-    if parts.username is None and parts.password is None:
-        return base_url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
+    """The base URL as messages and pages show it: without any user, password, query (a
+    `?key=`) or fragment in it."""
+    return scrubbed_url(base_url)
 
 
 class OpenAICompatibleLLM(ChatCompletionsLLM):
@@ -66,13 +68,21 @@ class OpenAICompatibleLLM(ChatCompletionsLLM):
         max_retries: int = 2,
         reasoning_effort: str = "",
     ) -> None:
+        server = f"the model server at {shown_url(base_url)}"
         client = openai.OpenAI(
-            api_key=api_key or NO_KEY, base_url=base_url, timeout=timeout, max_retries=0
+            api_key=api_key or NO_KEY,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=0,
+            http_client=bounded_http_client(OPENAI_COMPATIBLE, server),
         )
+        # The SDK takes these from OPENAI_ORG_ID and OPENAI_PROJECT_ID: a developer's own
+        # OpenAI account is none of a local model server's business.
+        client.organization = client.project = None
         super().__init__(
             model,
             client=client,
-            server=f"the model server at {shown_url(base_url)}",
+            server=server,
             server_s="the model server's",
             deltas=deltas,
             timeout=timeout,
