@@ -5,6 +5,7 @@ it used. A name the page does not offer is refused and stores nothing; another p
 conversation is out of reach."""
 
 import importlib
+import re
 from html import unescape
 from html.parser import HTMLParser
 
@@ -181,6 +182,14 @@ def test_the_next_message_keeps_the_conversation_s_model_unless_another_is_picke
     # The header, drawn again out of band, picks what the conversation goes on with.
     assert 'id="conversation-model" hx-swap-oob="true"' in switched.text
     assert options(switched.text) == [("mock", True), (LLAMA, False)]
+    # Each task says which model it went to, as the conversation can change models.
+    page = as_alice.get(f"/c/{conversation.pk}/").text
+    assert re.findall(r'class="on-model"[^>]*>· to ([^<]+)<', page) == [
+        MODEL,
+        MODEL,
+        "mock",
+        "mock",
+    ]
 
 
 def test_a_refused_task_keeps_the_person_s_pick(as_alice, two_models):
