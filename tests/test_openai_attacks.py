@@ -14,7 +14,12 @@ from collections.abc import Iterator
 import pytest
 
 from agent.llm.base import LLMError
-from agent.llm.chat_completions import MAX_BODY_BYTES, MAX_LINE_BYTES, MAX_REPLY_CHARS
+from agent.llm.chat_completions import (
+    MAX_BODY_BYTES,
+    MAX_LINE_BYTES,
+    MAX_REPLY_CHARS,
+    MAX_TOOL_CALLS,
+)
 from agent.llm.groq import GroqLLM
 from agent.llm.openai_compat import OpenAICompatibleLLM, shown_url
 from tests.chat_server import no_proxies
@@ -328,6 +333,15 @@ def test_hostile_tool_call_ids_are_replaced(openai_server, streamed):
     assert len(set(ids)) == 4
     assert ids[0] == "dup"  # a good id is kept as the server gave it
     assert all(len(id) <= 64 and " " not in id and '"' not in id for id in ids)
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+def test_a_reply_with_thousands_of_tool_calls_is_refused(openai_server, streamed):
+    openai_server.reply(tool_calls=[tool_call("list_files", {}) for _ in range(5000)])
+    llm = streaming_llm(openai_server) if streamed else make_llm(openai_server)
+
+    with pytest.raises(LLMError, match=f"more than {MAX_TOOL_CALLS} tool calls"):
+        llm.chat(QUESTION, TOOLS)
 
 
 # --- malformed chunks and bodies ----------------------------------------------------------------

@@ -68,6 +68,9 @@ MAX_WAIT = 60.0
 MAX_REPLY_CHARS = 4_000_000
 MAX_LINE_BYTES = 32 * 2**20
 MAX_BODY_BYTES = 32 * 2**20
+# The most tool calls one reply may ask for: a run takes few per turn (its limits run out at
+# max_tool_calls, and every call past them is still recorded as not run), a hostile reply millions.
+MAX_TOOL_CALLS = 128
 
 REJECTED_REPLY_NOTE = loop_note(
     "Your last reply was rejected by the model provider and nothing in it ran: {reason} {hint}"
@@ -425,6 +428,11 @@ class ChatCompletionsLLM:
                 f"{_sentence(self.server_s)} reply came to more than {MAX_REPLY_CHARS:,} "
                 "characters, far more than a model writes in a turn; Loop read no more of it. "
                 "Is the model stuck repeating itself?"
+            ) from None
+        except TooManyCalls:
+            raise LLMError(
+                f"{_sentence(self.server_s)} reply asked for more than {MAX_TOOL_CALLS} tool "
+                "calls at once; Loop runs none of them."
             ) from None
         except NotAChunk as error:
             raise LLMError(
@@ -1037,12 +1045,14 @@ class ReplyPieces:
         id, name = _text(piece, "id"), _text(function, "name")
         arguments = arguments_text(function.get("arguments"), "")
         self._hold(id + name + arguments)
-        call = self.calls.setdefault(
-            self._index_of(piece, function), {"id": "", "name": "", "arguments": []}
-        )
+        index = self._index_of(piece, function)
+        if index not in self.calls and len(self.calls) >= MAX_TOOL_CALLS:
+            raise TooManyCalls
+        call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": []})
         call["id"] = id or call["id"]
         call["name"] = name or call["name"]
-        call["arguments"].append(arguments)
+        if arguments:  # a piece without any holds nothing, however many come
+            call["arguments"].append(arguments)
 
     def _hold(self, text: str) -> None:
         self.size += len(text)
@@ -1091,6 +1101,10 @@ class ReplyPieces:
 
 class ReplyTooLong(Exception):
     """A reply passed MAX_REPLY_CHARS."""
+
+
+class TooManyCalls(Exception):
+    """A reply asked for more than MAX_TOOL_CALLS tool calls."""
 
 
 class NotAChunk(ValueError):
