@@ -423,8 +423,16 @@ def test_the_event_stream_reader_takes_what_servers_send(openai_server):
 # --- the model list ----------------------------------------------------------------------------
 
 
-def test_a_model_list_with_malformed_entries_lists_the_good_ones(openai_server):
-    models = [{"id": "good:1b"}, {"object": "model"}, {"id": 7}, "bare", {"id": "good:2b"}]
+def test_a_model_list_with_malformed_or_hostile_entries_lists_the_good_ones(openai_server):
+    models = [
+        {"id": "good:1b"},
+        {"object": "model"},
+        {"id": 7},
+        "bare",
+        {"id": "\x1b]52;c;ZWNobyBvd25lZA==\x07"},  # writes the clipboard of modelcheck's terminal
+        {"id": "m" * 10_000},
+        {"id": "good:2b"},
+    ]
     openai_server.raw(
         [json.dumps({"object": "list", "data": models}).encode()], content_type="application/json"
     )

@@ -1233,7 +1233,10 @@ def _clipped(text: str) -> str:
 
 
 def _named(model: dict[str, Any]) -> bool:
-    return isinstance(model.get("id"), str) and bool(model["id"])
+    """A model list's entry with a name one could set: `manage.py modelcheck` prints it in the
+    operator's terminal, so never a control character (a terminal's escape) or a page of text."""
+    name = model.get("id")
+    return isinstance(name, str) and 0 < len(name) <= 256 and not _CONTROL.search(name)
 
 
 def _head_of(response: Any, size: int) -> str:
