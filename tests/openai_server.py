@@ -259,11 +259,12 @@ class FakeOpenAIServer(FakeChatServer):
         return self.quirks.finish_with_calls if completion.tool_calls else "stop"
 
     def _usage(self, completion: Completion) -> dict:
-        prompt, generated = completion.usage
+        prompt, generated = completion.usage  # not numbers, to script a server's nonsense
+        counted = all(isinstance(count, int | float) for count in completion.usage)
         return {
             "prompt_tokens": prompt,
             "completion_tokens": generated,
-            "total_tokens": prompt + generated,
+            "total_tokens": prompt + generated if counted else None,
         }
 
     def _head(self, request: RecordedRequest, completion: Completion, kind: str) -> dict:

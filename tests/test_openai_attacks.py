@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.llm.base import LLMError
+from agent.llm.base import LLMError, Usage
 from agent.llm.chat_completions import (
     MAX_BODY_BYTES,
     MAX_LINE_BYTES,
@@ -391,6 +391,29 @@ def test_a_malformed_whole_reply_fails_the_turn_with_an_llm_error(openai_server,
 
     with pytest.raises(LLMError, match="not a chat completion"):
         make_llm(openai_server).chat(QUESTION, TOOLS)
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+def test_json_nested_past_pythons_stack_is_an_llm_error(openai_server, streamed):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    if streamed:
+        openai_server.raw([b"data: " + deep + b"\n\n"])
+    else:
+        openai_server.raw([deep], content_type="application/json")
+    llm = streaming_llm(openai_server) if streamed else make_llm(openai_server)
+
+    with pytest.raises(LLMError, match="not JSON"):
+        llm.chat(QUESTION, TOOLS)
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+@pytest.mark.parametrize("counts", [("lots", 5), (-1_000_000, 5), (1e308, 5), (True, 5)], ids=str)
+def test_token_counts_that_are_not_counts_are_not_believed(openai_server, streamed, counts):
+    # A negative count would wind the run's token budget back; text would crash adding it up.
+    openai_server.reply("ok", usage=counts)
+    llm = streaming_llm(openai_server) if streamed else make_llm(openai_server)
+
+    assert llm.chat(QUESTION, TOOLS).usage == Usage(0, 5)
 
 
 # --- the hand-written event-stream reader ------------------------------------------------------

@@ -457,7 +457,7 @@ class ChatCompletionsLLM:
         """A body read whole (at most MAX_BODY_BYTES: the response guard sees to it)."""
         try:
             return json.loads(response.read())
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
             raise LLMError(f"{_sentence(self.server)} sent a reply that is not JSON.") from None
 
     def _whole_chunk(self, response: Any) -> dict[str, Any]:
@@ -481,7 +481,7 @@ class ChatCompletionsLLM:
     def _chunk(self, data: str) -> dict[str, Any]:
         try:
             chunk = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
             raise LLMError(
                 f"{_sentence(self.server)} sent a stream that is not JSON: "
                 f"{self._said(repr(data[:200]))}"
@@ -803,7 +803,22 @@ def usage_of(usage: Any) -> Usage:
     # Reasoning tokens are counted in completion_tokens, as OpenAI does.
     if not usage:
         return Usage()
-    return Usage(_field(usage, "prompt_tokens") or 0, _field(usage, "completion_tokens") or 0)
+    return Usage(_count(_field(usage, "prompt_tokens")), _count(_field(usage, "completion_tokens")))
+
+
+# More tokens than any model reads or writes in a turn: a count past it is not believed.
+MAX_TOKEN_COUNT = 10**9
+
+
+def _count(value: Any) -> int:
+    """A token count as a server reports it, or 0 for one that is not a count (text, a negative
+    number, `1e308`): the run's token budget adds them up and must neither crash nor be wound
+    back."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if not math.isfinite(value) or not 0 <= value <= MAX_TOKEN_COUNT:
+        return 0
+    return int(value)
 
 
 # Where servers put a reasoning model's thinking apart from its answer: Groq, OpenRouter and vLLM
