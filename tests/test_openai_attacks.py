@@ -9,7 +9,11 @@ the URL's secrets) shown to the people using the site."""
 
 import gzip
 import json
+import resource
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -342,6 +346,32 @@ def test_a_reply_with_thousands_of_tool_calls_is_refused(openai_server, streamed
 
     with pytest.raises(LLMError, match=f"more than {MAX_TOOL_CALLS} tool calls"):
         llm.chat(QUESTION, TOOLS)
+
+
+def test_an_answer_of_many_spaces_does_not_hold_the_worker():
+    # Every answer is checked for a tool call written as text. A pattern that backtracks took
+    # 33 s of CPU on 5,000 spaces (far more on more), holding the whole worker, past any
+    # run's deadline. Run in a child whose CPU time is capped far above what the check takes.
+    text = "```" + " " * 50_000 + "x"
+    code = (
+        "from agent.llm.base import Reply\n"
+        "from agent.llm.chat_completions import text_tool_call\n"
+        "from tests.test_groq import TOOLS\n"
+        f"assert text_tool_call(Reply(text={text!r}), TOOLS) is None\n"
+    )
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
+
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parent.parent,
+        preexec_fn=capped,
+        capture_output=True,
+        check=False,
+    )
+
+    assert child.returncode == 0, child.stderr.decode()[-500:]
 
 
 # --- malformed chunks and bodies ----------------------------------------------------------------

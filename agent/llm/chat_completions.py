@@ -1165,8 +1165,26 @@ def tool_names(tools: list[ToolSpec]) -> str:
     return ", ".join(spec["function"]["name"] for spec in tools)
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
-_TOOL_CALL_TAG = re.compile(r"^<tool_call>\s*(.*?)\s*(?:</tool_call>)?$", re.DOTALL)
+def _unwrapped(text: str, opening: str, closing: str, *, closed: bool) -> str | None:
+    """`text` without the `opening` it starts with and the `closing` it ends with (which may be
+    missing unless `closed`), stripped; None if it is not so wrapped. Plain string work: a
+    regular expression for it backtracked without end on a reply of a few thousand spaces."""
+    if not text.startswith(opening):
+        return None
+    inner = text[len(opening) :]
+    if inner.endswith(closing):
+        inner = inner[: -len(closing)]
+    elif closed:
+        return None
+    return inner.strip()
+
+
+def _unfenced(text: str) -> str:
+    """The text in a ```json fence, or in <tool_call> tags (the closing one may be missing)."""
+    if len(text) >= 6 and (fenced := _unwrapped(text, "```", "```", closed=True)) is not None:
+        text = fenced.removeprefix("json").strip()
+    tagged = _unwrapped(text, "<tool_call>", "</tool_call>", closed=False)
+    return text if tagged is None else tagged
 
 
 def text_tool_call(reply: Reply, tools: list[ToolSpec] | None) -> str | None:
@@ -1174,13 +1192,9 @@ def text_tool_call(reply: Reply, tools: list[ToolSpec] | None) -> str | None:
     "arguments": {...}}` (or "parameters"), bare, in a ```json fence or in <tool_call> tags."""
     if reply.tool_calls or not tools:
         return None
-    text = reply.text.strip()
-    for pattern in (_FENCE, _TOOL_CALL_TAG):
-        if match := pattern.match(text):
-            text = match.group(1)
     try:
-        written = json.loads(text)
-    except ValueError:
+        written = json.loads(_unfenced(reply.text.strip()))
+    except (ValueError, RecursionError):
         return None
     if isinstance(written, dict) and isinstance(written.get("function"), dict):
         written = written["function"]
