@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.events import RunStatus
+from agent.execution import execute_run
 from agent.llm.base import LLMError, Usage
 from agent.llm.chat_completions import (
     MAX_BODY_BYTES,
@@ -26,6 +28,7 @@ from agent.llm.chat_completions import (
 )
 from agent.llm.groq import GroqLLM
 from agent.llm.openai_compat import OpenAICompatibleLLM, shown_url
+from agent.runs import start_run
 from tests.chat_server import no_proxies
 from tests.groq_server import FakeGroqServer
 from tests.openai_server import (  # noqa: F401 (the fixture)
@@ -36,6 +39,7 @@ from tests.openai_server import (  # noqa: F401 (the fixture)
 )
 from tests.test_groq import QUESTION, TOOLS
 from tests.test_openai import closed_port
+from tests.test_openai_runs import on_server  # noqa: F401 (the fixture)
 
 KEY = "sk-loop-operator-secret-0123456789abcdef"
 TOO_LONG = f"more than {MAX_REPLY_CHARS:,} characters"
@@ -444,6 +448,32 @@ def test_token_counts_that_are_not_counts_are_not_believed(openai_server, stream
     llm = streaming_llm(openai_server) if streamed else make_llm(openai_server)
 
     assert llm.chat(QUESTION, TOOLS).usage == Usage(0, 5)
+
+
+UNSTORABLE = {"nul": ("A NUL \x00 here", "A NUL \ufffd here"), "lone": ("A \ud800", "A \ufffd")}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("text", "stored"), UNSTORABLE.values(), ids=UNSTORABLE.keys())
+def test_an_unstorable_answer_still_ends_the_run(on_server, alice, text, stored):  # noqa: F811
+    on_server.reply(text, reasoning=text)
+
+    run = execute_run(start_run(alice, "Say something odd"))
+
+    assert (run.status, run.answer) == (RunStatus.SUCCEEDED, stored)
+
+
+@pytest.mark.parametrize(
+    "text", ["A NUL \x00 here", "A lone \ud800 surrogate"], ids=["nul", "lone"]
+)
+def test_an_error_postgresql_cannot_store_is_stored(openai_server, text):
+    openai_server.fail(400, text)
+
+    with pytest.raises(LLMError) as failure:
+        make_llm(openai_server).chat(QUESTION, TOOLS)
+
+    str(failure.value).encode()  # no lone surrogate: psycopg encodes it
+    assert "\x00" not in str(failure.value)
 
 
 # --- the hand-written event-stream reader ------------------------------------------------------

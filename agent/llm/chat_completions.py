@@ -1033,13 +1033,13 @@ class ReplyPieces:
         self.usage = usage or self.usage
 
     def add(self, delta: dict[str, Any]) -> None:
-        if content := _text(delta, "content"):
+        if content := storable(_text(delta, "content")):
             self._hold(content)
             self.text.append(content)
             shown = self.thinking.feed(content)
             if shown and self.deltas is not None:
                 self.deltas(shown)
-        if reasoning := reasoning_of(delta):
+        if reasoning := storable(reasoning_of(delta)):
             self._hold(reasoning)
             self.reasoning.append(reasoning)
         calls = delta.get("tool_calls") or []
@@ -1057,8 +1057,8 @@ class ReplyPieces:
         index = piece.get("index")
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
             raise NotAChunk("a tool call's index is not a number")
-        id, name = _text(piece, "id"), _text(function, "name")
-        arguments = arguments_text(function.get("arguments"), "")
+        id, name = storable(_text(piece, "id")), storable(_text(function, "name"))
+        arguments = storable(arguments_text(function.get("arguments"), ""))
         self._hold(id + name + arguments)
         index = self._index_of(piece, function)
         if index not in self.calls and len(self.calls) >= MAX_TOOL_CALLS:
@@ -1138,6 +1138,16 @@ def _text(part: dict[str, Any], name: str) -> str:
     if not isinstance(value, str):
         raise NotAChunk(f"its {name} is not text")
     return value
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """Text as PostgreSQL can keep it (in a text column and in JSON): a NUL or a lone surrogate
+    (both a JSON escape away for a server, `\\u0000`, `\\ud800`) made U+FFFD. Either would
+    otherwise fail the run's record on an internal error, its answer lost."""
+    return _UNSTORABLE.sub("\ufffd", text) if _UNSTORABLE.search(text) else text
 
 
 _PLAIN_CALL_ID = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
@@ -1255,7 +1265,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def _clipped(text: str) -> str:
     """Text a server sent, as Loop shows and records it: at most MAX_SAID_CHARS, its control
     characters (a terminal's escapes) written as `?`."""
-    text = _CONTROL.sub("?", text)
+    text = storable(_CONTROL.sub("?", text))
     if len(text) > MAX_SAID_CHARS:
         return f"{text[:MAX_SAID_CHARS]}… ({len(text) - MAX_SAID_CHARS:,} more characters)"
     return text
