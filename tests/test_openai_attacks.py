@@ -463,6 +463,22 @@ def test_an_unstorable_answer_still_ends_the_run(on_server, alice, text, stored)
     assert (run.status, run.answer) == (RunStatus.SUCCEEDED, stored)
 
 
+def test_a_rejected_generation_fed_back_is_storable(monkeypatch):
+    # Groq's tool_use_failed quotes what the model generated; the note feeding it back is kept in
+    # the run's record (Reply.recovered_error).
+    no_proxies(monkeypatch)
+    with FakeGroqServer() as server:
+        server.tool_use_failed('<function=read_file{"path": "\x00\ud800"}>')
+        server.reply("ok")
+        llm = GroqLLM("openai/gpt-oss-120b", api_key=KEY, base_url=server.base_url)
+
+        reply = llm.chat(QUESTION, TOOLS)
+
+    reply.recovered_error.encode()  # no lone surrogate: psycopg encodes it
+    assert "\x00" not in reply.recovered_error
+    assert "\\u0000" not in json.dumps(server.requests[-1].messages)  # nor fed back
+
+
 @pytest.mark.parametrize(
     "text", ["A NUL \x00 here", "A lone \ud800 surrogate"], ids=["nul", "lone"]
 )

@@ -626,7 +626,7 @@ class ChatCompletionsLLM:
             return None
         details = _error_body(error)
         reason = _clipped(str(details.get("message") or "the reply was malformed"))
-        generation = str(details.get("failed_generation") or "")[:2000]
+        generation = storable(str(details.get("failed_generation") or "")[:2000])
         if generation:
             reason += f" Your own output, quoted as data: <<<{undelimited(generation)}>>>"
         if tools:
