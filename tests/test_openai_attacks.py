@@ -274,6 +274,10 @@ def test_the_sdks_environment_never_reaches_the_model_server(openai_server, monk
     monkeypatch.setenv("OPENAI_ORG_ID", "org-developers-own")
     monkeypatch.setenv("OPENAI_PROJECT_ID", "proj_developers_own")
     monkeypatch.setenv("OPENAI_BASE_URL", "https://api.openai.com/v1")
+    monkeypatch.setenv("OPENAI_ADMIN_KEY", "sk-admin-developers-own")
+    monkeypatch.setenv("OPENAI_WEBHOOK_SECRET", "whsec_developers_own")
+    headers = "X-Developers-Own: yes\nAuthorization: Bearer sk-developers-own"
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", headers)
     openai_server.reply("ok")
 
     make_llm(openai_server).chat(QUESTION, TOOLS)
@@ -284,6 +288,7 @@ def test_the_sdks_environment_never_reaches_the_model_server(openai_server, monk
     assert "developers" not in json.dumps(request.body)
     assert "openai-organization" not in request.headers
     assert "openai-project" not in request.headers
+    assert request.headers["authorization"] == "Bearer no-key"
 
 
 def test_a_query_in_the_base_url_is_never_shown():

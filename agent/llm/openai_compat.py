@@ -76,9 +76,11 @@ class OpenAICompatibleLLM(ChatCompletionsLLM):
             max_retries=0,
             http_client=bounded_http_client(OPENAI_COMPATIBLE, server),
         )
-        # The SDK takes these from OPENAI_ORG_ID and OPENAI_PROJECT_ID: a developer's own
-        # OpenAI account is none of a local model server's business.
+        # The SDK takes these from OPENAI_ORG_ID, OPENAI_PROJECT_ID and OPENAI_CUSTOM_HEADERS
+        # (which may hold an Authorization of its own): a developer's own OpenAI account is none
+        # of a model server's business. The SDK has no public switch for the headers.
         client.organization = client.project = None
+        client._custom_headers = {}
         super().__init__(
             model,
             client=client,
