@@ -357,6 +357,20 @@ def test_a_reply_with_thousands_of_tool_calls_is_refused(openai_server, streamed
         llm.chat(QUESTION, TOOLS)
 
 
+def test_a_streamed_answer_opening_with_endless_blank_pieces_costs_each_once():
+    # Before its first non-blank character a reply could still open <think>, so it is held back;
+    # holding it as one string scanned again on every piece took 6 s of CPU for 200,000 pieces,
+    # growing as their square. Run in a child whose CPU time is capped far above the check's.
+    code = (
+        "from agent.llm.chat_completions import ThinkingFilter\n"
+        "thinking = ThinkingFilter()\n"
+        "assert not any(thinking.feed(' ') for _ in range(1_000_000))\n"
+        "assert thinking.feed('Hi') == ' ' * 1_000_000 + 'Hi'\n"
+    )
+
+    assert cpu_capped_child(code, seconds=30) == (0, "")
+
+
 def test_an_answer_of_many_spaces_does_not_hold_the_worker():
     # Every answer is checked for a tool call written as text. A pattern that backtracks took
     # 33 s of CPU on 5,000 spaces (far more on more), holding the whole worker, past any
@@ -369,8 +383,15 @@ def test_an_answer_of_many_spaces_does_not_hold_the_worker():
         f"assert text_tool_call(Reply(text={text!r}), TOOLS) is None\n"
     )
 
+    assert cpu_capped_child(code, seconds=60) == (0, "")
+
+
+def cpu_capped_child(code: str, seconds: int) -> tuple[int, str]:
+    """Runs `code` in a Python child that the kernel stops after `seconds` of CPU: its exit
+    status and the end of its error output."""
+
     def capped() -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
+        resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds))
 
     child = subprocess.run(
         [sys.executable, "-c", code],
@@ -379,8 +400,7 @@ def test_an_answer_of_many_spaces_does_not_hold_the_worker():
         capture_output=True,
         check=False,
     )
-
-    assert child.returncode == 0, child.stderr.decode()[-500:]
+    return child.returncode, child.stderr.decode()[-500:]
 
 
 # --- malformed chunks and bodies ----------------------------------------------------------------

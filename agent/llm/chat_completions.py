@@ -931,6 +931,9 @@ class ThinkingFilter:
     def __init__(self) -> None:
         self.state = "start"  # start → thinking → thought → answer
         self.held = ""
+        # The whitespace a reply opens with, kept apart from `held` so that a reply of endless
+        # blank pieces costs each its own length, not all before it again.
+        self.blank: list[str] = []
         self.thought: list[str] = []
 
     def feed(self, piece: str) -> str:
@@ -939,13 +942,16 @@ class ThinkingFilter:
             return piece
         if self.state == "thought":  # the answer starts at its first non-blank character
             return self._answer_from(piece.lstrip()) if piece.strip() else ""
+        if self.state == "start" and not self.held and not piece.strip():
+            self.blank.append(piece)
+            return ""  # only whitespace so far
         self.held += piece
         if self.state == "start":
             stripped = self.held.lstrip()
             if THINK_OPEN.startswith(stripped):
-                return ""  # still could be the opening tag (or only whitespace so far)
+                return ""  # still could be the opening tag
             if not stripped.startswith(THINK_OPEN):
-                return self._answer_from(self.held)
+                return self._answer_from("".join(self.blank) + self.held)
             self.state, self.held = "thinking", stripped[len(THINK_OPEN) :]
         thought, closed, answer = self.held.partition(THINK_CLOSE)
         if not closed:
