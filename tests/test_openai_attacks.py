@@ -259,6 +259,16 @@ def test_a_redirect_to_another_host_is_not_followed(openai_server, other_host, s
     assert "LOOP_OPENAI_BASE_URL" in str(failure.value)
 
 
+def test_a_redirect_within_the_servers_own_origin_is_followed(openai_server):
+    openai_server.fail(307, "Moved", headers={"Location": "/v1/chat/completions"})
+    openai_server.reply("ok")
+
+    assert make_llm(openai_server, api_key=KEY).chat(QUESTION, TOOLS).text == "ok"
+    assert [request.headers["authorization"] for request in openai_server.requests] == [
+        f"Bearer {KEY}"
+    ] * 2
+
+
 def test_a_redirect_of_the_model_list_is_not_followed(openai_server, other_host):
     openai_server.fail(302, "Found", headers={"Location": f"{other_host.base_url}/models"})
 

@@ -644,13 +644,14 @@ class ChatCompletionsLLM:
 
 def bounded_http_client(dialect: Dialect, server: str) -> Any:
     """The HTTP client for a dialect's SDK, with what the SDK's own lacks against a hostile or
-    broken server: redirects are not followed (the SDK follows them, and a 307 would carry the
-    conversation, or a 302 fetch a URL on the worker's network such as a cloud's metadata
-    service, whose answer the error would show), nothing compressed is asked for or taken (a
-    small gzip body can inflate to gigabytes), and a body read whole is cut at MAX_BODY_BYTES."""
+    broken server: redirects to another origin are not followed (the SDK follows them, and a
+    307 would carry the conversation, or a 302 fetch a URL on the worker's network such as a
+    cloud's metadata service, whose answer the error would show), nothing compressed is asked
+    for or taken (a small gzip body can inflate to gigabytes), and a body read whole is cut at
+    MAX_BODY_BYTES."""
     guard = ResponseGuard(dialect, server)
     return dialect.sdk.DefaultHttpxClient(
-        follow_redirects=False,
+        follow_redirects=True,  # within the server's own origin: the guard refuses the others
         headers={"Accept-Encoding": "identity"},
         event_hooks={"response": [guard]},
     )
@@ -666,12 +667,13 @@ class ResponseGuard:
         self.body_class = _bounded_body_class(dialect.http)
 
     def __call__(self, response: Any) -> None:
-        if response.has_redirect_location:
+        if response.has_redirect_location and not self._same_origin(response):
             response.close()
             location = scrubbed_url(response.headers.get("location", ""))
             raise LLMError(
                 f"{_sentence(self.server)} answered {response.status_code} with a redirect to "
-                f"{_clipped(location)}; Loop does not follow a model server's redirects. Set "
+                f"{_clipped(location)}; Loop follows a model server's redirects only within its "
+                "own scheme, host and port. Set "
                 f"{self.dialect.base_url_setting} to the URL the server means.",
                 status=response.status_code,
             )
@@ -685,6 +687,15 @@ class ResponseGuard:
         if "text/event-stream" not in response.headers.get("content-type", ""):
             # A stream is bounded as it is read, line by line and reply by reply.
             response.stream = self.body_class(response.stream, self.server)
+
+    @staticmethod
+    def _same_origin(response: Any) -> bool:
+        """Whether a redirect stays on the server's scheme, host and port."""
+        try:
+            target = response.url.join(response.headers["location"])
+        except Exception:  # a Location httpx cannot read is not followed
+            return False
+        return bool(target.scheme == response.url.scheme and target.netloc == response.url.netloc)
 
 
 @functools.cache
