@@ -633,6 +633,17 @@ def test_runagent_with_an_openai_model_prints_the_transcript_of_its_run(on_serve
     assert {request.body["model"] for request in on_server.requests} == {MODEL}
 
 
+def test_runagent_never_prints_a_terminal_escape_the_model_sent(on_server):
+    """An answer that would write the operator's clipboard (OSC 52) and clear the screen."""
+    on_server.reply("\x1b]52;c;ZWNobyBwd25lZA==\x07\x1b[2JDone.\x9b31m")
+
+    code, out = runagent("Say done", "--model", f"openai:{MODEL}")
+
+    assert code == 0
+    assert not any(character in out for character in "\x1b\x07\x9b")
+    assert "?]52;c;ZWNobyBwd25lZA==??[2JDone.?31m" in out.splitlines()
+
+
 def test_runagent_on_a_model_the_server_does_not_have_exits_1_naming_the_fix(on_server):
     code, out = runagent("List my files", "--model", "openai:qwen2.5:7b")
 

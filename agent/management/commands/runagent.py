@@ -5,6 +5,7 @@ stopped."""
 import dataclasses
 import json
 import logging
+import re
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -171,10 +172,21 @@ class Command(BaseCommand):
     def transcript(self, run: AgentRun) -> Any:
         def write(event: Event) -> None:
             for line in describe(event, run.pk, verbose=self.verbose):
-                self.stdout.write(line)
+                self.stdout.write(terminal_safe(line))
             self.stdout.flush()
 
         return write
+
+
+# A terminal's escapes start with a C0 or C1 control character (ESC, CSI): the model's answer,
+# its thinking or a tool's output could otherwise clear the screen or write the clipboard (OSC 52).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(line: str) -> str:
+    """A transcript line as the terminal is to show it: control characters but newline and tab
+    written as `?`. `--json` needs no such care: json.dumps escapes them."""
+    return _CONTROL.sub("?", line)
 
 
 def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
