@@ -20,14 +20,10 @@ import pytest
 from agent.events import RunStatus
 from agent.execution import execute_run
 from agent.llm.base import LLMError, Usage
-from agent.llm.chat_completions import (
-    MAX_BODY_BYTES,
-    MAX_LINE_BYTES,
-    MAX_REPLY_CHARS,
-    MAX_TOOL_CALLS,
-)
 from agent.llm.groq import GroqLLM
+from agent.llm.http_guard import MAX_BODY_BYTES
 from agent.llm.openai_compat import OpenAICompatibleLLM, shown_url
+from agent.llm.replies import MAX_LINE_BYTES, MAX_REPLY_CHARS, MAX_TOOL_CALLS
 from agent.runs import start_run
 from tests.chat_server import no_proxies
 from tests.groq_server import FakeGroqServer
@@ -372,7 +368,7 @@ def test_a_streamed_answer_opening_with_endless_blank_pieces_costs_each_once():
     # holding it as one string scanned again on every piece took 6 s of CPU for 200,000 pieces,
     # growing as their square. Run in a child whose CPU time is capped far above the check's.
     code = (
-        "from agent.llm.chat_completions import ThinkingFilter\n"
+        "from agent.llm.replies import ThinkingFilter\n"
         "thinking = ThinkingFilter()\n"
         "assert not any(thinking.feed(' ') for _ in range(1_000_000))\n"
         "assert thinking.feed('Hi') == ' ' * 1_000_000 + 'Hi'\n"
@@ -388,7 +384,7 @@ def test_an_answer_of_many_spaces_does_not_hold_the_worker():
     text = "```" + " " * 50_000 + "x"
     code = (
         "from agent.llm.base import Reply\n"
-        "from agent.llm.chat_completions import text_tool_call\n"
+        "from agent.llm.mistakes import text_tool_call\n"
         "from tests.test_groq import TOOLS\n"
         f"assert text_tool_call(Reply(text={text!r}), TOOLS) is None\n"
     )

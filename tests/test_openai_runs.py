@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 
 from agent.events import RunStatus
 from agent.execution import execute_run
-from agent.llm.chat_completions import SERVER_FLAGS_HINT, TEXT_TOOL_CALL_NOTE
+from agent.llm.mistakes import SERVER_FLAGS_HINT, TEXT_TOOL_CALL_NOTE
 from agent.llm.openai_compat import OpenAICompatibleLLM
 from agent.models import AgentRun
 from agent.runs import default_limits, start_run

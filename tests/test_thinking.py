@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from agent.llm.chat_completions import ThinkingFilter, split_thinking
+from agent.llm.replies import ThinkingFilter, split_thinking
 
 THOUGHT = "The sum of 1..100 is 100 * 101 / 2, which is 5050. I will say so."
 REPLIES = {

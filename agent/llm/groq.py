@@ -13,15 +13,11 @@ from typing import Any
 import groq
 import httpx
 
-from agent.llm.chat_completions import (
-    MAX_WAIT,
-    REJECTED_REPLY_NOTE,
-    ChatCompletionsLLM,
-    Dialect,
-    ReplyPieces,
-    _error_body,
-    bounded_http_client,
-)
+from agent.llm.chat_completions import ChatCompletionsLLM, Dialect, error_body
+from agent.llm.http_guard import bounded_http_client
+from agent.llm.mistakes import REJECTED_REPLY_NOTE
+from agent.llm.replies import ReplyPieces
+from agent.llm.waits import MAX_WAIT
 
 __all__ = ["MAX_WAIT", "REJECTED_REPLY_NOTE", "RETRY_NOTE", "GroqLLM", "ReplyPieces"]
 
@@ -74,7 +70,7 @@ _REJECTED_REPLY_MESSAGES = ("tool call validation failed", "tool choice is none"
 
 def rejected_reply(error: Any) -> bool:
     """A 400 about what the model generated, not about the request Loop sent."""
-    details = _error_body(error)
+    details = error_body(error)
     message = str(details.get("message", "")).lower()
     return details.get("code") == "tool_use_failed" or any(
         known in message for known in _REJECTED_REPLY_MESSAGES

@@ -17,13 +17,9 @@ from typing import Any
 import httpx2
 import openai
 
-from agent.llm.chat_completions import (
-    ChatCompletionsLLM,
-    Dialect,
-    bounded_http_client,
-    scrubbed_url,
-    unreachable_detail,
-)
+from agent.llm.chat_completions import ChatCompletionsLLM, Dialect, unreachable_detail
+from agent.llm.http_guard import bounded_http_client
+from agent.llm.said import scrubbed_url
 
 # Sent as the key to a server that needs none (the SDK insists on one); such servers ignore it.
 NO_KEY = "no-key"

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.llm.base import LLMError, Reply, ToolSpec
-from agent.llm.chat_completions import SERVER_FLAGS_HINT, ChatCompletionsLLM
+from agent.llm.chat_completions import ChatCompletionsLLM
 from agent.llm.factory import (
     GROQ,
     MOCK,
@@ -25,6 +25,7 @@ from agent.llm.factory import (
     resolve,
 )
 from agent.llm.groq import TOOL_CALLING_MODELS
+from agent.llm.mistakes import SERVER_FLAGS_HINT
 from agent.llm.openai_compat import OpenAICompatibleLLM
 
 NOTHING_TO_CHECK = 2
