@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
 from agent.llm.factory import OPENAI, ModelChoice, ModelUnavailable, default_model, parse, resolve
-from agent.llm.openai_compat import shown_url
+from agent.llm.said import scrubbed_url
 from agent.models import AgentRun
 
 NAME_ONE = (
@@ -101,8 +101,8 @@ def check_keys_in_the_clear(app_configs: Any = None, **kwargs: Any) -> list[Chec
     )
     return [
         Warning(
-            f"{key_setting} is sent over plain http to {shown_url(url)}, another machine: anyone "
-            "on the network between can read the key, and every task and answer.",
+            f"{key_setting} is sent over plain http to {scrubbed_url(url)}, another machine: "
+            "anyone on the network between can read the key, and every task and answer.",
             hint="Use the server's https:// URL (or a TLS proxy in front of it), or run the "
             "server on this machine (127.0.0.1).",
             id="agent.W003",

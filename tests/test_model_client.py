@@ -1,6 +1,9 @@
 """A run's model client is built once, by the worker that works the run: queueing a run only
 resolves which provider and model it will use (no client, no key handed around in a request)."""
 
+import subprocess
+import sys
+
 import pytest
 
 from agent.execution import execute_run
@@ -8,6 +11,7 @@ from agent.llm import factory
 from agent.llm.factory import ModelUnavailable
 from agent.llm.mock import MockLLM
 from agent.runs import start_run
+from tests.conftest import child_environment
 
 pytestmark = pytest.mark.django_db
 
@@ -46,3 +50,21 @@ def test_the_worker_builds_one_client_per_run_streaming_to_the_run(alice, worksp
     assert done.status == "succeeded"
     [client] = built
     assert client.deltas is not None  # built with the run's stream, not patched in later
+
+
+def test_a_process_loads_the_openai_sdk_only_to_build_a_client_for_it():
+    """Every worker, web process and runagent reads model names; only one that asks an
+    OpenAI-compatible server pays for importing its SDK."""
+    script = (
+        "import sys, django; django.setup()\n"
+        "import agent.execution, chat.urls, agent.llm.factory as factory\n"
+        "print('before', 'openai' in sys.modules)\n"
+        "factory.llm_for(factory.ModelChoice(factory.OPENAI, 'm'))\n"
+        "from agent.llm.openai_compat import OpenAICompatibleLLM\n"
+        "print('after', 'openai' in sys.modules, OpenAICompatibleLLM.provider == factory.OPENAI)\n"
+    )
+    env = child_environment(LOOP_OPENAI_BASE_URL="http://127.0.0.1:9/v1")
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["before", "False", "after", "True", "True"]

@@ -21,11 +21,12 @@ from django.conf import settings
 from agent.llm.base import LLM
 from agent.llm.groq import GroqLLM
 from agent.llm.mock import MockLLM
-from agent.llm.openai_compat import OpenAICompatibleLLM
 
 MOCK = "mock"
 GROQ = GroqLLM.provider
-OPENAI = OpenAICompatibleLLM.provider
+# The OpenAI-compatible provider; its module (and the openai SDK, a third of a second to import)
+# is loaded only when a client for it is built, not in every process that reads a model name.
+OPENAI = "openai"
 PROVIDERS = (MockLLM.provider, GROQ, OPENAI)
 
 
@@ -142,6 +143,8 @@ def llm_for(model: "str | ModelChoice" = "", *, deltas: Callable[[str], None] | 
     if choice.provider == MockLLM.provider:
         return MockLLM(deltas, latency=settings.LOOP_MOCK_LATENCY_MS / 1000)
     if choice.provider == OPENAI:
+        from agent.llm.openai_compat import OpenAICompatibleLLM
+
         return OpenAICompatibleLLM(
             choice.model,
             base_url=settings.LOOP_OPENAI_BASE_URL,
