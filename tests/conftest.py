@@ -130,6 +130,20 @@ PASSWORD = "a long enough passphrase 42"
 
 
 @pytest.fixture
+def nothing_configured(settings):
+    """Only the mock model, whatever the environment says: no Groq key, no model server, no model
+    names; and no retries, so a test of a server's failure sees its one request."""
+    settings.GROQ_API_KEY = ""
+    settings.LOOP_MODEL = ""
+    settings.LOOP_MODELS = []
+    settings.LOOP_OPENAI_BASE_URL = ""
+    settings.LOOP_OPENAI_MODEL = ""
+    settings.LOOP_OPENAI_API_KEY = ""
+    settings.LOOP_OPENAI_MAX_RETRIES = 0
+    return settings
+
+
+@pytest.fixture
 def alice():
     """A user; the test's django_db mark decides how the database is used."""
     from django.contrib.auth.models import User

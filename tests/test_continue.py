@@ -259,16 +259,6 @@ def test_the_run_page_shows_the_engine_and_each_time_the_run_went_on(
 # The terminal
 
 
-def runagent(*args: str) -> tuple[int, str]:
-    out = StringIO()
-    try:
-        call_command("runagent", *args, stdout=out, stderr=StringIO())
-        code = 0
-    except SystemExit as exit:
-        code = exit.code
-    return code, out.getvalue()
-
-
 @pytest.mark.django_db(transaction=True)
 def test_runagent_resume_continues_a_halted_run_end_to_end(manage, worker_env):
     env = worker_env | {"LOOP_MAX_ITERATIONS": "2"}

@@ -32,17 +32,6 @@ MOVE_TO_MODEL_NAMES = importlib.import_module("agent.migrations.0007_conversatio
 
 
 @pytest.fixture
-def nothing_configured(settings):
-    """No model configured: the mock alone, whatever the environment says."""
-    settings.GROQ_API_KEY = ""
-    settings.LOOP_MODEL = ""
-    settings.LOOP_MODELS = []
-    settings.LOOP_OPENAI_BASE_URL = ""
-    settings.LOOP_OPENAI_MODEL = ""
-    return settings
-
-
-@pytest.fixture
 def two_models(nothing_configured):
     """The mock and a model on an OpenAI-compatible server, the mock the default. The server is
     never asked here (no run is worked), so its address need not answer."""

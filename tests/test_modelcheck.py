@@ -26,19 +26,6 @@ ADD_2_AND_3 = [tool_call("add", {"a": 2, "b": 3})]
 
 
 @pytest.fixture
-def nothing_configured(settings):
-    """Only the mock model: no Groq key, no model server, no model names."""
-    settings.GROQ_API_KEY = ""
-    settings.LOOP_MODEL = ""
-    settings.LOOP_MODELS = []
-    settings.LOOP_OPENAI_BASE_URL = ""
-    settings.LOOP_OPENAI_MODEL = ""
-    settings.LOOP_OPENAI_API_KEY = ""
-    settings.LOOP_OPENAI_MAX_RETRIES = 0
-    return settings
-
-
-@pytest.fixture
 def served(nothing_configured, openai_server):
     """Runs use MODEL on the fake server, as LOOP_OPENAI_BASE_URL and LOOP_OPENAI_MODEL say."""
     nothing_configured.LOOP_OPENAI_BASE_URL = openai_server.base_url

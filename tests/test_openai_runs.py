@@ -5,7 +5,6 @@ those servers do. Each case ends in the recorded status and the message a person
 import json
 import socket
 from collections.abc import Iterator
-from io import StringIO
 
 import pytest
 from django.core.management import call_command
@@ -20,6 +19,7 @@ from agent.runs import default_limits, start_run
 from memory.store import embed
 from tests.conftest import wait_for
 from tests.openai_server import MODEL, FakeOpenAIServer, openai_server_fixture, tool_call  # noqa: F401
+from tests.test_runagent import runagent
 
 pytestmark = pytest.mark.django_db
 
@@ -600,16 +600,6 @@ def test_a_queued_run_whose_server_was_unset_fails_saying_what_to_set(on_server,
 
 
 # --- runagent ------------------------------------------------------------------------------------
-
-
-def runagent(*args: str) -> tuple[int, str]:
-    out = StringIO()
-    try:
-        call_command("runagent", *args, stdout=out, stderr=StringIO())
-        code = 0
-    except SystemExit as exit:
-        code = exit.code
-    return code, out.getvalue()
 
 
 def test_runagent_with_an_openai_model_prints_the_transcript_of_its_run(on_server, settings):

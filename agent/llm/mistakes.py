@@ -90,8 +90,7 @@ _NO_TOOLS = (
 
 
 def cannot_call_tools(message: str) -> bool:
-    lowered = message.lower()
-    return any(known in lowered for known in _NO_TOOLS)
+    return _mentions(message, _NO_TOOLS)
 
 
 _MISSING = (
@@ -105,5 +104,9 @@ _MISSING = (
 
 
 def says_missing(message: str) -> bool:
+    return _mentions(message, _MISSING)
+
+
+def _mentions(message: str, phrases: tuple[str, ...]) -> bool:
     lowered = message.lower()
-    return any(known in lowered for known in _MISSING)
+    return any(phrase in lowered for phrase in phrases)
