@@ -233,8 +233,8 @@ def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
 def check_still_offered(run: AgentRun) -> None:
     """A run goes on on the model it recorded; a person may not use one the operator has taken
     out of LOOP_MODELS (or away from the default) since, by continuing a run that used it."""
-    used = ModelChoice(run.provider, run.model)
-    if used not in offered_models():
+    if not run.model_offered:
+        used = ModelChoice(run.provider, run.model)
         raise ModelNotOffered(
             f"Run {run.pk} ran on the model {used.name!r}, which this Loop no longer offers, so "
             "it cannot go on. To carry on, send the task again: it runs on a model offered here."
