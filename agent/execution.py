@@ -43,9 +43,10 @@ from memory.hygiene import carries_nothing, files_written, outcome_text
 from memory.recalled import RecalledMemory
 from memory.store import recall, remember
 from tools.base import ToolStatus
+from tools.fence import raise_fence
 from tools.files import WRITE_FILE
 from tools.sandbox import kill_run
-from tools.workspace import context_for
+from tools.workspace import context_for, workspace_path
 
 CANCEL_POLL_INTERVAL = 0.2
 
@@ -159,6 +160,7 @@ def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
                 "continue_requested_by",
             ]
         )
+        raise_fence(workspace_path(run.user_id), run.pk, run.attempt)  # its snippets' files too
         if reason is not None:
             resume = RunResume.objects.create(
                 run=run,
@@ -461,7 +463,9 @@ def watching(
 def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools:
     """The tools as the run sees them: acting for its owner, in the owner's workspace. A sandbox
     that starts once `stopped()` is true is killed at once (the run was stopped meanwhile)."""
-    context = dataclasses.replace(context_for(run.user), run_id=run.pk, stopped=stopped)
+    context = dataclasses.replace(
+        context_for(run.user), run_id=run.pk, attempt=run.attempt, stopped=stopped
+    )
     return default_registry().bind(context)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
 from tools.code import RUN_CODE
+from tools.fence import Channel
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
 from tools.quota import Quota, sandbox_prefix, usage
 from tools.sandbox import Limits
@@ -290,13 +291,18 @@ for number in range(30):
         file.write(os.urandom(1_000_000))
 """
     snippet = [settings.LOOP_SANDBOX_PYTHON, "-I", "-c", fill]
+    saver = Channel()
+    saver.give(None, 0)  # as the worker does when it gives a sandbox its program
     finished = subprocess.run(
-        [*identity, *sandbox_prefix(workspace), *snippet],
+        [*identity, *sandbox_prefix(workspace, saver.saver_end()), *snippet],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        pass_fds=(saver.saver_end(),),
     )
+    saver.handed_over()
+    assert saver.outcome() == (True, "")
 
     assert finished.returncode == 1, finished.stderr
     assert "No space left on device" in finished.stderr

@@ -60,6 +60,9 @@ class ToolContext:
     username: str
     workspace: Path
     run_id: int | None = None  # the run calling, for the audit trail of what a tool stored
+    # The run's attempt as its worker claimed it: a snippet's files are fenced by it, as the run's
+    # events are (tools/fence.py).
+    attempt: int = 0
     # Whether the run has been stopped (its interrupt is set): a snippet that reaches its sandbox
     # after tools.sandbox.kill_run(run_id) looked is killed at once instead of running on.
     stopped: Callable[[], bool] | None = None

@@ -39,11 +39,15 @@ class RunCodeArguments(BaseModel):
 
 
 def run_code(arguments: RunCodeArguments, context: ToolContext) -> ToolOutput:
-    run = None if context.run_id is None else ForRun(context.run_id, context.stopped)
+    run = (
+        None if context.run_id is None else ForRun(context.run_id, context.stopped, context.attempt)
+    )
     execution = get_sandbox().run(
         arguments.code, context.workspace, Limits.from_settings(arguments.timeout), run=run
     )
     report = describe(execution)
+    if execution.files_note:  # before the report, which parse_report reads at the end
+        report = f"{execution.files_note}\n{report}"
     if execution.stopped:
         raise ToolError(f"{STOPPED}\n{report}", policy=execution.policy)
     if execution.timed_out:
@@ -51,7 +55,7 @@ def run_code(arguments: RunCodeArguments, context: ToolContext) -> ToolOutput:
             f"Killed after {arguments.timeout} seconds (timeout).\n{report}",
             policy=execution.policy,
         )
-    if execution.exit_status != 0:
+    if execution.exit_status != 0 or not execution.files_saved:
         raise ToolError(report, policy=execution.policy)
     return ToolOutput(report, policy=execution.policy)
 

@@ -1,14 +1,19 @@
 """Bound what a snippet writes by the workspace quota, with the kernel doing the counting.
 
-Run by the sandbox as `python3 -I -S overlay.py WORKSPACE MAX_BYTES MAX_FILES -- COMMAND...`,
-already as the unprivileged identity snippets run as. In a user and mount namespace of its own it
-lays an overlay over the workspace whose upper layer is a tmpfs of the quota's size (bytes, and
-files plus an allowance for the overlay's own entries), so nothing a snippet writes with its own
-syscalls reaches the disk while it runs, and more than a whole quota fails at once with ENOSPC: no
-poll could stop a snippet writing 160 MiB in 0.09 s. It then forks the saver
+Run by the sandbox as `python3 -I -S overlay.py WORKSPACE MAX_BYTES MAX_FILES FENCES CHANNEL --
+COMMAND...`, already as the unprivileged identity snippets run as. In a user and mount namespace of
+its own it lays an overlay over the workspace whose upper layer is a tmpfs of the quota's size
+(bytes, and files plus an allowance for the overlay's own entries), so nothing a snippet writes
+with its own syscalls reaches the disk while it runs, and more than a whole quota fails at once
+with ENOSPC: no poll could stop a snippet writing 160 MiB in 0.09 s. It then forks the saver
 (tools/overlay_save.py) into a session of its own, so that killing the sandbox's process group at
 the timeout spares it, and execs COMMAND, the sandbox. The saver holds the sandbox's stdout and
 stderr until it has saved, so the worker sees the call end only once its files are in place.
+
+CHANNEL is the saver's end of a socket pair to the worker (tools/fence.py), which only the saver
+keeps: on it the worker gives the ticket (the run and attempt the program runs for, and when it
+started) as it gives the sandbox its program, and the saver answers, once it has saved, SAVED or
+FAILED and a note for the call's result. FENCES is the directory of the workspace's runs' fences.
 
 The upper layer is the quota's size rather than the room left, because deleting or replacing a
 file frees room only when the saver applies it: a snippet rewriting a large file near the quota
@@ -32,6 +37,8 @@ _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # the saver enforces the exact file cap.
 INODE_ALLOWANCE = 1_000
 PAGE = 4096
+# The saver's answer on CHANNEL: one of these on a line, then the note for the call's result.
+SAVED, FAILED = "saved", "failed"
 
 
 # Setting the overlay up ------------------------------------------------------------------------
@@ -80,10 +87,13 @@ def _lay_overlay(path: str, workspace: int, limits: tuple[int, int]) -> int:
     return upper
 
 
-def _fork_saver(upper: int, workspace: int, limits: tuple[int, int]) -> None:
+def _fork_saver(
+    upper: int, workspace: int, limits: tuple[int, int], fences: str, channel: int
+) -> None:
     """Leave a saver behind, waiting on this process, which becomes the sandbox by exec."""
     sandbox = os.pidfd_open(os.getpid())  # the parent's copy closes at the exec; the pid stays
     if os.fork() != 0:
+        os.close(channel)  # the sandbox must not hold it: only the worker and the saver talk
         return
     code = 1
     try:
@@ -93,13 +103,34 @@ def _fork_saver(upper: int, workspace: int, limits: tuple[int, int]) -> None:
         os.close(null)
         select.select([sandbox], [], [])
         # Most snippets change nothing: then the call need not wait for the saver to load.
-        if os.listdir(upper):
-            _saver().save_when_done(upper, workspace, limits)
+        if not os.listdir(upper):
+            _answer(channel, True, "")
+        else:
+            ticket = _ticket(channel)
+            _answer(channel, *_saver().save_when_done(upper, workspace, limits, ticket, fences))
         code = 0
     except BaseException as error:  # the saver's failure is reported, never raised away
         os.write(2, f"[saving the program's files failed: {error}]\n".encode())
+        note = f"Saving this program's files failed ({error}); some or all were not saved."
+        _answer(channel, False, note)
     finally:
         os._exit(code)
+
+
+def _ticket(channel: int) -> bytes:
+    """What the worker said as it gave the sandbox its program; nothing if it gave none."""
+    os.set_blocking(channel, False)
+    try:
+        return os.read(channel, 4096)
+    except BlockingIOError:
+        return b""
+
+
+def _answer(channel: int, saved: bool, note: str) -> None:
+    try:  # noqa: SIM105 (contextlib would be one more import on every sandbox start)
+        os.write(channel, f"{SAVED if saved else FAILED}\n{note}".encode())
+    except OSError:
+        pass  # the worker is gone: there is nobody to tell
 
 
 def _saver():  # noqa: ANN202 (a module loaded from a path has no static type)
@@ -115,15 +146,17 @@ def _saver():  # noqa: ANN202 (a module loaded from a path has no static type)
 
 
 def main(argv: list[str]) -> None:
-    path, max_bytes, max_files, separator, *command = argv
+    path, max_bytes, max_files, fences, channel, separator, *command = argv
     if separator != "--" or not command:
-        raise SystemExit("usage: overlay.py WORKSPACE MAX_BYTES MAX_FILES -- COMMAND...")
+        raise SystemExit(
+            "usage: overlay.py WORKSPACE MAX_BYTES MAX_FILES FENCES CHANNEL -- COMMAND..."
+        )
     limits = (int(max_bytes), int(max_files))
     try:
         _enter_namespaces()
         # Opened inside the new mount namespace: the overlay takes no layer from another.
         workspace = os.open(path, _DIRECTORY)
-        _fork_saver(_lay_overlay(path, workspace, limits), workspace, limits)
+        _fork_saver(_lay_overlay(path, workspace, limits), workspace, limits, fences, int(channel))
     except OSError as error:
         # The sandbox reports this the way bwrap reports its own failures.
         raise SystemExit(f"bwrap: cannot bound the workspace: {error.strerror}") from None

@@ -10,6 +10,7 @@ Standard library only: it runs under the system interpreter, outside the project
 (tools.quota imports it too, for `usage`).
 """
 
+import errno
 import fcntl
 import os
 import stat
@@ -47,6 +48,30 @@ class Saved:
     def __init__(self) -> None:
         self.skipped: list[str] = []
         self.full = False
+        self.superseded_by = 0  # the attempt that took its run over: nothing was saved
+        self.aside: list[tuple[str, str]] = []  # (a path another call changed, ours's new name)
+        self.kept: list[str] = []  # deletions not made: another call changed those entries
+        self.failure = ""  # why saving stopped part way
+        self.unsaved: list[str] = []  # what that left unsaved
+
+
+class Ticket:
+    """What the worker said as it gave the sandbox its program: the run (0: none) and attempt it
+    runs for, and the moment it started (a file change time, in nanoseconds)."""
+
+    def __init__(self, run: int, attempt: int, moment: int) -> None:
+        self.run, self.attempt, self.moment = run, attempt, moment
+
+    def text(self) -> bytes:
+        """As the worker sends it (tools/fence.py)."""
+        return f"{self.run} {self.attempt} {self.moment}\n".encode()
+
+    @classmethod
+    def parse(cls, text: bytes) -> "Ticket | None":
+        fields = text.decode("ascii", errors="replace").split()
+        if len(fields) != 3 or not all(field.isdigit() for field in fields):
+            return None
+        return cls(*map(int, fields))
 
 
 class _Descriptor:
@@ -99,21 +124,215 @@ def _entries(directory: int) -> Iterator[tuple[str, os.stat_result, int | None]]
 # Saving the upper layer ------------------------------------------------------------------------
 
 
-def save(upper: int, workspace: int, max_bytes: int, max_files: int) -> Saved:
+def save(
+    upper: int,
+    workspace: int,
+    max_bytes: int,
+    max_files: int,
+    ticket: Ticket | None = None,
+    fences: int | None = None,
+) -> Saved:
     """Apply the snippet's changes (in upper) to the workspace, within the quota.
 
-    Deletions go first so that the room they free counts; each file is written beside its target
-    and renamed over it, so a file is always whole, old or new.
+    With a ticket, nothing is applied if the run was claimed again since (its fence, in the open
+    directory `fences`, is past the ticket's attempt), and the changes that clash with another
+    call's are set aside first. Deletions go first so that the room they free counts; each file is
+    written beside its target and renamed over it, so a file is always whole, old or new.
     """
+    saved = Saved()
     fcntl.flock(workspace, fcntl.LOCK_EX)
     try:
+        if ticket is not None:
+            fence = _fence(fences, ticket.run)
+            if fence > ticket.attempt:
+                saved.superseded_by = fence
+                return saved
+            _set_aside(upper, workspace, ticket, saved)
         _remove_pass(upper, workspace)
         budget = _Budget(usage(workspace), max_bytes, max_files)
-        saved = Saved()
         _add_pass(upper, workspace, "", budget, saved)
-        return saved
+    except OSError as error:  # the disk is full, say: what is in place stays, the rest is named
+        saved.failure = error.strerror or str(error)
+        saved.unsaved = _unsaved(upper, workspace)
     finally:
         fcntl.flock(workspace, fcntl.LOCK_UN)
+    return saved
+
+
+def _fence(fences: int | None, run: int) -> int:
+    """The attempt the run is worked at now, by its fence (tools/fence.py); 0: it has none."""
+    if fences is None or run == 0:
+        return 0
+    try:
+        handle = os.open(str(run), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fences)
+    except FileNotFoundError:
+        return 0
+    with _Descriptor(handle):
+        return int(os.read(handle, 64))
+
+
+# Changes that clash with another call's ----------------------------------------------------------
+# Each walk here holds a descriptor per level it is in (the saver's own, gone when it exits), and
+# never recurses.
+
+
+def _names(directory: int) -> Iterator[str]:
+    return iter(sorted(os.listdir(directory)))  # the saver's order is the same each time
+
+
+def _set_aside(upper: int, workspace: int, ticket: Ticket, saved: Saved) -> None:
+    """Set aside each of the snippet's changes to an entry that another call changed since the
+    snippet started (its change time, which a snippet cannot set, is that late): the other call's
+    version stays, the snippet's is saved beside it under a new name, and a deletion of it is not
+    made. Directories both sides have are merged, so only what is inside them can clash."""
+    levels = [(upper, workspace, "", _names(upper))]
+    try:
+        while levels:
+            above, below, prefix, names = levels[-1]
+            name = next(names, None)
+            if name is None:
+                levels.pop()
+                _close_level(above, below, upper)
+                continue
+            info, target = _target(above, name), _target(below, name)
+            if info is None or target is None:
+                continue
+            if stat.S_ISDIR(info.st_mode) and stat.S_ISDIR(target.st_mode):
+                child = os.open(name, _DIRECTORY, dir_fd=above)
+                if not _is_opaque(child):  # not a directory made anew in its place: merged
+                    mirror = os.open(name, _DIRECTORY, dir_fd=below)
+                    levels.append((child, mirror, f"{prefix}{name}/", _names(child)))
+                    continue
+                os.close(child)
+            if _changed_since(below, name, target, ticket.moment):
+                _keep_both(above, below, name, prefix, ticket.run, saved)
+    finally:
+        for above, below, _, _ in levels:
+            _close_level(above, below, upper)
+
+
+def _close_level(above: int, below: int, upper: int) -> None:
+    if above != upper:  # the walk's own descriptors, not its caller's
+        os.close(above)
+        os.close(below)
+
+
+def _changed_since(directory: int, name: str, info: os.stat_result, moment: int) -> bool:
+    """Whether an entry, or anything below it, changed at or after `moment`."""
+    if info.st_ctime_ns >= moment:
+        return True
+    if not stat.S_ISDIR(info.st_mode):
+        return False
+    with _Descriptor(os.open(name, _DIRECTORY, dir_fd=directory)) as below:
+        return any(entry.st_ctime_ns >= moment for entry in _below(below))
+
+
+def _below(directory: int) -> Iterator[os.stat_result]:
+    """The lstat of every entry below an open directory, depth first."""
+    levels = [(directory, _names(directory))]
+    try:
+        while levels:
+            here, names = levels[-1]
+            name = next(names, None)
+            if name is None:
+                levels.pop()
+                if here != directory:
+                    os.close(here)
+                continue
+            info = _target(here, name)
+            if info is None:
+                continue
+            yield info
+            if stat.S_ISDIR(info.st_mode):
+                child = os.open(name, _DIRECTORY, dir_fd=here)
+                levels.append((child, _names(child)))
+    finally:
+        for here, _ in levels:
+            if here != directory:
+                os.close(here)
+
+
+def _keep_both(above: int, below: int, name: str, prefix: str, run: int, saved: Saved) -> None:
+    info = _target(above, name)
+    if info is not None and _is_whiteout(info):
+        os.unlink(name, dir_fd=above)  # the other call's version stays
+        saved.kept.append(prefix + name)
+        return
+    aside = _aside_name(above, below, name, run)
+    os.rename(name, aside, src_dir_fd=above, dst_dir_fd=above)
+    saved.aside.append((prefix + name, prefix + aside))
+
+
+def _aside_name(above: int, below: int, name: str, run: int) -> str:
+    """`notes (conflict from run 12).txt`, numbered if taken, within a name's 255 bytes."""
+    stem, extension = os.path.splitext(name)
+    if len(extension) > 16:
+        stem, extension = name, ""
+    label = f"conflict from run {run}" if run else "conflict"
+    for number in range(1, 1000):
+        suffix = f" ({label})" if number == 1 else f" ({label}, {number})"
+        room = 255 - len((suffix + extension).encode())
+        shortened = stem.encode()[:room].decode(errors="ignore")
+        candidate = shortened + suffix + extension
+        if _target(above, candidate) is None and _target(below, candidate) is None:
+            return candidate
+    raise OSError(errno.EEXIST, f"no free name to keep {name!r} beside")
+
+
+def _unsaved(upper: int, workspace: int) -> list[str]:
+    """What of the snippet's changes is not in the workspace: after a save that failed."""
+    missing: list[str] = []
+    levels: list[tuple[int, int | None, str, Iterator[str]]] = [
+        (upper, workspace, "", _names(upper))
+    ]
+    try:
+        while levels:
+            above, below, prefix, names = levels[-1]
+            name = next(names, None)
+            if name is None:
+                levels.pop()
+                _close_walked(above, below, upper)
+                continue
+            info = _target(above, name)
+            target = None if below is None else _target(below, name)
+            if info is None:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                mirror = None
+                if target is not None and stat.S_ISDIR(target.st_mode):
+                    mirror = os.open(name, _DIRECTORY, dir_fd=below)
+                else:
+                    missing.append(f"{prefix}{name}/")
+                child = os.open(name, _DIRECTORY, dir_fd=above)
+                levels.append((child, mirror, f"{prefix}{name}/", _names(child)))
+            elif not _in_place(above, below, name, info, target):
+                missing.append(prefix + name)
+    finally:
+        for above, below, _, _ in levels:
+            _close_walked(above, below, upper)
+    return missing
+
+
+def _close_walked(above: int, below: int | None, upper: int) -> None:
+    if above != upper:
+        os.close(above)
+        if below is not None:
+            os.close(below)
+
+
+def _in_place(
+    above: int, below: int | None, name: str, info: os.stat_result, target: os.stat_result | None
+) -> bool:
+    """Whether the workspace has the snippet's version of one entry (or, for a deletion, none)."""
+    if _is_whiteout(info):
+        return target is None
+    if target is None or stat.S_IFMT(target.st_mode) != stat.S_IFMT(info.st_mode):
+        return False
+    if stat.S_ISREG(info.st_mode):  # a saved copy keeps the size and modification time
+        return (target.st_size, target.st_mtime_ns) == (info.st_size, info.st_mtime_ns)
+    if stat.S_ISLNK(info.st_mode):
+        return os.readlink(name, dir_fd=above) == os.readlink(name, dir_fd=below)
+    return True
 
 
 def _is_whiteout(info: os.stat_result) -> bool:
@@ -277,20 +496,54 @@ def describe(used: Usage, max_bytes: int, max_files: int) -> str:
     )
 
 
+def _listed(names: list[str]) -> str:
+    """At most ten names; a name with newlines could forge lines of the result, so what is not
+    printable is quoted."""
+    shown = ", ".join(name if name.isprintable() else repr(name) for name in names[:10])
+    return shown + (f" and {len(names) - 10:,} more" if len(names) > 10 else "")
+
+
 def report(saved: Saved, used: Usage, max_bytes: int, max_files: int) -> str:
     """The note the saver leaves on the snippet's stderr when the quota stopped something."""
     lines = [
         f"[Workspace quota reached: writes past it failed. {describe(used, max_bytes, max_files)}]"
     ]
     if saved.skipped:
-        # A name with newlines could forge lines of the result: quote what is not printable.
-        shown = ", ".join(name if name.isprintable() else repr(name) for name in saved.skipped[:10])
-        more = f" and {len(saved.skipped) - 10:,} more" if len(saved.skipped) > 10 else ""
         lines.append(
-            f"[Not saved, over the quota: {shown}{more}. Each keeps its earlier version, if it "
-            "had one.]"
+            f"[Not saved, over the quota: {_listed(saved.skipped)}. Each keeps its earlier "
+            "version, if it had one.]"
         )
     return "\n".join(lines) + "\n"
+
+
+def outcome(saved: Saved) -> tuple[bool, str]:
+    """Whether the snippet's files were saved, and what its call's result says about them."""
+    if saved.superseded_by:
+        return False, (
+            f"Not saved: while this program ran, its run was taken over (it is now at attempt "
+            f"{saved.superseded_by}), so nothing it wrote was saved."
+        )
+    notes = []
+    if saved.failure:
+        unsaved = _listed(saved.unsaved) if saved.unsaved else "nothing, as far as Loop can tell"
+        notes.append(
+            f"Saving this program's files failed ({saved.failure}). Not saved: {unsaved}. "
+            "Everything else it wrote was saved."
+        )
+    if saved.aside:
+        moved = [
+            f"{theirs} (this program's version is saved as {ours})" for theirs, ours in saved.aside
+        ]
+        notes.append(
+            "Changed by another call while this program ran, so kept as that call left them: "
+            f"{_listed(moved)}. Merge the two versions if both matter."
+        )
+    if saved.kept:
+        notes.append(
+            "Not deleted, because another call changed them while this program ran: "
+            f"{_listed(saved.kept)}."
+        )
+    return not saved.failure, "\n".join(notes)
 
 
 # The saver -------------------------------------------------------------------------------------
@@ -301,9 +554,29 @@ def _full(upper: int) -> bool:
     return space.f_bavail * space.f_frsize < FULL_MARGIN or space.f_favail == 0
 
 
-def save_when_done(upper: int, workspace: int, limits: tuple[int, int]) -> None:
-    """Save what the ended sandbox wrote, and say on its stderr what the quota refused."""
-    saved = save(upper, workspace, *limits)
+def _fences(path: str) -> int | None:
+    try:
+        return os.open(path, _DIRECTORY)
+    except FileNotFoundError:  # no run of this workspace's was ever claimed by a worker
+        return None
+
+
+NO_TICKET = "Not saved: the sandbox ran without being told what for, so nothing it wrote was saved."
+
+
+def save_when_done(
+    upper: int, workspace: int, limits: tuple[int, int], given: bytes, fences: str
+) -> tuple[bool, str]:
+    """Save what the ended sandbox wrote, say on its stderr what the quota refused, and say
+    whether it was saved, and what the call's result should tell about it."""
+    ticket = Ticket.parse(given)
+    if ticket is None:  # the worker gives one with every program: this sandbox ran none of it
+        return False, NO_TICKET
+    saved = save(upper, workspace, *limits, ticket, _fences(fences))
+    if saved.superseded_by:
+        os.write(2, b"[Not saved: the run was taken over while this program ran.]\n")
+        return outcome(saved)
     saved.full = _full(upper)
     if saved.skipped or saved.full:
         os.write(2, report(saved, usage(workspace), *limits).encode())
+    return outcome(saved)

@@ -19,6 +19,7 @@ from django.conf import settings
 
 from tools import overlay, overlay_save
 from tools.base import ToolError
+from tools.fence import fence_directory
 from tools.overlay_save import Usage
 
 __all__ = ["Budget", "Quota", "QuotaExceeded", "Usage", "admitted", "sandbox_prefix", "usage"]
@@ -82,11 +83,13 @@ def admitted(root: int) -> Iterator[Budget]:
         fcntl.flock(root, fcntl.LOCK_UN)
 
 
-def sandbox_prefix(workspace: Path) -> list[str]:
+def sandbox_prefix(workspace: Path, saver: int) -> list[str]:
     """The command that bounds a sandboxed snippet's writes by the quota; the sandbox follows.
 
     It runs as the snippet's unprivileged identity (after setpriv), before the rlimits, so the
     saver it leaves behind is bound by neither the snippet's file-size nor its descriptor limit.
+    `saver` is the descriptor of the saver's end of its channel to the worker (tools.fence), and
+    the saver reads the workspace runs' fences where tools.fence writes them.
     """
     quota = Quota.from_settings()
     return [
@@ -97,5 +100,7 @@ def sandbox_prefix(workspace: Path) -> list[str]:
         str(workspace),
         str(quota.max_bytes),
         str(quota.max_files),
+        str(fence_directory(workspace)),
+        str(saver),
         "--",
     ]

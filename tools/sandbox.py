@@ -34,6 +34,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from tools.base import ToolDenied, ToolError
+from tools.fence import Channel
 from tools.quota import sandbox_prefix as quota_prefix
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,9 @@ class Execution:
     output_truncated: bool
     policy: str
     stopped: bool = False  # killed by kill_run: the run it ran for was stopped
+    # Whether what it wrote was saved (tools/fence.py), and what its result says about that.
+    files_saved: bool = True
+    files_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class ForRun:
 
     run_id: int
     stopped: Callable[[], bool] | None = None
+    attempt: int = 0  # the run's claim: a saver whose run was claimed again saves nothing
 
 
 @dataclass(frozen=True)
@@ -216,15 +221,17 @@ class BubblewrapSandbox:
         return execution
 
     def launch(self, workspace: Path, limits: Limits) -> Future[Launched]:
+        saver = Channel()
         argv = [
             *identity_prefix(workspace),
             *process_budget_prefix(limits),
-            *quota_prefix(workspace),  # bounds what the snippet writes: tools/overlay.py
+            # Bounds what the snippet writes, and fences it: tools/overlay.py.
+            *quota_prefix(workspace, saver.saver_end()),
             *limits_prefix(limits),
             *self.bwrap_arguments(workspace, limits),
             *interpreter_arguments(),
         ]
-        return LAUNCHER.start(argv, limits)
+        return LAUNCHER.start(argv, limits, saver=saver)
 
     def bwrap_arguments(self, workspace: Path, limits: Limits) -> list[str]:
         return [
@@ -306,7 +313,7 @@ def get_sandbox() -> Sandbox:
         ) from None
 
 
-LaunchRequest = tuple[list[str], Limits, Path | None, "Future[Launched]"]
+LaunchRequest = tuple[list[str], Limits, Path | None, Channel | None, "Future[Launched]"]
 
 
 class Launcher:
@@ -324,7 +331,14 @@ class Launcher:
         self.requests: queue.SimpleQueue[LaunchRequest] = queue.SimpleQueue()
         self.thread: threading.Thread | None = None
 
-    def start(self, argv: list[str], limits: Limits, cwd: Path | None = None) -> Future[Launched]:
+    def start(
+        self,
+        argv: list[str],
+        limits: Limits,
+        cwd: Path | None = None,
+        *,
+        saver: Channel | None = None,
+    ) -> Future[Launched]:
         """Have argv started; the future holds it within a fork and exec (a millisecond or two)."""
         future: Future[Launched] = Future()
         with self.lock:
@@ -333,7 +347,7 @@ class Launcher:
                     target=self._serve, name="sandbox-launcher", daemon=True
                 )
                 self.thread.start()
-            self.requests.put((argv, limits, cwd, future))
+            self.requests.put((argv, limits, cwd, saver, future))
         return future
 
     def forget(self) -> None:
@@ -346,10 +360,10 @@ class Launcher:
         if os.geteuid() == 0:
             REAPER.adopt_orphans()
         while True:
-            argv, limits, cwd, future = self.requests.get()
+            argv, limits, cwd, saver, future = self.requests.get()
             try:
                 with REAPER.lock:  # no sandbox may be mistaken for an orphan before it is tracked
-                    sandbox = launch(argv, limits, cwd)
+                    sandbox = launch(argv, limits, cwd, saver)
                     REAPER.started.add(sandbox.process.pid)
                 future.set_result(sandbox)
             except BaseException as error:  # the caller's failure, never this thread's end
@@ -629,6 +643,7 @@ class Launched:
     lock: threading.Lock = field(default_factory=threading.Lock)
     reaped: bool = False
     stopped: bool = False
+    saver: Channel | None = None  # to the saver of its writes: tools/overlay.py
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -637,6 +652,8 @@ class Launched:
         self, code: str, limits: Limits, policy: str, *, run: ForRun | None = None
     ) -> Execution:
         with RUNNING.running(run, self):
+            if self.saver is not None:
+                self.saver.give(run.run_id if run else None, run.attempt if run else 0)
             _feed(self.process, code)
             timed_out = not _exited_within(self.process, limits.timeout)
             if timed_out:
@@ -645,6 +662,7 @@ class Launched:
         # The saver holds both pipes until it has saved, after a kill too.
         self.stdout.join()
         self.stderr.join()
+        files_saved, files_note = self.saver.outcome() if self.saver else (True, "")
         timed_out = timed_out and not self.stopped
         return Execution(
             exit_status=None if timed_out or self.stopped else self.process.returncode,
@@ -654,6 +672,8 @@ class Launched:
             output_truncated=self.stdout.truncated or self.stderr.truncated,
             policy=policy,
             stopped=self.stopped,
+            files_saved=files_saved,
+            files_note=files_note,
         )
 
     def stop(self) -> bool:
@@ -687,22 +707,30 @@ class Launched:
         self.reap()
         if self.process.stdin is not None:
             self.process.stdin.close()
+        if self.saver is not None:
+            self.saver.close()
 
 
-def launch(argv: list[str], limits: Limits, cwd: Path | None) -> Launched:
-    process = subprocess.Popen(  # noqa: S603 (argv is built above, never by a shell)
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        env=_environment_for_host_process(),
-        start_new_session=True,
-    )
+def launch(argv: list[str], limits: Limits, cwd: Path | None, saver: Channel | None) -> Launched:
+    try:
+        process = subprocess.Popen(  # noqa: S603 (argv is built above, never by a shell)
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=_environment_for_host_process(),
+            start_new_session=True,
+            pass_fds=() if saver is None else (saver.saver_end(),),
+        )
+    finally:
+        if saver is not None:
+            saver.handed_over()
     return Launched(
         process,
         CappedReader(process.stdout, limits.output_bytes),
         CappedReader(process.stderr, limits.output_bytes),
+        saver=saver,
     )
 
 
