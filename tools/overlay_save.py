@@ -555,8 +555,8 @@ def _full(upper: int) -> bool:
 
 
 def _fences(path: str) -> int | None:
-    try:
-        return os.open(path, _DIRECTORY)
+    try:  # a path only: the saver may look fences up by name (0711), not list them
+        return os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:  # no run of this workspace's was ever claimed by a worker
         return None
 

@@ -1,0 +1,285 @@
+"""What a snippet's saver may write: fenced like its run's events (a saver whose run was taken over
+saves nothing), never over another call's change, and never silently short (a full disk).
+
+Real sandboxes and savers throughout; a frozen saver is a SIGSTOPped one, as in a frozen VM.
+"""
+
+import os
+import re
+import secrets
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
+from pathlib import Path
+
+import psutil
+import pytest
+
+from agent.execution import execute_run
+from agent.llm.scripted import ScriptedLLM, answer, calls
+from agent.loop import Limits as RunLimits
+from agent.models import AgentRun
+from agent.runs import start_run
+from tools.base import ToolContext, ToolStatus
+from tools.fence import raise_fence
+from tools.sandbox import BubblewrapSandbox, Execution, ForRun, Launched, Limits
+from tools.workspace import ensure_workspace, workspace_path
+
+from .conftest import wait_for
+from .test_run_code import run
+
+NOTES = "notes.txt"
+# How a call's result names the copy of its version of the notes, set beside another call's.
+SET_ASIDE = re.compile(
+    r"notes\.txt \(this program's version is saved as "
+    r"(notes \(conflict from run \d+(?:, \d+)?\)\.txt)\)"
+)
+
+
+def fresh_workspace(workspaces: Path) -> tuple[int, Path]:
+    user_id = 10_000_000 + secrets.randbelow(100_000_000)
+    return user_id, ensure_workspace(workspaces / str(user_id), user_id)
+
+
+def saver_of(sandbox: Launched) -> psutil.Process:
+    """The saver tools/overlay.py forked for this sandbox: the one child still running it."""
+
+    def found() -> psutil.Process | None:
+        for child in psutil.Process(sandbox.process.pid).children():
+            if any(part.endswith("overlay.py") for part in child.cmdline()):
+                return child
+        return None
+
+    return wait_for(found, "the sandbox's saver")
+
+
+def put(workspace: Path, name: str, text: str) -> None:
+    """Write a file as the workspace's owner would own it (a file tool's write, say)."""
+    path = workspace / name
+    path.write_text(text)
+    owner = workspace.stat()
+    os.chown(path, owner.st_uid, owner.st_gid)
+
+
+class FrozenSaver:
+    """A sandbox started ahead whose saver is stopped (SIGSTOP) before it is given its program,
+    so that the program runs and ends and its saver saves only once it is woken."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.limits = Limits(timeout=20)
+        self.sandbox = BubblewrapSandbox().launch(workspace, self.limits).result()
+        self.saver = saver_of(self.sandbox)
+        self.saver.suspend()
+        self.pool = ThreadPoolExecutor(1)
+
+    def run(self, code: str, run: ForRun) -> Future[Execution]:
+        return self.pool.submit(self.sandbox.finish, code, self.limits, "bubblewrap", run=run)
+
+    def wake(self) -> None:
+        with suppress(psutil.NoSuchProcess):  # it saved and ended
+            self.saver.resume()
+
+
+@pytest.fixture
+def frozen(workspaces: Path) -> Iterator[tuple[Path, FrozenSaver]]:
+    _, workspace = fresh_workspace(workspaces)
+    frozen = FrozenSaver(workspace)
+    yield workspace, frozen
+    frozen.wake()
+    frozen.pool.shutdown()
+
+
+def test_a_saver_whose_run_was_taken_over_meanwhile_saves_nothing(frozen) -> None:
+    """Finding 11: the snippet of attempt 1 writes the file and ends; its saver is frozen. The run
+    is taken over (attempt 2), which writes the file; the stale saver wakes: the file keeps the
+    new content, and the stale call's result says nothing was saved."""
+    workspace, sandbox = frozen
+    raise_fence(workspace, 41, 1)
+    stale = sandbox.run(f"open({NOTES!r}, 'w').write('stale\\n')", ForRun(41, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the stale snippet to end")
+
+    raise_fence(workspace, 41, 2)  # as the claim of a worker taking the run over does
+    put(workspace, NOTES, "taken over\n")  # as the new attempt's write does
+    sandbox.wake()
+
+    execution = stale.result(timeout=60)
+    assert (workspace / NOTES).read_text() == "taken over\n"
+    assert not execution.files_saved
+    assert "taken over" in execution.files_note
+    assert "Not saved" in execution.stderr
+
+
+def test_a_sandbox_started_ahead_saves_for_the_attempt_of_the_call_it_ran(frozen) -> None:
+    """A warm sandbox started while the run was at attempt 1 and given its program by attempt 2
+    saves: the attempt is the one of the call that ran it, told when it was taken."""
+    workspace, sandbox = frozen
+    raise_fence(workspace, 42, 1)
+    raise_fence(workspace, 42, 2)
+    sandbox.wake()
+
+    execution = sandbox.run(f"open({NOTES!r}, 'w').write('mine\\n')", ForRun(42, attempt=2))
+
+    assert execution.result(timeout=60).files_saved
+    assert (workspace / NOTES).read_text() == "mine\n"
+
+
+def test_another_run_s_takeover_does_not_fence_this_run(frozen) -> None:
+    workspace, sandbox = frozen
+    raise_fence(workspace, 43, 1)
+    raise_fence(workspace, 44, 5)
+    sandbox.wake()
+
+    execution = sandbox.run(f"open({NOTES!r}, 'w').write('mine\\n')", ForRun(43, attempt=1))
+
+    assert execution.result(timeout=60).files_saved
+    assert (workspace / NOTES).read_text() == "mine\n"
+
+
+def test_a_change_made_while_a_snippet_ran_is_kept_and_the_snippet_s_beside_it(frozen) -> None:
+    """Finding 12, at its smallest: a file changed by another call after this snippet started
+    keeps that change; this snippet's version is saved beside it, and its result says where."""
+    workspace, sandbox = frozen
+    put(workspace, NOTES, "first\n")
+    put(workspace, "gone.txt", "keep me\n")
+    code = (
+        f"open({NOTES!r}, 'a').write('ours\\n')\n"
+        "import os\nos.remove('gone.txt')\n"
+        "open('other.txt', 'w').write('ours alone\\n')\n"
+    )
+    execution = sandbox.run(code, ForRun(45, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    put(workspace, NOTES, "first\ntheirs\n")  # another call's save, meanwhile
+    put(workspace, "gone.txt", "changed, keep me\n")
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert done.files_saved
+    aside = workspace / "notes (conflict from run 45).txt"
+    assert (workspace / NOTES).read_text() == "first\ntheirs\n"
+    assert aside.read_text() == "first\nours\n"
+    assert f"{NOTES} (this program's version is saved as {aside.name})" in done.files_note
+    assert (workspace / "gone.txt").read_text() == "changed, keep me\n"
+    assert "Not deleted, because another call changed them while this program ran: gone.txt" in (
+        done.files_note
+    )
+    assert (workspace / "other.txt").read_text() == "ours alone\n"  # no clash: merged
+
+
+APPEND = "with open({name!r}, 'a') as notes:\n    notes.write({line!r})\n"
+
+
+def appends(name: str, lines: list[str]) -> list[tuple[str, dict]]:
+    return [("run_code", {"code": APPEND.format(name=name, line=line + "\n")}) for line in lines]
+
+
+def lines_kept(run: AgentRun, workspace: Path, name: str) -> tuple[list[str], dict[str, str]]:
+    """Every line a call of `run` appended, and where each is: in the file, or in the copy the
+    call's own result names (a loser of a clash). A line in neither is lost."""
+    where: dict[str, str] = {}
+    for execution in run.tool_executions.order_by("pk"):
+        line = re.search(r"notes.write\('([^\\']+)", execution.arguments).group(1)
+        assert execution.status == ToolStatus.OK, execution.result
+        aside = SET_ASIDE.search(execution.result)
+        where[line] = aside.group(1) if aside else name
+    missing = [
+        line
+        for line, file in where.items()
+        if line not in (workspace / file).read_text().splitlines()
+    ]
+    return missing, where
+
+
+def rounds(tag: str, count: int, width: int) -> list[list[str]]:
+    return [[f"{tag}-r{r}-c{c}" for c in range(width)] for r in range(count)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_four_parallel_appends_to_one_file_lose_no_line(alice, workspaces) -> None:
+    """Finding 12: turns of four run_code calls at once, each appending a line to one file, ten
+    rounds: every line is in the file, or in the copy its call's result names."""
+    lines = rounds("p", 10, 4)
+    script = [calls(*appends(NOTES, batch)) for batch in lines] + [answer("Done.")]
+    limits = RunLimits(max_iterations=12, max_tool_calls=60, max_parallel_calls=4)
+    run = execute_run(
+        start_run(alice, "Append", model="mock", limits=limits), llm=ScriptedLLM(script)
+    )
+
+    missing, where = lines_kept(run, workspace_path(alice.pk), NOTES)
+    assert len(where) == 40
+    assert missing == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_runs_of_one_person_appending_to_one_file_lose_no_line(alice, workspaces) -> None:
+    limits = RunLimits(max_iterations=10, max_tool_calls=20, max_parallel_calls=1)
+    runs = [start_run(alice, f"Append {tag}", model="mock", limits=limits) for tag in "ab"]
+    scripts = {
+        run.pk: [calls(*appends(NOTES, batch)) for batch in rounds(tag, 8, 1)] + [answer("Done.")]
+        for run, tag in zip(runs, "ab", strict=True)
+    }
+
+    def work(run: AgentRun) -> AgentRun:
+        try:
+            return execute_run(run, llm=ScriptedLLM(scripts[run.pk]))
+        finally:
+            from django.db import connection
+
+            connection.close()
+
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(work, runs))
+
+    for worked in done:
+        missing, where = lines_kept(worked, workspace_path(alice.pk), NOTES)
+        assert len(where) == 8
+        assert missing == []
+
+
+@pytest.fixture
+def tiny_disk(workspaces: Path, settings) -> Iterator[Path]:
+    """LOOP_WORKSPACES_DIR on a 1 MiB tmpfs of its own, so a test can fill the real disk."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root")
+    subprocess.run(
+        ["/usr/bin/mount", "-t", "tmpfs", "-o", "size=1m,mode=0711", "tmpfs", str(workspaces)],
+        check=True,
+    )
+    try:
+        yield workspaces
+    finally:
+        subprocess.run(["/usr/bin/umount", "-l", str(workspaces)], check=True)
+
+
+def test_a_save_the_full_disk_cuts_short_is_the_call_s_error_naming_what_is_lost(
+    tiny_disk: Path,
+) -> None:
+    """Finding 13: the disk (not the quota) fills while the saver saves: the call is an error
+    that names each file not saved, and every file it does not name is saved whole."""
+    user_id, workspace = fresh_workspace(tiny_disk)
+    context = ToolContext(user_id=user_id, username="alice", workspace=workspace)
+    space = os.statvfs(workspace)
+    (workspace / "ballast.bin").write_bytes(b"\0" * (space.f_bavail * space.f_frsize - 150_000))
+    code = "for n in range(8):\n    open(f'part-{n}.bin', 'wb').write(bytes(40_000))\n"
+
+    result = run(context, code)
+
+    assert result.status is ToolStatus.ERROR
+    assert "Saving this program's files failed (No space left on device)" in result.text
+    named = re.search(r"Not saved: (.*)\. Everything else it wrote was saved", result.text)[1]
+    for n in range(8):
+        part = workspace / f"part-{n}.bin"
+        if f"part-{n}.bin" in named:
+            assert not part.exists()
+        else:
+            assert part.stat().st_size == 40_000
+    assert "part-7.bin" in named
+
+
+def test_a_snippet_that_writes_nothing_still_runs_with_a_full_disk(tiny_disk: Path) -> None:
+    user_id, workspace = fresh_workspace(tiny_disk)
+    context = ToolContext(user_id=user_id, username="alice", workspace=workspace)
+    space = os.statvfs(workspace)
+    (workspace / "ballast.bin").write_bytes(b"\0" * (space.f_bavail * space.f_frsize))
+
+    assert run(context, "print('hello')").ok
