@@ -16,18 +16,21 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agent.events import RunStatus
 from agent.execution import execute_run
 from agent.llm.scripted import ScriptedLLM, answer, calls
 from agent.loop import Limits as RunLimits
 from agent.models import AgentRun
-from agent.runs import start_run
+from agent.runs import new_conversation, start_run, submit_run
 from tools.base import ToolContext, ToolStatus
 from tools.fence import raise_fence
 from tools.sandbox import BubblewrapSandbox, Execution, ForRun, Launched, Limits
 from tools.workspace import ensure_workspace, workspace_path
 
 from .conftest import wait_for
+from .groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)
 from .test_run_code import run
+from .test_worker import MODEL, on_groq, started, status_of  # noqa: F401 (on_groq: a fixture)
 
 NOTES = "notes.txt"
 # How a call's result names the copy of its version of the notes, set beside another call's.
@@ -283,3 +286,56 @@ def test_a_snippet_that_writes_nothing_still_runs_with_a_full_disk(tiny_disk: Pa
     (workspace / "ballast.bin").write_bytes(b"\0" * (space.f_bavail * space.f_frsize))
 
     assert run(context, "print('hello')").ok
+
+
+def frozen_tree(worker: int) -> list[psutil.Process]:
+    """Freeze a worker and every process below it (its sandboxes and their savers), worker
+    first so that it starts nothing more meanwhile: a frozen VM, as far as they can tell."""
+    top = psutil.Process(worker)
+    top.suspend()
+    below = top.children(recursive=True)
+    for process in below:
+        with suppress(psutil.NoSuchProcess):
+            process.suspend()
+    return [top, *below]
+
+
+def ended(process: psutil.Process) -> bool:
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_frozen_worker_s_snippet_writes_nothing_once_another_worker_took_its_run(
+    alice,
+    on_groq,  # noqa: F811 (the fixture imported above)
+    groq_server,
+    start_worker,
+    workspaces,
+) -> None:
+    """Finding 11 end to end: a worker's whole tree is frozen (SIGSTOP) mid-snippet past
+    LOOP_STALE_SECONDS; another worker resumes the run, which writes the file and ends; the
+    tree wakes, the stale snippet ends and its saver saves nothing over the file."""
+    stale = "open('notes.txt', 'w').write('stale\\n')\nimport time\ntime.sleep(3)\n"
+    groq_server.reply(tool_calls=[tool_call("run_code", {"code": stale}, id="call_stale")])
+    groq_server.reply(
+        tool_calls=[tool_call("write_file", {"path": NOTES, "content": "new\n"}, id="call_new")]
+    )
+    groq_server.reply("Written.")
+    run = submit_run(alice, "Write the notes", new_conversation(alice), model=MODEL)
+    first = start_worker(**on_groq)
+    wait_for(lambda: started(run, "call_stale"), "the snippet to start")
+    wait_for(lambda: psutil.Process(first.pid).children(recursive=True), "its sandbox")
+    tree = frozen_tree(first.pid)
+
+    start_worker(**on_groq)
+    wait_for(lambda: status_of(run) == RunStatus.SUCCEEDED, "the resumed run to succeed")
+    assert (workspace_path(alice.pk) / NOTES).read_text() == "new\n"
+    for process in tree:
+        with suppress(psutil.NoSuchProcess):
+            process.resume()
+    wait_for(lambda: all(ended(process) for process in tree[1:]), "the woken snippet to end")
+
+    assert (workspace_path(alice.pk) / NOTES).read_text() == "new\n"

@@ -37,8 +37,10 @@ _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # the saver enforces the exact file cap.
 INODE_ALLOWANCE = 1_000
 PAGE = 4096
-# The saver's answer on CHANNEL: one of these on a line, then the note for the call's result.
+# The saver's answer on CHANNEL: one of these on a line, then the note for the call's result,
+# within what the worker's end holds unread (it reads once the saver has ended).
 SAVED, FAILED = "saved", "failed"
+NOTE_CAP = 16_000
 
 
 # Setting the overlay up ------------------------------------------------------------------------
@@ -128,7 +130,7 @@ def _ticket(channel: int) -> bytes:
 
 def _answer(channel: int, saved: bool, note: str) -> None:
     try:  # noqa: SIM105 (contextlib would be one more import on every sandbox start)
-        os.write(channel, f"{SAVED if saved else FAILED}\n{note}".encode())
+        os.write(channel, f"{SAVED if saved else FAILED}\n{note[:NOTE_CAP]}".encode())
     except OSError:
         pass  # the worker is gone: there is nobody to tell
 
