@@ -4,6 +4,7 @@ saves nothing), never over another call's change, and never silently short (a fu
 Real sandboxes and savers throughout; a frozen saver is a SIGSTOPped one, as in a frozen VM.
 """
 
+import json
 import os
 import re
 import secrets
@@ -22,8 +23,10 @@ from agent.llm.scripted import ScriptedLLM, answer, calls
 from agent.loop import Limits as RunLimits
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run, submit_run
-from tools.base import ToolContext, ToolStatus
+from tools.base import ToolContext, ToolRegistry, ToolStatus
+from tools.code import RUN_CODE
 from tools.fence import raise_fence
+from tools.files import WRITE_FILE
 from tools.sandbox import BubblewrapSandbox, Execution, ForRun, Launched, Limits
 from tools.workspace import ensure_workspace, workspace_path
 
@@ -33,6 +36,7 @@ from .test_run_code import run
 from .test_worker import MODEL, on_groq, started, status_of  # noqa: F401 (on_groq: a fixture)
 
 NOTES = "notes.txt"
+APPEND = "with open({name!r}, 'a') as notes:\n    notes.write({line!r})\n"
 # How a call's result names the copy of its version of the notes, set beside another call's.
 SET_ASIDE = re.compile(
     r"notes\.txt \(this program's version is saved as "
@@ -57,12 +61,15 @@ def saver_of(sandbox: Launched) -> psutil.Process:
     return wait_for(found, "the sandbox's saver")
 
 
-def put(workspace: Path, name: str, text: str) -> None:
-    """Write a file as the workspace's owner would own it (a file tool's write, say)."""
-    path = workspace / name
-    path.write_text(text)
+def owned(workspace: Path, path: Path) -> None:
+    """Give what the test made to the workspace's owner, as a file tool's write would."""
     owner = workspace.stat()
     os.chown(path, owner.st_uid, owner.st_gid)
+
+
+def put(workspace: Path, name: str, text: str) -> None:
+    (workspace / name).write_text(text)
+    owned(workspace, workspace / name)
 
 
 class FrozenSaver:
@@ -169,7 +176,51 @@ def test_a_change_made_while_a_snippet_ran_is_kept_and_the_snippet_s_beside_it(f
     assert (workspace / "other.txt").read_text() == "ours alone\n"  # no clash: merged
 
 
-APPEND = "with open({name!r}, 'a') as notes:\n    notes.write({line!r})\n"
+def test_a_directory_another_call_changed_is_neither_deleted_nor_replaced(frozen) -> None:
+    """Directories merge entry by entry; one the snippet deleted, or deleted and made anew, while
+    another call added to it, keeps that call's entries, and the snippet's new one is set aside."""
+    workspace, sandbox = frozen
+    for name in ("old", "made"):
+        (workspace / name).mkdir()
+        owned(workspace, workspace / name)
+        put(workspace, f"{name}/kept.txt", "before\n")
+    code = (
+        "import os, shutil\n"
+        "shutil.rmtree('old')\n"
+        "shutil.rmtree('made')\nos.mkdir('made')\nopen('made/ours.txt', 'w').write('ours\\n')\n"
+    )
+    execution = sandbox.run(code, ForRun(46, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    put(workspace, "old/theirs.txt", "theirs\n")  # another call's save, meanwhile
+    put(workspace, "made/theirs.txt", "theirs\n")
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert done.files_saved, done
+    assert sorted(os.listdir(workspace / "old")) == ["kept.txt", "theirs.txt"]
+    assert sorted(os.listdir(workspace / "made")) == ["kept.txt", "theirs.txt"]
+    aside = workspace / "made (conflict from run 46)"
+    assert sorted(os.listdir(aside)) == ["ours.txt"]
+    assert f"made (this program's version is saved as {aside.name})" in done.files_note
+    assert "Not deleted, because another call changed them while this program ran: old" in (
+        done.files_note
+    )
+
+
+def test_a_call_s_change_just_before_a_snippet_starts_is_no_clash(workspaces: Path) -> None:
+    """File change times tick coarsely: a write_file right before run_code (the same tick, as a
+    quick model makes it) must not read as a change made while the snippet ran."""
+    user_id, workspace = fresh_workspace(workspaces)
+    tools = ToolRegistry([RUN_CODE, WRITE_FILE])
+    context = ToolContext(user_id=user_id, username="alice", workspace=workspace)
+    code = APPEND.format(name=NOTES, line="appended\n")
+    for number in range(20):
+        content = json.dumps({"path": NOTES, "content": f"{number}\n"})
+        assert tools.dispatch("write_file", content, context).ok
+        result = tools.dispatch("run_code", json.dumps({"code": code}), context)
+        assert result.ok, result.text
+        assert "another call" not in result.text
+        assert (workspace / NOTES).read_text() == f"{number}\nappended\n"
 
 
 def appends(name: str, lines: list[str]) -> list[tuple[str, dict]]:
