@@ -191,10 +191,10 @@ LOOP_SANDBOX = env_str("LOOP_SANDBOX", "bubblewrap")
 def sandbox_uid_base(workspaces: Path) -> int:
     """This site's own sandbox uid range, derived from its workspaces directory: the same on every
     start, and another site on the host (another directory) almost surely gets another, so no
-    two people of two sites share a uid, nor so a process budget. It lies above the ranges hosts
-    hand out (accounts, subuids, systemd-nspawn's up to 1879048191) and leaves 2**24 user ids
-    below 2**31 - 1."""
-    first, room_for_users = 1_900_000_000, 2**24
+    person of one site shares a uid, and with it a process budget, with a person of another. It
+    lies above the ranges hosts hand out (accounts, subuids, systemd-nspawn's up to 1879048191)
+    and leaves 2**27 user ids below 2**31 - 1."""
+    first, room_for_users = 1_900_000_000, 2**27
     choices = 2**31 - 1 - room_for_users - first
     digest = hashlib.sha256(str(workspaces).encode()).digest()
     return first + int.from_bytes(digest[:8], "big") % choices

@@ -203,9 +203,9 @@ def test_each_site_derives_its_own_stable_sandbox_uid_range(settings, tmp_path):
     assert sandbox_uid_base(first) == sandbox_uid_base(first)  # the same on every start
     assert sandbox_uid_base(first) != sandbox_uid_base(second)
     for directory in (first, second, Path("/srv/loop/var/workspaces")):
-        assert 1_900_000_000 <= sandbox_uid_base(directory) < 2**31 - 1 - 2**24
+        assert 1_900_000_000 <= sandbox_uid_base(directory) < 2**31 - 1 - 2**27
     if "LOOP_SANDBOX_UID_BASE" not in os.environ:
-        assert settings.LOOP_SANDBOX_UID_BASE == sandbox_uid_base(settings.LOOP_WORKSPACES_DIR)
+        assert sandbox_uid_base(settings.LOOP_WORKSPACES_DIR) == settings.LOOP_SANDBOX_UID_BASE
 
 
 def test_a_workspace_of_the_old_fixed_uid_base_is_handed_over(workspaces, settings):
@@ -224,3 +224,14 @@ def test_a_workspace_of_the_old_fixed_uid_base_is_handed_over(workspaces, settin
     result = run(context, "print(open('notes/todo.txt').read())")
     assert result.status is ToolStatus.OK
     assert "from before" in result.text
+
+
+def test_a_snippet_its_cgroup_refuses_does_not_run(workspaces, monkeypatch):
+    """Where cgroups work but a snippet's own refuses its process, it fails closed, unbounded
+    never."""
+    version = type(tree().version)
+    monkeypatch.setattr(version, "entry_files", lambda self, snippet: [])  # the uid may not enter
+    result = run(user_context(workspaces), "print('ran')")
+    assert result.status is ToolStatus.DENIED
+    assert "cannot bound the snippet's memory" in result.text
+    assert "ran" not in result.text.replace("run_code", "")
