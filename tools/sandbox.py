@@ -5,7 +5,9 @@ only writable directory, a small /tmp, no network, no host processes, no environ
 set by prlimit (hard and soft alike, so the snippet cannot raise them) and hold for an unprivileged
 uid only. When the worker is root, each user's snippets run as a host uid of their own (the owner
 of their workspace, LOOP_SANDBOX_UID_BASE + user id), so the process limit, which the kernel
-counts per uid, is each user's own budget. Every sandbox is forked by one long-lived thread
+counts per uid, is each user's own budget. Memory is bounded per snippet (all its processes and
+its tmpfs together) and per person by cgroups (tools.cgroups), where the machine has them, and per
+process by RLIMIT_AS everywhere. Every sandbox is forked by one long-lived thread
 (Launcher), what outlives its sandbox is reaped by this process (Reaper), a wall-clock timeout
 kills the whole tree, and output is read with a byte cap. A stopped run's snippets are killed at
 once from any thread (kill_run), their writes saved as at a timeout.
