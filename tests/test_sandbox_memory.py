@@ -5,6 +5,7 @@ of the workspace, and each site derives its own sandbox uid range."""
 
 import logging
 import os
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
@@ -235,3 +236,19 @@ def test_a_snippet_its_cgroup_refuses_does_not_run(workspaces, monkeypatch):
     assert result.status is ToolStatus.DENIED
     assert "cannot bound the snippet's memory" in result.text
     assert "ran" not in result.text.replace("run_code", "")
+
+
+def test_the_cgroups_a_killed_worker_left_are_removed_by_the_next(workspaces, settings):
+    """A worker killed with -9 takes its sandboxes down (--die-with-parent), not their cgroups."""
+    killed = subprocess.Popen(["/bin/sleep", "60"])  # stands in for the worker
+    killed.kill()
+    killed.wait()  # its pid now names no process
+    context = user_context(workspaces)
+    left = person_cgroup(context) / f"snippet-{killed.pid}-0"
+    for directory in (left / "launch", left / "program"):
+        directory.mkdir(parents=True)
+    MEMORY.found.pop(settings.LOOP_SANDBOX_CGROUP)  # as a worker starting now finds its tree
+    assert run(context, "print('fine')").status is ToolStatus.OK
+    WARM.drain()
+    assert not left.exists()
+    assert not person_cgroup(context).exists()
