@@ -69,7 +69,7 @@ class Version(Protocol):
 
     def bound(self, directory: Path, limit_bytes: int) -> None: ...
 
-    def kill_together(self, directory: Path) -> None: ...
+    def arm_oom_killer(self, directory: Path) -> None: ...
 
     def entry_files(self, snippet: Path) -> list[Path]: ...
 
@@ -94,7 +94,7 @@ class V2:
         if (directory / "memory.swap.max").exists():
             _write(directory / "memory.swap.max", "0")
 
-    def kill_together(self, directory: Path) -> None:
+    def arm_oom_killer(self, directory: Path) -> None:
         _write(directory / "memory.oom.group", "1")
 
     def entry_files(self, snippet: Path) -> list[Path]:
@@ -129,8 +129,10 @@ class V1:
         for path in files:
             _write(path, str(limit_bytes))
 
-    def kill_together(self, directory: Path) -> None:
-        """v1 has no group kill: the OOM killer takes the largest processes one by one."""
+    def arm_oom_killer(self, directory: Path) -> None:
+        """v1 has no group kill: the OOM killer takes the largest processes one by one. A child
+        inherits oom_kill_disable, under which a snippet over its bound would hang, not end."""
+        _write(directory / "memory.oom_control", "0")
 
     def entry_files(self, snippet: Path) -> list[Path]:
         return [snippet / "program" / "cgroup.procs"]
@@ -251,6 +253,8 @@ class MemoryCgroups:
             _make_person(tree.version, person_directory)
             _make_snippet(tree.version, directory, uid, limit_bytes)
         except OSError as error:
+            for made in (directory / "program", directory / "launch", directory):
+                _remove_if_unused(made)
             raise CgroupError(
                 error.errno, f"cannot make the snippet's memory cgroup: {error}"
             ) from error
@@ -366,7 +370,7 @@ def _make_snippet(version: Version, directory: Path, uid: int | None, limit_byte
     (directory / "launch").mkdir()
     (directory / "program").mkdir()
     version.bound(directory / "program", limit_bytes)
-    version.kill_together(directory / "program")
+    version.arm_oom_killer(directory / "program")
     if uid is not None:  # the step into program/ runs as the snippet's uid, after the overlay
         for path in version.entry_files(directory):
             os.chown(path, uid, -1)
