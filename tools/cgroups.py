@@ -32,6 +32,7 @@ import os
 import select
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -254,7 +255,8 @@ class MemoryCgroups:
             _make_snippet(tree.version, directory, uid, limit_bytes)
         except OSError as error:
             for made in (directory / "program", directory / "launch", directory):
-                _remove_if_unused(made)
+                with suppress(OSError):  # what of it was made: the error says what failed
+                    made.rmdir()
             raise CgroupError(
                 error.errno, f"cannot make the snippet's memory cgroup: {error}"
             ) from error
