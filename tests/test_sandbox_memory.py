@@ -15,7 +15,7 @@ import pytest
 
 from loopsite.settings import sandbox_uid_base
 from tools.base import ToolContext, ToolStatus
-from tools.cgroups import MEMORY, Tree, Unavailable
+from tools.cgroups import MEMORY, Tree, Unavailable, own_memory_cgroup
 from tools.checks import check_memory_bound
 from tools.sandbox import WARM, sandbox_identity
 from tools.workspace import ensure_workspace
@@ -252,3 +252,35 @@ def test_the_cgroups_a_killed_worker_left_are_removed_by_the_next(workspaces, se
     WARM.drain()
     assert not left.exists()
     assert not person_cgroup(context).exists()
+
+
+HYBRID = (  # this VM: memory on a v1 hierarchy, an empty v2 one beside it
+    "4:memory:/process_api/8b0c\n0::/\n",
+    "35 31 0:32 / {mounts}/memory rw - cgroup cgroup rw,memory\n"
+    "41 31 0:38 / {mounts}/unified rw - cgroup2 cgroup2 rw\n",
+    "memory/process_api/8b0c",
+    "cgroup v1",
+)
+UNIFIED = (  # a systemd host on cgroup v2 only
+    "0::/system.slice/loop-worker.service/worker\n",
+    "30 23 0:26 / {mounts} rw - cgroup2 cgroup2 rw,nsdelegate\n",
+    "system.slice/loop-worker.service/worker",
+    "cgroup v2",
+)
+CONTAINER = (  # a container in the host's cgroup namespace, its own cgroup mounted as the tree
+    "0::/docker/abc\n",
+    "600 590 0:26 /docker/abc {mounts} rw - cgroup2 cgroup2 rw\n",
+    "",
+    "cgroup v2",
+)
+
+
+@pytest.mark.parametrize("machine", [HYBRID, UNIFIED, CONTAINER], ids=["hybrid", "v2", "container"])
+def test_the_workersown_memory_cgroup_is_found_on_each_kind_of_machine(tmp_path, machine):
+    cgroups, mounts, expected, version = machine
+    (tmp_path / expected).mkdir(parents=True, exist_ok=True)
+    if version == "cgroup v2":
+        (tmp_path / expected / "cgroup.controllers").write_text("cpu io memory pids\n")
+    mounts = mounts.format(mounts=tmp_path)
+    directory, found = own_memory_cgroup(cgroups, mounts)
+    assert (directory, found.name) == (tmp_path / expected, version)

@@ -304,11 +304,18 @@ def _locate(setting: str) -> tuple[Path, Version]:
     memory cgroup (v2 where the unified hierarchy has the memory controller, else v1)."""
     if setting:
         return Path(setting), _version_of(Path(setting))
+    return own_memory_cgroup(
+        Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text()
+    )
+
+
+def own_memory_cgroup(cgroups: str, mounts: str) -> tuple[Path, Version]:
+    """Where this process's memory cgroup shows, from its /proc/self/cgroup and mountinfo."""
     memberships = {}  # hierarchy: this process's cgroup path in it
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
+    for line in cgroups.splitlines():
         number, controllers, path = line.split(":", 2)
         memberships["v2" if number == "0" else controllers] = path
-    for mount in Path("/proc/self/mountinfo").read_text().splitlines():
+    for mount in mounts.splitlines():
         fields = mount.split()
         root, point = fields[3], fields[4]
         kind, options = fields[fields.index("-") + 1], fields[fields.index("-") + 3]
