@@ -66,6 +66,8 @@ class CgroupError(OSError):
 class Version(Protocol):
     name: str
 
+    def open_base(self, directory: Path) -> None: ...
+
     def open_for_children(self, directory: Path) -> None: ...
 
     def bound(self, directory: Path, limit_bytes: int) -> None: ...
@@ -83,6 +85,10 @@ class V2:
     """cgroup v2: memory.max, no swap past it, and an OOM kill takes all of the snippet."""
 
     name = "cgroup v2"
+
+    def open_base(self, directory: Path) -> None:
+        """loop-sandbox/ gets the memory controller only if its parent gives it."""
+        self.open_for_children(directory)
 
     def open_for_children(self, directory: Path) -> None:
         """Delegate the memory controller to the children. The kernel refuses (EBUSY) while the
@@ -115,6 +121,9 @@ class V1:
     together) where swap is accounted, in a hierarchy (memory.use_hierarchy)."""
 
     name = "cgroup v1"
+
+    def open_base(self, directory: Path) -> None:
+        """Nothing to change in the base: loop-sandbox/'s own use_hierarchy holds below it."""
 
     def open_for_children(self, directory: Path) -> None:
         hierarchy = directory / "memory.use_hierarchy"
@@ -279,14 +288,15 @@ def _make_tree(setting: str) -> Tree | Unavailable:
     try:
         base, version = _locate(setting)
         try:
-            version.open_for_children(base)
+            version.open_base(base)
         except OSError as error:
             if error.errno != errno.EBUSY:
                 raise
             raise NoCgroup(
                 f"{base} holds processes, so cgroup v2 cannot give its children the memory "
-                "controller. Run the worker in a cgroup delegated to it (systemd: Delegate=yes) "
-                "and set LOOP_SANDBOX_CGROUP to a child cgroup that holds no process."
+                "controller. Delegate a cgroup subtree to the worker (systemd: Delegate=yes), run "
+                "its processes in a leaf of it, and set LOOP_SANDBOX_CGROUP to an empty cgroup "
+                "of that subtree (docs/tools.md)."
             ) from error
         tree = base / TREE
         tree.mkdir(exist_ok=True)
