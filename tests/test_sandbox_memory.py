@@ -227,9 +227,11 @@ def test_a_workspace_of_the_old_fixed_uid_base_is_handed_over(workspaces, settin
     assert "from before" in result.text
 
 
-def test_a_snippet_its_cgroup_refuses_does_not_run(workspaces, monkeypatch):
+@pytest.mark.parametrize("sandbox", ["bubblewrap", "subprocess"])
+def test_a_snippet_its_cgroup_refuses_does_not_run(workspaces, monkeypatch, settings, sandbox):
     """Where cgroups work but a snippet's own refuses its process, it fails closed, unbounded
     never."""
+    settings.LOOP_SANDBOX = sandbox
     version = type(tree().version)
     monkeypatch.setattr(version, "entry_files", lambda self, snippet: [])  # the uid may not enter
     result = run(user_context(workspaces), "print('ran')")

@@ -356,7 +356,9 @@ class SubprocessSandbox:
             *limits_prefix(limits),
             *interpreter_arguments(),
         ]
-        return execute(argv, code, limits, self.policy, cwd=workspace, run=run, memory=memory)
+        execution = execute(argv, code, limits, self.policy, cwd=workspace, run=run, memory=memory)
+        _raise_if_memory_refused(execution)
+        return execution
 
 
 SANDBOXES: dict[str, type[BubblewrapSandbox] | type[SubprocessSandbox]] = {
@@ -940,14 +942,19 @@ def _raise_if_bwrap_failed(execution: Execution, limits: Limits) -> None:
         reason = execution.stderr.strip().splitlines()[0]
         if reason.endswith(os.strerror(errno.EAGAIN)):
             raise ProcessLimitReached(_process_limit_message(limits), policy=execution.policy)
-        if reason == REFUSED:
-            raise SandboxUnavailable(f"run_code cannot run: {reason.removeprefix('bwrap: ')}.")
+        _raise_if_memory_refused(execution)
         raise SandboxUnavailable(
             f"run_code cannot run: bubblewrap could not build the sandbox ({reason}). The kernel "
             "must allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
             "user.max_user_namespaces > 0). An operator may opt into LOOP_SANDBOX=subprocess, "
             "which gives no isolation."
         )
+
+
+def _raise_if_memory_refused(execution: Execution) -> None:
+    """The step into the snippet's cgroup failed, so nothing of the snippet ran: fail closed."""
+    if execution.exit_status == 1 and execution.stderr.strip() == REFUSED:
+        raise SandboxUnavailable(f"run_code cannot run: {REFUSED.removeprefix('bwrap: ')}.")
 
 
 def _process_limit_message(limits: Limits) -> str:
