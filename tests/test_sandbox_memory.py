@@ -278,7 +278,7 @@ CONTAINER = (  # a container in the host's cgroup namespace, its own cgroup moun
 
 
 @pytest.mark.parametrize("machine", [HYBRID, UNIFIED, CONTAINER], ids=["hybrid", "v2", "container"])
-def test_the_workersown_memory_cgroup_is_found_on_each_kind_of_machine(tmp_path, machine):
+def test_the_workers_own_memory_cgroup_is_found_on_each_kind_of_machine(tmp_path, machine):
     cgroups, mounts, expected, version = machine
     (tmp_path / expected).mkdir(parents=True, exist_ok=True)
     if version == "cgroup v2":
