@@ -4,6 +4,7 @@ DEBUG unset means local development with safe defaults. DEBUG=false means produc
 deployment must provide are required, and a missing or malformed one stops the start with its name.
 """
 
+import hashlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -185,12 +186,30 @@ LOOP_UPLOAD_MAX_BYTES = env_int("LOOP_UPLOAD_MAX_BYTES", 10 * 1024 * 1024)
 # The most files one upload request may carry; its body may be this many uploads' worth.
 LOOP_UPLOAD_MAX_FILES = env_int("LOOP_UPLOAD_MAX_FILES", 5)
 LOOP_SANDBOX = env_str("LOOP_SANDBOX", "bubblewrap")
+
+
+def sandbox_uid_base(workspaces: Path) -> int:
+    """This site's own sandbox uid range, derived from its workspaces directory: the same on every
+    start, and another site on the host (another directory) almost surely gets another, so no
+    person of one site shares a uid, and with it a process budget, with a person of another. It
+    lies above the ranges hosts hand out (accounts, subuids, systemd-nspawn's up to 1879048191)
+    and leaves 2**27 user ids below 2**31 - 1."""
+    first, room_for_users = 1_900_000_000, 2**27
+    choices = 2**31 - 1 - room_for_users - first
+    digest = hashlib.sha256(str(workspaces).encode()).digest()
+    return first + int.from_bytes(digest[:8], "big") % choices
+
+
 # As root, user N's snippets run as host uid (and gid) LOOP_SANDBOX_UID_BASE + N: a process budget
 # of their own (numeric ids, no /etc/passwd entries). No host account may use that range.
-LOOP_SANDBOX_UID_BASE = env_int("LOOP_SANDBOX_UID_BASE", 1_900_000_000)
+LOOP_SANDBOX_UID_BASE = env_int("LOOP_SANDBOX_UID_BASE", sandbox_uid_base(LOOP_WORKSPACES_DIR))
 LOOP_SANDBOX_PYTHON = env_str("LOOP_SANDBOX_PYTHON", "/usr/bin/python3")
 LOOP_SANDBOX_WARM = env_bool("LOOP_SANDBOX_WARM", default=True)
+# A snippet's processes together, with what it keeps in its tmpfs (tools.cgroups); a person's
+# snippets running at once together; the cgroup under which Loop makes theirs ("": its own).
 LOOP_SANDBOX_MEMORY_MB = env_int("LOOP_SANDBOX_MEMORY_MB", 512)
+LOOP_SANDBOX_PERSON_MEMORY_MB = env_int("LOOP_SANDBOX_PERSON_MEMORY_MB", 1024)
+LOOP_SANDBOX_CGROUP = env_str("LOOP_SANDBOX_CGROUP", "")
 LOOP_SANDBOX_MAX_PROCESSES = env_int("LOOP_SANDBOX_MAX_PROCESSES", 64)
 LOOP_TOOL_RESULT_MAX_CHARS = env_int("LOOP_TOOL_RESULT_MAX_CHARS", 16_000)
 LOOP_WEB_SEARCH_BACKEND = env_str("LOOP_WEB_SEARCH_BACKEND", "tools.search.DdgsSearch")

@@ -1,4 +1,5 @@
-"""Start-up checks: does the configured sandbox actually run a snippet on this machine?"""
+"""Start-up checks: does the configured sandbox actually run a snippet on this machine, and is
+its memory bounded per snippet and per person?"""
 
 import tempfile
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Warning, register
 
+from tools.cgroups import MEMORY, Unavailable
 from tools.sandbox import Limits, SandboxUnavailable, SubprocessSandbox, get_sandbox
 from tools.workspace import ensure_workspace
 
@@ -58,3 +60,21 @@ def check_sandbox(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+@register("sandbox")
+def check_memory_bound(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    state = MEMORY.state()
+    if not isinstance(state, Unavailable):
+        return []
+    return [
+        Warning(
+            "run_code cannot bound the memory of a snippet's processes together, nor of a "
+            f"person's snippets together: {state.reason}. Each process gets "
+            f"LOOP_SANDBOX_MEMORY_MB ({settings.LOOP_SANDBOX_MEMORY_MB} MiB) only, so one "
+            "snippet that forks can use that many times over.",
+            hint="Run the worker as root on a machine with the cgroup memory controller, or "
+            "point LOOP_SANDBOX_CGROUP at a cgroup delegated to it (docs/tools.md).",
+            id="tools.W003",
+        )
+    ]

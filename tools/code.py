@@ -50,6 +50,10 @@ def run_code(arguments: RunCodeArguments, context: ToolContext) -> ToolOutput:
         report = f"{execution.files_note}\n{report}"
     if execution.stopped:
         raise ToolError(f"{STOPPED}\n{report}", policy=execution.policy)
+    if execution.memory_exceeded is not None:
+        raise ToolError(
+            f"{execution.memory_exceeded.describe()}\n{report}", policy=execution.policy
+        )
     if execution.timed_out:
         raise ToolTimeout(
             f"Killed after {arguments.timeout} seconds (timeout).\n{report}",

@@ -5,7 +5,9 @@ only writable directory, a small /tmp, no network, no host processes, no environ
 set by prlimit (hard and soft alike, so the snippet cannot raise them) and hold for an unprivileged
 uid only. When the worker is root, each user's snippets run as a host uid of their own (the owner
 of their workspace, LOOP_SANDBOX_UID_BASE + user id), so the process limit, which the kernel
-counts per uid, is each user's own budget. Every sandbox is forked by one long-lived thread
+counts per uid, is each user's own budget. Memory is bounded per snippet (all its processes and
+its tmpfs together) and per person by cgroups (tools.cgroups), where the machine has them, and per
+process by RLIMIT_AS everywhere. Every sandbox is forked by one long-lived thread
 (Launcher), what outlives its sandbox is reaped by this process (Reaper), a wall-clock timeout
 kills the whole tree, and output is read with a byte cap. A stopped run's snippets are killed at
 once from any thread (kill_run), their writes saved as at a timeout.
@@ -34,6 +36,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from tools.base import ToolDenied, ToolError
+from tools.cgroups import MEMORY, REFUSED, Bound, CgroupError, SnippetCgroup
 from tools.fence import Channel
 from tools.quota import sandbox_prefix as quota_prefix
 
@@ -43,6 +46,7 @@ MIB = 1024 * 1024
 WORKSPACE_MOUNT = "/workspace"
 # Sandbox uids stay below 2**31 - 1: some tools read uids as signed 32-bit numbers.
 UID_CEILING = 2**31 - 1
+PIPE_CAPACITY = 65536  # Linux's default; bwrap's options take a few hundred bytes
 
 
 class SandboxUnavailable(ToolDenied):
@@ -76,6 +80,28 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class MemoryExceeded:
+    """The kernel's OOM killer killed processes of a snippet: its own bound, or its person's
+    (their snippets running at once together) was reached."""
+
+    bound: Bound
+    limit_bytes: int
+
+    def describe(self) -> str:
+        """What the model reads: what was killed, and why."""
+        mib = self.limit_bytes // MIB
+        if self.bound == "snippet":
+            return (
+                f"killed: the program's processes together used more than {mib} MiB of memory "
+                "(what it keeps in /tmp and writes counts too)."
+            )
+        return (
+            f"killed: your programs running at once together used more than {mib} MiB of "
+            "memory; this one was killed. Run fewer at once, or use less memory."
+        )
+
+
+@dataclass(frozen=True)
 class Execution:
     """What a snippet did: exit status (None when killed at the deadline or because its run was
     stopped), capped output."""
@@ -90,6 +116,7 @@ class Execution:
     # Whether what it wrote was saved (tools/fence.py), and what its result says about that.
     files_saved: bool = True
     files_note: str = ""
+    memory_exceeded: MemoryExceeded | None = None  # processes of it killed by the OOM killer
 
 
 @dataclass(frozen=True)
@@ -186,7 +213,29 @@ def process_budget_prefix(limits: Limits) -> list[str]:
     return [_require_program("prlimit", "util-linux"), f"--nproc={processes}:{processes}", "--"]
 
 
+def memory_cgroup(workspace: Path, limits: Limits) -> SnippetCgroup | None:
+    """The cgroups that bound this sandbox's memory, and its person's (tools.cgroups); None
+    where the machine gives none: then RLIMIT_AS bounds each process, and nothing more."""
+    owner = workspace_owner(workspace)
+    person = str(owner.uid) if owner is not None else f"w{os.stat(workspace).st_ino}"
+    try:
+        return MEMORY.snippet(person, None if owner is None else owner.uid, limits.memory_bytes)
+    except CgroupError as error:
+        raise SandboxUnavailable(f"run_code cannot run: {error}") from error
+
+
+def memory_prefixes(memory: SnippetCgroup | None) -> tuple[list[str], list[str]]:
+    """The chain's steps into the launch cgroup (first) and into the program's (before the
+    sandbox proper), so each process is bounded before it could allocate."""
+    if memory is None:
+        return [], []
+    return memory.launch_prefix(), memory.program_prefix()
+
+
 def limits_prefix(limits: Limits) -> list[str]:
+    """The per-process limits. RLIMIT_AS stays as a backstop under the cgroup's bound (one
+    process cannot use more than all of them together), and is the only bound without one."""
+
     def hard(value: int) -> str:
         return f"{value}:{value}"
 
@@ -221,17 +270,34 @@ class BubblewrapSandbox:
         return execution
 
     def launch(self, workspace: Path, limits: Limits) -> Future[Launched]:
+        bwrap, *options, separator = self.bwrap_arguments(workspace, limits)
         saver = Channel()
-        argv = [
+        chain = [
             *identity_prefix(workspace),
             *process_budget_prefix(limits),
             # Bounds what the snippet writes, and fences it: tools/overlay.py.
             *quota_prefix(workspace, saver.saver_end()),
-            *limits_prefix(limits),
-            *self.bwrap_arguments(workspace, limits),
+        ]
+        sandbox = [*limits_prefix(limits), bwrap]
+        # bwrap reads its options from a pipe: in its argv they would show the snippet the
+        # host's path of the workspace (/proc/1/cmdline, bwrap's init).
+        options_fd = _options_pipe(options)
+        try:
+            memory = memory_cgroup(workspace, limits)
+        except BaseException:
+            os.close(options_fd)
+            saver.close()
+            raise
+        into_launch, into_program = memory_prefixes(memory)
+        argv = [
+            *into_launch,
+            *chain,
+            *into_program,
+            *sandbox,
+            *["--args", str(options_fd), separator],
             *interpreter_arguments(),
         ]
-        return LAUNCHER.start(argv, limits, saver=saver)
+        return LAUNCHER.start(argv, limits, memory=memory, options_fd=options_fd, saver=saver)
 
     def bwrap_arguments(self, workspace: Path, limits: Limits) -> list[str]:
         return [
@@ -288,13 +354,19 @@ class SubprocessSandbox:
         start_next: bool = True,
         run: ForRun | None = None,
     ) -> Execution:
+        memory = memory_cgroup(workspace, limits)
+        into_launch, into_program = memory_prefixes(memory)
         argv = [
+            *into_launch,
             *identity_prefix(workspace),
             *process_budget_prefix(limits),
+            *into_program,
             *limits_prefix(limits),
             *interpreter_arguments(),
         ]
-        return execute(argv, code, limits, self.policy, cwd=workspace, run=run)
+        execution = execute(argv, code, limits, self.policy, cwd=workspace, run=run, memory=memory)
+        _raise_if_memory_refused(execution)
+        return execution
 
 
 SANDBOXES: dict[str, type[BubblewrapSandbox] | type[SubprocessSandbox]] = {
@@ -313,7 +385,15 @@ def get_sandbox() -> Sandbox:
         ) from None
 
 
-LaunchRequest = tuple[list[str], Limits, Path | None, Channel | None, "Future[Launched]"]
+@dataclass(frozen=True)
+class LaunchRequest:
+    argv: list[str]
+    limits: Limits
+    cwd: Path | None
+    memory: SnippetCgroup | None
+    options_fd: int | None  # bwrap's options, to pass to it and close here once started
+    saver: Channel | None  # to the saver of its writes: tools/overlay.py
+    future: Future[Launched]
 
 
 class Launcher:
@@ -337,9 +417,12 @@ class Launcher:
         limits: Limits,
         cwd: Path | None = None,
         *,
+        memory: SnippetCgroup | None = None,
+        options_fd: int | None = None,
         saver: Channel | None = None,
     ) -> Future[Launched]:
-        """Have argv started; the future holds it within a fork and exec (a millisecond or two)."""
+        """Have argv started; the future holds it within a fork and exec (a millisecond or two).
+        The sandbox's cgroups (memory) are released with it, or here if it cannot start."""
         future: Future[Launched] = Future()
         with self.lock:
             if self.thread is None:
@@ -347,7 +430,7 @@ class Launcher:
                     target=self._serve, name="sandbox-launcher", daemon=True
                 )
                 self.thread.start()
-            self.requests.put((argv, limits, cwd, saver, future))
+            self.requests.put(LaunchRequest(argv, limits, cwd, memory, options_fd, saver, future))
         return future
 
     def forget(self) -> None:
@@ -360,14 +443,18 @@ class Launcher:
         if os.geteuid() == 0:
             REAPER.adopt_orphans()
         while True:
-            argv, limits, cwd, saver, future = self.requests.get()
+            request = self.requests.get()
             try:
                 with REAPER.lock:  # no sandbox may be mistaken for an orphan before it is tracked
-                    sandbox = launch(argv, limits, cwd, saver)
+                    sandbox = launch(request)
                     REAPER.started.add(sandbox.process.pid)
-                future.set_result(sandbox)
+                request.future.set_result(sandbox)
             except BaseException as error:  # the caller's failure, never this thread's end
-                future.set_exception(error)
+                if request.memory is not None:
+                    request.memory.release()
+                if request.saver is not None:
+                    request.saver.close()
+                request.future.set_exception(error)
 
 
 LAUNCHER = Launcher()
@@ -626,9 +713,11 @@ def execute(
     cwd: Path | None,
     *,
     run: ForRun | None = None,
+    memory: SnippetCgroup | None = None,
 ) -> Execution:
     """Run argv with the code on stdin; kill its whole process group at the deadline."""
-    return LAUNCHER.start(argv, limits, cwd).result().finish(code, limits, policy, run=run)
+    launched = LAUNCHER.start(argv, limits, cwd, memory=memory).result()
+    return launched.finish(code, limits, policy, run=run)
 
 
 @dataclass(eq=False)  # each is its own process: held in sets by identity (RunningSnippets)
@@ -638,12 +727,13 @@ class Launched:
     process: subprocess.Popen[bytes]
     stdout: CappedReader
     stderr: CappedReader
+    memory: SnippetCgroup | None  # its cgroups, removed once it has ended
+    saver: Channel | None  # to the saver of its writes: tools/overlay.py
     # Held while it is reaped or killed from another thread, so a kill never reaches a pid that
     # was reaped and could have been reused.
     lock: threading.Lock = field(default_factory=threading.Lock)
     reaped: bool = False
     stopped: bool = False
-    saver: Channel | None = None  # to the saver of its writes: tools/overlay.py
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -674,7 +764,18 @@ class Launched:
             stopped=self.stopped,
             files_saved=files_saved,
             files_note=files_note,
+            memory_exceeded=self.release_memory(limits),
         )
+
+    def release_memory(self, limits: Limits) -> MemoryExceeded | None:
+        """Remove its cgroups, once it has ended; whether the OOM killer killed processes of it."""
+        if self.memory is None:
+            return None
+        bound = self.memory.release()
+        if bound is None:
+            return None
+        person_bytes = settings.LOOP_SANDBOX_PERSON_MEMORY_MB * MIB
+        return MemoryExceeded(bound, limits.memory_bytes if bound == "snippet" else person_bytes)
 
     def stop(self) -> bool:
         """Kill it because its run was stopped (from any thread); False if it had ended already,
@@ -709,29 +810,49 @@ class Launched:
             self.process.stdin.close()
         if self.saver is not None:
             self.saver.close()
+        if self.memory is not None:
+            self.memory.release()
 
 
-def launch(argv: list[str], limits: Limits, cwd: Path | None, saver: Channel | None) -> Launched:
+def launch(request: LaunchRequest) -> Launched:
+    options = () if request.options_fd is None else (request.options_fd,)
+    saver = () if request.saver is None else (request.saver.saver_end(),)
     try:
         process = subprocess.Popen(  # noqa: S603 (argv is built above, never by a shell)
-            argv,
+            request.argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            cwd=cwd,
+            cwd=request.cwd,
             env=_environment_for_host_process(),
             start_new_session=True,
-            pass_fds=() if saver is None else (saver.saver_end(),),
+            pass_fds=options + saver,
         )
     finally:
-        if saver is not None:
-            saver.handed_over()
+        for fd in options:
+            os.close(fd)
+        if request.saver is not None:
+            request.saver.handed_over()
     return Launched(
         process,
-        CappedReader(process.stdout, limits.output_bytes),
-        CappedReader(process.stderr, limits.output_bytes),
-        saver=saver,
+        CappedReader(process.stdout, request.limits.output_bytes),
+        CappedReader(process.stderr, request.limits.output_bytes),
+        request.memory,
+        request.saver,
     )
+
+
+def _options_pipe(options: list[str]) -> int:
+    """A pipe holding bwrap's options, NUL-terminated, for `bwrap --args FD`; its read end."""
+    data = b"".join(option.encode() + b"\0" for option in options)
+    if len(data) > PIPE_CAPACITY:  # a write past it would wait for a reader for ever
+        raise ValueError("bwrap's options do not fit in a pipe")
+    reader, writer = os.pipe()
+    try:
+        os.write(writer, data)
+    finally:
+        os.close(writer)
+    return reader
 
 
 class CappedReader:
@@ -845,12 +966,19 @@ def _raise_if_bwrap_failed(execution: Execution, limits: Limits) -> None:
         reason = execution.stderr.strip().splitlines()[0]
         if reason.endswith(os.strerror(errno.EAGAIN)):
             raise ProcessLimitReached(_process_limit_message(limits), policy=execution.policy)
+        _raise_if_memory_refused(execution)
         raise SandboxUnavailable(
             f"run_code cannot run: bubblewrap could not build the sandbox ({reason}). The kernel "
             "must allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, "
             "user.max_user_namespaces > 0). An operator may opt into LOOP_SANDBOX=subprocess, "
             "which gives no isolation."
         )
+
+
+def _raise_if_memory_refused(execution: Execution) -> None:
+    """The step into the snippet's cgroup failed, so nothing of the snippet ran: fail closed."""
+    if execution.exit_status == 1 and execution.stderr.strip() == REFUSED:
+        raise SandboxUnavailable(f"run_code cannot run: {REFUSED.removeprefix('bwrap: ')}.")
 
 
 def _process_limit_message(limits: Limits) -> str:
