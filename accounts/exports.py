@@ -136,8 +136,14 @@ class AsyncExportStream(ExportStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         pull = sync_to_async(next, thread_sensitive=True)
-        while (chunk := await pull(self._chunks, None)) is not None:
-            yield chunk
+        try:
+            while (chunk := await pull(self._chunks, None)) is not None:
+                yield chunk
+        except Exception:
+            # Django's ASGI handler closes the response when it is sent or the client went
+            # away, not when making it failed: let go of the locks here then.
+            await sync_to_async(self.close, thread_sensitive=True)()
+            raise
 
 
 def export_stream(request: HttpRequest, chunks: Generator[bytes], held: HeldExport) -> ExportStream:

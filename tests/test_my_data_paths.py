@@ -122,6 +122,21 @@ def test_names_that_read_as_a_path_once_converted_are_left_out_and_named(
     assert "inside.txt" not in listed
 
 
+def test_names_that_differ_only_in_normalisation_make_one_entry_and_a_note(
+    as_alice, alice, workspaces
+):
+    workspace = workspaces / str(alice.pk)
+    workspace.mkdir()
+    composed, decomposed = "caf\u00e9.txt", "cafe\u0301.txt"
+    (workspace / composed).write_text("one")
+    (workspace / decomposed).write_text("two")
+    archive = exported(as_alice)
+    (kept,) = files_in(archive)
+    other = decomposed if kept == f"files/{composed}" else composed
+    assert kept == f"files/{composed if other == decomposed else decomposed}"
+    assert f"{LISTED}{other}" in left_out(archive)
+
+
 def test_a_workspace_whose_removal_fails_leaves_the_deletion_done_and_goes_at_the_next(
     as_alice, alice, bob, workspaces, monkeypatch, caplog, django_capture_on_commit_callbacks
 ):
