@@ -126,7 +126,7 @@ class Pipe(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data: bytes) -> int:  # type: ignore[override] (zipfile writes bytes)
+    def write(self, data: bytes) -> int:  # type: ignore[override]  # zipfile writes bytes
         self._written.append(bytes(data))
         return len(data)
 
@@ -391,7 +391,12 @@ def remove_workspace(workspace: Path) -> None:
     deletion is done whatever happens to the files; what cannot be removed is logged for an
     operator and tried again at the next deletion of any account."""
     remove_leaving_a_note(workspace)
-    for leftover in leftover_workspaces():
+    try:
+        leftovers = leftover_workspaces()
+    except Exception:
+        logger.exception("Looking for deleted accounts' workspaces left on disk failed")
+        return
+    for leftover in leftovers:
         remove_leaving_a_note(leftover)
 
 
