@@ -40,3 +40,15 @@ class SignUpAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"sign-up from {self.address} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
+class ExportStart(models.Model):
+    """When a person last started an export of their data, for the limit of one export per
+    LOOP_EXPORT_INTERVAL_SECONDS (accounts.exports). In the database, so every web process
+    counts the same exports; it goes with the account."""
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, primary_key=True)
+    started_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"export by user {self.user_id} at {self.started_at:%Y-%m-%d %H:%M:%S}"

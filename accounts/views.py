@@ -1,13 +1,13 @@
 """Sign-up, governed by LOOP_SIGNUP: `approve` (staff approve the account), `open`, or `off`;
 the password change, whose old password django-axes counts like a login; and a person's own data
-(agent/my_data.py): its export as one zip, and deleting the account after a password check.
+(agent/my_data.py): its export as one zip, sent as it is made (accounts/exports.py says when one
+may start), and deleting the account after a password check.
 
 Loop runs code for whoever has an account, so by default a new account waits, inactive, until
 an operator approves it on the console's sign-ups page. Sign-ups are throttled per address
 (LOOP_SIGNUP_PER_HOUR), and a name that is taken or looks like one that is makes no account.
 """
 
-import tempfile
 from typing import Any
 
 from django import forms
@@ -16,14 +16,16 @@ from django.contrib.auth import authenticate, login, logout
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import ValidationError
-from django.http import FileResponse, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from accounts import signups
+from accounts.exports import ExportRefused, export_stream, start_export
 from accounts.forms import SignUpForm, ThrottledPasswordChangeForm
-from agent.my_data import AccountNotDeleted, delete_account, export_zip, held_by
+from agent.my_data import AccountNotDeleted, delete_account, export_chunks, held_by
 
 # The backend a fresh account logs in with (the first one, axes, only counts failures).
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
@@ -92,9 +94,16 @@ class DeleteAccountForm(forms.Form):
         return password
 
 
-def my_data_page(request: HttpRequest, form: DeleteAccountForm) -> HttpResponse:
-    context = {"form": form, "held": held_by(request.user)}
-    return render(request, "accounts/my_data.html", context)
+def my_data_page(
+    request: HttpRequest, form: DeleteAccountForm, refused: ExportRefused | None = None
+) -> HttpResponse:
+    context = {"form": form, "held": held_by(request.user), "export_refused": refused}
+    response = render(request, "accounts/my_data.html", context)
+    if refused is not None:
+        response.status_code = refused.status
+        if refused.retry_after is not None:
+            response["Retry-After"] = str(refused.retry_after)
+    return response
 
 
 @require_GET
@@ -102,19 +111,19 @@ def my_data(request: HttpRequest) -> HttpResponse:
     return my_data_page(request, DeleteAccountForm(request=request))
 
 
-@require_GET
-def export(request: HttpRequest) -> FileResponse:
-    """The zip is built in a temporary file (gone once the answer is sent or dropped), so a large
-    workspace is streamed from disk rather than held in memory."""
-    archive = tempfile.TemporaryFile(suffix=".zip")  # noqa: SIM115 (FileResponse closes it)
+@require_POST
+def export(request: HttpRequest) -> HttpResponse:
+    """A POST with the CSRF token, so no other site can start one. The zip is sent as it is
+    made; the export's hold is let go when the response closes."""
     try:
-        export_zip(request.user, archive)
-        archive.seek(0)
-    except BaseException:
-        archive.close()
-        raise
+        held = start_export(request.user)
+    except ExportRefused as refused:
+        return my_data_page(request, DeleteAccountForm(request=request), refused)
+    stream = export_stream(request, export_chunks(request.user), held)
+    response = StreamingHttpResponse(stream, content_type="application/zip")
     name = f"loop-data-{timezone.now():%Y-%m-%d}.zip"
-    return FileResponse(archive, as_attachment=True, filename=name, content_type="application/zip")
+    response["Content-Disposition"] = content_disposition_header(True, name)
+    return response
 
 
 @require_POST

@@ -2,25 +2,25 @@
 
 The export holds what Loop keeps about the person: their account, their conversations with every
 run's transcript (the same loop.transcript/1 the operators' console exports), their runs outside
-any conversation, their memories and their workspace's files. It is written into a file the
-caller gives (a temporary file, for the web), a file of the workspace at a time in chunks, so a
-large workspace never sits in memory.
+any conversation, their memories and their workspace's files. It is made as it is sent, a record
+or a chunk of a file at a time, with no copy on disk and never more than a chunk in memory; the
+workspace's files are stored, not compressed, so an export costs little CPU.
 
 Deleting the account removes the person and what is theirs, and keeps the operators' audit of
 what the account's runs did, without the person: the runs are handed to a placeholder account
 that no one can log in to, and lose their conversation.
 """
 
+import io
 import json
 import logging
 import os
 import posixpath
 import secrets
-import shutil
 import stat
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from axes.models import AccessAttempt, AccessFailureLog, AccessLog
 from django.apps import apps
+from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -42,6 +43,8 @@ from agent.transcripts import transcripts
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
 from tools.browse import BrowseError, components, escaped_name
+from tools.files import DIRECTORY_FLAGS
+from tools.paths import MAX_PATH_DEPTH, Entry, normal_name, path_problem, remove_tree, walk
 from tools.workspace import workspace_path
 
 logger = logging.getLogger(__name__)
@@ -111,19 +114,58 @@ def held_by(user: AbstractBaseUser) -> dict[str, int]:
     }
 
 
-def export_zip(user: AbstractBaseUser, destination: IO[bytes]) -> None:
-    """Write everything Loop keeps of `user` into `destination`, as one zip."""
-    with zipfile.ZipFile(destination, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        write_json(archive, "account.json", account_of(user))
-        for conversation in Conversation.objects.filter(owner=user).order_by("pk"):
-            write_json(
-                archive, conversation_name(conversation), conversation_of(conversation, user)
-            )
-        for transcript in loose_transcripts(user):
-            write_json(archive, f"runs/{transcript['run']['id']}.json", transcript)
-        write_json(archive, "memories.json", memories_of(user))
-        skipped = write_workspace(archive, workspace_path(user.pk))
+class Pipe(io.RawIOBase):
+    """Where the zip is written, holding only what was written since it was last taken. It
+    cannot seek, so zipfile writes each entry's size and checksum after its data (a data
+    descriptor) and never goes back: the zip can be sent as it is made, with no copy on disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._written: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]  # zipfile writes bytes
+        self._written.append(bytes(data))
+        return len(data)
+
+    def take(self) -> bytes:
+        written = b"".join(self._written)
+        self._written.clear()
+        return written
+
+
+def export_chunks(user: AbstractBaseUser) -> Iterator[bytes]:
+    """Everything Loop keeps of `user`, as one zip, in the pieces it is written in: a record or
+    a chunk of a file at a time, so no more than about CHUNK_BYTES of it is held at once."""
+    pipe = Pipe()
+    for _ in write_export(user, pipe):
+        if written := pipe.take():
+            yield written
+
+
+def write_export(user: AbstractBaseUser, pipe: Pipe) -> Iterator[None]:
+    """Write the zip into `pipe`, pausing after each record and each chunk of a file. The
+    records (JSON, small, compressible) are deflated; the workspace's files are stored, which
+    costs no CPU for files that are mostly compressed already or large."""
+    with zipfile.ZipFile(pipe, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, content in records(user):
+            write_json(archive, name, content)
+            yield
+        skipped = yield from write_workspace(archive, workspace_path(user.pk))
         archive.writestr("README.txt", readme(user, skipped))
+    yield
+
+
+def records(user: AbstractBaseUser) -> Iterator[tuple[str, Any]]:
+    """Each record of the person's, with its name in the zip."""
+    yield "account.json", account_of(user)
+    for conversation in Conversation.objects.filter(owner=user).order_by("pk"):
+        yield conversation_name(conversation), conversation_of(conversation, user)
+    for transcript in loose_transcripts(user):
+        yield f"runs/{transcript['run']['id']}.json", transcript
+    yield "memories.json", memories_of(user)
 
 
 def write_json(archive: zipfile.ZipFile, name: str, content: Any) -> None:
@@ -202,9 +244,11 @@ def readme(user: AbstractBaseUser, skipped: list[str]) -> str:
             "\n                    Not included: these are not plain files, could not be read"
             "\n                    (a symbolic link is never followed), or have names the Files"
             "\n                    panel refuses, which an unzip program could take for a path"
-            "\n                    elsewhere (a backslash, a drive letter) or show as another"
-            "\n                    name (control or bidirectional characters, shown here as"
-            "\n                    \\x.. or \\u....):" + listed
+            "\n                    elsewhere (a backslash, a drive letter, or characters that"
+            "\n                    read as one once converted: \uff0e\uff0e\uff3c reads ..\\), show"
+            "\n                    as another name (control or bidirectional characters, shown"
+            "\n                    here as \\x.. or \\u....), or are nested too deep or too long."
+            "\n                    A folder listed here is left out with all it holds:" + listed
         )
     exported = timezone.now().strftime("%Y-%m-%d %H:%M UTC")
     return README.format(exported=exported, username=user.get_username(), skipped=note)
@@ -212,43 +256,52 @@ def readme(user: AbstractBaseUser, skipped: list[str]) -> str:
 
 # The workspace, walked by file descriptor so that no symbolic link is ever followed ----------
 
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Non-blocking, so that a FIFO put there by a snippet cannot hang the export.
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def write_workspace(archive: zipfile.ZipFile, workspace: Path) -> list[str]:
-    """Put each regular file of the workspace under files/ and return the paths of what was
-    left out (symbolic links, devices, FIFOs, sockets, names the zip cannot hold safely, and a
-    second file of a name already taken: names that are not UTF-8 can come to read the same).
-    A workspace never made adds nothing."""
+def write_workspace(archive: zipfile.ZipFile, workspace: Path) -> Generator[None, None, list[str]]:
+    """Put each regular file of the workspace under files/, pausing after each chunk, and return
+    the paths of what was left out: symbolic links, devices, FIFOs, sockets, names the zip
+    cannot hold safely (a folder of such a name with all it holds), and a second file of a name
+    already taken (names that are not UTF-8, or in another Unicode normal form, can read the
+    same). The walk is iterative and goes no deeper than a path may be, so a tree of any depth
+    costs a bounded stack; a workspace never made adds nothing."""
     try:
-        root = os.open(workspace, _DIRECTORY)
+        root = os.open(workspace, DIRECTORY_FLAGS)
     except FileNotFoundError:
         return []
     skipped: list[str] = []
     named: set[str] = set()
+    refused_folders: set[str] = set()
     try:
-        for top, directories, files, directory in os.fwalk(".", dir_fd=root):
-            for name in (*directories, *files):
-                relative = shown(posixpath.normpath(posixpath.join(top, name)))
-                if (
-                    relative in named
-                    or not safe_in_zip(relative)
-                    or not add_entry(archive, directory, name, relative)
-                ):
-                    skipped.append(relative)
-                else:
-                    named.add(relative)
+        for entry in walk(root, max_depth=MAX_PATH_DEPTH + 1):
+            relative = shown(entry.relative)
+            if posixpath.dirname(relative) in refused_folders:
+                if entry.is_directory:
+                    refused_folders.add(relative)
+                continue
+            if normal_name(relative) in named or not safe_in_zip(relative):
+                skipped.append(relative)
+                if entry.is_directory:
+                    refused_folders.add(relative)
+                continue
+            named.add(normal_name(relative))
+            if not entry.is_directory and not (yield from add_file(archive, entry, relative)):
+                skipped.append(relative)
     finally:
         os.close(root)
     return sorted(skipped)
 
 
 def safe_in_zip(relative: str) -> bool:
-    """Whether the zip may name the file so: by the Files panel's rules (tools.browse), no
-    backslash or drive letter an unzip program on Windows takes for a way out of the folder,
-    no control or bidirectional character that makes it look like another name."""
+    """Whether the zip may name the file so: not too deep or long, by the Files panel's rules
+    (tools.browse), no backslash or drive letter an unzip program on Windows takes for a way
+    out of the folder, no control or bidirectional character that makes it look like another
+    name, and no character whose compatibility form (NFKC, or Windows' best-fit conversion)
+    changes the path (fullwidth dots and reverse solidus read '..\\' there)."""
+    if path_problem(relative) is not None:
+        return False
     try:
         components(relative)
     except BrowseError:
@@ -261,41 +314,39 @@ def shown(path: str) -> str:
     return os.fsencode(path).decode("utf-8", "replace")
 
 
-def add_entry(archive: zipfile.ZipFile, directory: int, name: str, relative: str) -> bool:
-    """Add one entry of an open directory; False if it is not a directory nor a regular file.
-    (fwalk, not following links, descends only into real directories.)"""
-    try:
-        info = os.stat(name, dir_fd=directory, follow_symlinks=False)
-    except FileNotFoundError:  # gone since the directory was listed
-        return True
-    if stat.S_ISDIR(info.st_mode):
-        return True
-    if not stat.S_ISREG(info.st_mode):
+def add_file(archive: zipfile.ZipFile, entry: Entry, relative: str) -> Generator[None, None, bool]:
+    """Add one regular file, pausing after each chunk; False if it is not one (a link, a FIFO,
+    a device) or cannot be opened. One gone since the walk listed it adds nothing."""
+    if not stat.S_ISREG(entry.info.st_mode):
         return False
     try:
-        handle = os.open(name, _FILE, dir_fd=directory)
-    except OSError:  # gone, or swapped for a link, since it was looked at
+        handle = os.open(entry.name, _FILE, dir_fd=entry.parent)
+    except FileNotFoundError:
+        return True
+    except OSError:  # swapped for a link since it was looked at, or unreadable
         return False
     with os.fdopen(handle, "rb") as source:
         opened = os.fstat(source.fileno())
         if not stat.S_ISREG(opened.st_mode):
             return False
-        copy_into(archive, source, f"files/{relative}", opened)
+        yield from copy_into(archive, source, f"files/{relative}", opened)
     return True
 
 
 def copy_into(
     archive: zipfile.ZipFile, source: IO[bytes], name: str, opened: os.stat_result
-) -> None:
-    """Stream the file as it was when opened (no more than its size then) into the zip."""
+) -> Iterator[None]:
+    """Copy the file as it was when opened (no more than its size then) into the zip, stored,
+    a chunk at a time."""
     entry = zipfile.ZipInfo(name, date_time=max(ZIP_EPOCH, time.gmtime(opened.st_mtime)[:6]))
-    entry.compress_type = zipfile.ZIP_DEFLATED
+    entry.compress_type = zipfile.ZIP_STORED
     remaining = opened.st_size
     large = remaining >= zipfile.ZIP64_LIMIT
     with archive.open(entry, "w", force_zip64=large) as target:
         while remaining > 0 and (chunk := source.read(min(CHUNK_BYTES, remaining))):
             target.write(chunk)
             remaining -= len(chunk)
+            yield
 
 
 # Deleting the account ------------------------------------------------------------------------
@@ -335,17 +386,43 @@ def delete_account(user: AbstractBaseUser, password: str) -> Deletion:
 
 
 def remove_workspace(workspace: Path) -> None:
-    """Delete the workspace, following no link (shutil.rmtree works by file descriptor). What
-    cannot be removed is logged for an operator: the account is gone either way."""
+    """Delete the workspace (iteratively, following no link), then any workspace a deleted
+    account left behind before. Nothing here raises: the account is gone already, and its
+    deletion is done whatever happens to the files; what cannot be removed is logged for an
+    operator and tried again at the next deletion of any account."""
+    remove_leaving_a_note(workspace)
+    try:
+        leftovers = leftover_workspaces()
+    except Exception:
+        logger.exception("Looking for deleted accounts' workspaces left on disk failed")
+        return
+    for leftover in leftovers:
+        remove_leaving_a_note(leftover)
 
-    def failed(function: Callable[..., Any], path: str, error: Any) -> None:
-        reason = error[1]
-        logger.error(
-            "Deleted account's workspace: %s(%s) failed: %s", function.__name__, path, reason
-        )
 
+def remove_leaving_a_note(workspace: Path) -> None:
+    try:
+        remove_tree(workspace)
+    except Exception:
+        logger.exception("Deleted account's workspace %s: removing it failed", workspace)
     if os.path.lexists(workspace):
-        shutil.rmtree(workspace, onerror=failed)
+        logger.error("Deleted account's workspace %s is still on disk, in part", workspace)
+
+
+def leftover_workspaces() -> list[Path]:
+    """The workspaces of accounts that no longer exist (ids are never used again), which a
+    removal that failed, or a cancelled run still saving its files, left behind."""
+    root = settings.LOOP_WORKSPACES_DIR
+    try:
+        found = {int(name): root / name for name in os.listdir(root) if is_an_id(name)}
+    except FileNotFoundError:
+        return []
+    users = get_user_model().objects.filter(pk__in=found).values_list("pk", flat=True)
+    return [found[pk] for pk in sorted(found.keys() - set(users))]
+
+
+def is_an_id(name: str) -> bool:
+    return name.isascii() and name.isdecimal()
 
 
 def hold_account(user: AbstractBaseUser) -> None:

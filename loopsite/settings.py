@@ -233,6 +233,10 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 LOOP_SIGNUP = env_choice("LOOP_SIGNUP", "approve", ("approve", "open", "off"))
 LOOP_SIGNUP_PER_HOUR = env_int("LOOP_SIGNUP_PER_HOUR", 5)  # sign-ups asked for, per client address
+# A person's export of their data (accounts.exports): one at a time per person, one started per
+# LOOP_EXPORT_INTERVAL_SECONDS per person (0: no limit), LOOP_EXPORTS_AT_ONCE on the whole site.
+LOOP_EXPORT_INTERVAL_SECONDS = env_int("LOOP_EXPORT_INTERVAL_SECONDS", 300)
+LOOP_EXPORTS_AT_ONCE = env_int("LOOP_EXPORTS_AT_ONCE", 2)
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # counts failed logins, locks out; first, as axes asks
     "django.contrib.auth.backends.ModelBackend",

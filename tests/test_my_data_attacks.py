@@ -38,7 +38,7 @@ DELETE = "/accounts/data/delete/"
 
 
 def exported(client: Client) -> zipfile.ZipFile:
-    response = client.get(EXPORT)
+    response = client.post(EXPORT)
     assert response.status_code == 200
     return zipfile.ZipFile(io.BytesIO(b"".join(response.streaming_content)))
 
