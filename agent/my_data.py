@@ -43,6 +43,7 @@ from agent.transcripts import transcripts
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
 from tools.browse import BrowseError, components, escaped_name
+from tools.fence import fence_directory
 from tools.files import DIRECTORY_FLAGS
 from tools.paths import MAX_PATH_DEPTH, Entry, normal_name, path_problem, remove_tree, walk
 from tools.workspace import workspace_path
@@ -401,12 +402,14 @@ def remove_workspace(workspace: Path) -> None:
 
 
 def remove_leaving_a_note(workspace: Path) -> None:
-    try:
-        remove_tree(workspace)
-    except Exception:
-        logger.exception("Deleted account's workspace %s: removing it failed", workspace)
-    if os.path.lexists(workspace):
-        logger.error("Deleted account's workspace %s is still on disk, in part", workspace)
+    """Remove the workspace and its runs' fences (tools/fence.py: ids and attempts only)."""
+    for directory in (workspace, fence_directory(workspace)):
+        try:
+            remove_tree(directory)
+        except Exception:
+            logger.exception("Deleted account's workspace %s: removing it failed", directory)
+        if os.path.lexists(directory):
+            logger.error("Deleted account's workspace %s is still on disk, in part", directory)
 
 
 def leftover_workspaces() -> list[Path]:
