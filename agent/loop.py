@@ -13,6 +13,7 @@ interrupted, for the model to judge.
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import time
 from collections import deque
@@ -82,6 +83,26 @@ def model_failure(error: LLMError) -> str:
 def is_model_failure(error: str) -> bool:
     """Whether a run's error says the model provider failed it (model_failure wrote it)."""
     return error.startswith(f"{MODEL_FAILED}: ")
+
+
+# The longest tool name and call id a run records (the audit rows' columns): the model sends
+# names and ids as it likes, and they are data, never a reason for a run to fail.
+TOOL_NAME_CHARS = 64
+CALL_ID_CHARS = 128
+
+
+def bounded_call(call: ToolCall) -> ToolCall:
+    """The call as the run records and answers it: a name too long to record is cut, saying how
+    long it was (no tool has such a name, so it is answered as an unknown tool); an id too long
+    is cut and keeps a digest of the whole, so two long ids stay two."""
+    name, call_id = call.name, call.id
+    if len(name) > TOOL_NAME_CHARS:
+        cut = f"…[{len(name)} chars]"
+        name = name[: TOOL_NAME_CHARS - len(cut)] + cut
+    if len(call_id) > CALL_ID_CHARS:
+        digest = hashlib.sha256(call_id.encode(errors="surrogatepass")).hexdigest()[:16]
+        call_id = f"{call_id[: CALL_ID_CHARS - len(digest) - 1]}…{digest}"
+    return ToolCall(call_id, name, call.arguments)
 
 
 # The run's note on an answer the model was stopped from finishing; the answer is kept, marked.
@@ -357,8 +378,9 @@ class AgentLoop:
             if isinstance(error, ModelTimedOut) or self.time_left() <= 0:
                 raise self.too_slow(error) from None
             raise
-        if tools is None:  # a reply to a tool-less turn cannot call tools
-            reply = dataclasses.replace(reply, tool_calls=())
+        # A reply to a tool-less turn cannot call tools.
+        calls = () if tools is None else tuple(map(bounded_call, reply.tool_calls))
+        reply = dataclasses.replace(reply, tool_calls=calls)
         self.step += 1
         self.usage += reply.usage
         self.last_text = reply.text or self.last_text

@@ -19,7 +19,7 @@ from agent.events import (
     loaded,
 )
 from agent.llm.factory import ModelChoice, offered_models
-from agent.loop import is_model_failure
+from agent.loop import CALL_ID_CHARS, TOOL_NAME_CHARS, is_model_failure
 from tools.base import ToolStatus
 
 FINISHED = (
@@ -211,8 +211,8 @@ class ToolExecution(models.Model):
 
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_executions")
     step = models.PositiveIntegerField()
-    call_id = models.CharField(max_length=128)
-    tool = models.CharField(max_length=64)
+    call_id = models.CharField(max_length=CALL_ID_CHARS)
+    tool = models.CharField(max_length=TOOL_NAME_CHARS)
     arguments = models.TextField()
     status = models.CharField(max_length=16, choices=choices(ToolStatus))
     # What the model saw: the output of a call that worked, the error of one that did not.
@@ -240,7 +240,7 @@ class BreakerTrip(models.Model):
 
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="breaker_trips")
     step = models.PositiveIntegerField()
-    tool = models.CharField(max_length=64)
+    tool = models.CharField(max_length=TOOL_NAME_CHARS)
     reason = models.CharField(max_length=32, choices=choices(sorted(BREAKER_REASONS)))
     failures = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
