@@ -122,6 +122,12 @@ class AgentRun(models.Model):
         return ModelChoice(self.provider, self.model) in offered_models()
 
     @property
+    def owner_active(self) -> bool:
+        """Whether the account it acts for may use Loop: not a deleted account's placeholder,
+        not deactivated (agent.runs.check_owner_active)."""
+        return self.user.is_active
+
+    @property
     def can_continue(self) -> bool:
         """Halted by a limit, interrupted, or failed because the model did not answer: the person
         may ask it to go on from where it stopped."""

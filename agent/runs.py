@@ -34,6 +34,10 @@ class ModelNotOffered(InvalidTask):
     pass
 
 
+class OwnerGone(InvalidTask):
+    pass
+
+
 TITLE_CHARS = 60
 
 
@@ -264,6 +268,7 @@ def reopen(
         owner = runs.filter(pk=run_id).values_list("user_id", flat=True).get()
         lock_owner(owner)
         run = runs.select_for_update(of=("self",)).get(pk=run_id)
+        check_owner_active(run)
         if not run.can_continue:
             raise InvalidTask(
                 f"Run {run.pk} {run.status}: only a run that was halted, interrupted, or failed "
@@ -285,6 +290,17 @@ def reopen(
         if queue_it:
             queue(run)
     return run
+
+
+def check_owner_active(run: AgentRun) -> None:
+    """A run acts for its owner, in their workspace and memories: it goes on only while that
+    account may use Loop. A deleted account's runs belong to an inactive placeholder, so no one
+    continues them (the person, an operator, runagent), nor a deactivated account's runs."""
+    if not run.owner_active:
+        raise OwnerGone(
+            f"Run {run.pk} cannot go on: the account it acts for was deleted or deactivated, and "
+            "a run acts only for an account that may use Loop. Its record stays as it ended."
+        )
 
 
 def new_conversation(user: AbstractBaseUser, title: str = "") -> Conversation:
