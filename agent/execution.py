@@ -29,7 +29,7 @@ from agent.events import (
     event_from_dict,
 )
 from agent.guards import RunReleased
-from agent.history import RunState, loop_note, replay
+from agent.history import RunState, counted_turns, loop_note, replay
 from agent.interrupt import Interrupt, StopReason
 from agent.llm.base import LLM, Message, ModelTimedOut, Reply, ToolSpec
 from agent.llm.factory import OPENAI, ModelChoice, llm_for
@@ -387,7 +387,7 @@ def renewed_limits(events: Sequence[Event], state: RunState | None, worked: floa
         return budget
     return dataclasses.replace(
         budget,
-        max_iterations=state.step + budget.max_iterations,
+        max_iterations=counted_turns(state.step, state.interrupted_steps) + budget.max_iterations,
         max_tool_calls=state.tool_calls + budget.max_tool_calls,
         max_tokens=state.usage.total_tokens + budget.max_tokens,
         max_seconds=worked + budget.max_seconds,

@@ -50,6 +50,7 @@ from agent.history import (
     INTERRUPTED_CALL,
     RunState,
     assistant_message,
+    counted_turns,
     memory_section,
     summary_prompt,
     summary_request,
@@ -220,6 +221,7 @@ class AgentLoop:
         self.resumed: RunState | None = None
         self.messages: list[Message] = []
         self.step = 0
+        self.interrupted_steps: set[int] = set()
         self.tool_calls = 0
         self.usage = Usage()
         self.observations: list[tuple[ToolCall, ToolResult]] = []
@@ -233,6 +235,7 @@ class AgentLoop:
         self.resumed = state
         self.messages = list(state.messages)
         self.step, self.tool_calls, self.usage = state.step, state.tool_calls, state.usage
+        self.interrupted_steps = set(state.interrupted_steps)
         self.observations = list(state.observations)
         self.last_text = state.last_text
         self.started = time.monotonic() - worked_seconds
@@ -332,6 +335,7 @@ class AgentLoop:
     def interrupted(self, call: ToolCall) -> tuple[ToolCall, ToolResult]:
         """A call whose worker stopped in the middle of it: never run again; the model judges."""
         result = ToolResult(ToolStatus.INTERRUPTED, INTERRUPTED_CALL, 0.0)
+        self.interrupted_steps.add(self.step)
         self.observe(call, result)
         return call, result
 
@@ -361,7 +365,8 @@ class AgentLoop:
     def ask(self, tools: list[ToolSpec] | None) -> Reply:
         self.check_cancelled()
         self.check_deadline()
-        if tools is not None and self.step >= self.limits.max_iterations:
+        turns = counted_turns(self.step, self.interrupted_steps)
+        if tools is not None and turns >= self.limits.max_iterations:
             raise Halt(
                 HaltReason.ITERATION_CAP,
                 f"it reached its cap of {self.limits.max_iterations} iterations.",

@@ -398,3 +398,31 @@ def test_the_recovery_gives_a_run_whose_job_failed_a_new_one(alice, workspaces):
         RunStatus.SUCCEEDED
     )
     assert async_to_sync(recover_runs.func)(timestamp=0) == 0
+
+
+def test_a_run_at_its_cap_finishes_after_a_hand_back_mid_call(alice, workspaces):
+    """Three calls and the answer fill a cap of four turns; a hand back in the middle of the
+    first call makes the model ask for it again, a turn the run did not choose and is not
+    charged for (issue 25, 14)."""
+    from agent.runs import queue
+
+    run = start_run(alice, SLOW, model="mock", limits=default_limits(max_iterations=4))
+    queue(run)
+
+    def hand_back_in_the_first_call() -> StopReason | None:
+        started = run.events.filter(kind="tool_call_started").exists()
+        return StopReason.HAND_BACK if started else None
+
+    assert (
+        work_job(
+            run.pk, job_id=run.job_id, worker="first", stop_requested=hand_back_in_the_first_call
+        )
+        == RELEASED
+    )
+    assert work_job(run.pk, job_id=run.job_id, worker="second", stop_requested=lambda: None) == (
+        RunStatus.SUCCEEDED
+    )
+    run.refresh_from_db()
+    assert run.iterations == 5  # the record keeps every turn
+    assert run.events.filter(kind="tool_call_finished", data__status="interrupted").count() == 1
+    assert not run.events.filter(kind="run_halted").exists()
