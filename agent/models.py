@@ -92,6 +92,9 @@ class AgentRun(models.Model):
     job_id = models.BigIntegerField(null=True, blank=True)  # the Procrastinate job working it
     worker = models.CharField(max_length=200, blank=True)  # who works it now; "" once handed back
     resumes = models.PositiveIntegerField(default=0)  # times a live worker took it from a lost one
+    # A process working it without a job (`runagent`) writes this every LOOP_STALE_SECONDS / 3;
+    # a worker's runs have their worker's heartbeat instead (agent/abandoned.py).
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     # Who asked it to go on, until a worker picks the continue up (then the RunResume row says).
     continue_requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -264,7 +267,7 @@ class RunResume(models.Model):
 
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="resumes_log")
     attempt = models.PositiveIntegerField()
-    reason = models.CharField(max_length=16, choices=choices(ResumeReason))
+    reason = models.CharField(max_length=32, choices=choices(ResumeReason))
     lost_worker = models.CharField(max_length=200, blank=True)
     requested_by = models.ForeignKey(  # a continue's owner or operator
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
