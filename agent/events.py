@@ -49,6 +49,8 @@ BREAKER_REASONS = frozenset(
 class ResumeReason(StrEnum):
     WORKER_LOST = "worker_lost"  # the worker working it died; a live one took the run over
     HANDED_BACK = "handed_back"  # the worker working it was stopped and handed it back
+    # The database restarted while it was worked; not counted against LOOP_MAX_RESUMES.
+    DATABASE_RESTARTED = "database_restarted"
     CONTINUED = "continued"  # a person asked a run that had ended to go on
 
 

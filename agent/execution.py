@@ -15,9 +15,11 @@ from functools import partial
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
+from agent.abandoned import ended_from_log
 from agent.events import (
     AnswerSource,
     Event,
@@ -29,11 +31,11 @@ from agent.events import (
     event_from_dict,
 )
 from agent.guards import RunReleased
-from agent.history import RunState, loop_note, replay
+from agent.history import RunState, counted_turns, loop_note, replay
 from agent.interrupt import Interrupt, StopReason
 from agent.llm.base import LLM, Message, ModelTimedOut, Reply, ToolSpec
 from agent.llm.factory import OPENAI, ModelChoice, llm_for
-from agent.loop import Limits, RunResult, Tools, progress_report, run_agent
+from agent.loop import Limits, RunResult, Tools, run_agent
 from agent.models import FINISHED, AgentRun, RunResume
 from agent.recorder import RunRecorder
 from agent.runs import reopen
@@ -87,7 +89,37 @@ def execute_run(
     if claimed is None:
         run.refresh_from_db()
         raise RunNotQueued(f"Run {run.pk} is not queued; it is {run.status}.")
-    return work(claimed, on_event=on_event, cancelled=cancelled, llm=llm, tools=tools)
+    with beating(claimed.run):
+        return work(claimed, on_event=on_event, cancelled=cancelled, llm=llm, tools=tools)
+
+
+@contextmanager
+def beating(run: AgentRun) -> Iterator[None]:
+    """The run's own heartbeat while this process works it (it has no job, so no worker's
+    heartbeat speaks for it): written every LOOP_STALE_SECONDS / 3 from a thread, whatever the
+    run is doing. Once it is stale the process is gone, and the recovery, a Stop, a new run of
+    the owner's and `runagent --resume` treat the run so (agent/abandoned.py)."""
+    done = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not done.wait(settings.LOOP_STALE_SECONDS / 3):
+                try:
+                    AgentRun.objects.filter(pk=run.pk, attempt=run.attempt).update(
+                        heartbeat_at=Now()
+                    )
+                except DatabaseError as error:  # the next beat tries again
+                    logger.warning("Run %s: its heartbeat was not written: %s", run.pk, error)
+        finally:
+            connection.close()  # this thread's own
+
+    beater = threading.Thread(target=beat, name=f"run-{run.pk}-heartbeat", daemon=True)
+    beater.start()
+    try:
+        yield
+    finally:
+        done.set()
+        beater.join(timeout=5)
 
 
 # A job's outcome when its worker gave the run up unfinished (the worker is stopping, or another
@@ -145,7 +177,8 @@ def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
         if job_id is None and run.status != RunStatus.QUEUED:
             return None
         reason = resume_reason(run)
-        lost_worker = run.worker if reason is ResumeReason.WORKER_LOST else ""
+        lost = (ResumeReason.WORKER_LOST, ResumeReason.DATABASE_RESTARTED)
+        lost_worker = run.worker if reason in lost else ""
         if reason is ResumeReason.WORKER_LOST:
             run.resumes += 1
         run.attempt += 1
@@ -153,11 +186,12 @@ def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
         run.started_at = run.started_at or timezone.now()
         run.worker = worker
         run.job_id = job_id
+        run.heartbeat_at = timezone.now()
         asker, run.continue_requested_by = run.continue_requested_by, None
         run.save(
             update_fields=[
                 *("resumes", "attempt", "status", "started_at", "worker", "job_id"),
-                "continue_requested_by",
+                *("heartbeat_at", "continue_requested_by"),
             ]
         )
         raise_fence(workspace_path(run.user_id), run.pk, run.attempt)  # its snippets' files too
@@ -175,15 +209,32 @@ def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
 def resume_reason(run: AgentRun) -> ResumeReason | None:
     """Why a run is being taken up again, read from how it was left; None for a fresh start.
 
-    Still running: its worker died. Queued with a log: a person continued it (its log ends with
-    its end) or its worker handed it back mid-way.
+    Still running: its worker died, or the database restarted under it (then its worker could
+    not hand it back, and this is no fault of the run's: not counted against LOOP_MAX_RESUMES).
+    Queued with a log: a person continued it (its log ends with its end) or its worker handed it
+    back mid-way.
     """
     if run.status == RunStatus.RUNNING:
+        if database_started_after(attempt_began(run)):
+            return ResumeReason.DATABASE_RESTARTED
         return ResumeReason.WORKER_LOST
     last = run.events.order_by("-seq").values_list("kind", flat=True).first()
     if last is None:
         return None
     return ResumeReason.CONTINUED if last == RunFinished.kind else ResumeReason.HANDED_BACK
+
+
+def attempt_began(run: AgentRun) -> datetime:
+    """When the run's current attempt was claimed: its latest resume, or its start."""
+    resumed = run.resumes_log.order_by("-attempt").values_list("created_at", flat=True).first()
+    return max(filter(None, (resumed, run.started_at)), default=run.created_at)
+
+
+def database_started_after(moment: datetime) -> bool:
+    """Whether the database server (re)started after `moment`."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_postmaster_start_time() > %s", [moment])
+        return cursor.fetchone()[0]
 
 
 def work(
@@ -220,7 +271,7 @@ def work(
     try:
         resume, limits, worked = pick_up(claimed, recorder)
         if too_often_resumed(run):
-            recorder(given_up(resumed_too_often(claimed), resume))
+            recorder(ended_from_log(RunStatus.FAILED, resume, resumed_too_often(claimed)))
             run.refresh_from_db()
             return run
         result = run_agent(
@@ -389,7 +440,7 @@ def renewed_limits(events: Sequence[Event], state: RunState | None, worked: floa
         return budget
     return dataclasses.replace(
         budget,
-        max_iterations=state.step + budget.max_iterations,
+        max_iterations=counted_turns(state.step, state.interrupted_steps) + budget.max_iterations,
         max_tool_calls=state.tool_calls + budget.max_tool_calls,
         max_tokens=state.usage.total_tokens + budget.max_tokens,
         max_seconds=worked + budget.max_seconds,
@@ -405,22 +456,6 @@ def resumed_too_often(claimed: Claim) -> str:
         f"The worker running this stopped {claimed.run.resumes} times while working it (last: "
         f"{claimed.lost_worker}); Loop resumes a run at most {settings.LOOP_MAX_RESUMES} times "
         "(LOOP_MAX_RESUMES), so a run that brings its worker down cannot go on for ever."
-    )
-
-
-def given_up(why: str, state: RunState | None) -> RunFinished:
-    """The end of a run Loop stops resuming: failed, with what it had done so far."""
-    state = state or RunState()
-    return RunFinished(
-        status=RunStatus.FAILED,
-        answer=progress_report(state.last_text, state.observations),
-        answer_source=AnswerSource.PROGRESS,
-        ok_tool_calls=sum(result.status is ToolStatus.OK for _, result in state.observations),
-        error=why,
-        iterations=state.step,
-        tool_calls=state.tool_calls,
-        prompt_tokens=state.usage.prompt_tokens,
-        completion_tokens=state.usage.completion_tokens,
     )
 
 

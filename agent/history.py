@@ -171,7 +171,8 @@ class RunState:
     after it (the run only has to finish); `halted`: a RunHalted with no RunFinished after it;
     `tripped`: a BreakerTripped with no RunHalted after it; `finished`: the RunFinished the log
     ends with (None once a Continue follows it); `limits`: the latest RunStarted or RunResumed
-    limits; `breaker_since`: the observations since the last Continue, which rebuild the breaker.
+    limits; `breaker_since`: the observations since the last Continue, which rebuild the breaker;
+    `interrupted_steps`: the steps whose calls a resume answered as interrupted.
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -189,6 +190,14 @@ class RunState:
     finished: RunFinished | None = None
     limits: dict[str, Any] = field(default_factory=dict)
     breaker_since: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
+    interrupted_steps: set[int] = field(default_factory=set)
+
+
+def counted_turns(step: int, interrupted_steps: set[int]) -> int:
+    """The model turns up to `step` the iteration cap counts. After a step whose calls were
+    answered as interrupted, the model spends a turn asking again for what a lost worker left
+    unfinished: the run did not choose that turn, so one per such step is free."""
+    return step - len(interrupted_steps)
 
 
 def replay(events: Iterable[Event]) -> RunState:
@@ -248,6 +257,8 @@ def _finished_call(state: RunState, event: ToolCallFinished) -> None:
     )
     state.pending = [c for c in state.pending if c.id != call.id]
     state.dangling = [c for c in state.dangling if c.id != call.id]
+    if result.status is ToolStatus.INTERRUPTED:
+        state.interrupted_steps.add(event.step)
     _observe(state, call, result)
 
 

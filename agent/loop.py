@@ -13,6 +13,7 @@ interrupted, for the model to judge.
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import time
 from collections import deque
@@ -49,6 +50,7 @@ from agent.history import (
     INTERRUPTED_CALL,
     RunState,
     assistant_message,
+    counted_turns,
     memory_section,
     summary_prompt,
     summary_request,
@@ -82,6 +84,26 @@ def model_failure(error: LLMError) -> str:
 def is_model_failure(error: str) -> bool:
     """Whether a run's error says the model provider failed it (model_failure wrote it)."""
     return error.startswith(f"{MODEL_FAILED}: ")
+
+
+# The longest tool name and call id a run records (the audit rows' columns): the model sends
+# names and ids as it likes, and they are data, never a reason for a run to fail.
+TOOL_NAME_CHARS = 64
+CALL_ID_CHARS = 128
+
+
+def bounded_call(call: ToolCall) -> ToolCall:
+    """The call as the run records and answers it: a name too long to record is cut, saying how
+    long it was (no tool has such a name, so it is answered as an unknown tool); an id too long
+    is cut and keeps a digest of the whole, so two long ids stay two."""
+    name, call_id = call.name, call.id
+    if len(name) > TOOL_NAME_CHARS:
+        cut = f"…[{len(name)} chars]"
+        name = name[: TOOL_NAME_CHARS - len(cut)] + cut
+    if len(call_id) > CALL_ID_CHARS:
+        digest = hashlib.sha256(call_id.encode(errors="surrogatepass")).hexdigest()[:16]
+        call_id = f"{call_id[: CALL_ID_CHARS - len(digest) - 1]}…{digest}"
+    return ToolCall(call_id, name, call.arguments)
 
 
 # The run's note on an answer the model was stopped from finishing; the answer is kept, marked.
@@ -199,6 +221,7 @@ class AgentLoop:
         self.resumed: RunState | None = None
         self.messages: list[Message] = []
         self.step = 0
+        self.interrupted_steps: set[int] = set()
         self.tool_calls = 0
         self.usage = Usage()
         self.observations: list[tuple[ToolCall, ToolResult]] = []
@@ -212,6 +235,7 @@ class AgentLoop:
         self.resumed = state
         self.messages = list(state.messages)
         self.step, self.tool_calls, self.usage = state.step, state.tool_calls, state.usage
+        self.interrupted_steps = set(state.interrupted_steps)
         self.observations = list(state.observations)
         self.last_text = state.last_text
         self.started = time.monotonic() - worked_seconds
@@ -311,6 +335,7 @@ class AgentLoop:
     def interrupted(self, call: ToolCall) -> tuple[ToolCall, ToolResult]:
         """A call whose worker stopped in the middle of it: never run again; the model judges."""
         result = ToolResult(ToolStatus.INTERRUPTED, INTERRUPTED_CALL, 0.0)
+        self.interrupted_steps.add(self.step)
         self.observe(call, result)
         return call, result
 
@@ -340,7 +365,8 @@ class AgentLoop:
     def ask(self, tools: list[ToolSpec] | None) -> Reply:
         self.check_cancelled()
         self.check_deadline()
-        if tools is not None and self.step >= self.limits.max_iterations:
+        turns = counted_turns(self.step, self.interrupted_steps)
+        if tools is not None and turns >= self.limits.max_iterations:
             raise Halt(
                 HaltReason.ITERATION_CAP,
                 f"it reached its cap of {self.limits.max_iterations} iterations.",
@@ -357,8 +383,9 @@ class AgentLoop:
             if isinstance(error, ModelTimedOut) or self.time_left() <= 0:
                 raise self.too_slow(error) from None
             raise
-        if tools is None:  # a reply to a tool-less turn cannot call tools
-            reply = dataclasses.replace(reply, tool_calls=())
+        # A reply to a tool-less turn cannot call tools.
+        calls = () if tools is None else tuple(map(bounded_call, reply.tool_calls))
+        reply = dataclasses.replace(reply, tool_calls=calls)
         self.step += 1
         self.usage += reply.usage
         self.last_text = reply.text or self.last_text

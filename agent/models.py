@@ -19,7 +19,7 @@ from agent.events import (
     loaded,
 )
 from agent.llm.factory import ModelChoice, offered_models
-from agent.loop import is_model_failure
+from agent.loop import CALL_ID_CHARS, TOOL_NAME_CHARS, is_model_failure
 from tools.base import ToolStatus
 
 FINISHED = (
@@ -92,6 +92,9 @@ class AgentRun(models.Model):
     job_id = models.BigIntegerField(null=True, blank=True)  # the Procrastinate job working it
     worker = models.CharField(max_length=200, blank=True)  # who works it now; "" once handed back
     resumes = models.PositiveIntegerField(default=0)  # times a live worker took it from a lost one
+    # A process working it without a job (`runagent`) writes this every LOOP_STALE_SECONDS / 3;
+    # a worker's runs have their worker's heartbeat instead (agent/abandoned.py).
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     # Who asked it to go on, until a worker picks the continue up (then the RunResume row says).
     continue_requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -120,6 +123,12 @@ class AgentRun(models.Model):
         """Whether the model this run recorded is still one a person may pick here: only then
         may its owner continue it (agent.runs.check_still_offered)."""
         return ModelChoice(self.provider, self.model) in offered_models()
+
+    @property
+    def owner_active(self) -> bool:
+        """Whether the account it acts for may use Loop: not a deleted account's placeholder,
+        not deactivated (agent.runs.check_owner_active)."""
+        return self.user.is_active
 
     @property
     def can_continue(self) -> bool:
@@ -211,8 +220,8 @@ class ToolExecution(models.Model):
 
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_executions")
     step = models.PositiveIntegerField()
-    call_id = models.CharField(max_length=128)
-    tool = models.CharField(max_length=64)
+    call_id = models.CharField(max_length=CALL_ID_CHARS)
+    tool = models.CharField(max_length=TOOL_NAME_CHARS)
     arguments = models.TextField()
     status = models.CharField(max_length=16, choices=choices(ToolStatus))
     # What the model saw: the output of a call that worked, the error of one that did not.
@@ -240,7 +249,7 @@ class BreakerTrip(models.Model):
 
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="breaker_trips")
     step = models.PositiveIntegerField()
-    tool = models.CharField(max_length=64)
+    tool = models.CharField(max_length=TOOL_NAME_CHARS)
     reason = models.CharField(max_length=32, choices=choices(sorted(BREAKER_REASONS)))
     failures = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -258,7 +267,7 @@ class RunResume(models.Model):
 
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="resumes_log")
     attempt = models.PositiveIntegerField()
-    reason = models.CharField(max_length=16, choices=choices(ResumeReason))
+    reason = models.CharField(max_length=32, choices=choices(ResumeReason))
     lost_worker = models.CharField(max_length=200, blank=True)
     requested_by = models.ForeignKey(  # a continue's owner or operator
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from agent.abandoned import end_if_abandoned, without_a_process
 from agent.events import AnswerSource, RunFinished, RunStatus
 from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
 from agent.loop import Limits
@@ -31,6 +32,10 @@ class TooManyActiveRuns(InvalidTask):
 
 
 class ModelNotOffered(InvalidTask):
+    pass
+
+
+class OwnerGone(InvalidTask):
     pass
 
 
@@ -115,9 +120,13 @@ def check_room_for_a_run(user_id: int) -> None:
     """Refuse one live run more than LOOP_USER_ACTIVE_RUNS. Call inside a transaction: the user's
     row stays locked to its end, so two starts at once cannot both pass the limit."""
     lock_owner(user_id)
-    active = AgentRun.objects.filter(
+    live = AgentRun.objects.filter(
         user_id=user_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
-    ).count()
+    )
+    # A run of `runagent`'s whose process is gone holds no place: nothing will resume it (the
+    # recovery ends it interrupted, and `runagent --resume` takes it up).
+    gone = without_a_process(live.filter(job_id__isnull=True))
+    active = live.exclude(pk__in=gone.values("pk")).count()
     if active >= settings.LOOP_USER_ACTIVE_RUNS:
         runs = "run" if active == 1 else "runs"
         raise TooManyActiveRuns(
@@ -202,7 +211,8 @@ def cancel_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
 
 def request_cancel(run: AgentRun) -> AgentRun:
     """A queued run ends at once; a running one stops within a second wherever it is (its worker
-    hears it from procrastinate). A finished run stays as it ended."""
+    hears it from procrastinate), or at once, here, when its process is gone (a dead worker, a
+    killed `runagent`): nobody else would hear the Stop. A finished run stays as it ended."""
     now = timezone.now()
     if AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
         status=RunStatus.CANCELLED, cancel_requested_at=now, finished_at=now
@@ -217,6 +227,7 @@ def request_cancel(run: AgentRun) -> AgentRun:
         AgentRun.objects.filter(
             pk=run.pk, status=RunStatus.RUNNING, cancel_requested_at__isnull=True
         ).update(cancel_requested_at=now)
+        end_if_abandoned(run.pk, RunStatus.CANCELLED)
     abort_job(run.job_id)
     run.refresh_from_db()
     return run
@@ -264,6 +275,7 @@ def reopen(
         owner = runs.filter(pk=run_id).values_list("user_id", flat=True).get()
         lock_owner(owner)
         run = runs.select_for_update(of=("self",)).get(pk=run_id)
+        check_owner_active(run)
         if not run.can_continue:
             raise InvalidTask(
                 f"Run {run.pk} {run.status}: only a run that was halted, interrupted, or failed "
@@ -285,6 +297,17 @@ def reopen(
         if queue_it:
             queue(run)
     return run
+
+
+def check_owner_active(run: AgentRun) -> None:
+    """A run acts for its owner, in their workspace and memories: it goes on only while that
+    account may use Loop. A deleted account's runs belong to an inactive placeholder, so no one
+    continues them (the person, an operator, runagent), nor a deactivated account's runs."""
+    if not run.owner_active:
+        raise OwnerGone(
+            f"Run {run.pk} cannot go on: the account it acts for was deleted or deactivated, and "
+            "a run acts only for an account that may use Loop. Its record stays as it ended."
+        )
 
 
 def new_conversation(user: AbstractBaseUser, title: str = "") -> Conversation:

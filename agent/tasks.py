@@ -18,6 +18,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.job_context import AbortReason
 from procrastinate.jobs import Status
 
+from agent.abandoned import end_jobless_runs_without_a_process
 from agent.events import RunStatus
 from agent.execution import RELEASED, work_job
 from agent.interrupt import StopReason
@@ -94,6 +95,9 @@ async def recover_runs(timestamp: int) -> int:
       cannot touch the new one, and its writes to the run are already fenced off by the attempt;
     - runs whose job ended while they had not (the job failed on an error, say the database
       refusing a connection before the run was taken), which would otherwise wait for ever.
+
+    And it ends `interrupted` each run of `runagent`'s (no job) whose process is gone: its owner
+    may continue it, or take it up with `runagent --resume`.
     """
     recovered = 0
     for job in await app.job_manager.get_stalled_jobs(
@@ -105,7 +109,7 @@ async def recover_runs(timestamp: int) -> int:
             recovered += await _give_a_new_job(run_id, job.id, "its worker stopped")
     for run_id, job_id in await _runs_whose_job_ended():
         recovered += await _give_a_new_job(run_id, job_id, f"its job {job_id} ended before it")
-    return recovered
+    return recovered + await sync_to_async(end_jobless_runs_without_a_process)()
 
 
 @app.periodic(cron="17 * * * *", periodic_id="purge_forgotten_texts")

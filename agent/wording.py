@@ -29,6 +29,7 @@ TOOL_SYMBOLS = {
 RESUMED_TEXTS = {
     ResumeReason.WORKER_LOST: "Resumed: the worker running this stopped",
     ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
+    ResumeReason.DATABASE_RESTARTED: "Resumed: the database restarted while this ran",
     ResumeReason.CONTINUED: "Continued: {who} asked it to go on",
 }
 # Who asked, as the console says it and as the run's owner reads it in the chat; "" is a log

@@ -226,7 +226,9 @@ class AgentRunAdmin(AuditAdmin):
                 "timeline": selectors.timeline(obj),
                 "stored_memories": Memory.objects.filter(source_run_id=obj.pk).defer("embedding"),
                 "can_cancel": not obj.is_finished and can_cancel_any_run(request.user),
-                "can_continue": obj.can_continue and can_continue_any_run(request.user),
+                "can_continue": obj.can_continue
+                and obj.owner_active
+                and can_continue_any_run(request.user),
             }
         return super().render_change_form(request, context, add, change, form_url, obj)
 

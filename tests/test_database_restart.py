@@ -446,7 +446,11 @@ def test_a_run_goes_on_when_the_database_is_killed_in_its_middle(
     watching.close()
 
     assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
-    assert any(kind == "run_resumed" for _, kind, _ in events)
+    reasons = [data["reason"] for _, kind, data in events if kind == "run_resumed"]
+    assert reasons
+    # The restart was no fault of the run's: none of its LOOP_MAX_RESUMES is used up.
+    assert set(reasons) <= {"database_restarted", "handed_back"}, reasons
+    assert run_row(var, run_id)[1] == 0
     for kind in ("tool_call_started", "tool_call_finished"):
         calls = [data["call_id"] for _, event_kind, data in events if event_kind == kind]
         assert len(calls) == len(set(calls)), f"a call {kind} twice"

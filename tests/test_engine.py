@@ -385,8 +385,12 @@ def test_the_recovery_gives_a_run_whose_job_failed_a_new_one(alice, workspaces):
     from agent.tasks import recover_runs
 
     run = submit_run(alice, "What is 17 * 23?", new_conversation(alice), model="mock")
-    in_process = start_run(alice, "a run of runagent's, with no job", model="mock")
-    AgentRun.objects.filter(pk=in_process.pk).update(status=RunStatus.RUNNING)
+    in_process = start_run(
+        alice, "a run of runagent's, with no job, its process alive", model="mock"
+    )
+    AgentRun.objects.filter(pk=in_process.pk).update(
+        status=RunStatus.RUNNING, heartbeat_at=datetime.now(UTC)
+    )
     failed = run.job_id
     with connection.cursor() as cursor:  # say the claim met a database refusing connections
         cursor.execute("UPDATE procrastinate_jobs SET status = 'failed' WHERE id = %s", [failed])
@@ -398,3 +402,57 @@ def test_the_recovery_gives_a_run_whose_job_failed_a_new_one(alice, workspaces):
         RunStatus.SUCCEEDED
     )
     assert async_to_sync(recover_runs.func)(timestamp=0) == 0
+
+
+def test_a_run_at_its_cap_finishes_after_a_hand_back_mid_call(alice, workspaces):
+    """Three calls and the answer fill a cap of four turns; a hand back in the middle of the
+    first call makes the model ask for it again, a turn the run did not choose and is not
+    charged for (issue 25, 14)."""
+    from agent.runs import queue
+
+    run = start_run(alice, SLOW, model="mock", limits=default_limits(max_iterations=4))
+    queue(run)
+
+    def hand_back_in_the_first_call() -> StopReason | None:
+        started = run.events.filter(kind="tool_call_started").exists()
+        return StopReason.HAND_BACK if started else None
+
+    assert (
+        work_job(
+            run.pk, job_id=run.job_id, worker="first", stop_requested=hand_back_in_the_first_call
+        )
+        == RELEASED
+    )
+    assert work_job(run.pk, job_id=run.job_id, worker="second", stop_requested=lambda: None) == (
+        RunStatus.SUCCEEDED
+    )
+    run.refresh_from_db()
+    assert run.iterations == 5  # the record keeps every turn
+    assert run.events.filter(kind="tool_call_finished", data__status="interrupted").count() == 1
+    assert not run.events.filter(kind="run_halted").exists()
+
+
+def test_a_run_the_database_restarted_under_is_resumed_uncounted(alice, workspaces):
+    """Its worker could not hand it back (the database was away): the run was working when the
+    server (re)started, which is no fault of the run's (issue 25, 14). A run whose worker died
+    with the database up is counted, as before."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_postmaster_start_time()")
+        server_started = cursor.fetchone()[0]
+    under_the_restart = submit_run(alice, "What is 17 * 23?", new_conversation(alice), model="mock")
+    after_it = submit_run(alice, "What is 17 * 23?", new_conversation(alice), model="mock")
+    for run, began in (
+        (under_the_restart, server_started - timedelta(seconds=5)),
+        (after_it, server_started + timedelta(seconds=5)),
+    ):
+        AgentRun.objects.filter(pk=run.pk).update(
+            status=RunStatus.RUNNING, worker="gone:1", attempt=1, started_at=began
+        )
+        work_job(run.pk, job_id=run.job_id, worker="w", stop_requested=lambda: None)
+        run.refresh_from_db()
+    assert (under_the_restart.status, under_the_restart.resumes) == (RunStatus.SUCCEEDED, 0)
+    assert RunResume.objects.get(run=under_the_restart).reason == ResumeReason.DATABASE_RESTARTED
+    assert (after_it.status, after_it.resumes) == (RunStatus.SUCCEEDED, 1)
+    assert RunResume.objects.get(run=after_it).reason == ResumeReason.WORKER_LOST

@@ -94,6 +94,7 @@ UNDRAWN = (RunStarted,)  # the task shows as the person's own bubble, not as a c
 RESUMED_IN_CHAT = {
     ResumeReason.WORKER_LOST: "Resumed: the worker running this stopped",
     ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
+    ResumeReason.DATABASE_RESTARTED: "Resumed: the database restarted while this ran",
     ResumeReason.CONTINUED: "Continued: you asked it to go on",
 }
 

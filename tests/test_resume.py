@@ -314,7 +314,12 @@ def test_the_run_that_halts_asks_for_its_summary():
     ]
 
 
-@pytest.mark.parametrize("cut", cuts(HALTED_LOG))
+def cuts_in_a_call(log: list[Event]) -> list[int]:
+    """The cuts that leave a call started and unfinished: the resume answers it interrupted."""
+    return [cut for cut in cuts(log) if replay(log[:cut]).dangling]
+
+
+@pytest.mark.parametrize("cut", sorted(set(cuts(HALTED_LOG)) - set(cuts_in_a_call(HALTED_LOG))))
 def test_a_halting_run_cut_anywhere_halts_once_with_its_summary(cut):
     resumed = Resumed(HALTED_LOG, cut, HALTS)
     assert resumed.result.status is RunStatus.HALTED
@@ -323,6 +328,32 @@ def test_a_halting_run_cut_anywhere_halts_once_with_its_summary(cut):
     assert len(resumed.of(RunHalted)) == 1
     assert_each_call_ran_once(resumed)
     assert_whole(resumed)
+
+
+@pytest.mark.parametrize("cut", cuts_in_a_call(HALTED_LOG))
+def test_a_run_at_its_cap_gets_the_turn_an_interrupted_call_costs(cut):
+    """The turn the model spends on what the lost worker left unfinished is not the run's: a
+    run at its cap is not halted for it (issue 25, 14)."""
+    resumed = Resumed(HALTED_LOG, cut, HALTS, limits=ONE_STEP)
+    assert resumed.result.status is RunStatus.SUCCEEDED
+    assert resumed.result.answer == "I stopped at the cap."
+    assert not resumed.of(RunHalted)
+    assert resumed.state.interrupted_steps == set()
+    assert replay(resumed.log).interrupted_steps == {1}
+    assert resumed.result.iterations == 2  # the record keeps every turn taken
+    assert_each_call_ran_once(resumed)
+    assert_whole(resumed)
+
+
+def test_a_second_resume_in_the_same_step_frees_no_second_turn():
+    """Calls of one step interrupted by two resumes cost the model one turn, not two."""
+    first = Resumed(HALTED_LOG, cut_after(HALTED_LOG, ToolCallStarted), HALTS)
+    again_at = len(first.before) + 2  # a's interrupted end, then b started
+    log = first.log[:again_at]
+    assert replay(log).dangling
+    resumed = Resumed(log, again_at, [*HALTS[:1], asks(("c", "echo", {})), answer("done")])
+    assert resumed.result.halt_reason is HaltReason.ITERATION_CAP
+    assert replay(resumed.log).interrupted_steps == {1}
 
 
 def test_replay_after_the_halt_has_it_and_its_summary_request_last():

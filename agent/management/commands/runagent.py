@@ -1,6 +1,6 @@
 """`manage.py runagent "task"`: run one task from the terminal, printing each step as it happens.
-`manage.py runagent --resume RUN_ID`: continue a run that stopped early, here, from where it
-stopped."""
+`manage.py runagent --resume RUN_ID`: continue a run that stopped early (or whose process is
+gone), here, from where it stopped."""
 
 import dataclasses
 import json
@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agent.abandoned import end_if_abandoned, process_gone
 from agent.events import (
     BreakerTripped,
     Event,
@@ -56,7 +57,8 @@ class Command(BaseCommand):
         "Run one task through the agent, printing each step live. Exit status: 0 succeeded, "
         "1 failed, 2 bad usage, 3 halted (breaker, cap or budget), 4 cancelled (Ctrl-C or "
         "SIGTERM), 5 interrupted. -v 2 prints the model's reasoning whole and every library's log. "
-        "--resume RUN_ID continues a halted, interrupted or model-failed run instead."
+        "--resume RUN_ID continues a halted, interrupted or model-failed run instead, or a run "
+        "whose process is gone."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -65,7 +67,10 @@ class Command(BaseCommand):
             "--resume",
             type=int,
             metavar="RUN_ID",
-            help="Continue this run here from where it stopped, with a fresh set of limits.",
+            help=(
+                "Continue this run here from where it stopped, with a fresh set of limits (a run "
+                "still running whose process is gone is first ended interrupted)."
+            ),
         )
         parser.add_argument(
             "--user",
@@ -121,6 +126,8 @@ class Command(BaseCommand):
         run = AgentRun.objects.filter(pk=run_id).first()
         if run is None:
             raise CommandError(f"No run {run_id}.", returncode=USAGE_ERROR)
+        if end_if_abandoned(run.pk, RunStatus.INTERRUPTED, process_gone(run.worker)):
+            run.refresh_from_db()  # its process is gone: it ended interrupted, and goes on here
         if not run.can_continue:
             raise CommandError(
                 f"Run {run_id} cannot continue: it is {run.status}. Only a run that halted, was "
