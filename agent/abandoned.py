@@ -19,6 +19,8 @@ from agent.loop import progress_report
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from tools.base import ToolStatus
+from tools.fence import raise_fence
+from tools.workspace import workspace_path
 
 
 def stale_before() -> ExpressionWrapper:
@@ -60,6 +62,7 @@ def end_if_abandoned(run_id: int, status: RunStatus, error: str = "") -> bool:
         run.attempt += 1
         run.worker = ""
         run.save(update_fields=["attempt", "worker"])
+        raise_fence(workspace_path(run.user_id), run.pk, run.attempt)  # its snippets' files too
     rows = run.events.order_by("seq").values_list("kind", "data")
     state = replay(event_from_dict(kind, data) for kind, data in rows)
     RunRecorder(run)(ended_from_log(status, state, error))
