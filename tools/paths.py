@@ -76,16 +76,16 @@ def path_problem(relative: str) -> str | None:
     a person can act on; None when it may."""
     if "\x00" in relative:
         return "The path contains a NUL byte; use a plain name."
-    if len(relative) > MAX_PATH_CHARS:
-        return (
-            f"The path is {len(relative):,} characters long, over the {MAX_PATH_CHARS:,} a "
-            "workspace path may have: use shorter names or fewer folders."
-        )
     names = relative.split("/")
     if len(names) > MAX_PATH_DEPTH:
         return (
             f"The path is {len(names):,} folders deep, over the {MAX_PATH_DEPTH} a workspace "
             "path may have: use fewer nested folders."
+        )
+    if len(relative) > MAX_PATH_CHARS:
+        return (
+            f"The path is {len(relative):,} characters long, over the {MAX_PATH_CHARS:,} a "
+            "workspace path may have: use shorter names or fewer folders."
         )
     return next(filter(None, map(name_problem, names)), None)
 
