@@ -17,7 +17,8 @@ from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
 from tools.code import RUN_CODE
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
 from tools.quota import usage
-from tools.workspace import context_for
+from tools.sandbox import sandbox_identity
+from tools.workspace import context_for, ensure_workspace
 
 pytestmark = pytest.mark.django_db
 
@@ -291,3 +292,24 @@ def test_files_a_snippet_names_like_temp_files_are_shown_and_counted(
         assert f".cache{n:02}.0123456789abcdef.tmp" in body
     assert call(context, "list_files").text.startswith("Your workspace contains 3 entries:")
     assert usage(context.workspace).bytes == 3_000
+
+
+def test_a_workspace_with_a_1100_deep_tree_is_handed_over_whole(workspaces: Path) -> None:
+    """os.fwalk recursed once per level: the hand-over to the user's own sandbox uid failed."""
+    workspace = workspaces / "4242"
+    workspace.mkdir()
+    shared = 999  # the one sandbox user every snippet ran as before
+    os.chown(workspace, shared, shared)
+    make_deep_tree(workspace)  # owned like the workspace
+    try:
+        ensure_workspace(workspace, 4242)
+        identity = sandbox_identity(4242)
+        root = os.open(workspace, _DIRECTORY)
+        try:
+            owners = {entry.info.st_uid for entry in paths.walk(root)}
+        finally:
+            os.close(root)
+        assert owners == {identity.uid}
+        assert os.stat(workspace).st_uid == identity.uid
+    finally:
+        paths.remove_tree(workspace)
