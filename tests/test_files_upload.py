@@ -225,6 +225,24 @@ def test_a_clash_with_replace_replaces(client, workspace):
     assert (workspace / "data.csv").read_bytes() == CSV
 
 
+def test_a_name_sent_in_nfd_is_stored_in_nfc_and_clashes_with_its_nfc_twin(client, workspace):
+    """A Mac sends "café.txt" decomposed: it was a second entry that looked the same."""
+    composed, decomposed = "caf\u00e9.txt", "cafe\u0301.txt"
+    first = ask_json(client, ("file", decomposed, b"one"))
+    assert first.json()["done"] == [f"Uploaded {composed} (3 bytes)."]
+    again = ask_json(client, ("file", decomposed, b"two"))
+    assert again.status_code == 409
+    assert os.listdir(workspace) == [composed]
+    assert (workspace / composed).read_bytes() == b"one"
+    assert leftovers(workspace) == []
+
+
+def test_a_replacing_upload_leaves_no_temporary_file(client, workspace):
+    (workspace / "data.csv").write_bytes(b"old")
+    send(client, multipart(("on_clash", None, b"replace"), ("file", "data.csv", CSV)))
+    assert os.listdir(workspace) == ["data.csv"]
+
+
 def test_a_clash_with_keep_keeps_both(client, workspace):
     (workspace / "data.csv").write_bytes(b"old")
     (workspace / "data (2).csv").write_bytes(b"older copy")
