@@ -296,3 +296,21 @@ def test_every_page_asks_a_stranger_to_log_in(client):
         response = client.get(url)
         assert response.status_code == 302
         assert "/accounts/login/" in response["Location"]
+
+
+def test_a_name_made_before_the_path_rules_is_shown_without_a_link_and_can_be_deleted(
+    client, workspace
+):
+    """A look-alike of '..\\..\\evil.bat' that a snippet saved before the rules: no view or
+    download (the panel refuses such a path), but nothing stays that the person cannot remove."""
+    legacy = "\uff0e\uff0e\uff3c\uff0e\uff0e\uff3cevil.bat"
+    put(workspace, legacy, "from before")
+    body = client.get(FILES).content.decode()
+    assert legacy in body
+    assert "/files/view/" not in body
+    assert "/files/raw/" not in body
+    assert f'<input type="hidden" name="path" value="{legacy}">' in body
+    assert client.get(f"/files/view/{legacy}").status_code == 400
+    done = client.post("/files/delete/", {"path": legacy}, headers={"Accept": "application/json"})
+    assert done.json() == {"done": [f"Deleted {legacy}."], "refused": []}
+    assert os.listdir(workspace) == []

@@ -98,9 +98,12 @@ class Entry:
     modified: datetime
     is_folder: bool
     kind: str  # "file", "folder", "symlink" or what else it is ("a FIFO")
-    # False for a name the panel refuses (not UTF-8, a control or bidi character): it is shown
-    # escaped, and offered no link or action that would only be refused.
+    # False for a name the panel refuses (not UTF-8, a control or bidi character, a path the
+    # rules for storing refuse): it is shown escaped, and offered no link that would be refused.
     reachable: bool = True
+    # Whether it can be deleted: a path only the rules for storing refuse (one made before them,
+    # too deep or with a look-alike of '..') can, so that nothing stays that cannot be removed.
+    removable: bool = True
 
 
 @dataclass(frozen=True)
@@ -138,10 +141,11 @@ class Download:
 # Paths -------------------------------------------------------------------------------------------
 
 
-def components(path: str) -> list[str]:
-    """The names along a path the person gave, by the file tools' rules, plus no bidi control."""
+def components(path: str, *, existing: bool = False) -> list[str]:
+    """The names along a path the person gave, by the file tools' rules, plus no bidi control
+    (with existing, of an entry to remove: see tools.files.path_components)."""
     try:
-        names = path_components(path)
+        names = path_components(path, existing=existing)
     except ToolError as refused:
         raise BrowseError(str(refused)) from None
     refuse_unshowable(path)
@@ -168,8 +172,8 @@ def refuse_unshowable(text: str) -> None:
         raise BrowseError(f"The name {text!r} contains the control character {control!r}.")
 
 
-def file_components(path: str) -> list[str]:
-    names = components(path)
+def file_components(path: str, *, existing: bool = False) -> list[str]:
+    names = components(path, existing=existing)
     if not names:
         raise BrowseError("That is your workspace itself, not a file: choose a file in it.")
     return names
@@ -261,11 +265,16 @@ def _entry(directory: int, name: str, names: list[str]) -> Entry | None:
         info = os.stat(name, dir_fd=directory, follow_symlinks=False)
     except FileNotFoundError:  # deleted while listing
         return None
-    if not _reachable(_shown([*names, name])):
+    path = _shown([*names, name])
+    if not _reachable(path):
         modified = datetime.fromtimestamp(info.st_mtime, UTC)
         size = info.st_size if stat.S_ISREG(info.st_mode) else 0
         kind = "a file" if stat.S_ISREG(info.st_mode) else _what(info.st_mode)
-        return Entry(escaped_name(name), "", size, modified, False, kind, reachable=False)
+        removable = _reachable(path, existing=True)
+        shown = escaped_name(name)
+        return Entry(
+            shown, path if removable else "", size, modified, False, kind, False, removable
+        )
     mode = info.st_mode
     if stat.S_ISDIR(mode):
         kind = "folder"
@@ -280,13 +289,13 @@ def _entry(directory: int, name: str, names: list[str]) -> Entry | None:
     return Entry(name, _shown([*names, name]), size, modified, stat.S_ISDIR(mode), kind)
 
 
-def _reachable(path: str) -> bool:
+def _reachable(path: str, *, existing: bool = False) -> bool:
     """Whether the panel can name this entry: not a name run_code left that is not UTF-8 (a lone
     surrogate here, which no page can encode), nor a path the rules refuse (a control or bidi
-    character, a backslash, a folder too deep: its top folder can still be deleted)."""
+    character, a backslash; without existing, a path too deep or a look-alike of '..')."""
     try:
         path.encode("utf-8")
-        components(path)
+        components(path, existing=existing)
     except (UnicodeEncodeError, BrowseError):
         return False
     return True
@@ -387,7 +396,7 @@ def delete(workspace: Path, path: str, contents: int | None = None) -> str:
     """Delete a file or a symlink (the link itself), or a folder: an empty one at once, one with
     entries in it only when `contents` is how many it holds now (the person was told, and
     confirmed), so that one click never deletes more than the person saw."""
-    names = file_components(path)
+    names = file_components(path, existing=True)
     shown = _shown(names)
     with _workspace(workspace) as (stack, root), admitted(root):
         directory = _open_folder(root, names[:-1], stack)

@@ -71,12 +71,13 @@ class ListFilesArguments(BaseModel):
 # Paths -------------------------------------------------------------------------------------------
 
 
-def path_components(path: str) -> list[str]:
+def path_components(path: str, *, existing: bool = False) -> list[str]:
     """The names along a relative path, after refusing anything that could lead outside or
-    that the workspace's path rules refuse."""
+    that the workspace's path rules refuse; with existing, the path of an entry already there
+    (one made before the rules, to be removed), which those rules do not judge."""
     _refuse_hostile(path)
     names = [name for name in path.split("/") if name not in ("", ".")]
-    problem = paths.path_problem("/".join(names)) if names else None
+    problem = paths.path_problem("/".join(names)) if names and not existing else None
     if problem is not None:
         raise ToolDenied(problem)
     return names
