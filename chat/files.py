@@ -84,10 +84,13 @@ def panel(
     *,
     notes: list[tuple[str, str]] | None = None,
     status: int = 200,
+    confirm: browse.FolderNotEmpty | None = None,
 ) -> HttpResponse:
-    """The panel for folder (the fragment alone for htmx), or its refusal with the reason."""
+    """The panel for folder (the fragment alone for htmx), or its refusal with the reason;
+    with confirm, the question whether to delete a folder and what it holds."""
     context: dict[str, Any] = {
         "notes": notes or [],
+        "confirm": confirm,
         "quota": quota_context(request.user),
         "max_upload": settings.LOOP_UPLOAD_MAX_BYTES,
         "max_files": settings.LOOP_UPLOAD_MAX_FILES,
@@ -139,9 +142,23 @@ def raw(request: HttpRequest, path: str) -> HttpResponse:
 
 @require_POST
 def delete(request: HttpRequest) -> HttpResponse:
+    """Delete a file or a folder; a folder with entries only with `contents`, the number of
+    entries it holds, which the first attempt answers (and the panel asks to confirm)."""
     path = request.POST.get("path", "")
+    contents = request.POST.get("contents", "")
     try:
-        note = browse.delete(workspace_of(request.user), path)
+        count = int(contents) if contents else None
+        note = browse.delete(workspace_of(request.user), path, count)
+    except ValueError:
+        refusal = f"contents must be a number of entries, not {contents!r}."
+        return answer(request, parent_of(path), refused=[refusal])
+    except browse.FolderNotEmpty as asked:
+        if "application/json" in request.headers.get("Accept", ""):
+            body = {"done": [], "refused": [asked.message], "contents": asked.contents}
+            return JsonResponse(body, status=asked.status)
+        # Asked on the page itself, as a redirect's message could carry no form.
+        notes = [("error", asked.message)]
+        return panel(request, parent_of(path), notes=notes, status=asked.status, confirm=asked)
     except browse.BrowseError as refused:
         return answer(request, parent_of(path), refused=[refused.message], status=refused.status)
     return answer(request, parent_of(path), done=[note])

@@ -1,5 +1,6 @@
-"""Uploads streamed into the workspace: each part goes, chunk by chunk, into a hidden temporary
-file in the workspace's root, and gets its name only when complete and admitted (tools.browse).
+"""Uploads streamed into the workspace: each part goes, chunk by chunk, into an unnamed file in
+the workspace's filesystem (O_TMPFILE), which no snippet or listing can name, and gets its name
+only when complete and admitted (tools.browse).
 
 Never the whole file in memory: Django's MultiPartParser hands this handler one chunk at a time
 (64 KiB) and it writes each to disk at once. A part past LOOP_UPLOAD_MAX_BYTES, or past the room
@@ -32,7 +33,7 @@ FIELD = "file"
 
 @dataclass
 class Streamed:
-    """A part written whole to its temporary file, waiting for browse.store_upload."""
+    """A part written whole to its unnamed file, waiting for browse.store_upload."""
 
     name: str
     incoming: browse.Incoming
@@ -43,7 +44,7 @@ class Streamed:
 
     def close(self) -> None:
         """Django closes every uploaded file when a parse fails (too many files, say) and when
-        the request ends: an unnamed temporary file goes, a named one is left alone."""
+        the request ends: a part not named by then is gone, a named one is left alone."""
         self.incoming.discard()
 
 
@@ -84,7 +85,7 @@ class WorkspaceUploadHandler(FileUploadHandler):
         if self.root is None:
             raise SkipFile
         try:
-            self.current = Streamed(file_name, browse.begin_upload(self.root, file_name))
+            self.current = Streamed(file_name, browse.begin_upload(self.root))
         except OSError as error:
             self.refusals.append(f"{file_name} was not stored: {error.strerror}.")
             raise SkipFile from None
@@ -150,8 +151,8 @@ class WorkspaceUploadHandler(FileUploadHandler):
             self.current = None
 
     def discard(self) -> None:
-        """Delete every temporary file not given its name, and close the workspace: called
-        whatever happened to the request (a refused CSRF token included)."""
+        """Close every part's file (what was not given its name is gone with it) and the
+        workspace: called whatever happened to the request (a refused CSRF token included)."""
         self.upload_interrupted()
         for streamed in self.complete:
             streamed.incoming.discard()

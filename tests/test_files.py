@@ -141,10 +141,14 @@ def test_list_treats_an_empty_path_as_the_workspace_root(call: Call) -> None:
     assert call("list_files", path="").text.splitlines()[1:] == ["x.txt (1 bytes)"]
 
 
-def test_list_hides_write_file_temp_files(call: Call, workspace: Path) -> None:
+def test_list_shows_every_file_even_one_named_like_a_temp_file(call: Call, workspace: Path) -> None:
+    # A snippet's files named like write_file's temp files count in the quota: they are shown.
     (workspace / ".notes.txt.0123456789abcdef.tmp").write_text("half")
     (workspace / ".hidden").write_text("shown")
-    assert call("list_files").text.splitlines()[1:] == [".hidden (5 bytes)"]
+    assert call("list_files").text.splitlines()[1:] == [
+        ".hidden (5 bytes)",
+        ".notes.txt.0123456789abcdef.tmp (4 bytes)",
+    ]
 
 
 def test_list_caps_the_number_of_entries_with_a_note(workspace: Path) -> None:

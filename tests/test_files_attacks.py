@@ -71,7 +71,7 @@ def test_a_name_too_long_for_the_disk_is_refused_with_a_reason(client, workspace
     response = upload(client, ("file", name, b"x"))
     assert response.status_code == 400
     (refusal,) = response.json()["refused"]
-    assert "longer than the 255 bytes a file name may have" in refusal
+    assert "over the 255 bytes a name may have" in refusal
     assert os.listdir(workspace) == []
 
 
@@ -99,20 +99,21 @@ def test_keeping_both_when_the_copy_s_name_would_be_too_long_is_refused(client, 
     assert leftovers(workspace) == []
 
 
-def test_an_upload_whose_temporary_file_vanished_is_refused_not_a_crash(workspace):
-    """The temporary file is in the workspace, where a run_code snippet or a delete can remove
-    it before it is named: that upload is refused with the reason, like any other."""
+def test_an_upload_being_written_has_no_name_a_snippet_or_a_listing_could_meet(workspace):
+    """Its file was a temporary name in the workspace, which a snippet could remove, or fill
+    the quota with files named like it that the panel hid; now it has no name until stored."""
     root = browse.open_workspace(workspace)
     try:
-        incoming = browse.begin_upload(root, "data.csv")
+        incoming = browse.begin_upload(root)
         incoming.write(b"a,b\n")
         incoming.finish()
-        os.unlink(incoming.temp, dir_fd=root)
-        with pytest.raises(browse.BrowseError, match=r"data\.csv was not stored"):
-            browse.store_upload(incoming, "", "data.csv")
+        assert os.listdir(workspace) == []
+        assert browse.store_upload(incoming, "", "data.csv") == "Uploaded data.csv (4 bytes)."
+        incoming.discard()
     finally:
         os.close(root)
-    assert os.listdir(workspace) == []
+    assert os.listdir(workspace) == ["data.csv"]
+    assert (workspace / "data.csv").read_bytes() == b"a,b\n"
 
 
 def test_a_write_the_disk_refuses_loses_that_file_alone(client, workspace, monkeypatch):
@@ -121,7 +122,7 @@ def test_a_write_the_disk_refuses_loses_that_file_alone(client, workspace, monke
     write = browse.Incoming.write
 
     def failing(incoming: browse.Incoming, data: bytes) -> None:
-        if incoming.temp.startswith(".full.bin."):
+        if data.startswith(b"x"):  # full.bin's
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         write(incoming, data)
 

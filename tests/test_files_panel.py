@@ -69,9 +69,11 @@ def test_folders_are_navigable_and_show_their_path(client, workspace):
     assert '<a href="/files/?dir=notes">notes</a>' in inner  # the way back up
 
 
-def test_files_being_written_are_not_listed(client, workspace):
-    put(workspace, ".data.csv.0123456789abcdef.tmp", "half an upload")
-    assert "0123456789abcdef" not in client.get(FILES).content.decode()
+def test_files_named_like_temp_files_are_listed_as_the_quota_counts_them(client, workspace):
+    put(workspace, ".data.csv.0123456789abcdef.tmp", "a snippet's file")
+    body = client.get(FILES).content.decode()
+    assert ".data.csv.0123456789abcdef.tmp" in body
+    assert "Your workspace is empty" not in body
 
 
 @pytest.mark.parametrize(
@@ -210,14 +212,32 @@ def test_delete_removes_a_symlink_itself_never_its_target(client, workspace, tmp
     assert secret.read_text() == "stays"
 
 
-def test_delete_refuses_a_folder_with_files_and_removes_an_empty_one(client, workspace):
+def test_delete_asks_before_a_folder_with_files_and_removes_an_empty_one(client, workspace):
     put(workspace, "full/a.txt", "a")
     (workspace / "empty").mkdir()
-    refused = client.post("/files/delete/", {"path": "full"}, headers={"HX-Request": "true"})
-    assert "delete them first" in refused.content.decode()
+    asked = client.post("/files/delete/", {"path": "full"}, headers={"HX-Request": "true"})
+    assert asked.status_code == 409
+    body = asked.content.decode()
+    assert "full is a folder holding 1 entry. Delete it with everything in it?" in body
+    assert '<input type="hidden" name="contents" value="1">' in body
     assert (workspace / "full/a.txt").exists()
     client.post("/files/delete/", {"path": "empty"})
     assert not (workspace / "empty").exists()
+
+
+def test_a_folder_is_deleted_whole_only_with_the_number_of_entries_it_holds(client, workspace):
+    put(workspace, "full/a.txt", "a")
+    put(workspace, "full/sub/b.txt", "b")
+    json = {"Accept": "application/json"}
+    changed = client.post("/files/delete/", {"path": "full", "contents": "2"}, headers=json)
+    assert changed.status_code == 409
+    assert changed.json()["contents"] == 3
+    assert "(not 2: it changed since)" in changed.json()["refused"][0]
+    assert (workspace / "full/sub/b.txt").exists()
+    done = client.post("/files/delete/", {"path": "full", "contents": "3"}, headers=json)
+    assert done.json() == {"done": ["Deleted the folder full and the 3 entries it held."],
+                           "refused": []}  # fmt: skip
+    assert os.listdir(workspace) == []
 
 
 @pytest.mark.parametrize("path", ["../x", "/etc/passwd", "", "a\x00b", "missing.txt"])
@@ -276,3 +296,21 @@ def test_every_page_asks_a_stranger_to_log_in(client):
         response = client.get(url)
         assert response.status_code == 302
         assert "/accounts/login/" in response["Location"]
+
+
+def test_a_name_made_before_the_path_rules_is_shown_without_a_link_and_can_be_deleted(
+    client, workspace
+):
+    """A look-alike of '..\\..\\evil.bat' that a snippet saved before the rules: no view or
+    download (the panel refuses such a path), but nothing stays that the person cannot remove."""
+    legacy = "\uff0e\uff0e\uff3c\uff0e\uff0e\uff3cevil.bat"
+    put(workspace, legacy, "from before")
+    body = client.get(FILES).content.decode()
+    assert legacy in body
+    assert "/files/view/" not in body
+    assert "/files/raw/" not in body
+    assert f'<input type="hidden" name="path" value="{legacy}">' in body
+    assert client.get(f"/files/view/{legacy}").status_code == 400
+    done = client.post("/files/delete/", {"path": legacy}, headers={"Accept": "application/json"})
+    assert done.json() == {"done": [f"Deleted {legacy}."], "refused": []}
+    assert os.listdir(workspace) == []

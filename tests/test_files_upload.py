@@ -5,6 +5,7 @@ CSRF enforced, streamed to disk chunk by chunk, and at once visible to the agent
 import io
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from django.test import Client
 from chat.uploads import OriginalNameParser, WorkspaceUploadHandler
 from tools import browse
 from tools.base import ToolRegistry
-from tools.files import LIST_FILES, READ_FILE, TEMP_NAME
+from tools.files import LIST_FILES, READ_FILE
 from tools.workspace import context_for
 
 pytestmark = pytest.mark.django_db
@@ -56,8 +57,11 @@ def ask_json(client: Client, *parts: tuple[str, str | None, bytes]):
     return send(client, multipart(*parts), Accept="application/json")
 
 
+TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{16}\.tmp", re.DOTALL)  # tools.files.temp_name's
+
+
 def leftovers(workspace: Path) -> list[str]:
-    """Temporary upload files left anywhere in the workspace."""
+    """Temporary files (a replacing upload's, write_file's) left anywhere in the workspace."""
     return [
         name for _, _, names in os.walk(workspace) for name in names if TEMP_NAME.fullmatch(name)
     ]
@@ -173,7 +177,10 @@ def test_a_part_not_named_file_is_ignored_with_a_message(client, workspace):
         ("a\\b.txt", "backslash"),
         ("C:evil.txt", "drive letter"),
         ("notes/evil.txt", "is a path"),
-        (".evil.txt.0123456789abcdef.tmp", "reserved"),
+        ("\uff0e\uff0e\uff3c\uff0e\uff0e\uff3cevil.bat", "reads as '.."),
+        ("\uff23\uff1a\uff3cWindows\uff3cevil.dll", "reads as 'C:"),
+        ("..\uff0fup.txt", "reads as '../up.txt'"),
+        ("x" * 256, "over the 255 bytes"),
     ],
 )
 def test_a_hostile_name_is_refused_with_its_reason_and_nothing_is_stored(
@@ -216,6 +223,24 @@ def test_a_clash_with_replace_replaces(client, workspace):
                     Accept="application/json")  # fmt: skip
     assert response.json()["done"] == [f"Replaced data.csv ({len(CSV)} bytes)."]
     assert (workspace / "data.csv").read_bytes() == CSV
+
+
+def test_a_name_sent_in_nfd_is_stored_in_nfc_and_clashes_with_its_nfc_twin(client, workspace):
+    """A Mac sends "café.txt" decomposed: it was a second entry that looked the same."""
+    composed, decomposed = "caf\u00e9.txt", "cafe\u0301.txt"
+    first = ask_json(client, ("file", decomposed, b"one"))
+    assert first.json()["done"] == [f"Uploaded {composed} (3 bytes)."]
+    again = ask_json(client, ("file", decomposed, b"two"))
+    assert again.status_code == 409
+    assert os.listdir(workspace) == [composed]
+    assert (workspace / composed).read_bytes() == b"one"
+    assert leftovers(workspace) == []
+
+
+def test_a_replacing_upload_leaves_no_temporary_file(client, workspace):
+    (workspace / "data.csv").write_bytes(b"old")
+    send(client, multipart(("on_clash", None, b"replace"), ("file", "data.csv", CSV)))
+    assert os.listdir(workspace) == ["data.csv"]
 
 
 def test_a_clash_with_keep_keeps_both(client, workspace):
@@ -345,7 +370,7 @@ def test_each_chunk_is_on_disk_before_the_next_is_read_never_the_whole_file(
 
     def recording(incoming: browse.Incoming, chunk: bytes) -> None:
         write(incoming, chunk)
-        on_disk = os.stat(incoming.temp, dir_fd=incoming.root).st_size
+        on_disk = os.fstat(incoming.handle).st_size
         seen.append((len(chunk), incoming.written, on_disk))
 
     monkeypatch.setattr(browse.Incoming, "write", recording)

@@ -1,9 +1,11 @@
 """The workspace as its person sees it in the Files panel: list, open, download, delete, upload.
 
 Confined exactly like the file tools (tools.files): every path goes through the same rules (no
-'..', no absolute path, no NUL or control characters), every directory is opened one component at
-a time without following a symlink, and every write is admitted by the workspace quota under the
-workspace's lock (tools.quota). The messages here are for a person, not for the model.
+'..', no absolute path, no NUL or control characters, and tools.paths' depth, length and
+compatibility rules), every directory is opened one component at a time without following a
+symlink, and every write is admitted by the workspace quota under the workspace's lock
+(tools.quota). The panel shows and counts every entry a person has. The messages here are for a
+person, not for the model.
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from tools import paths
 from tools.base import ToolError
 from tools.files import (
     DIRECTORY_FLAGS,
     READ_FLAGS,
-    TEMP_FLAGS,
-    TEMP_NAME,
     is_symlink,
     kind_of,
     open_root,
@@ -40,9 +41,10 @@ MAX_SHOWN_ENTRIES = 200
 VIEW_MAX_BYTES = 200_000  # of a text file shown inline; the rest is for the download
 CLASH_CHOICES = ("replace", "keep")
 _UTF8_LONGEST = 4
-NAME_MAX_BYTES = 255  # Linux's NAME_MAX, in bytes of the UTF-8 name
-# Of the name kept in an upload's temporary name: with the dot, token and suffix, under NAME_MAX.
-_TEMP_STEM_BYTES = 200
+NAME_MAX_BYTES = paths.NAME_MAX_BYTES
+# An unnamed file in the workspace's filesystem: no listing, snippet or person can name it, and
+# nothing is left of it if the process dies. It gets its name by linkat through /proc.
+_UPLOAD_FLAGS = os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC
 # Bidirectional controls reorder what a name looks like ("txt.exe" shown as "exe.txt").
 _BIDI = {
     "\u061c",
@@ -78,6 +80,16 @@ class Clash(BrowseError):
     status = 409
 
 
+class FolderNotEmpty(BrowseError):
+    """A folder to delete that holds entries: deleted only once the person confirms how many."""
+
+    status = 409
+
+    def __init__(self, message: str, path: str, contents: int) -> None:
+        super().__init__(message)
+        self.path, self.contents = path, contents
+
+
 @dataclass(frozen=True)
 class Entry:
     name: str
@@ -86,9 +98,12 @@ class Entry:
     modified: datetime
     is_folder: bool
     kind: str  # "file", "folder", "symlink" or what else it is ("a FIFO")
-    # False for a name the panel refuses (not UTF-8, a control or bidi character): it is shown
-    # escaped, and offered no link or action that would only be refused.
+    # False for a name the panel refuses (not UTF-8, a control or bidi character, a path the
+    # rules for storing refuse): it is shown escaped, and offered no link that would be refused.
     reachable: bool = True
+    # Whether it can be deleted: a path only the rules for storing refuse (one made before them,
+    # too deep or with a look-alike of '..') can, so that nothing stays that cannot be removed.
+    removable: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,10 +141,11 @@ class Download:
 # Paths -------------------------------------------------------------------------------------------
 
 
-def components(path: str) -> list[str]:
-    """The names along a path the person gave, by the file tools' rules, plus no bidi control."""
+def components(path: str, *, existing: bool = False) -> list[str]:
+    """The names along a path the person gave, by the file tools' rules, plus no bidi control
+    (with existing, of an entry to remove: see tools.files.path_components)."""
     try:
-        names = path_components(path)
+        names = path_components(path, existing=existing)
     except ToolError as refused:
         raise BrowseError(str(refused)) from None
     refuse_unshowable(path)
@@ -156,8 +172,8 @@ def refuse_unshowable(text: str) -> None:
         raise BrowseError(f"The name {text!r} contains the control character {control!r}.")
 
 
-def file_components(path: str) -> list[str]:
-    names = components(path)
+def file_components(path: str, *, existing: bool = False) -> list[str]:
+    names = components(path, existing=existing)
     if not names:
         raise BrowseError("That is your workspace itself, not a file: choose a file in it.")
     return names
@@ -172,14 +188,6 @@ def check_upload_name(name: str) -> str:
         raise BrowseError(
             f"The name {name!r} is a path: give the file a plain name, and choose the folder "
             "in the panel."
-        )
-    if TEMP_NAME.fullmatch(name):
-        raise BrowseError(f"The name {name!r} is reserved for files being written.")
-    size = len(name.encode("utf-8", "surrogateescape"))
-    if size > NAME_MAX_BYTES:
-        raise BrowseError(
-            f"The name {name[:40]!r}... is {size:,} bytes long, longer than the "
-            f"{NAME_MAX_BYTES} bytes a file name may have: shorten it."
         )
     return name
 
@@ -239,15 +247,14 @@ def _gone(shown: str) -> NotFound:
 
 
 def list_folder(workspace: Path, folder: str = "") -> Listing:
-    """The folder's entries, newest first (files being written are not shown)."""
+    """The folder's entries, newest first: every one, as the quota counts every one."""
     names = components(folder)
     with _workspace(workspace) as (stack, root):
         directory = _open_folder(root, names, stack)
         found = [
             entry
             for name in os.listdir(directory)
-            if not TEMP_NAME.fullmatch(name)
-            and (entry := _entry(directory, name, names)) is not None
+            if (entry := _entry(directory, name, names)) is not None
         ]
     found.sort(key=lambda entry: (entry.modified, entry.name), reverse=True)
     return Listing(_shown(names), found[:MAX_SHOWN_ENTRIES], len(found))
@@ -258,11 +265,16 @@ def _entry(directory: int, name: str, names: list[str]) -> Entry | None:
         info = os.stat(name, dir_fd=directory, follow_symlinks=False)
     except FileNotFoundError:  # deleted while listing
         return None
-    if not _reachable(name):
+    path = _shown([*names, name])
+    if not _reachable(path):
         modified = datetime.fromtimestamp(info.st_mtime, UTC)
         size = info.st_size if stat.S_ISREG(info.st_mode) else 0
         kind = "a file" if stat.S_ISREG(info.st_mode) else _what(info.st_mode)
-        return Entry(escaped_name(name), "", size, modified, False, kind, reachable=False)
+        removable = _reachable(path, existing=True)
+        shown = escaped_name(name)
+        return Entry(
+            shown, path if removable else "", size, modified, False, kind, False, removable
+        )
     mode = info.st_mode
     if stat.S_ISDIR(mode):
         kind = "folder"
@@ -277,13 +289,13 @@ def _entry(directory: int, name: str, names: list[str]) -> Entry | None:
     return Entry(name, _shown([*names, name]), size, modified, stat.S_ISDIR(mode), kind)
 
 
-def _reachable(name: str) -> bool:
+def _reachable(path: str, *, existing: bool = False) -> bool:
     """Whether the panel can name this entry: not a name run_code left that is not UTF-8 (a lone
-    surrogate here, which no page can encode), nor one the path rules refuse (a control or bidi
-    character, a backslash)."""
+    surrogate here, which no page can encode), nor a path the rules refuse (a control or bidi
+    character, a backslash; without existing, a path too deep or a look-alike of '..')."""
     try:
-        name.encode("utf-8")
-        components(name)
+        path.encode("utf-8")
+        components(path, existing=existing)
     except (UnicodeEncodeError, BrowseError):
         return False
     return True
@@ -380,10 +392,11 @@ def open_download(workspace: Path, path: str) -> Download:
 # Deleting ----------------------------------------------------------------------------------------
 
 
-def delete(workspace: Path, path: str) -> str:
-    """Delete a file or a symlink (the link itself), or an empty folder; a folder with anything
-    in it is refused, so that one click never deletes more than the person saw."""
-    names = file_components(path)
+def delete(workspace: Path, path: str, contents: int | None = None) -> str:
+    """Delete a file or a symlink (the link itself), or a folder: an empty one at once, one with
+    entries in it only when `contents` is how many it holds now (the person was told, and
+    confirmed), so that one click never deletes more than the person saw."""
+    names = file_components(path, existing=True)
     shown = _shown(names)
     with _workspace(workspace) as (stack, root), admitted(root):
         directory = _open_folder(root, names[:-1], stack)
@@ -392,22 +405,32 @@ def delete(workspace: Path, path: str) -> str:
         except FileNotFoundError:
             raise _gone(shown) from None
         if stat.S_ISDIR(info.st_mode):
-            return _delete_folder(directory, names[-1], shown)
+            return _delete_folder(directory, names[-1], shown, contents)
         os.unlink(names[-1], dir_fd=directory)
     return f"Deleted {shown}."
 
 
-def _delete_folder(directory: int, name: str, shown: str) -> str:
-    try:
+def _delete_folder(directory: int, name: str, shown: str, contents: int | None) -> str:
+    with suppress(OSError):
         os.rmdir(name, dir_fd=directory)
+        return f"Deleted the empty folder {shown}."
+    with ExitStack() as stack:
+        held = len(list(paths.walk(_open_folder(directory, [name], stack))))
+    if held == 0:
+        raise BrowseError(f"Could not delete the folder {shown}.")
+    entries = f"{held:,} {'entry' if held == 1 else 'entries'}"
+    if contents != held:
+        changed = "" if contents is None else f" (not {contents:,}: it changed since)"
+        raise FolderNotEmpty(
+            f"{shown} is a folder holding {entries}{changed}. Delete it with everything in it?",
+            shown,
+            held,
+        )
+    try:
+        paths.remove_tree(name, dir_fd=directory)
     except OSError as error:
-        if error.errno in (errno.ENOTEMPTY, errno.EEXIST):
-            raise BrowseError(
-                f"{shown} is a folder with files in it: delete them first (only an empty folder "
-                "is deleted)."
-            ) from None
-        raise
-    return f"Deleted the empty folder {shown}."
+        raise BrowseError(f"{shown} was not deleted completely: {error.strerror}.") from None
+    return f"Deleted the folder {shown} and the {entries} it held."
 
 
 # Uploading ---------------------------------------------------------------------------------------
@@ -415,16 +438,17 @@ def _delete_folder(directory: int, name: str, shown: str) -> str:
 
 @dataclass
 class Incoming:
-    """An upload being written to a hidden temporary file in the workspace's root."""
+    """An upload being written to an unnamed file (O_TMPFILE) in the workspace's filesystem: no
+    snippet, listing or person can name it or count it, and it vanishes with its descriptor
+    unless store_upload links it in."""
 
     root: int  # the workspace, open; owned by the caller
-    temp: str
     handle: int | None
     written: int = 0
-    settled: bool = False  # named or deleted: nothing is left to discard, and root may be closed
+    finished: bool = False
 
     def write(self, data: bytes) -> None:
-        if self.handle is None:
+        if self.handle is None or self.finished:
             raise BrowseError("This upload was already finished.")
         view = memoryview(data)
         while view:
@@ -432,19 +456,15 @@ class Incoming:
         self.written += len(data)
 
     def finish(self) -> None:
-        if self.handle is not None:
+        if self.handle is not None and not self.finished:
             os.fsync(self.handle)
-            os.close(self.handle)
-            self.handle = None
+            self.finished = True
 
     def discard(self) -> None:
+        """Close the file: unless it was linked in, nothing of it is left."""
         if self.handle is not None:
             os.close(self.handle)
             self.handle = None
-        if not self.settled:
-            self.settled = True
-            with suppress(OSError):
-                os.unlink(self.temp, dir_fd=self.root)
 
 
 def open_workspace(workspace: Path) -> int:
@@ -455,15 +475,13 @@ def open_workspace(workspace: Path) -> int:
         raise BrowseError("Your workspace is not available right now. Try again later.") from None
 
 
-def begin_upload(root: int, name: str) -> Incoming:
-    """A temporary file for `name`, hidden from every listing until store_upload names it."""
-    stem = name.encode("utf-8")[:_TEMP_STEM_BYTES].decode("utf-8", "ignore")
-    temp = temp_name(stem)  # temp_name keeps characters, and 200 of them may be 800 bytes
-    handle = os.open(temp, TEMP_FLAGS, 0o644, dir_fd=root)
+def begin_upload(root: int) -> Incoming:
+    """An unnamed file for an upload, in the workspace's filesystem, until store_upload names it."""
+    handle = os.open(".", _UPLOAD_FLAGS, 0o644, dir_fd=root)
     owner = owner_of(root)
     if owner is not None:
         os.fchown(handle, *owner)
-    return Incoming(root, temp, handle)
+    return Incoming(root, handle)
 
 
 def room(root: int) -> tuple[int, int]:
@@ -477,32 +495,45 @@ def room(root: int) -> tuple[int, int]:
 
 
 def store_upload(incoming: Incoming, folder: str, name: str, on_clash: str = "") -> str:
-    """Give a complete upload its name in folder, under the workspace's lock and quota.
-
-    The temporary file already counts in the workspace's use, so the check is that the
-    workspace, with it, is within its quota (a run may have written meanwhile).
-    """
+    """Give a complete upload its name in folder (in NFC, unless a file has the name as sent),
+    under the workspace's lock and quota: the workspace with the upload must be within its quota
+    (a run may have written meanwhile)."""
     names = components(folder)
     check_upload_name(name)
     if on_clash and on_clash not in CLASH_CHOICES:
         raise BrowseError(f"on_clash must be one of {', '.join(CLASH_CHOICES)}, not {on_clash!r}.")
     with ExitStack() as stack, admitted(incoming.root) as budget:
         directory = _open_folder(incoming.root, names, stack)
-        target, replaced = _target(directory, name, _shown([*names, name]), on_clash)
+        stored = paths.stored_name(directory, name)
+        problem = paths.path_problem(_shown([*names, stored]))
+        if problem is not None:
+            raise BrowseError(f"{name} was not stored: {problem}")
+        target, replaced = _target(directory, stored, _shown([*names, stored]), on_clash)
         quota, used = budget.quota, budget.used
-        if used.bytes - (replaced or 0) > quota.max_bytes or used.files > quota.max_files:
-            raise BrowseError(_over_quota(name, quota, used.bytes - incoming.written))
-        _rename(incoming, directory, target, name)
+        after = used.bytes + incoming.written - (replaced or 0)
+        if after > quota.max_bytes or used.files + (replaced is None) > quota.max_files:
+            raise BrowseError(_over_quota(name, quota, used.bytes))
+        _link(incoming, directory, target, name, replacing=replaced is not None)
     verb = "Uploaded" if replaced is None else "Replaced"
     return f"{verb} {_shown([*names, target])} ({incoming.written:,} bytes)."
 
 
-def _rename(incoming: Incoming, directory: int, target: str, name: str) -> None:
-    """Name the upload; a failure (its temporary file deleted meanwhile by a snippet or a
-    delete, a kept copy's name too long) is a refusal of this file alone."""
+def _link(incoming: Incoming, directory: int, target: str, name: str, *, replacing: bool) -> None:
+    """Name the upload: link the unnamed file in (beside the file it replaces, then over it).
+    A failure (a kept copy's name too long, the disk full) is a refusal of this file alone."""
+    if incoming.handle is None:
+        raise BrowseError(f"{name} was not stored: the upload was already closed.")
+    source = f"/proc/self/fd/{incoming.handle}"
+    temp = temp_name(target) if replacing else target
     try:
-        os.rename(incoming.temp, target, src_dir_fd=incoming.root, dst_dir_fd=directory)
-        incoming.settled = True
+        os.link(source, temp, dst_dir_fd=directory, follow_symlinks=True)
+        if replacing:
+            try:
+                os.rename(temp, target, src_dir_fd=directory, dst_dir_fd=directory)
+            except BaseException:
+                with suppress(OSError):
+                    os.unlink(temp, dir_fd=directory)
+                raise
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise BrowseError(f"{name} was not stored: {reason}.") from None

@@ -1,4 +1,9 @@
-"""Workspace-confined file tools (read_file, write_file, list_files), safe for strangers to use."""
+"""Workspace-confined file tools (read_file, write_file, list_files), safe for strangers to use.
+
+Every path meets the workspace's path rules (tools.paths: depth, length, names that become '..'
+or a separator under compatibility mapping), and a name is looked up as given, else in NFC, the
+form new names are stored in.
+"""
 
 import errno
 import os
@@ -11,6 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools import paths
 from tools.base import Tool, ToolContext, ToolDenied, ToolError
 from tools.quota import admitted
 
@@ -26,7 +32,6 @@ TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _TEMP_TOKEN_BYTES = 8
 # Long enough to recognise the file, short enough that the temp name stays under NAME_MAX.
 _TEMP_STEM_CHARS = 200
-TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{16}\.tmp", re.DOTALL)
 _DRIVE_LETTER = re.compile(r"[A-Za-z]:")
 _READ_CHUNK = 64 * 1024
 _EXAMPLE = "like 'notes/todo.txt'"
@@ -66,10 +71,16 @@ class ListFilesArguments(BaseModel):
 # Paths -------------------------------------------------------------------------------------------
 
 
-def path_components(path: str) -> list[str]:
-    """The names along a relative path, after refusing anything that could lead outside."""
+def path_components(path: str, *, existing: bool = False) -> list[str]:
+    """The names along a relative path, after refusing anything that could lead outside or
+    that the workspace's path rules refuse; with existing, the path of an entry already there
+    (one made before the rules, to be removed), which those rules do not judge."""
     _refuse_hostile(path)
-    return [name for name in path.split("/") if name not in ("", ".")]
+    names = [name for name in path.split("/") if name not in ("", ".")]
+    problem = paths.path_problem("/".join(names)) if names and not existing else None
+    if problem is not None:
+        raise ToolDenied(problem)
+    return names
 
 
 def _refuse_hostile(path: str) -> None:
@@ -176,8 +187,9 @@ def owner_of(root: int) -> Owner | None:
 
 
 def _enter(parent: int, names: list[str], depth: int, stack: ExitStack) -> int:
-    """Open directory names[depth] inside parent, refusing it if it is a symlink."""
-    name = names[depth]
+    """Open directory names[depth] inside parent (as it is stored there: names[depth] becomes
+    that name), refusing it if it is a symlink."""
+    name = names[depth] = paths.stored_name(parent, names[depth])
     try:
         directory = os.open(name, DIRECTORY_FLAGS, dir_fd=parent)
     except OSError as error:
@@ -214,7 +226,7 @@ def _walk_creating(root: int, names: list[str], owner: Owner | None, stack: Exit
     """Like _walk, creating missing directories (owned by owner, when given) on the way."""
     directory = root
     for depth, name in enumerate(names):
-        created = _make_directory(directory, name)
+        created = _make_directory(directory, paths.stored_name(directory, name))
         directory = _enter(directory, names, depth, stack)
         if created and owner is not None:
             os.fchown(directory, *owner)
@@ -234,7 +246,7 @@ def _missing_directories(root: int, names: list[str], stack: ExitStack) -> int:
     directory = root
     for depth, name in enumerate(names):
         try:
-            os.stat(name, dir_fd=directory, follow_symlinks=False)
+            os.stat(paths.stored_name(directory, name), dir_fd=directory, follow_symlinks=False)
         except FileNotFoundError:
             return len(names) - depth
         directory = _enter(directory, names, depth, stack)
@@ -249,6 +261,7 @@ def read_file(args: ReadFileArguments, context: ToolContext) -> str:
     shown = _shown(names)
     with ExitStack() as stack, _reporting_failures("read", shown):
         directory = _walk(open_root(context.workspace, stack), names[:-1], stack)
+        names[-1] = paths.stored_name(directory, names[-1])
         data = _read_regular(_open_for_reading(directory, names[-1], shown, stack), shown)
     if not data:
         return empty_file_note(shown)
@@ -354,6 +367,8 @@ def write_file(args: WriteFileArguments, context: ToolContext) -> str:
             what = f"{shown} ({len(data):,} bytes, {missing:,} new directories)"
             budget.admit(what, len(data), new_entries=missing + 1)
         directory = _walk_creating(root, names[:-1], owner, stack)
+        names[-1] = paths.stored_name(directory, names[-1])
+        shown = _shown(names)
         replaced = _replaced_size(directory, names[-1], shown)
         if not missing:
             budget.admit(
@@ -406,7 +421,11 @@ def _replaced_size(directory: int, name: str, shown: str) -> int | None:
 
 
 def _write_atomically(directory: int, name: str, data: bytes, owner: Owner | None) -> None:
-    """Write a temp file beside the target, then rename it over: a crash leaves old or new."""
+    """Write a temp file beside the target, then rename it over: a crash leaves old or new.
+
+    The temp file exists only under the workspace's lock, which the quota's measure takes too;
+    listings show it if they meet it (it is a real file, counted while it is there), and one a
+    killed worker left is the person's to see and delete."""
     temp = temp_name(name)
     handle = os.open(temp, TEMP_FLAGS, 0o644, dir_fd=directory)
     try:
@@ -425,7 +444,7 @@ def _write_atomically(directory: int, name: str, data: bytes, owner: Owner | Non
 
 
 def temp_name(name: str) -> str:
-    """A hidden name beside `name` that list_files never shows (it matches TEMP_NAME)."""
+    """A dot-name beside `name`, unlikely to be any other's (64 random bits)."""
     stem = name.encode()[:_TEMP_STEM_CHARS].decode(errors="ignore")  # bytes: the disk's limit
     return f".{stem}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
 
@@ -444,7 +463,7 @@ def list_files(args: ListFilesArguments, context: ToolContext) -> str:
     shown = _shown(names)
     with ExitStack() as stack, _reporting_failures("list", shown):
         directory = _walk(open_root(context.workspace, stack), names, stack)
-        entries = sorted(name for name in os.listdir(directory) if not TEMP_NAME.fullmatch(name))
+        entries = sorted(os.listdir(directory))
         lines = [_describe_entry(directory, name) for name in entries[:MAX_LIST_ENTRIES]]
     return _listing(shown, lines, len(entries))
 

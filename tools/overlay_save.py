@@ -6,6 +6,10 @@ real workspace under the workspace's lock: deletions first, so the room they fre
 and changed files, counted exactly. Once the workspace is at the quota each further file is refused
 and keeps its earlier version, so a workspace ends at most one file (its file-size cap) past it.
 
+Every walk here is iterative (tools/paths.py), so no tree, however deep, stops a save or a
+measure; a path the workspace's rules refuse (tools.paths.path_problem: too deep, too long, a name
+that becomes '..' or a separator under compatibility mapping) is not saved, and the note says so.
+
 Standard library only: it runs under the system interpreter, outside the project's virtualenv
 (tools.quota imports it too, for `usage`).
 """
@@ -14,8 +18,26 @@ import errno
 import fcntl
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
+
+
+def _load_paths():  # noqa: ANN202 (a module loaded from a path has no static type)
+    """tools/paths.py: imported as usual in the project, loaded by path in the saver, which
+    runs without the project on sys.path."""
+    if __name__ == "tools.overlay_save":
+        from tools import paths
+
+        return paths
+    from importlib.util import module_from_spec, spec_from_file_location
+
+    spec = spec_from_file_location("paths", os.path.join(os.path.dirname(__file__), "paths.py"))
+    module = module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+paths = _load_paths()
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -47,6 +69,7 @@ class Saved:
 
     def __init__(self) -> None:
         self.skipped: list[str] = []
+        self.refused: list[tuple[str, str]] = []  # (path, why) refused by the path rules
         self.full = False
         self.superseded_by = 0  # the attempt that took its run over: nothing was saved
         self.aside: list[tuple[str, str]] = []  # (a path another call changed, ours's new name)
@@ -91,34 +114,77 @@ class _Descriptor:
 
 
 def usage(directory: int) -> Usage:
-    """Count everything below an open directory, never following a symlink."""
+    """Count everything below an open directory, never following a symlink, at any depth."""
     total = Usage()
-    for _, info, child in _entries(directory):
+    for entry in paths.walk(directory):
         total.files += 1
-        if stat.S_ISREG(info.st_mode):
-            total.bytes += info.st_size
-        elif child is not None:
-            with _Descriptor(child):
-                below = usage(child)
-            total.bytes += below.bytes
-            total.files += below.files
+        if stat.S_ISREG(entry.info.st_mode):
+            total.bytes += entry.info.st_size
     return total
 
 
-def _entries(directory: int) -> Iterator[tuple[str, os.stat_result, int | None]]:
-    """Each entry's name and lstat, with an open descriptor when it is a directory."""
-    with os.scandir(directory) as listing:
-        names = sorted(entry.name for entry in listing)  # the saver's order is the same each time
-    for name in names:
-        try:
-            info = os.stat(name, dir_fd=directory, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        child = None
-        if stat.S_ISDIR(info.st_mode):
-            with suppress(OSError):
-                child = os.open(name, _DIRECTORY, dir_fd=directory)
-        yield name, info, child
+class _Level:
+    """A directory of the upper layer being applied, its counterpart in the workspace, and how
+    far through its names the pass is. Both descriptors are the pass's, but for the first."""
+
+    def __init__(
+        self, upper: int, workspace: int, prefix: str, info: os.stat_result | None
+    ) -> None:
+        self.upper, self.workspace, self.prefix, self.info = upper, workspace, prefix, info
+        with os.scandir(upper) as listing:
+            self.names = sorted(entry.name for entry in listing)  # the same order each time
+        self.next = 0
+
+
+# What a pass does with one entry of the upper layer: returns the workspace directory (open, now
+# the pass's) to apply the entry's contents to, or None to go no deeper.
+_Visit = Callable[[_Level, str, os.stat_result], int | None]
+
+
+def _apply(
+    upper: int,
+    workspace: int,
+    visit: _Visit,
+    leave: Callable[[_Level], None] = lambda level: None,
+) -> None:
+    """Run visit on every entry of upper, a directory's contents after it, and leave on each
+    directory after its contents: iteratively, never deeper than a path may be, so that at most
+    two descriptors per level are open."""
+    levels = [_Level(upper, workspace, "", None)]
+    try:
+        while levels:
+            level = levels[-1]
+            if level.next == len(level.names):
+                levels.pop()
+                if levels:
+                    try:
+                        leave(level)
+                    finally:
+                        _close(level)
+                continue
+            name = level.names[level.next]
+            level.next += 1
+            info = _target(level.upper, name)
+            if info is None:
+                continue
+            # One level past a path's depth, for the add pass to name what lies too deep.
+            below = visit(level, name, info) if len(levels) <= paths.MAX_PATH_DEPTH + 1 else None
+            if below is None:
+                continue
+            try:
+                child = os.open(name, _DIRECTORY, dir_fd=level.upper)
+                levels.append(_Level(child, below, f"{level.prefix}{name}/", info))
+            except BaseException:
+                os.close(below)
+                raise
+    finally:
+        for level in levels[1:]:
+            _close(level)
+
+
+def _close(level: _Level) -> None:
+    os.close(level.upper)
+    os.close(level.workspace)
 
 
 # Saving the upper layer ------------------------------------------------------------------------
@@ -172,8 +238,8 @@ def _fence(fences: int | None, run: int) -> int:
 
 
 # Changes that clash with another call's ----------------------------------------------------------
-# Each walk here holds a descriptor per level it is in (the saver's own, gone when it exits), and
-# never recurses.
+# Each walk here holds a descriptor per level it is in (the saver's own, gone when it exits), never
+# recurses, and goes no deeper than a saved path may (tools/paths.py), as the passes do.
 
 
 def _names(directory: int) -> Iterator[str]:
@@ -197,7 +263,8 @@ def _set_aside(upper: int, workspace: int, ticket: Ticket, saved: Saved) -> None
             info, target = _target(above, name), _target(below, name)
             if info is None or target is None:
                 continue
-            if stat.S_ISDIR(info.st_mode) and stat.S_ISDIR(target.st_mode):
+            deeper = len(levels) <= paths.MAX_PATH_DEPTH
+            if deeper and stat.S_ISDIR(info.st_mode) and stat.S_ISDIR(target.st_mode):
                 child = os.open(name, _DIRECTORY, dir_fd=above)
                 if not _is_opaque(child):  # not a directory made anew in its place: merged
                     mirror = os.open(name, _DIRECTORY, dir_fd=below)
@@ -228,28 +295,8 @@ def _changed_since(directory: int, name: str, info: os.stat_result, moment: int)
 
 
 def _below(directory: int) -> Iterator[os.stat_result]:
-    """The lstat of every entry below an open directory, depth first."""
-    levels = [(directory, _names(directory))]
-    try:
-        while levels:
-            here, names = levels[-1]
-            name = next(names, None)
-            if name is None:
-                levels.pop()
-                if here != directory:
-                    os.close(here)
-                continue
-            info = _target(here, name)
-            if info is None:
-                continue
-            yield info
-            if stat.S_ISDIR(info.st_mode):
-                child = os.open(name, _DIRECTORY, dir_fd=here)
-                levels.append((child, _names(child)))
-    finally:
-        for here, _ in levels:
-            if here != directory:
-                os.close(here)
+    """The lstat of every entry below an open directory, at any depth."""
+    return (entry.info for entry in paths.walk(directory))
 
 
 def _keep_both(above: int, below: int, name: str, prefix: str, run: int, saved: Saved) -> None:
@@ -297,7 +344,7 @@ def _unsaved(upper: int, workspace: int) -> list[str]:
             target = None if below is None else _target(below, name)
             if info is None:
                 continue
-            if stat.S_ISDIR(info.st_mode):
+            if stat.S_ISDIR(info.st_mode) and len(levels) <= paths.MAX_PATH_DEPTH:
                 mirror = None
                 if target is not None and stat.S_ISDIR(target.st_mode):
                     mirror = os.open(name, _DIRECTORY, dir_fd=below)
@@ -354,42 +401,36 @@ def _target(directory: int, name: str) -> os.stat_result | None:
 
 
 def _remove(directory: int, name: str) -> None:
-    info = _target(directory, name)
-    if info is None:
-        return
-    if stat.S_ISDIR(info.st_mode):
-        with _Descriptor(os.open(name, _DIRECTORY, dir_fd=directory)) as child:
-            _empty(child)
-        os.rmdir(name, dir_fd=directory)
-    else:
-        os.unlink(name, dir_fd=directory)
-
-
-def _empty(directory: int) -> None:
-    with os.scandir(directory) as listing:
-        names = [entry.name for entry in listing]
-    for name in names:
-        _remove(directory, name)
+    paths.remove_tree(name, dir_fd=directory)
 
 
 def _remove_pass(upper: int, workspace: int) -> None:
-    """Delete what the snippet deleted, and whatever its new entries replace by a new kind."""
-    for name, info, child in _entries(upper):
-        target = _target(workspace, name)
-        if child is None:
-            if target is not None and (_is_whiteout(info) or stat.S_ISDIR(target.st_mode)):
-                _remove(workspace, name)
-            continue
-        with _Descriptor(child):
-            if target is not None and not stat.S_ISDIR(target.st_mode):
-                _remove(workspace, name)
-            elif target is not None:
-                with _Descriptor(os.open(name, _DIRECTORY, dir_fd=workspace)) as below:
-                    # An opaque directory hides everything the workspace had at its path.
-                    if _is_opaque(child):
-                        _empty(below)
-                    else:
-                        _remove_pass(child, below)
+    """Delete what the snippet deleted, and whatever its new entries replace by a new kind.
+
+    Whiteouts more than a path's depth down (in a tree made before paths were capped) are not
+    applied; the add pass names what lies there as not saved."""
+
+    def visit(level: _Level, name: str, info: os.stat_result) -> int | None:
+        target = _target(level.workspace, name)
+        if target is None:
+            return None
+        if not stat.S_ISDIR(info.st_mode):
+            if _is_whiteout(info) or stat.S_ISDIR(target.st_mode):
+                _remove(level.workspace, name)
+            return None
+        if not stat.S_ISDIR(target.st_mode):
+            _remove(level.workspace, name)
+            return None
+        below = os.open(name, _DIRECTORY, dir_fd=level.workspace)
+        with _Descriptor(os.open(name, _DIRECTORY, dir_fd=level.upper)) as child:
+            opaque = _is_opaque(child)
+        if opaque:  # it hides everything the workspace had at its path
+            with _Descriptor(below):
+                paths.empty(below)
+            return None
+        return below
+
+    _apply(upper, workspace, visit)
 
 
 class _Budget:
@@ -412,47 +453,59 @@ class _Budget:
 
 
 def _add_pass(upper: int, workspace: int, prefix: str, budget: _Budget, saved: Saved) -> None:
-    for name, info, child in _entries(upper):
-        shown = prefix + name
-        if child is not None:
-            with _Descriptor(child):
-                _add_directory(child, workspace, name, info, shown, budget, saved)
-        elif not _is_whiteout(info) and not _add_entry(upper, workspace, name, info, budget):
+    """Write the snippet's new and changed entries into the workspace, within the budget and the
+    path rules; a new name is stored in NFC (an existing entry keeps its own)."""
+
+    def visit(level: _Level, name: str, info: os.stat_result) -> int | None:
+        directory = stat.S_ISDIR(info.st_mode)
+        if _is_whiteout(info):
+            return None
+        stored = paths.stored_name(level.workspace, name)
+        shown = prefix + level.prefix + stored
+        problem = paths.path_problem(shown)
+        if problem is not None:
+            saved.refused.append((shown + "/" * directory, problem))
+            return None
+        if directory:
+            return _add_directory(level.workspace, stored, shown, budget, saved)
+        if not _add_entry(level.upper, level.workspace, name, stored, info, budget):
             saved.skipped.append(shown)
+        return None
+
+    def leave(level: _Level) -> None:
+        # Never lock the owner out: the saver and the quota's count must always see inside.
+        os.chmod(level.workspace, stat.S_IMODE(level.info.st_mode) | 0o700)
+        os.utime(level.workspace, ns=(level.info.st_atime_ns, level.info.st_mtime_ns))
+
+    _apply(upper, workspace, visit, leave)
 
 
 def _add_directory(
-    upper: int,
-    workspace: int,
-    name: str,
-    info: os.stat_result,
-    shown: str,
-    budget: _Budget,
-    saved: Saved,
-) -> None:
-    target = _target(workspace, name)
-    if target is None:
+    workspace: int, name: str, shown: str, budget: _Budget, saved: Saved
+) -> int | None:
+    """The workspace's directory name, made if it is new and the budget admits it, open."""
+    if _target(workspace, name) is None:
         if not budget.admits(0, None):
             saved.skipped.append(shown + "/")
-            return
+            return None
         os.mkdir(name, 0o700, dir_fd=workspace)
         budget.spend(0, None)
-    with _Descriptor(os.open(name, _DIRECTORY, dir_fd=workspace)) as below:
-        _add_pass(upper, below, shown + "/", budget, saved)
-        # Never lock the owner out: the saver and the quota's count must always see inside.
-        os.chmod(below, stat.S_IMODE(info.st_mode) | 0o700)
-        os.utime(below, ns=(info.st_atime_ns, info.st_mtime_ns))
+    return os.open(name, _DIRECTORY, dir_fd=workspace)
 
 
 def _add_entry(
-    upper: int, workspace: int, name: str, info: os.stat_result, budget: _Budget
+    upper: int, workspace: int, name: str, stored: str, info: os.stat_result, budget: _Budget
 ) -> bool:
-    """Write one file, symlink or FIFO of the snippet's into the workspace; False if refused."""
-    replaced = _target(workspace, name)
+    """Write one file, symlink or FIFO of the snippet's (name in upper) into the workspace as
+    stored; False if refused.
+
+    Its temporary name is write_file's kind; it exists only under the workspace's lock, and a
+    name of the person's that happened to match it is never replaced (O_EXCL) nor removed."""
+    replaced = _target(workspace, stored)
     size = info.st_size if stat.S_ISREG(info.st_mode) else 0
     if not budget.admits(size, replaced):
         return False
-    temp = f".{name[:200]}.{os.urandom(8).hex()}.tmp"  # write_file's temp names, hidden alike
+    temp = f".{stored[:200]}.{os.urandom(8).hex()}.tmp"
     try:
         if stat.S_ISREG(info.st_mode):
             size = _copy(upper, name, workspace, temp, info)
@@ -462,7 +515,9 @@ def _add_entry(
             os.mkfifo(temp, stat.S_IMODE(info.st_mode) | 0o600, dir_fd=workspace)
         else:
             return True  # sockets and devices mean nothing once the snippet is gone
-        os.rename(temp, name, src_dir_fd=workspace, dst_dir_fd=workspace)
+        os.rename(temp, stored, src_dir_fd=workspace, dst_dir_fd=workspace)
+    except FileExistsError:
+        raise  # the temporary name was taken, by nothing of this save's
     except BaseException:
         with suppress(OSError):
             os.unlink(temp, dir_fd=workspace)
@@ -546,6 +601,17 @@ def outcome(saved: Saved) -> tuple[bool, str]:
     return not saved.failure, "\n".join(notes)
 
 
+def refused_note(saved: Saved) -> str:
+    """The note the saver leaves on the snippet's stderr for what the path rules refused."""
+    lines = [
+        f"[Not saved, {path if path.isprintable() else repr(path)}: {why}]"
+        for path, why in saved.refused[:10]
+    ]
+    if len(saved.refused) > 10:
+        lines.append(f"[And {len(saved.refused) - 10:,} more paths not saved.]")
+    return "\n".join(lines) + "\n"
+
+
 # The saver -------------------------------------------------------------------------------------
 
 
@@ -579,4 +645,6 @@ def save_when_done(
     saved.full = _full(upper)
     if saved.skipped or saved.full:
         os.write(2, report(saved, usage(workspace), *limits).encode())
+    if saved.refused:
+        os.write(2, refused_note(saved).encode())
     return outcome(saved)

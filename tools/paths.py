@@ -56,6 +56,16 @@ def normal_name(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
+def stored_name(directory: int, name: str) -> str:
+    """The name to use for name in the open directory: itself if an entry has it (one made
+    before names were stored in NFC keeps its name), else its NFC form."""
+    try:
+        os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except OSError:
+        return normal_name(name)
+    return name
+
+
 def compatibility_form(name: str) -> str:
     """What a name reads as once an NFKC-normalising or best-fit-converting program has it."""
     return unicodedata.normalize("NFKC", name).translate(_BEST_FIT)
@@ -66,16 +76,16 @@ def path_problem(relative: str) -> str | None:
     a person can act on; None when it may."""
     if "\x00" in relative:
         return "The path contains a NUL byte; use a plain name."
-    if len(relative) > MAX_PATH_CHARS:
-        return (
-            f"The path is {len(relative):,} characters long, over the {MAX_PATH_CHARS:,} a "
-            "workspace path may have: use shorter names or fewer folders."
-        )
     names = relative.split("/")
     if len(names) > MAX_PATH_DEPTH:
         return (
             f"The path is {len(names):,} folders deep, over the {MAX_PATH_DEPTH} a workspace "
             "path may have: use fewer nested folders."
+        )
+    if len(relative) > MAX_PATH_CHARS:
+        return (
+            f"The path is {len(relative):,} characters long, over the {MAX_PATH_CHARS:,} a "
+            "workspace path may have: use shorter names or fewer folders."
         )
     return next(filter(None, map(name_problem, names)), None)
 
@@ -169,7 +179,7 @@ def remove_tree(name: str | os.PathLike[str], dir_fd: int | None = None) -> None
         failures.append(error)
     else:
         try:
-            failures += empty(directory)
+            failures += _empty(directory)
         finally:
             os.close(directory)
     try:
@@ -179,8 +189,12 @@ def remove_tree(name: str | os.PathLike[str], dir_fd: int | None = None) -> None
     _raise_first(failures)
 
 
-def empty(directory: int) -> list[OSError]:
-    """Remove everything below the open directory, as remove_tree does; the failures, if any."""
+def empty(directory: int) -> None:
+    """Remove everything below the open directory, as remove_tree does (and fails)."""
+    _raise_first(_empty(directory))
+
+
+def _empty(directory: int) -> list[OSError]:
     failures: list[OSError] = []
     for entry, leaving in _visit(directory, None, leave=True):
         try:

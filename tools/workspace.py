@@ -7,6 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
+from tools import paths
 from tools.base import ToolContext
 from tools.sandbox import Identity, sandbox_identity
 
@@ -36,16 +37,21 @@ def hand_over(path: Path, identity: Identity) -> None:
     (so an interrupted hand-over is finished on the next use).
 
     Nothing is followed: symlinks are changed themselves, and a file with other hard links may
-    be a name for something outside the workspace, so it is left as it is.
+    be a name for something outside the workspace, so it is left as it is. The walk is
+    iterative (tools.paths), so a tree of any depth is handed over whole.
     """
     previous = os.stat(path).st_uid
-    for _, directories, files, directory in os.fwalk(path, follow_symlinks=False):
-        for name in directories + files:
-            info = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for entry in paths.walk(root):
+            info = entry.info
             linked_elsewhere = not stat.S_ISDIR(info.st_mode) and info.st_nlink > 1
             if info.st_uid == previous and not linked_elsewhere:
-                os.chown(name, identity.uid, identity.gid, dir_fd=directory, follow_symlinks=False)
-    os.chown(path, identity.uid, identity.gid, follow_symlinks=False)
+                owner = (identity.uid, identity.gid)
+                os.chown(entry.name, *owner, dir_fd=entry.parent, follow_symlinks=False)
+        os.fchown(root, identity.uid, identity.gid)
+    finally:
+        os.close(root)
 
 
 def context_for(user: AbstractBaseUser) -> ToolContext:
