@@ -78,7 +78,9 @@ def edit(owner: AbstractBaseUser, memory_id: int, text: str) -> Edited:
     """Give the owner's memory a new text: a new embedding and content hash, so recall finds it
     by what it says now. Another memory of theirs that the new text duplicates (the same hash,
     or at least the merge similarity) is folded into this one: its recalls count here, and it
-    is gone."""
+    is gone. Whose the memory is, is asked first: another's, or none, costs no embedding."""
+    if not mine(owner).filter(pk=memory_id).exists():
+        raise Memory.DoesNotExist(f"No memory {memory_id} of this owner.")
     text = checked_text(text)
     digest, vector = store.content_hash(text), store.embed(text)
     with transaction.atomic():
