@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from agent import selectors
+from agent.forgotten import take_back
 from agent.models import AgentRun, Conversation
 from memory import personal
 from memory.models import Memory
@@ -147,15 +148,16 @@ def posted_ids(request: HttpRequest) -> list[int]:
 @require_POST
 def forget(request: HttpRequest) -> HttpResponse:
     """Forget the memories of the `id` fields, or all of them with `all=1`; each forgetting is
-    recorded. Ids none of which are the person's memories are 404."""
+    recorded, and their texts are taken out of the person's runs. Ids none of which are the
+    person's memories are 404."""
     if request.POST.get("all") == "1":
-        forgotten = personal.forget_all(request.user)
+        forgotten = take_back(request.user, personal.mine(request.user))
     else:
         ids = posted_ids(request)
         if not ids:
             messages.info(request, "Nothing was selected: nothing forgotten.")
             return back(request)
-        forgotten = personal.forget_these(request.user, ids)
+        forgotten = take_back(request.user, personal.these(request.user, ids))
         if not forgotten:
             raise Http404("No such memory.")
     messages.success(request, f"Forgot {counted(len(forgotten))}.")

@@ -6,6 +6,7 @@ import pytest
 from django.test import Client
 
 from agent.execution import execute_run
+from agent.forgotten import take_back
 from agent.runs import delete_conversation, new_conversation, start_run
 from memory import personal
 from memory.embedders import get_embedder
@@ -82,7 +83,7 @@ def test_editing_into_another_person_s_memory_absorbs_nothing_of_theirs(as_alice
 @pytest.mark.parametrize("days", [10**6, 10**12])
 def test_a_retention_beyond_the_calendar_keeps_the_text_and_purges_nothing(alice, settings, days):
     settings.LOOP_FORGOTTEN_TEXT_DAYS = days
-    [record] = personal.forget_these(alice, [remember(alice, CAT).memory.pk])
+    [record] = take_back(alice, personal.these(alice, [remember(alice, CAT).memory.pk]))
     assert purge_forgotten_texts() == 0
     record.refresh_from_db()
     assert record.text == CAT
