@@ -1,7 +1,7 @@
-"""What `make run` starts, started the same way: honcho with the Procfile (daphne and a supervised
-worker) on a free port, a data directory of its own, the keyless mock. A worker killed mid-run is
-started again while the web keeps answering, and Ctrl-C stops everything with the run handed
-back, for the next start to finish."""
+"""What `make run` starts, started the same way: honcho with the Procfile (a supervised daphne and
+a supervised worker) on a free port, a data directory of its own, the keyless mock. A worker
+killed mid-run is started again while the web keeps answering, a killed daphne is started again,
+and Ctrl-C stops everything with the run handed back, for the next start to finish."""
 
 import os
 import signal
@@ -71,6 +71,13 @@ class Stack:
         """The supervised `manage.py worker` running now."""
         for pid, argv in self.processes().items():
             if argv[1:3] == [str(PROJECT_DIR / "manage.py"), "worker"]:
+                return pid
+        return None
+
+    def daphne(self) -> int | None:
+        """The supervised daphne serving now."""
+        for pid, argv in self.processes().items():
+            if any(Path(arg).name == "daphne" for arg in argv[:2]):
                 return pid
         return None
 
@@ -152,6 +159,18 @@ def test_a_killed_worker_is_started_again_and_resumes_its_run_while_the_web_answ
     [resumed] = run.events.filter(kind="run_resumed")
     assert resumed.data["reason"] == ResumeReason.WORKER_LOST
     assert run.answer == "I counted to 6, one step a second."
+
+
+def test_a_killed_web_server_is_started_again_and_the_site_answers(make_run):
+    stack = make_run()
+    killed = stack.daphne()
+
+    os.kill(killed, signal.SIGKILL)
+
+    wait_for(lambda: stack.daphne() not in (None, killed), "daphne to be started again")
+    wait_for(lambda: stack.answers() == 200, "the site to answer again")
+    assert stack.honcho.poll() is None, stack.output.text
+    assert "was killed by SIGKILL; starting it again" in stack.output.text
 
 
 def test_ctrl_c_mid_run_stops_everything_and_the_next_start_finishes_the_run(alice, make_run):
