@@ -137,3 +137,21 @@ def test_editing_another_s_or_no_memory_is_404_before_any_embedding(
     embeddings.clear()
     assert as_alice.post(f"/memories/{mine.pk}/edit/", {"text": TEAL}).status_code == 302
     assert embeddings == [[TEAL]]  # one's own memory is embedded anew, once
+
+
+def test_adds_and_edits_past_the_minute_s_share_are_refused_unembedded(
+    as_alice, alice, settings, embeddings
+):
+    settings.LOOP_MEMORY_CHANGES_PER_MINUTE = 2
+    mine = remember(alice, CAT).memory
+    embeddings.clear()
+    assert as_alice.post("/memories/add/", {"text": TEAL}).status_code == 302
+    assert (
+        as_alice.post(f"/memories/{mine.pk}/edit/", {"text": "Miso is my cat."}).status_code == 302
+    )
+    assert len(embeddings) == 2
+    refused = as_alice.post("/memories/add/", {"text": "My dog is called Rex."})
+    assert refused.status_code == 429
+    assert "Too many changes to your memories this minute" in refused.text
+    assert as_alice.post(f"/memories/{mine.pk}/edit/", {"text": "Rex."}).status_code == 429
+    assert len(embeddings) == 2
