@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
+from accounts.forms import PersonChangeForm, PersonCreationForm
 from accounts.models import PRIVILEGED, WAITING_FOR_APPROVAL, SignUp
 from agent.models import AgentRun, ToolExecution
 from console.widgets import MalformedFiltersSaid, link, list_url
@@ -103,6 +104,8 @@ admin.site.unregister(User)
 
 @admin.register(User)
 class PeopleAdmin(Approves, MalformedFiltersSaid, auth_admin.UserAdmin):
+    form = PersonChangeForm
+    add_form = PersonCreationForm
     list_display = ("username", "email", "is_active", "is_staff", "date_joined", "last_login")
     list_filter = (ApprovalFilter, *auth_admin.UserAdmin.list_filter)
     actions = ("approve",)

@@ -3,12 +3,17 @@
 from typing import Any
 
 from django.contrib.auth import authenticate
-from django.contrib.auth.forms import PasswordChangeForm, UserCreationForm
+from django.contrib.auth.forms import (
+    AdminUserCreationForm,
+    PasswordChangeForm,
+    UserChangeForm,
+    UserCreationForm,
+)
 from django.contrib.auth.validators import ASCIIUsernameValidator
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
-from agent.my_data import PLACEHOLDER_PREFIX
+from accounts.names import refuse_placeholder_look_alike
 
 NAME_HELP = "Letters a-z and A-Z, digits and @ . + - _ only; 150 characters or fewer."
 
@@ -26,15 +31,33 @@ class SignUpForm(UserCreationForm):
         username.help_text = NAME_HELP
 
     def clean_username(self) -> str:
-        """A name like a deleted account's placeholder (agent.my_data) is refused, so no one
-        can pass for an anonymised account in the audit."""
+        """A deleted account's placeholder name, or a look-alike of one, is refused."""
         name = self.cleaned_data["username"]
-        if name.casefold().startswith(PLACEHOLDER_PREFIX):
-            raise ValidationError(f"Names starting with {PLACEHOLDER_PREFIX!r} are Loop's own.")
+        refuse_placeholder_look_alike(name)
         return name
 
     def validate_unique(self) -> None:
         """Left to accounts.signups: the name is the only unique field a person fills in."""
+
+
+class PersonCreationForm(AdminUserCreationForm):
+    """The admin's "Add user" form: an operator cannot make a placeholder look-alike either."""
+
+    def clean_username(self) -> str:
+        name = super().clean_username()
+        refuse_placeholder_look_alike(name)
+        return name
+
+
+class PersonChangeForm(UserChangeForm):
+    """The admin's account form: a name changed to a placeholder look-alike is refused; a
+    placeholder's own name, left as it is, is not a change."""
+
+    def clean_username(self) -> str:
+        name = self.cleaned_data["username"]
+        if "username" in self.changed_data:
+            refuse_placeholder_look_alike(name)
+        return name
 
 
 class ThrottledPasswordChangeForm(PasswordChangeForm):

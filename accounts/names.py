@@ -1,5 +1,6 @@
 """The names people sign up with: what a name looks like, so that no one signs up as a look-alike
-of someone else (`alice` with a Cyrillic U+0430 for its `a`, `aIice` with a capital i, `ALICE`).
+of someone else (`alice` with a Cyrillic U+0430 for its `a`, `aIice` with a capital i, `ALICE`),
+nor as a look-alike of a deleted account's placeholder (`deIeted-0a1b2c3d4e5f`).
 
 A name is reduced to its skeleton per Unicode TR39 (each character replaced by the prototype it
 can be mistaken for: U+0430→`a`, `I`→`l`, `0`→`O`, `m`→`rn`), after NFKC, with and without case
@@ -13,6 +14,14 @@ from collections.abc import Iterable
 from functools import cache
 
 from confusable_homoglyphs.confusables import confusables_data
+from django.core.exceptions import ValidationError
+
+from agent.my_data import PLACEHOLDER_PREFIX
+
+PLACEHOLDER_REFUSED = (
+    f"Names that read as {PLACEHOLDER_PREFIX!r} followed by anything are Loop's own: they stand "
+    "for deleted accounts."
+)
 
 # The package keeps right-to-left characters wrapped in direction marks; they are not part of them.
 DIRECTION_MARKS = str.maketrans("", "", "\u200e\u200f")
@@ -70,3 +79,17 @@ def looks(name: str) -> set[str]:
 def look_alike(name: str, others: Iterable[str]) -> bool:
     mine = looks(name)
     return any(mine & looks(other) for other in others)
+
+
+def looks_like_a_placeholder(name: str) -> bool:
+    """Whether `name` reads as a deleted account's placeholder (agent.my_data): its start looks
+    like the prefix, whatever letters, case or width make it up."""
+    prefixes = looks(PLACEHOLDER_PREFIX)
+    return any(look.startswith(prefix) for look in looks(name) for prefix in prefixes)
+
+
+def refuse_placeholder_look_alike(name: str) -> None:
+    """A validator for every form that sets a name: no one passes for an anonymised account in
+    the audit."""
+    if looks_like_a_placeholder(name):
+        raise ValidationError(PLACEHOLDER_REFUSED, code="placeholder")

@@ -2,8 +2,9 @@
 up through database outages and stopped by handing its runs back; and the supervisor that starts
 it again whenever it dies (`make run`). docs/engine.md tells the whole story.
 
-The supervisor half needs nothing but the standard library and runs as `python -m agent.worker`
-(`manage.py worker --supervise` becomes it), so the parent holds no Django, no model, no pool.
+The supervisor half is loopsite.supervise's, standard library only, and runs as `python -m
+agent.worker` (`manage.py worker --supervise` becomes it), so the parent holds no Django, no
+model, no pool.
 The worker half imports Django and Procrastinate inside the functions that need them.
 """
 
@@ -13,12 +14,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from loopsite.supervise import STOP_SIGNALS, Backoff, supervise, wait_at_most
 
 if TYPE_CHECKING:
     from procrastinate import PsycopgConnector
@@ -26,7 +29,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 # Threads beyond one per run: the recovery and the runs' own sync_to_async calls share the pool.
 SPARE_THREADS = 4
@@ -43,26 +45,8 @@ CONNECT_SECONDS = 10
 # The most any of Procrastinate's queries waits for a free connection of its pool (a few ms when
 # the database is up; when it is gone, the worker stops trying and connects again).
 POOL_WAIT_SECONDS = 5.0
-# Waits between tries while the database is away, and between restarts of a dying worker.
+# Waits between tries while the database is away.
 RECONNECT_FIRST, RECONNECT_LONGEST = 1.0, 10.0
-RESTART_FIRST, RESTART_LONGEST = 1.0, 30.0
-# A worker that ran this long before it ended is not "dying over and over": wait the least again.
-HEALTHY_SECONDS = 60.0
-
-
-class Backoff:
-    """Waits that double from `first` up to `longest`, and start over after a healthy spell."""
-
-    def __init__(self, first: float, longest: float) -> None:
-        self.first, self.longest = first, longest
-        self.delay = first
-
-    def after(self, lasted: float) -> float:
-        """The wait before the next try, given how long the last one lasted."""
-        if lasted >= HEALTHY_SECONDS:
-            self.delay = self.first
-        delay, self.delay = self.delay, min(self.delay * 2, self.longest)
-        return delay
 
 
 @dataclass(frozen=True)
@@ -333,60 +317,13 @@ def become_supervisor(worker_arguments: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "agent.worker", *worker_arguments])  # noqa: S606
 
 
-def supervise(command: list[str]) -> int:
-    """Run `command` (the worker) as a child and start it again whenever it exits other than
-    because we asked it to stop: after 1 s, doubling to 30 s while it keeps dying within a minute.
-    SIGTERM and SIGINT are passed on to it and waited out. Returns the exit status."""
-    return asyncio.run(_supervise(command))
-
-
-async def _supervise(command: list[str]) -> int:
-    loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
-    child: asyncio.subprocess.Process | None = None
-
-    def pass_on(signum: int) -> None:
-        stopping.set()
-        if child is not None and child.returncode is None:
-            child.send_signal(signum)
-
-    for signum in STOP_SIGNALS:
-        loop.add_signal_handler(signum, pass_on, signum)
-    backoff = Backoff(RESTART_FIRST, RESTART_LONGEST)
-    while not stopping.is_set():
-        began = loop.time()
-        child = await asyncio.create_subprocess_exec(*command)
-        if stopping.is_set():  # the signal came while it was being started
-            child.send_signal(signal.SIGTERM)
-        status = await child.wait()
-        if stopping.is_set():
-            return max(status, 0)
-        delay = backoff.after(loop.time() - began)
-        logger.warning(
-            "The worker (pid %s) %s; starting it again in %.0f s", child.pid, ended(status), delay
-        )
-        await wait_at_most(stopping.wait(), delay)
-    return 0
-
-
-def ended(status: int) -> str:
-    if status < 0:
-        return f"was killed by {signal.Signals(-status).name}"
-    return f"exited with status {status}"
-
-
-async def wait_at_most(awaitable: Awaitable[Any], timeout: float | None) -> None:
-    with suppress(TimeoutError):
-        await asyncio.wait_for(awaitable, timeout)
-
-
 def worker_command(arguments: list[str]) -> list[str]:
     return [sys.executable, str(PROJECT_DIR / "manage.py"), "worker", *arguments]
 
 
 def main(arguments: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    return supervise(worker_command(arguments))
+    return supervise(worker_command(arguments), "The worker")
 
 
 if __name__ == "__main__":

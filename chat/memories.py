@@ -3,11 +3,14 @@ forgetting, adding and editing them. Thin adapters over memory.personal and agen
 another person's memory or run is 404 here, as their conversations are."""
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
+from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -15,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from agent import selectors
+from agent.forgotten import take_back
 from agent.models import AgentRun, Conversation
 from memory import personal
 from memory.models import Memory
@@ -27,6 +31,8 @@ MAX_QUERY_CHARS = 200
 # str.isdigit(), which takes "²" (that int() refuses) and any number of digits (int() reads
 # at most 4,300).
 AN_ID = re.compile(r"[0-9]{1,20}")
+
+TOO_MANY_CHANGES = "Too many changes to your memories this minute: try again in a minute."
 
 ADDED = {
     "stored": "Remembered.",
@@ -147,25 +153,37 @@ def posted_ids(request: HttpRequest) -> list[int]:
 @require_POST
 def forget(request: HttpRequest) -> HttpResponse:
     """Forget the memories of the `id` fields, or all of them with `all=1`; each forgetting is
-    recorded. Ids none of which are the person's memories are 404."""
+    recorded, and their texts are taken out of the person's runs. Ids none of which are the
+    person's memories are 404."""
     if request.POST.get("all") == "1":
-        forgotten = personal.forget_all(request.user)
+        forgotten = take_back(request.user, personal.mine(request.user))
     else:
         ids = posted_ids(request)
         if not ids:
             messages.info(request, "Nothing was selected: nothing forgotten.")
             return back(request)
-        forgotten = personal.forget_these(request.user, ids)
+        forgotten = take_back(request.user, personal.these(request.user, ids))
         if not forgotten:
             raise Http404("No such memory.")
     messages.success(request, f"Forgot {counted(len(forgotten))}.")
     return back(request)
 
 
+def may_change(user: Any) -> bool:
+    """Count one add or edit of the person's; False past LOOP_MEMORY_CHANGES_PER_MINUTE this
+    minute. Each embeds its text on the web's CPU, so one person cannot keep it busy. Counted in
+    the cache (per web process unless CACHES is shared)."""
+    key = f"loop:memory-changes:{user.pk}:{int(time.time() // 60)}"
+    cache.add(key, 0, timeout=120)
+    return cache.incr(key) <= settings.LOOP_MEMORY_CHANGES_PER_MINUTE
+
+
 @require_POST
 def add(request: HttpRequest) -> HttpResponse:
     """Remember what the person wrote ("Remember this"); the page says what became of it."""
     text = request.POST.get("text", "")
+    if not may_change(request.user):
+        return memories_page(request, error=TOO_MANY_CHANGES, text=text, status=429)
     try:
         done = personal.add_by_hand(request.user, text)
     except personal.InvalidMemory as error:
@@ -177,6 +195,8 @@ def add(request: HttpRequest) -> HttpResponse:
 @require_POST
 def edit(request: HttpRequest, memory_id: int) -> HttpResponse:
     """Give one memory a new text (re-embedded, so recall finds it by the new words)."""
+    if not may_change(request.user):
+        return memories_page(request, error=TOO_MANY_CHANGES, status=429)
     try:
         done = personal.edit(request.user, memory_id, request.POST.get("text", ""))
     except Memory.DoesNotExist:

@@ -13,6 +13,7 @@ from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_POST
 
 from agent import runs, selectors
+from agent.forgotten import take_back
 from agent.llm.factory import (
     GROQ,
     MOCK,
@@ -26,7 +27,6 @@ from agent.llm.factory import (
 from agent.models import AgentRun, Conversation
 from chat.files import quota_context
 from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards
-from memory.forgetting import forget
 from tools.base import ToolError
 
 SUGGESTIONS = (
@@ -252,12 +252,13 @@ def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
 
 @require_POST
 def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    """Delete the conversation and, if its owner asked, forget what its runs remembered."""
+    """Delete the conversation and, if its owner asked, forget what its runs remembered (and
+    take those texts out of every run of theirs, this conversation's included)."""
     conversation = owned_conversation(request, conversation_id)
     with transaction.atomic():
         runs.delete_conversation(request.user, conversation.pk)
         if request.POST.get("forget"):
-            forget(selectors.remembered_in(request.user, conversation), by=request.user)
+            take_back(request.user, selectors.remembered_in(request.user, conversation))
     return redirect("chat:home")
 
 

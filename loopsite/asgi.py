@@ -9,6 +9,7 @@ from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
+from loopsite.database import ClosesConnections
 from loopsite.limits import bound_request_bodies
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopsite.settings")
@@ -28,7 +29,7 @@ from chat.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": http_application,
+        "http": ClosesConnections(http_application),
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -4,7 +4,8 @@ add by hand, edit, forget. Another person's memory does not exist here (Memory.D
 Adding goes through the store's remember() (its duplicate and merge rules, its bound); an edit
 re-embeds the memory and keeps the same rules: a memory the edit makes the same as, or nearly
 the same as, another of the person's absorbs that other one, so no two say the same thing.
-Forgetting goes through memory.forgetting, recorded as an operator's is.
+Forgetting picks the memories here (`these`, `mine`); the layer above forgets them through
+memory.forgetting, recorded as an operator's is, and takes their texts out of the owner's runs.
 """
 
 from collections.abc import Iterable
@@ -17,8 +18,7 @@ from django.db.models import QuerySet
 
 from memory import store
 from memory.embedders import Vector
-from memory.forgetting import forget
-from memory.models import ForgottenMemory, Memory, Origin
+from memory.models import Memory, Origin
 
 # A memory written by hand matters as much as one the model stores on purpose (memory/tools.py).
 BY_HAND_IMPORTANCE = 0.7
@@ -78,7 +78,9 @@ def edit(owner: AbstractBaseUser, memory_id: int, text: str) -> Edited:
     """Give the owner's memory a new text: a new embedding and content hash, so recall finds it
     by what it says now. Another memory of theirs that the new text duplicates (the same hash,
     or at least the merge similarity) is folded into this one: its recalls count here, and it
-    is gone."""
+    is gone. Whose the memory is, is asked first: another's, or none, costs no embedding."""
+    if not mine(owner).filter(pk=memory_id).exists():
+        raise Memory.DoesNotExist(f"No memory {memory_id} of this owner.")
     text = checked_text(text)
     digest, vector = store.content_hash(text), store.embed(text)
     with transaction.atomic():
@@ -117,16 +119,6 @@ def _absorb(memory: Memory, other: Memory) -> None:
         memory.last_recalled_at = other.last_recalled_at
 
 
-def forget_these(
-    owner: AbstractBaseUser, memory_ids: Iterable[int], *, by: AbstractBaseUser | None = None
-) -> list[ForgottenMemory]:
-    """Forget those of the ids that are the owner's memories (others' do not exist here); each
-    forgetting is recorded, by the owner unless an operator acts for them."""
-    return forget(mine(owner).filter(pk__in=list(memory_ids)), by=by or owner)
-
-
-def forget_all(
-    owner: AbstractBaseUser, *, by: AbstractBaseUser | None = None
-) -> list[ForgottenMemory]:
-    """Forget every memory of the owner, each one recorded."""
-    return forget(mine(owner), by=by or owner)
+def these(owner: AbstractBaseUser, memory_ids: Iterable[int]) -> QuerySet[Memory]:
+    """Those of the ids that are the owner's memories (others' do not exist here)."""
+    return mine(owner).filter(pk__in=list(memory_ids))

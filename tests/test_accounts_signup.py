@@ -9,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from accounts.models import SignUpAttempt
-from accounts.names import looks, prototypes, skeleton
+from accounts.names import looks, looks_like_a_placeholder, prototypes, skeleton
 from accounts.views import NAME_UNAVAILABLE
 
 pytestmark = pytest.mark.django_db
@@ -142,10 +142,38 @@ def test_every_skeleton_is_its_own_skeleton():
     assert unsettled == []
 
 
-@pytest.mark.parametrize("name", ["deleted-0123456789ab", "Deleted-someone"])
+PLACEHOLDER_LOOK_ALIKES = [
+    "deleted-0123456789ab",
+    "Deleted-someone",
+    "deIeted-0a1b2c3d4e5f",  # a capital i for the l
+    "de1eted-0a1b2c3d4e5f",  # a digit one
+    "DELETED-0a1b2c3d4e5f",
+]
+
+
+@pytest.mark.parametrize("name", PLACEHOLDER_LOOK_ALIKES)
 def test_no_one_signs_up_with_a_deleted_accounts_placeholder_name(settings, name):
     settings.LOOP_SIGNUP = "open"
     response = sign_up(name)
     assert response.status_code == 200
-    assert "are Loop&#x27;s own" in response.text or "are Loop's own" in response.text
+    assert "are Loop&#x27;s own: they stand for deleted accounts" in response.text
     assert not User.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "d\u0435l\u0435t\u0435d-0a1b2c3d4e5f",  # Cyrillic e
+        "\uff44\uff45\uff4c\uff45\uff54\uff45\uff44\uff0d0a1b",  # fullwidth forms
+        "\u0501eleted-0a1b2c3d4e5f",  # Cyrillic komi de for the d
+        "de\u217ceted-0a1b2c3d4e5f",  # the Roman numeral fifty for the l
+        *PLACEHOLDER_LOOK_ALIKES,
+    ],
+)
+def test_placeholder_look_alikes_in_any_script_read_as_the_placeholder(name):
+    assert looks_like_a_placeholder(name)
+
+
+@pytest.mark.parametrize("name", ["deleted", "deleter-0a1b", "undeleted-0a1b", "de-leted-0a1b"])
+def test_names_that_only_resemble_the_word_are_free(name):
+    assert not looks_like_a_placeholder(name)

@@ -233,3 +233,34 @@ def test_adding_an_account_sets_no_privilege(admins_group):
     }
     assert logged_in(adder).post(reverse("admin:auth_user_add"), form).status_code == 302
     assert privileges(User.objects.get(username="made")) == (False, False, set(), set())
+
+
+def test_no_operator_gives_an_account_a_deleted_accounts_placeholder_name(newcomer):
+    adder = staff("adder", "auth.add_user", "auth.change_user", "auth.view_user")
+    form = {
+        "username": "deIeted-0a1b2c3d4e5f",  # a capital i for the l
+        "usable_password": "true",
+        "password1": PASSWORD,
+        "password2": PASSWORD,
+    }
+    added = logged_in(adder).post(reverse("admin:auth_user_add"), form)
+    assert added.status_code == 200
+    assert "they stand for deleted accounts" in added.text
+    assert not User.objects.filter(username=form["username"]).exists()
+
+    url = reverse("admin:auth_user_change", args=[newcomer.pk])
+    renamed = logged_in(adder).post(url, change_form(newcomer, username="d\u0435leted-0a1b"))
+    assert renamed.status_code == 200
+    assert "they stand for deleted accounts" in renamed.text
+    newcomer.refresh_from_db()
+    assert newcomer.username == "newcomer"
+
+
+def test_a_placeholder_keeps_its_own_name_when_an_operator_edits_it():
+    placeholder = User.objects.create_user("deleted-0a1b2c3d4e5f", is_active=False)
+    superuser = User.objects.create_superuser("root", password=PASSWORD)
+    url = reverse("admin:auth_user_change", args=[placeholder.pk])
+    response = logged_in(superuser).post(url, change_form(placeholder, email="audit@example.com"))
+    assert response.status_code == 302
+    placeholder.refresh_from_db()
+    assert placeholder.email == "audit@example.com"

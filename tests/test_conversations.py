@@ -1,10 +1,15 @@
 """Conversations: threads of runs whose context holds the earlier turns, within a budget."""
 
+import json
+
 import pytest
+from django.db.models import Q, TextField
+from django.db.models.functions import Cast
 
 from agent.events import RunStatus
 from agent.execution import execute_run
-from agent.models import AgentRun, Conversation, RunEvent
+from agent.forgotten import FORGOTTEN
+from agent.models import AgentRun, Conversation, RunEvent, ToolExecution
 from agent.runs import (
     TooManyActiveRuns,
     delete_conversation,
@@ -194,3 +199,53 @@ def test_forgetting_a_conversation_forgets_nothing_of_another_or_of_another_user
     client.post(f"/c/{conversation.pk}/delete/", {"forget": "1"})
     assert Memory.objects.filter(owner=alice, source_run_id=kept.pk).exists()
     assert Memory.objects.filter(owner=bob, source_run_id__in=bobs.runs.values("pk")).exists()
+
+
+def quotes_of(user, text: str) -> list[str]:
+    """Every row of the user's runs that holds `text` as stored, straight from the database."""
+    runs = AgentRun.objects.filter(user=user)
+    events = RunEvent.objects.filter(run__in=runs).annotate(stored=Cast("data", TextField()))
+    executions = ToolExecution.objects.filter(run__in=runs)
+    return [
+        *(f"event {e.kind}" for e in events.filter(stored__contains=text)),
+        *(f"{e.tool} call" for e in executions.filter(arguments__contains=text)),
+        *(f"{e.tool} result" for e in executions.filter(result__contains=text)),
+        *(
+            f"run {run.pk}"
+            for run in runs.filter(Q(task__contains=text) | Q(answer__contains=text))
+        ),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_forgotten_memory_s_text_is_kept_in_none_of_its_owner_s_runs(
+    client, alice, bob, workspaces
+):
+    conversation = told_teal(alice)
+    texts = list(Memory.objects.filter(owner=alice).values_list("text", flat=True))
+    [text] = Memory.objects.filter(owner=alice, origin="told").values_list("text", flat=True)
+    assert favourite_colour(alice).endswith("teal")  # a run of another conversation recalls it
+    told_teal(bob)
+    before = quotes_of(alice, text)
+    assert {"event memories_recalled", "remember call"} <= set(before), before
+
+    client.force_login(alice)
+    client.post(f"/c/{conversation.pk}/delete/", {"forget": "1"})
+
+    assert [quotes_of(alice, each) for each in texts] == [[]] * len(texts), texts
+    assert RunEvent.objects.filter(run__conversation=conversation).exists()  # kept for the audit
+    call = ToolExecution.objects.get(run__user=alice, tool="remember")
+    assert json.loads(call.arguments) == {"fact": FORGOTTEN}
+    assert quotes_of(bob, text)  # another person's runs are theirs
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forgetting_on_the_memories_page_takes_the_text_out_of_the_runs_too(
+    client, alice, workspaces
+):
+    told_teal(alice)
+    memory = Memory.objects.get(owner=alice, origin="told")
+    assert quotes_of(alice, memory.text)
+    client.force_login(alice)
+    client.post("/memories/forget/", {"id": memory.pk})
+    assert quotes_of(alice, memory.text) == []

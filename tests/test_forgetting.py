@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 
+from agent.forgotten import take_back
 from memory import personal
 from memory.forgetting import forget, purge_forgotten_texts
 from memory.models import ForgottenMemory, Memory, Origin
@@ -18,7 +19,7 @@ SECRET = "My passport number is X1234567."
 def test_by_default_the_text_is_not_kept_only_the_fact(alice, settings):
     assert settings.LOOP_FORGOTTEN_TEXT_DAYS == 0
     memory = remember(alice, SECRET, source_run_id=21).memory
-    [record] = personal.forget_these(alice, [memory.pk])
+    [record] = take_back(alice, personal.these(alice, [memory.pk]))
     record.refresh_from_db()
     assert record.text == ""
     assert (record.memory_id, record.owner, record.owner_name) == (memory.pk, alice, "alice")
@@ -47,7 +48,7 @@ def test_a_shorter_retention_purges_the_texts_kept_under_a_longer_one(alice, bob
     settings.LOOP_FORGOTTEN_TEXT_DAYS = 30
     remember(alice, SECRET)
     remember(bob, "Bob's locker code is 4321.")
-    kept = personal.forget_all(alice) + personal.forget_all(bob)
+    kept = take_back(alice, personal.mine(alice)) + take_back(bob, personal.mine(bob))
     settings.LOOP_FORGOTTEN_TEXT_DAYS = 0
     assert purge_forgotten_texts() == len(kept) == 2
     assert set(ForgottenMemory.objects.values_list("text", flat=True)) == {""}

@@ -1,7 +1,7 @@
-"""What `make run` starts, started the same way: honcho with the Procfile (daphne and a supervised
-worker) on a free port, a data directory of its own, the keyless mock. A worker killed mid-run is
-started again while the web keeps answering, and Ctrl-C stops everything with the run handed
-back, for the next start to finish."""
+"""What `make run` starts, started the same way: honcho with the Procfile (a supervised daphne and
+a supervised worker) on a free port, a data directory of its own, the keyless mock. A worker
+killed mid-run is started again while the web keeps answering, a killed daphne is started again,
+and Ctrl-C stops everything with the run handed back, for the next start to finish."""
 
 import os
 import signal
@@ -11,21 +11,35 @@ import tempfile
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.events import ResumeReason, RunStatus
 from agent.models import AgentRun
 from agent.queue import WORK_RUN
 from agent.runs import new_conversation, submit_run
-from tests.conftest import PROJECT_DIR, OutputLines, child_environment, children, wait_for
+from tests.conftest import (
+    CHILD_APPLICATION_NAME,
+    PROJECT_DIR,
+    OutputLines,
+    child_environment,
+    children,
+    wait_for,
+)
 from tests.socket_harness import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TASK = "Count slowly to 6"
+# The sessions `make run` keeps whatever came before: Procrastinate's pool (4) and its two
+# listeners, the recovery's connection, the web's socket reads; a leak of a burst's is many more.
+AT_REST = 10
 
 
 class Stack:
@@ -49,6 +63,13 @@ class Stack:
     def login_page(self) -> str:
         return f"http://127.0.0.1:{self.port}/accounts/login/"
 
+    def page(self, path: str, session: str) -> int:
+        """GET `path` as the person of this session cookie; the status."""
+        url = f"http://127.0.0.1:{self.port}{path}"
+        request = urllib.request.Request(url, headers={"Cookie": f"sessionid={session}"})
+        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310
+            return response.status
+
     def answers(self) -> int | None:
         """The login page's HTTP status, or None if nothing answered."""
         try:
@@ -71,6 +92,13 @@ class Stack:
         """The supervised `manage.py worker` running now."""
         for pid, argv in self.processes().items():
             if argv[1:3] == [str(PROJECT_DIR / "manage.py"), "worker"]:
+                return pid
+        return None
+
+    def daphne(self) -> int | None:
+        """The supervised daphne serving now."""
+        for pid, argv in self.processes().items():
+            if any(Path(arg).name == "daphne" for arg in argv[:2]):
                 return pid
         return None
 
@@ -154,6 +182,18 @@ def test_a_killed_worker_is_started_again_and_resumes_its_run_while_the_web_answ
     assert run.answer == "I counted to 6, one step a second."
 
 
+def test_a_killed_web_server_is_started_again_and_the_site_answers(make_run):
+    stack = make_run()
+    killed = stack.daphne()
+
+    os.kill(killed, signal.SIGKILL)
+
+    wait_for(lambda: stack.daphne() not in (None, killed), "daphne to be started again")
+    wait_for(lambda: stack.answers() == 200, "the site to answer again")
+    assert stack.honcho.poll() is None, stack.output.text
+    assert "was killed by SIGKILL; starting it again" in stack.output.text
+
+
 def test_ctrl_c_mid_run_stops_everything_and_the_next_start_finishes_the_run(alice, make_run):
     stack = make_run()
     run = submit_run(alice, TASK, new_conversation(alice), model="mock")
@@ -177,3 +217,42 @@ def test_ctrl_c_mid_run_stops_everything_and_the_next_start_finishes_the_run(ali
     wait_for(lambda: status_of(run) == RunStatus.SUCCEEDED, "the next start to finish the run")
     [resumed] = run.events.filter(kind="run_resumed")
     assert resumed.data["reason"] == ResumeReason.HANDED_BACK
+
+
+def database_sessions() -> int:
+    """The sessions `make run`'s processes hold open on the database now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = %s",
+            [CHILD_APPLICATION_NAME],
+        )
+        return cursor.fetchone()[0]
+
+
+def session_of(user: User) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+def test_after_a_burst_the_idle_database_sessions_close(alice, make_run):
+    stack = make_run()
+    people = [User.objects.create_user(f"person{n}") for n in range(4)]
+    runs = [
+        submit_run(
+            person,
+            f"Remember that my number {n} is {n * 7}",
+            new_conversation(person),
+            model="mock",
+        )
+        for person in people
+        for n in range(2)
+    ]
+    session = session_of(alice)
+    with ThreadPoolExecutor(20) as pages:
+        assert set(pages.map(lambda _: stack.page("/", session), range(80))) == {200}
+    wait_for(lambda: all(status_of(run) == RunStatus.SUCCEEDED for run in runs), "the runs")
+
+    # Each request and each run closes what it opened; what stays is the processes' own few.
+    wait_for(lambda: database_sessions() <= AT_REST, "the idle sessions to close", 60)

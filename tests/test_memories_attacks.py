@@ -6,8 +6,10 @@ import pytest
 from django.test import Client
 
 from agent.execution import execute_run
+from agent.forgotten import take_back
 from agent.runs import delete_conversation, new_conversation, start_run
 from memory import personal
+from memory.embedders import get_embedder
 from memory.forgetting import purge_forgotten_texts
 from memory.models import ForgottenMemory, Memory
 from memory.store import remember
@@ -81,7 +83,7 @@ def test_editing_into_another_person_s_memory_absorbs_nothing_of_theirs(as_alice
 @pytest.mark.parametrize("days", [10**6, 10**12])
 def test_a_retention_beyond_the_calendar_keeps_the_text_and_purges_nothing(alice, settings, days):
     settings.LOOP_FORGOTTEN_TEXT_DAYS = days
-    [record] = personal.forget_these(alice, [remember(alice, CAT).memory.pk])
+    [record] = take_back(alice, personal.these(alice, [remember(alice, CAT).memory.pk]))
     assert purge_forgotten_texts() == 0
     record.refresh_from_db()
     assert record.text == CAT
@@ -103,3 +105,53 @@ def test_memory_text_titles_and_the_search_are_shown_as_text(as_alice, alice, wo
     refused = as_alice.post("/memories/add/", {"text": f"{EVIL}\x00"})
     assert refused.status_code == 400
     assert ActiveParts(refused.text).found == []
+
+
+@pytest.fixture
+def embeddings(monkeypatch) -> list[list[str]]:
+    """Every batch of texts the configured embedder is asked to embed from now on."""
+    embedder = get_embedder()
+    asked: list[list[str]] = []
+    embed = embedder.embed
+
+    def counted(texts: list[str]):
+        asked.append(list(texts))
+        return embed(texts)
+
+    monkeypatch.setattr(embedder, "embed", counted)
+    return asked
+
+
+def test_editing_another_s_or_no_memory_is_404_before_any_embedding(
+    as_alice, alice, bob, embeddings
+):
+    bobs = remember(bob, CAT).memory
+    embeddings.clear()
+    for memory_id in (bobs.pk, bobs.pk + 1000):
+        response = as_alice.post(f"/memories/{memory_id}/edit/", {"text": TEAL * 50})
+        assert response.status_code == 404
+    assert embeddings == []
+    bobs.refresh_from_db()
+    assert bobs.text == CAT
+    mine = remember(alice, CAT).memory
+    embeddings.clear()
+    assert as_alice.post(f"/memories/{mine.pk}/edit/", {"text": TEAL}).status_code == 302
+    assert embeddings == [[TEAL]]  # one's own memory is embedded anew, once
+
+
+def test_adds_and_edits_past_the_minute_s_share_are_refused_unembedded(
+    as_alice, alice, settings, embeddings
+):
+    settings.LOOP_MEMORY_CHANGES_PER_MINUTE = 2
+    mine = remember(alice, CAT).memory
+    embeddings.clear()
+    assert as_alice.post("/memories/add/", {"text": TEAL}).status_code == 302
+    assert (
+        as_alice.post(f"/memories/{mine.pk}/edit/", {"text": "Miso is my cat."}).status_code == 302
+    )
+    assert len(embeddings) == 2
+    refused = as_alice.post("/memories/add/", {"text": "My dog is called Rex."})
+    assert refused.status_code == 429
+    assert "Too many changes to your memories this minute" in refused.text
+    assert as_alice.post(f"/memories/{mine.pk}/edit/", {"text": "Rex."}).status_code == 429
+    assert len(embeddings) == 2

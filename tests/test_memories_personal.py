@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from agent.forgotten import take_back
 from memory import personal
 from memory.embedders import get_embedder
 from memory.models import ForgottenMemory, Memory, Origin
@@ -136,8 +137,8 @@ def test_another_persons_memory_does_not_exist_for_an_edit_or_a_forgetting(alice
         personal.edit(alice, theirs.pk, CAT)
     with pytest.raises(Memory.DoesNotExist):
         personal.memory_of(alice, theirs.pk)
-    assert personal.forget_these(alice, [theirs.pk]) == []
-    personal.forget_all(alice)
+    assert take_back(alice, personal.these(alice, [theirs.pk])) == []
+    take_back(alice, personal.mine(alice))
     theirs.refresh_from_db()
     assert theirs.text == TEAL
     assert not ForgottenMemory.objects.exists()
@@ -148,7 +149,7 @@ def test_forgetting_one_a_selection_or_all_is_recorded_and_never_recalled_again(
     cat = remember(alice, CAT).memory
     teal = personal.add_by_hand(alice, TEAL).memory
     bobs = remember(bob, TEAL).memory
-    [one] = personal.forget_these(alice, [port.pk])
+    [one] = take_back(alice, personal.these(alice, [port.pk]))
     assert (one.memory_id, one.owner, one.forgotten_by, one.forgotten_by_name) == (
         port.pk,
         alice,
@@ -158,14 +159,14 @@ def test_forgetting_one_a_selection_or_all_is_recorded_and_never_recalled_again(
     assert (one.origin, one.source_run_id) == (Origin.RUN, 11)
     assert recalled_ids(alice, "Which port does the staging database listen on?") == set()
     assert recalled_ids(alice, "What is my cat called?") == {cat.pk}
-    two = personal.forget_these(alice, [cat.pk, teal.pk, bobs.pk])
+    two = take_back(alice, personal.these(alice, [cat.pk, teal.pk, bobs.pk]))
     assert {record.memory_id for record in two} == {cat.pk, teal.pk}
     assert recalled_ids(alice, "What is my cat called?") == set()
     assert recalled_ids(alice, "What is my favourite colour?") == set()
     assert recalled_ids(bob, "What is my favourite colour?") == {bobs.pk}
     remember(alice, "My car is a green Volvo.")
     remember(alice, CAT)  # remembered again: a new memory, not the forgotten one
-    everything = personal.forget_all(alice)
+    everything = take_back(alice, personal.mine(alice))
     assert len(everything) == 2
     assert not Memory.objects.filter(owner=alice).exists()
     assert recalled_ids(alice, "What is my cat called?") == set()

@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from agent.execution import execute_run
+from agent.forgotten import take_back
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from agent.selectors import recalled_in
@@ -163,12 +164,12 @@ def test_the_memories_a_run_recalled_and_those_still_stored(as_alice, alice, bob
     )
     assert set(map(int, re.findall(r'id="memory-(\d+)"', shown))) == recalled
     assert PORT not in shown
-    personal.forget_these(alice, [teal.pk])
+    take_back(alice, personal.these(alice, [teal.pk]))
     shown = page(as_alice, f"?run={asked.pk}")
     assert TEAL not in shown
     assert "used to be red" in shown
     assert f"{len(recalled) - 1} still stored (the others were forgotten since)" in shown
-    personal.forget_these(alice, recalled)
+    take_back(alice, personal.these(alice, recalled))
     assert "None of what this run recalled is still stored." in page(as_alice, f"?run={asked.pk}")
     nothing = run_in_conversation(alice, "What is 17 * 23?")  # nothing stored is like it
     assert recalled_in(nothing) == []
