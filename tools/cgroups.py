@@ -202,6 +202,7 @@ class SnippetCgroup:
     def release(self) -> Bound | None:
         """After the sandbox has ended: wait for its processes to be gone, remove its cgroups
         (and its person's, when idle); which bound got processes of it OOM-killed, if any."""
+        LEFT_BEHIND.retry()
         try:
             _drain(self.program)
             _drain(self.launch)
@@ -209,20 +210,51 @@ class SnippetCgroup:
             own_limit = killed and self.version.reached_limit(self.program)
         except (OSError, TimeoutError) as error:
             logger.warning("A snippet's memory cgroup could not be read or emptied: %s", error)
+            LEFT_BEHIND.add(self)
             return None
-        self._remove()
+        if not self.remove():
+            LEFT_BEHIND.add(self)
         if not killed:
             return None
         return "snippet" if own_limit else "person"
 
-    def _remove(self) -> None:
+    def remove(self, *, quietly: bool = False) -> bool:
+        """Remove its cgroups (and its person's, when idle); False if one is still in use."""
         for directory in (self.program, self.launch, self.directory):
             try:
                 directory.rmdir()
+            except FileNotFoundError:
+                continue
             except OSError as error:
-                logger.warning("A snippet's memory cgroup was left behind: %s", error)
-                return
+                if not quietly:
+                    logger.warning("A snippet's memory cgroup was left behind: %s", error)
+                return False
         _remove_if_unused(self.directory.parent)  # kept while another snippet of theirs runs
+        return True
+
+
+class LeftBehind:
+    """Snippet cgroups whose processes outlived `release`'s wait (a saver still saving, say):
+    removed by a later release in this process once they are empty, so none piles up."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.cgroups: set[SnippetCgroup] = set()
+
+    def add(self, cgroup: SnippetCgroup) -> None:
+        with self.lock:
+            self.cgroups.add(cgroup)
+
+    def retry(self) -> None:
+        with self.lock:
+            waiting = list(self.cgroups)
+        for cgroup in waiting:
+            if cgroup.remove(quietly=True):
+                with self.lock:
+                    self.cgroups.discard(cgroup)
+
+
+LEFT_BEHIND = LeftBehind()
 
 
 class MemoryCgroups:
