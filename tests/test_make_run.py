@@ -190,8 +190,9 @@ def test_a_killed_web_server_is_started_again_and_the_site_answers(make_run):
 
     wait_for(lambda: stack.daphne() not in (None, killed), "daphne to be started again")
     wait_for(lambda: stack.answers() == 200, "the site to answer again")
-    assert stack.honcho.poll() is None, stack.output.text
-    assert "was killed by SIGKILL; starting it again" in stack.output.text
+    assert stack.honcho.poll() is None
+    # `output.text` waits for honcho to end; the lines read so far are enough here.
+    assert stack.output.count("was killed by SIGKILL; starting it again") == 1
 
 
 def test_ctrl_c_mid_run_stops_everything_and_the_next_start_finishes_the_run(alice, make_run):
