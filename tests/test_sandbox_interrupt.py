@@ -198,3 +198,6 @@ def test_a_sandbox_that_ended_is_never_signalled(context):
     assert not sandbox.stopped
     assert sandbox.process.returncode == 0
     assert b"".join(sandbox.stdout.chunks) == b"ended on its own\n"
+    sandbox.release_memory(limits)  # what finish does after the reap: no cgroup is left
+    if sandbox.saver is not None:
+        sandbox.saver.close()

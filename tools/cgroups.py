@@ -229,7 +229,8 @@ class SnippetCgroup:
                 if not quietly:
                     logger.warning("A snippet's memory cgroup was left behind: %s", error)
                 return False
-        _remove_if_unused(self.directory.parent)  # kept while another snippet of theirs runs
+        with MEMORY.persons:  # never while a snippet of theirs is being made in it
+            _remove_if_unused(self.directory.parent)  # kept while another snippet of theirs runs
         return True
 
 
@@ -263,6 +264,9 @@ class MemoryCgroups:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        # Held while a person's cgroup is made into a snippet's or removed as idle: otherwise one
+        # snippet's end removes it between another's making it and making its snippet in it.
+        self.persons = threading.Lock()
         self.found: dict[str, Tree | Unavailable] = {}  # by LOOP_SANDBOX_CGROUP
         self.numbers = itertools.count()
 
@@ -292,8 +296,9 @@ class MemoryCgroups:
         person_directory = tree.directory / f"person-{person}"
         directory = person_directory / f"snippet-{os.getpid()}-{next(self.numbers)}"
         try:
-            _make_person(tree.version, person_directory)
-            _make_snippet(tree.version, directory, uid, limit_bytes)
+            with self.persons:
+                _make_person(tree.version, person_directory)
+                _make_snippet(tree.version, directory, uid, limit_bytes)
         except OSError as error:
             for made in (directory / "program", directory / "launch", directory):
                 with suppress(OSError):  # what of it was made: the error says what failed
