@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8095
 
-.PHONY: run worker test lint format migrate system-deps browser-deps
+.PHONY: run worker test test-fast lint format migrate system-deps browser-deps
 
 # run_code's sandbox needs bubblewrap and a system Python under /usr (a root worker runs each
 # user's snippets as a numeric uid of their own, so no account needs creating). As root on Debian
@@ -69,6 +69,13 @@ worker: migrate
 
 test: $(VENV)/.installed system-deps browser-deps
 	$(BIN)/pytest
+
+# The edit-test cycle, in seconds: the loop, its guards, events and replay, the mock model, the
+# model names, web search and the layer rules (no sandbox, no child process, no browser).
+FAST_TESTS := loop history_formats mock_llm thinking model_names resume interrupt search layers \
+	event_readers
+test-fast: $(VENV)/.installed
+	$(BIN)/pytest -q $(foreach name,$(FAST_TESTS),tests/test_$(name).py)
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
