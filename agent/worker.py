@@ -2,7 +2,7 @@
 up through database outages and stopped by handing its runs back; and the supervisor that starts
 it again whenever it dies (`make run`). docs/engine.md tells the whole story.
 
-The supervisor half is loopsite.supervise's, standard library only, and runs as `python -m
+The supervisor half is agent.supervise's, standard library only, and runs as `python -m
 agent.worker` (`manage.py worker --supervise` becomes it), so the parent holds no Django, no
 model, no pool.
 The worker half imports Django and Procrastinate inside the functions that need them.
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loopsite.supervise import STOP_SIGNALS, Backoff, supervise, wait_at_most
+from agent.supervise import STOP_SIGNALS, Backoff, supervise, wait_at_most
 
 if TYPE_CHECKING:
     from procrastinate import PsycopgConnector
