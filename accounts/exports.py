@@ -1,4 +1,4 @@
-"""Whether a person may start an export of their data now (agent/my_data.py makes it), and its
+"""Whether a person may start an export of their data now (accounts/my_data.py makes it), and its
 sending: one export at a time per person, one started per LOOP_EXPORT_INTERVAL_SECONDS, and
 LOOP_EXPORTS_AT_ONCE on the whole site.
 

@@ -16,7 +16,7 @@ from functools import cache
 from confusable_homoglyphs.confusables import confusables_data
 from django.core.exceptions import ValidationError
 
-from agent.my_data import PLACEHOLDER_PREFIX
+from accounts.my_data import PLACEHOLDER_PREFIX
 
 PLACEHOLDER_REFUSED = (
     f"Names that read as {PLACEHOLDER_PREFIX!r} followed by anything are Loop's own: they stand "
@@ -82,7 +82,7 @@ def look_alike(name: str, others: Iterable[str]) -> bool:
 
 
 def looks_like_a_placeholder(name: str) -> bool:
-    """Whether `name` reads as a deleted account's placeholder (agent.my_data): its start looks
+    """Whether `name` reads as a deleted account's placeholder (accounts.my_data): its start looks
     like the prefix, whatever letters, case or width make it up."""
     prefixes = looks(PLACEHOLDER_PREFIX)
     return any(look.startswith(prefix) for look in looks(name) for prefix in prefixes)

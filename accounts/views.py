@@ -1,6 +1,6 @@
 """Sign-up, governed by LOOP_SIGNUP: `approve` (staff approve the account), `open`, or `off`;
 the password change, whose old password django-axes counts like a login; and a person's own data
-(agent/my_data.py): its export as one zip, sent as it is made (accounts/exports.py says when one
+(accounts/my_data.py): its export as one zip, sent as it is made (accounts/exports.py says when one
 may start), and deleting the account after a password check.
 
 Loop runs code for whoever has an account, so by default a new account waits, inactive, until
@@ -25,7 +25,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounts import signups
 from accounts.exports import ExportRefused, export_stream, start_export
 from accounts.forms import SignUpForm, ThrottledPasswordChangeForm
-from agent.my_data import AccountNotDeleted, delete_account, export_chunks, held_by
+from accounts.my_data import AccountNotDeleted, delete_account, export_chunks, held_by
 
 # The backend a fresh account logs in with (the first one, axes, only counts failures).
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"

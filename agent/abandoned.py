@@ -13,12 +13,12 @@ from django.db.models import DateTimeField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
 from procrastinate.contrib.django.models import ProcrastinateJob, ProcrastinateWorker
 
-from agent.events import AnswerSource, RunFinished, RunStatus, event_from_dict
-from agent.history import RunState, replay
-from agent.loop import progress_report
+from agent.core.events import AnswerSource, RunFinished, RunStatus, event_from_dict
+from agent.core.history import RunState, replay
+from agent.core.loop import progress_report
+from agent.core.results import ToolStatus
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
-from tools.base import ToolStatus
 from tools.fence import raise_fence
 from tools.workspace import workspace_path
 

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import connections, models
 from django.utils import timezone
 
-from agent.events import (
+from agent.core.events import (
     BREAKER_REASONS,
     EVENT_TYPES,
     Event,
@@ -18,9 +18,10 @@ from agent.events import (
     Unreadable,
     loaded,
 )
+from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
+from agent.core.loop import is_model_failure
+from agent.core.results import ToolStatus
 from agent.llm.factory import ModelChoice, offered_models
-from agent.loop import CALL_ID_CHARS, TOOL_NAME_CHARS, is_model_failure
-from tools.base import ToolStatus
 
 FINISHED = (
     RunStatus.SUCCEEDED,
@@ -86,7 +87,7 @@ class AgentRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    # The engine's side (agent/tasks.py). `attempt` grows by one each time a worker takes the run:
+    # The engine's side (engine/tasks.py). `attempt` grows by one each time a worker takes the run:
     # the recorder's writes carry it, so a worker that lost the run can no longer write to it.
     attempt = models.PositiveIntegerField(default=0)
     job_id = models.BigIntegerField(null=True, blank=True)  # the Procrastinate job working it

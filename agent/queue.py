@@ -1,5 +1,5 @@
 """The run engine's queue as the run operations see it: a run's job deferred beside it, and a
-job asked to stop. agent/tasks.py binds the job itself to the engine."""
+job asked to stop. engine/tasks.py binds the job itself to the engine."""
 
 from procrastinate.contrib.django import app
 

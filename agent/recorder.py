@@ -16,7 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from agent import bus
-from agent.events import (
+from agent.core.events import (
     AnswerSource,
     BreakerTripped,
     Event,
@@ -27,10 +27,10 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.guards import RunReleased
-from agent.llm.base import Usage
+from agent.core.guards import RunReleased
+from agent.core.llm import Usage
+from agent.core.results import ToolStatus
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
-from tools.base import ToolStatus
 
 logger = logging.getLogger(__name__)
 

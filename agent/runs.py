@@ -1,6 +1,6 @@
 """Run operations: what a person, an operator or the CLI asks of runs and conversations. Every
 change to a run outside its worker is here; the reads are agent/selectors.py and the worker's side
-is agent/execution.py."""
+is engine/execution.py."""
 
 import dataclasses
 
@@ -13,14 +13,14 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from agent.abandoned import end_if_abandoned, without_a_process
-from agent.events import AnswerSource, RunFinished, RunStatus
+from agent.core.events import AnswerSource, RunFinished, RunStatus
+from agent.core.loop import Limits
+from agent.core.text import excerpt
 from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
-from agent.loop import Limits
 from agent.models import FINISHED, AgentRun, Conversation
 from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
 from agent.selectors import conversation_model, conversations_for, runs_for
-from tools.text import excerpt
 
 
 class InvalidTask(ValueError):

@@ -9,9 +9,10 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
-from agent.events import Event, MemoriesRecalled, Unreadable, event_from_dict, loaded
-from agent.history import loop_note, messages_from_events
-from agent.llm.base import Message
+from agent.core.events import Event, MemoriesRecalled, Unreadable, event_from_dict, loaded
+from agent.core.history import loop_note, messages_from_events
+from agent.core.llm import Message
+from agent.core.recalled import RecalledMemory
 from agent.llm.factory import (
     ModelChoice,
     default_model,
@@ -23,7 +24,6 @@ from agent.llm.tokens import count_tokens
 from agent.models import FINISHED, AgentRun, Conversation
 from memory.forgetting import remembered_by
 from memory.models import Memory
-from memory.recalled import RecalledMemory
 
 
 def runs_for(user: AbstractBaseUser) -> QuerySet[AgentRun]:

@@ -1,6 +1,6 @@
 """A run's transcript (loop.transcript/1): its summary and its whole event log, as the log stores
 it. The operators' console exports it, and so does a person's own export of their data
-(agent/my_data.py): one builder, so the two can never differ."""
+(accounts/my_data.py): one builder, so the two can never differ."""
 
 import itertools
 from datetime import datetime
@@ -8,9 +8,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from agent.events import event_from_dict
-from agent.history import messages_from_events
-from agent.llm.base import Message
+from agent.core.events import event_from_dict
+from agent.core.history import messages_from_events
+from agent.core.llm import Message
 from agent.models import AgentRun, RunEvent
 
 TRANSCRIPT_FORMAT = "loop.transcript/1"

@@ -48,7 +48,7 @@ FORGOTTEN = 1000
 FLOOR_MS = 200.0
 
 # One run: started, memories recalled, two steps of a model turn and a tool call, the answer.
-# Each event's data has the fields of its kind (agent/events.py), so the pages read it as real.
+# Each event's data has the fields of its kind (agent/core/events.py), so the pages read it as real.
 EVENTS_SQL = """
 INSERT INTO agent_runevent (run_id, seq, kind, step, data, created_at)
 SELECT r.id, s.seq, s.kind, s.step,

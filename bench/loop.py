@@ -54,18 +54,19 @@ import openai  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from agent.events import Event, RunStatus  # noqa: E402
-from agent.execution import cancel_flag  # noqa: E402
-from agent.llm.base import Message, Reply, ToolCall, ToolSpec  # noqa: E402
+from agent.core.events import Event, RunStatus  # noqa: E402
+from agent.core.interrupt import Interrupt  # noqa: E402
+from agent.core.llm import Message, Reply, ToolCall, ToolSpec  # noqa: E402
+from agent.core.loop import SYSTEM_PROMPT, Limits, run_agent  # noqa: E402
 from agent.llm.chat_completions import ChatCompletionsLLM  # noqa: E402
 from agent.llm.groq import GroqLLM  # noqa: E402
 from agent.llm.openai_compat import OpenAICompatibleLLM  # noqa: E402
-from agent.loop import SYSTEM_PROMPT, Limits, run_agent  # noqa: E402
 from agent.models import AgentRun  # noqa: E402
 from agent.recorder import RunRecorder  # noqa: E402
 from agent.runs import start_run  # noqa: E402
 from agent.toolset import default_registry  # noqa: E402
 from bench import _chat_server as chat_server  # noqa: E402
+from engine.execution import cancel_flag  # noqa: E402
 from tools.base import Tool, ToolContext, ToolRegistry  # noqa: E402
 
 
@@ -91,7 +92,12 @@ class InstantLLM:
         self.turn = 0
 
     def chat(
-        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        *,
+        timeout: float | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Reply:
         self.turn += 1
         return self.replies[self.turn - 1]

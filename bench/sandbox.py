@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sandbox.py [--runs 60]
 
-The run_code figures are the durations a real run records for its tool calls: agent.loop works a
+The run_code figures are the durations a real run records for its tool calls: the loop works a
 scripted task, each call in the loop's own tool thread, through the registry, the sandbox and the
 workspace quota. "Started ahead" is a run's second call, served by the sandbox tools.sandbox.
 WarmSandboxes started after its first (the bench checks that it was); "cold" is a call with
@@ -29,11 +29,12 @@ django.setup()
 
 from django.test import override_settings  # noqa: E402
 
-from agent.events import Event, ToolCallFinished  # noqa: E402
-from agent.llm.base import Message, Reply, ToolSpec  # noqa: E402
+from agent.core.events import Event, ToolCallFinished  # noqa: E402
+from agent.core.interrupt import Interrupt  # noqa: E402
+from agent.core.llm import Message, Reply, ToolSpec  # noqa: E402
+from agent.core.loop import Limits as RunLimits  # noqa: E402
+from agent.core.loop import run_agent  # noqa: E402
 from agent.llm.scripted import ScriptedLLM, answer, call  # noqa: E402
-from agent.loop import Limits as RunLimits  # noqa: E402
-from agent.loop import run_agent  # noqa: E402
 from tools.base import ToolContext, ToolRegistry  # noqa: E402
 from tools.code import RUN_CODE  # noqa: E402
 from tools.sandbox import WARM, Limits, execute, interpreter_arguments  # noqa: E402
@@ -48,10 +49,15 @@ class PausingModel(ScriptedLLM):
     """Replays its replies, each after a pause as long as a fast model's turn."""
 
     def chat(
-        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        *,
+        timeout: float | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Reply:
         time.sleep(MODEL_TURN)
-        return super().chat(messages, tools, timeout=timeout)
+        return super().chat(messages, tools, timeout=timeout, interrupt=interrupt)
 
 
 def run_code_durations(context: ToolContext, calls: int) -> list[float]:

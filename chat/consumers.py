@@ -35,7 +35,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.db import InterfaceError, OperationalError
 
 from agent import bus, selectors
-from agent.events import ModelReplied, RunFinished, RunResumed, RunStarted
+from agent.core.events import ModelReplied, RunFinished, RunResumed, RunStarted
 from agent.models import AgentRun
 from agent.selectors import Logged
 from chat.rendering import (

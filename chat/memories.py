@@ -18,11 +18,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from agent import selectors
+from agent.core.recalled import RecalledMemory
 from agent.forgotten import take_back
 from agent.models import AgentRun, Conversation
 from memory import personal
 from memory.models import Memory
-from memory.recalled import RecalledMemory
 
 PER_PAGE = 50
 # The longest search the page takes: a search is words to find, not a document.

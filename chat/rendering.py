@@ -20,7 +20,7 @@ from django.template.loader import get_template
 from django.urls import reverse
 from markdown_it import MarkdownIt
 
-from agent.events import (
+from agent.core.events import (
     BreakerTripped,
     Event,
     HaltReason,
@@ -34,11 +34,11 @@ from agent.events import (
     ToolCallStarted,
     Unreadable,
 )
-from agent.loop import is_model_failure
+from agent.core.loop import is_model_failure
+from agent.core.results import ToolStatus
+from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from agent.models import Conversation
 from agent.selectors import Logged
-from agent.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
-from tools.base import ToolStatus
 from tools.browse import BrowseError, file_components
 
 # Raw HTML in Markdown is shown as text; nh3 then keeps only these tags and link schemes, so a
@@ -71,7 +71,7 @@ HALT_REASONS = {
     HaltReason.TOKEN_BUDGET: "it used up its token budget",
     HaltReason.TOOL_CALL_BUDGET: "it used up its budget of tool calls",
 }
-# The chat's words for a run's status; its symbols are the console's too (agent.wording).
+# The chat's words for a run's status; its symbols are the console's too (agent.core.wording).
 STATUS_WORDS = {
     RunStatus.QUEUED: "Waiting for a worker",
     RunStatus.RUNNING: "Running",
@@ -95,7 +95,7 @@ NEXT_STEPS = {
     RunStatus.HALTED: "Loop stopped it to protect your budget. Continue it to go on with a fresh "
     "set of limits, or refine the task and send it again.",
 }
-# A deadline halt with an error is the provider's fault (agent.loop records why), not the task's.
+# A deadline halt with an error is the provider's fault (the loop records why), not the task's.
 SLOW_PROVIDER_STEP = (
     "The model provider did not answer in time. Continue it later, or ask the operator to raise "
     "LOOP_RUN_SECONDS."

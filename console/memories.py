@@ -9,6 +9,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from agent.core.text import excerpt
 from console.selectors import recalls_of
 from console.widgets import (
     AuditAdmin,
@@ -23,7 +24,6 @@ from console.widgets import (
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
 from memory.store import nearest
-from tools.text import excerpt
 
 NEIGHBOURS = 5
 # How much of a memory's text a list or a table row shows.

@@ -20,6 +20,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
+from agent.core.text import excerpt
+from agent.core.wording import resumed_text
 from agent.models import FINISHED, AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import (
     InvalidTask,
@@ -29,7 +31,6 @@ from agent.runs import (
     continue_run_as_operator,
 )
 from agent.transcripts import transcripts
-from agent.wording import resumed_text
 from console import selectors
 from console.widgets import (
     AuditAdmin,
@@ -46,7 +47,6 @@ from console.widgets import (
     user_link,
 )
 from memory.models import Memory
-from tools.text import excerpt
 
 User = get_user_model()
 # A day of a thousand active users is a thousand rows: the page shows them a hundred at a time.

@@ -11,7 +11,7 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from agent.events import (
+from agent.core.events import (
     BreakerTripped,
     Event,
     MemoriesRecalled,
@@ -25,12 +25,12 @@ from agent.events import (
     ToolCallStarted,
     Unreadable,
 )
+from agent.core.recalled import RecalledMemory
+from agent.core.results import ToolStatus
+from agent.core.text import excerpt
+from agent.core.wording import resumed_text
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
-from agent.wording import resumed_text
 from memory.models import Memory
-from memory.recalled import RecalledMemory
-from tools.base import ToolStatus
-from tools.text import excerpt
 
 # A tool call that ran and did not work. A skipped call never ran: the run stopped first.
 # An interrupted call's worker stopped under it: as far as anyone knows, it did not work.

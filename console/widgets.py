@@ -16,13 +16,13 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agent.events import BREAKER_REASONS, RunStatus
+from agent.core.events import BREAKER_REASONS, RunStatus
+from agent.core.results import ToolStatus
+from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.models import AgentRun
-from agent.wording import RUN_SYMBOLS, TOOL_SYMBOLS
-from tools.base import ToolStatus
 
 # Badge colours by family: what went well, what a guard or a person stopped, what broke. The
-# symbols are the ones the chat shows (agent/wording.py), so a symbol means one thing to all.
+# symbols are the ones the chat shows (agent/core/wording.py), so a symbol means one thing to all.
 RUN_TONES = {
     RunStatus.SUCCEEDED: "good",
     RunStatus.RUNNING: "live",

@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "procrastinate.contrib.django",
     "axes",
     "agent",
+    "engine",
     "tools",
     "memory",
     "accounts",
@@ -129,7 +130,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# The run engine: Procrastinate on the same PostgreSQL (agent/tasks.py, docs/engine.md).
+# The run engine: Procrastinate on the same PostgreSQL (engine/tasks.py, docs/engine.md).
 # `manage.py worker` works LOOP_WORKER_CONCURRENCY runs at once; a run whose worker stops sending
 # heartbeats for LOOP_STALE_SECONDS is resumed by a live worker, at most LOOP_MAX_RESUMES times.
 LOOP_WORKER_CONCURRENCY = env_int("LOOP_WORKER_CONCURRENCY", 16)
@@ -167,7 +168,7 @@ LOOP_OPENAI_CONCURRENCY = env_int("LOOP_OPENAI_CONCURRENCY", 0)
 # them); empty: the one default model.
 LOOP_MODELS = env_list("LOOP_MODELS", [])
 
-# The bounds on every run (agent.loop.Limits).
+# The bounds on every run (agent.core.loop.Limits).
 LOOP_TASK_MAX_CHARS = env_int("LOOP_TASK_MAX_CHARS", 10_000)
 LOOP_MAX_ITERATIONS = env_int("LOOP_MAX_ITERATIONS", 10)
 LOOP_RUN_SECONDS = env_int("LOOP_RUN_SECONDS", 600)

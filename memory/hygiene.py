@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Iterable
 
-from tools.text import excerpt
+from agent.core.text import excerpt
 
 # How help, refusal and failure texts open, whichever model wrote them.
 _NOTHING_OPENINGS = re.compile(

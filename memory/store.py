@@ -23,9 +23,9 @@ from django.db.models import F
 from django.utils import timezone
 from pgvector.django import CosineDistance, HnswIndex
 
+from agent.core.recalled import RecalledMemory
 from memory.embedders import Embedder, EmbedderMismatch, Vector, get_embedder
 from memory.models import EmbeddingSpace, Memory, Origin
-from memory.recalled import RecalledMemory
 
 MAX_MEMORY_CHARS = 2000
 # How far the index scan reaches: more candidates than k, so re-ranking has room to work.

@@ -6,9 +6,10 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from agent.llm.base import Message, Reply, ToolSpec
+from agent.core.interrupt import Interrupt
+from agent.core.llm import Message, Reply, ToolSpec
+from agent.core.results import ToolResult, ToolStatus
 from memory.embedders import HashedNgramEmbedder
-from tools.base import ToolResult, ToolStatus
 from tools.search import SearchFailed, SearchHit
 
 FORGED_SNIPPET = (
@@ -137,7 +138,12 @@ class BlockingLLM:
         self.answered = threading.Event()
 
     def chat(
-        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        *,
+        timeout: float | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Reply:
         self.asked.set()
         self.release.wait(30)

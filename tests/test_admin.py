@@ -10,20 +10,20 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.events import HaltReason, RunStatus
-from agent.execution import execute_run
-from agent.llm.base import LLMError
+from agent.core.events import HaltReason, RunStatus
+from agent.core.llm import LLMError
+from agent.core.loop import Limits
+from agent.core.results import ToolStatus
+from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.loop import Limits
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import cancel_run, start_run
 from agent.selectors import history_of
 from agent.transcripts import history_from_transcript, transcripts
-from agent.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from console.selectors import usage
 from console.widgets import run_badge, tool_badge
+from engine.execution import execute_run
 from memory.models import Memory
-from tools.base import ToolStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -247,7 +247,7 @@ def test_an_operator_cancels_a_queued_run_from_its_page(client, operator, alice)
 def test_an_operator_cancels_a_running_run_and_it_stops_at_its_next_check(
     client, operator, alice, monkeypatch
 ):
-    monkeypatch.setattr("agent.execution.CANCEL_POLL_INTERVAL", 0)
+    monkeypatch.setattr("engine.execution.CANCEL_POLL_INTERVAL", 0)
     run = start_run(alice, "List my files", model="mock")
 
     class OperatorCancels(ScriptedLLM):

@@ -9,10 +9,10 @@ from django.db.models import Model
 from django.shortcuts import resolve_url
 from django.urls import reverse
 
-from agent.execution import execute_run
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import start_run
+from engine.execution import execute_run
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
 from tools.sandbox import WARM

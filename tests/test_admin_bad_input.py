@@ -8,10 +8,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.models import SignUp
-from agent.execution import execute_run
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import start_run
 from console.widgets import IGNORED_FILTERS
+from engine.execution import execute_run
 from memory.models import ForgottenMemory, Memory
 
 pytestmark = pytest.mark.django_db

@@ -5,8 +5,8 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.execution import execute_run
 from agent.runs import start_run
+from engine.execution import execute_run
 from memory.models import ForgottenMemory, Memory, Origin
 
 # The remember tool runs in a thread of its own, so it must see committed rows.

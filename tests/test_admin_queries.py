@@ -6,11 +6,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from agent.execution import execute_run
-from agent.llm.base import LLMError
+from agent.core.llm import LLMError
 from agent.llm.scripted import ScriptedLLM, call
 from agent.models import AgentRun
 from agent.runs import cancel_run, start_run
+from engine.execution import execute_run
 from memory.forgetting import forget
 from memory.models import Memory
 

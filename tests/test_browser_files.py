@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from agent.events import MemoriesRecalled
+from agent.core.events import MemoriesRecalled
 from agent.models import AgentRun
 from agent.selectors import events_of
 from memory.models import Memory

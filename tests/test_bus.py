@@ -15,9 +15,9 @@ import pytest
 from channels.layers import get_channel_layer
 
 from agent import bus
-from agent.execution import execute_run
 from agent.models import AgentRun, RunStatus
 from agent.runs import new_conversation, start_run, submit_run
+from engine.execution import execute_run
 from tests.conftest import wait_for
 from tests.test_settings import load_settings
 

@@ -6,14 +6,14 @@ import pytest
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.events import HaltReason, RunFinished, RunStatus
-from agent.execution import execute_run
+from agent.core.events import HaltReason, RunFinished, RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, Conversation
 from agent.queue import WORK_RUN
 from agent.runs import new_conversation, start_run
 from agent.selectors import Logged
 from chat.rendering import markdown, page_cards
+from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from django.db import connections
 from django.test import Client
 
 from agent import bus as events_bus
-from agent.events import ModelReplied, RunFinished, RunStatus
+from agent.core.events import ModelReplied, RunFinished, RunStatus
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import new_conversation, start_run, submit_run

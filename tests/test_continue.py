@@ -13,17 +13,17 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
-from agent.events import (
+from agent.core.events import (
     ResumeReason,
     RunStatus,
 )
-from agent.execution import execute_run
-from agent.llm.base import LLMError
+from agent.core.llm import LLMError
+from agent.core.loop import Limits
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.loop import Limits
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from chat.consumers import read_unsent
+from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,7 @@ import pytest
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
-from agent.events import RunStatus
-from agent.execution import execute_run
+from agent.core.events import RunStatus
 from agent.forgotten import FORGOTTEN
 from agent.models import AgentRun, Conversation, RunEvent, ToolExecution
 from agent.runs import (
@@ -18,6 +17,7 @@ from agent.runs import (
     start_run,
 )
 from agent.selectors import conversation_context, conversations_for, runs_for
+from engine.execution import execute_run
 from memory.models import ForgottenMemory, Memory
 
 pytestmark = pytest.mark.django_db

@@ -9,9 +9,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
 
-from agent.events import RunStatus
-from agent.execution import execute_run
-from agent.loop import Limits
+from agent.core.events import RunStatus
+from agent.core.loop import Limits
 from agent.models import AgentRun, RunResume
 from agent.runs import (
     OwnerGone,
@@ -20,6 +19,7 @@ from agent.runs import (
     new_conversation,
     start_run,
 )
+from engine.execution import execute_run
 from memory.models import Memory
 from tests.conftest import PASSWORD
 

@@ -6,8 +6,9 @@ import threading
 import pytest
 from pydantic import BaseModel
 
+from agent.core.results import ToolStatus
 from agent.toolset import default_registry
-from tools.base import Tool, ToolContext, ToolError, ToolRegistry, ToolStatus, truncate
+from tools.base import Tool, ToolContext, ToolError, ToolRegistry, truncate
 
 
 class EchoArguments(BaseModel):

@@ -12,16 +12,8 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.events import ModelReplied, ResumeReason, RunStatus
-from agent.execution import (
-    CONTINUE_NOTE,
-    RELEASED,
-    claim,
-    execute_run,
-    work_job,
-    worked_seconds,
-)
-from agent.interrupt import StopReason
+from agent.core.events import ModelReplied, ResumeReason, RunStatus
+from agent.core.interrupt import StopReason
 from agent.models import AgentRun, RunResume
 from agent.queue import WORK_RUN
 from agent.recorder import RunLost, RunRecorder
@@ -37,6 +29,14 @@ from agent.runs import (
     submit_run,
 )
 from agent.selectors import history_of
+from engine.execution import (
+    CONTINUE_NOTE,
+    RELEASED,
+    claim,
+    execute_run,
+    work_job,
+    worked_seconds,
+)
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -292,7 +292,7 @@ def test_the_recovery_gives_a_dead_workers_run_a_new_job(alice, settings):
     from django.db import connection
     from procrastinate.contrib.django import app
 
-    from agent.tasks import recover_runs
+    from engine.tasks import recover_runs
 
     settings.LOOP_STALE_SECONDS = 30
     run = submit_run(alice, SLOW, new_conversation(alice), model="mock")
@@ -319,7 +319,7 @@ def test_the_recovery_gives_a_dead_workers_run_a_new_job(alice, settings):
 
 
 def test_a_continue_records_who_asked_for_it(alice, operator, workspaces):
-    from agent.wording import OWNERS_WHO, resumed_text
+    from agent.core.wording import OWNERS_WHO, resumed_text
 
     limits = default_limits(max_iterations=1)
     mine = execute_run(start_run(alice, SLOW, model="mock", limits=limits))
@@ -346,7 +346,7 @@ def test_a_worker_whose_run_was_taken_over_stops_working_it(alice, workspaces):
     write is refused and A stops; B finishes the run, and nothing A did after that is kept."""
     from django.db import connection
 
-    from agent.execution import work
+    from engine.execution import work
 
     run = submit_run(alice, SLOW, new_conversation(alice), model="mock")
     outcome: list[BaseException | str] = []
@@ -382,7 +382,7 @@ def test_the_recovery_gives_a_run_whose_job_failed_a_new_one(alice, workspaces):
     from asgiref.sync import async_to_sync
     from django.db import connection
 
-    from agent.tasks import recover_runs
+    from engine.tasks import recover_runs
 
     run = submit_run(alice, "What is 17 * 23?", new_conversation(alice), model="mock")
     in_process = start_run(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from django.template.loader import render_to_string
 
-from agent.events import (
+from agent.core.events import (
     EVENT_TYPES,
     BreakerTripped,
     Event,
@@ -25,16 +25,16 @@ from agent.events import (
     ToolCallStarted,
     event_from_dict,
 )
-from agent.llm.base import ToolCall
-from agent.management.commands.runagent import describe
+from agent.core.llm import ToolCall
+from agent.core.recalled import RecalledMemory
+from agent.core.results import ToolStatus
+from agent.core.wording import TOOL_SYMBOLS
 from agent.models import RunEvent
 from agent.runs import new_conversation, start_run
-from agent.wording import TOOL_SYMBOLS
 from chat.consumers import read_unsent
 from chat.rendering import card_for, render_card
 from console import selectors
-from memory.recalled import RecalledMemory
-from tools.base import ToolStatus
+from engine.management.commands.runagent import describe
 
 DEMO = "Compute the sum of 1..100 and save it to a file"
 RUN_ID = 3

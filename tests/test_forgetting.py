@@ -60,7 +60,7 @@ def test_the_workers_hourly_job_purges_texts_past_their_retention(alice, setting
     from django.utils import timezone
     from procrastinate.contrib.django import app
 
-    from agent.tasks import purge_forgotten_texts_job
+    from engine.tasks import purge_forgotten_texts_job
 
     settings.LOOP_FORGOTTEN_TEXT_DAYS = 1
     [record] = forget(Memory.objects.filter(pk=remember(alice, SECRET).memory.pk), alice)

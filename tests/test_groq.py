@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agent.llm.base import LLMError, ToolCall, Usage
+from agent.core.llm import LLMError, ToolCall, Usage
 from agent.llm.groq import GroqLLM
 from tests.groq_server import CHAT_COMPLETIONS_PATH, groq_server_fixture, tool_call  # noqa: F401
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from agent.llm.base import LLMError, ModelTimedOut, ToolCall
+from agent.core.llm import LLMError, ModelTimedOut, ToolCall
 from agent.llm.groq import RETRY_NOTE
 from tests.conftest import wait_for
 from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)

@@ -5,13 +5,13 @@ import logging
 
 import pytest
 
-from agent.events import RunStatus
-from agent.execution import execute_run
+from agent.core.events import RunStatus
+from agent.core.loop import CUT_ANSWER
 from agent.llm import groq as groq_module
 from agent.llm.groq import RETRY_NOTE
-from agent.loop import CUT_ANSWER
 from agent.models import AgentRun
 from agent.runs import default_limits, start_run
+from engine.execution import execute_run
 from memory.models import Memory
 from memory.store import embed
 from tests.conftest import wait_for

@@ -3,7 +3,7 @@ whatever the text they carry."""
 
 import pytest
 
-from agent.history import (
+from agent.core.history import (
     is_loop_note,
     loop_note,
     memories_in,
@@ -14,7 +14,7 @@ from agent.history import (
     summary_prompt,
     tool_message,
 )
-from tools.base import ToolStatus
+from agent.core.results import ToolStatus
 
 TEXTS = ["", "plain", "two\nlines", "not ERROR: inside", "(no output) said the tool", "a | b"]
 

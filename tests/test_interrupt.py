@@ -8,12 +8,12 @@ import threading
 
 import pytest
 
-from agent.events import ModelReplied, RunFinished, RunStarted, RunStatus, ToolCallFinished
-from agent.guards import RunReleased
-from agent.interrupt import Interrupt, Interrupted, StopReason, interruptibly
-from agent.llm.base import Reply, ToolCall
+from agent.core.events import ModelReplied, RunFinished, RunStarted, RunStatus, ToolCallFinished
+from agent.core.guards import RunReleased
+from agent.core.interrupt import Interrupt, Interrupted, StopReason, interruptibly
+from agent.core.llm import Reply, ToolCall
+from agent.core.loop import Limits, RunResult, run_agent
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.loop import Limits, RunResult, run_agent
 from tests.conftest import wait_for
 from tests.fakes import BlockingLLM, CountingTools
 from tests.groq_server import groq_server_fixture  # noqa: F401 (the fixture)
@@ -274,12 +274,11 @@ def test_without_an_interrupt_a_run_goes_as_before():
 
 def test_groqs_rate_limit_wait_ends_at_once_on_an_interrupt_and_is_not_retried(groq_server):
     groq_server.rate_limited(retry_after=30)
-    llm = make_llm(groq_server, max_retries=2)
-    llm.interrupt = Interrupt()
-    threading.Timer(0.2, llm.interrupt.set, (StopReason.CANCEL,)).start()
+    llm, interrupt = make_llm(groq_server, max_retries=2), Interrupt()
+    threading.Timer(0.2, interrupt.set, (StopReason.CANCEL,)).start()
 
     with pytest.raises(Interrupted):
-        llm.chat(QUESTION, TOOLS, timeout=120)
+        llm.chat(QUESTION, TOOLS, timeout=120, interrupt=interrupt)
 
     assert len(groq_server.requests) == 1  # asked once; no retry after the interrupt
 
@@ -288,29 +287,33 @@ def test_a_run_stopped_during_groqs_rate_limit_wait_ends_cancelled(groq_server):
     groq_server.rate_limited(retry_after=30)
     llm, interrupt, events = make_llm(groq_server, max_retries=2), Interrupt(), []
     threading.Timer(0.2, interrupt.set, (StopReason.CANCEL,)).start()
+    handed: list[Interrupt | None] = []
+    chat = llm.chat
+    llm.chat = lambda *args, **options: (
+        handed.append(options.get("interrupt")) or chat(*args, **options)
+    )
 
     result = run_agent(
         "the task", llm=llm, tools=CountingTools(), sink=events.append, interrupt=interrupt
     )
 
     assert result.status is RunStatus.CANCELLED
-    assert llm.interrupt is interrupt  # the loop handed its interrupt to the model's waits
+    assert handed == [interrupt]  # the loop handed its interrupt to the model's waits
     assert len(groq_server.requests) == 1
     assert [type(event) for event in events] == [RunStarted, RunFinished]
 
 
 def test_a_reply_streaming_in_is_read_no_further_once_the_run_is_interrupted(groq_server):
     groq_server.reply("word " * 200, drip=0.05)  # over 6 s, a chunk at a time
-    llm, heard = make_llm(groq_server, max_retries=2), []
-    llm.interrupt = Interrupt()
+    llm, heard, interrupt = make_llm(groq_server, max_retries=2), [], Interrupt()
 
     def hear(piece: str) -> None:
         heard.append(piece)
-        llm.interrupt.set(StopReason.CANCEL)  # Stop pressed as the answer starts showing
+        interrupt.set(StopReason.CANCEL)  # Stop pressed as the answer starts showing
 
     llm.deltas = hear
     with pytest.raises(Interrupted):
-        llm.chat(QUESTION, TOOLS, timeout=120)
+        llm.chat(QUESTION, TOOLS, timeout=120, interrupt=interrupt)
 
     assert len(heard) == 1  # the first piece, and nothing shown after the Stop
     [sent] = wait_for(lambda: groq_server.streams, "the server to stop dripping")

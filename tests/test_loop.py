@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from agent.events import (
+from agent.core.events import (
     AnswerSource,
     BreakerTripped,
     HaltReason,
@@ -20,10 +20,10 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.history import messages_from_events
-from agent.llm.base import LLMError, ModelTimedOut, Usage
+from agent.core.history import messages_from_events
+from agent.core.llm import LLMError, ModelTimedOut, Usage
+from agent.core.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
-from agent.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry
 
 

@@ -20,7 +20,7 @@ from django.db import connection
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.events import ResumeReason, RunStatus
+from agent.core.events import ResumeReason, RunStatus
 from agent.models import AgentRun
 from agent.queue import WORK_RUN
 from agent.runs import new_conversation, submit_run

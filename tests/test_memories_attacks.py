@@ -5,9 +5,9 @@ words of another person's memory. Each is refused or harmless, never a server er
 import pytest
 from django.test import Client
 
-from agent.execution import execute_run
 from agent.forgotten import take_back
 from agent.runs import delete_conversation, new_conversation, start_run
+from engine.execution import execute_run
 from memory import personal
 from memory.embedders import get_embedder
 from memory.forgetting import purge_forgotten_texts

@@ -7,11 +7,11 @@ import re
 import pytest
 from django.test import Client
 
-from agent.execution import execute_run
 from agent.forgotten import take_back
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from agent.selectors import recalled_in
+from engine.execution import execute_run
 from memory import personal
 from memory.models import ForgottenMemory, Memory
 from memory.store import recall, remember

@@ -3,15 +3,15 @@ a run leaves, read back by its own reader."""
 
 import pytest
 
-from agent.events import RunStatus
-from agent.execution import execute_run
-from agent.llm.base import ToolCall, Usage
+from agent.core.events import RunStatus
+from agent.core.llm import ToolCall, Usage
+from agent.core.loop import progress_report
+from agent.core.results import ToolResult, ToolStatus
 from agent.llm.scripted import ScriptedLLM, call
-from agent.loop import progress_report
 from agent.runs import default_limits, start_run
+from engine.execution import execute_run
 from memory.hygiene import carries_nothing, outcome_answer, outcome_text
 from memory.models import Memory
-from tools.base import ToolResult, ToolStatus
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.history import (
+from agent.core.history import (
     INTERRUPTED_CALL,
     assistant_message,
     loop_note,
@@ -22,13 +22,13 @@ from agent.history import (
     summary_prompt,
     tool_message,
 )
-from agent.interrupt import Interrupt, Interrupted, StopReason
+from agent.core.interrupt import Interrupt, Interrupted, StopReason
+from agent.core.llm import Message, ModelTimedOut, Reply, ToolCall
+from agent.core.results import ToolStatus
 from agent.llm import mock
-from agent.llm.base import Message, ModelTimedOut, Reply, ToolCall
 from agent.llm.factory import llm_for
 from agent.llm.mock import MockLLM
 from memory.hygiene import outcome_text
-from tools.base import ToolStatus
 from tools.code import describe, parse_report
 from tools.files import empty_file_note
 from tools.sandbox import Execution
@@ -578,11 +578,10 @@ def test_the_mock_without_latency_does_not_wait(monkeypatch):
 
 
 def test_an_interrupt_ends_the_mocks_wait_at_once():
-    llm = MockLLM(latency=30.0)
-    llm.interrupt = Interrupt()
-    threading.Timer(0.05, llm.interrupt.set, (StopReason.HAND_BACK,)).start()
+    llm, interrupt = MockLLM(latency=30.0), Interrupt()
+    threading.Timer(0.05, interrupt.set, (StopReason.HAND_BACK,)).start()
     with pytest.raises(Interrupted) as raised:
-        llm.chat(LIST_FILES_TASK, TOOLS)
+        llm.chat(LIST_FILES_TASK, TOOLS, interrupt=interrupt)
     assert raised.value.reason is StopReason.HAND_BACK
 
 

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-from agent.execution import execute_run
 from agent.llm import factory
 from agent.llm.factory import ModelUnavailable
 from agent.llm.mock import MockLLM
 from agent.runs import start_run
+from engine.execution import execute_run
 from tests.conftest import child_environment
 
 pytestmark = pytest.mark.django_db
@@ -57,7 +57,7 @@ def test_a_process_loads_the_openai_sdk_only_to_build_a_client_for_it():
     OpenAI-compatible server pays for importing its SDK."""
     script = (
         "import sys, django; django.setup()\n"
-        "import agent.execution, chat.urls, agent.llm.factory as factory\n"
+        "import engine.execution, chat.urls, agent.llm.factory as factory\n"
         "print('before', 'openai' in sys.modules)\n"
         "factory.llm_for(factory.ModelChoice(factory.OPENAI, 'm'))\n"
         "from agent.llm.openai_compat import OpenAICompatibleLLM\n"

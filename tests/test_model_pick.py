@@ -15,10 +15,10 @@ from django.db import connection
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.events import RunStatus
-from agent.execution import execute_run
+from agent.core.events import RunStatus
 from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, start_run
+from engine.execution import execute_run
 from tests.openai_server import MODEL, openai_server_fixture  # noqa: F401 (the fixture)
 from tests.test_chat_views import ActiveParts
 

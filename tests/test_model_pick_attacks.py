@@ -12,13 +12,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from agent.events import RunStatus
-from agent.execution import TakingTurns, execute_run, server_gate
-from agent.interrupt import Interrupt, Interrupted, StopReason
+from agent.core.events import RunStatus
+from agent.core.interrupt import Interrupt, Interrupted, StopReason
+from agent.core.loop import Limits
 from agent.llm.factory import llm_for
-from agent.loop import Limits
 from agent.models import AgentRun, Conversation
 from agent.runs import continue_run_as_operator, default_limits, new_conversation, start_run
+from engine.execution import TakingTurns, execute_run, server_gate
 from tests.openai_server import MODEL, openai_server_fixture  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db
@@ -229,13 +229,14 @@ def test_a_run_stopped_while_it_waits_its_turn_never_asks_the_server(one_slot):
     behind a busy server does not add to its queue when its turn comes."""
     gate = server_gate()
     assert gate is not None
-    client = TakingTurns(llm_for(LLAMA), gate)
-    client.interrupt = Interrupt()
+    client, interrupt = TakingTurns(llm_for(LLAMA), gate), Interrupt()
     outcome: list[BaseException] = []
 
     def ask() -> None:
         try:
-            client.chat([{"role": "user", "content": "hi"}], None, timeout=None)
+            client.chat(
+                [{"role": "user", "content": "hi"}], None, timeout=None, interrupt=interrupt
+            )
         except BaseException as error:  # handed to the test
             outcome.append(error)
 
@@ -243,7 +244,7 @@ def test_a_run_stopped_while_it_waits_its_turn_never_asks_the_server(one_slot):
     asker = threading.Thread(target=ask, daemon=True)
     try:
         asker.start()
-        client.interrupt.set(StopReason.CANCEL)
+        interrupt.set(StopReason.CANCEL)
         asker.join(timeout=30)  # a bound that only turns a hang into a failure
     finally:
         gate.release()

@@ -14,8 +14,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agent import my_data
-from agent.events import RunStatus
+from accounts import my_data
+from agent.core.events import RunStatus
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from chat.consumers import Close

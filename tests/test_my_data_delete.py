@@ -8,12 +8,12 @@ from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 
+from accounts import my_data
 from accounts.models import WAITING_FOR_APPROVAL, SignUp
-from agent import my_data
-from agent.events import RunFinished, RunStatus
-from agent.execution import execute_run
+from agent.core.events import RunFinished, RunStatus
 from agent.models import AgentRun, Conversation, RunEvent
 from agent.runs import new_conversation, start_run
+from engine.execution import execute_run
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
 from memory.store import remember

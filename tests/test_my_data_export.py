@@ -14,10 +14,10 @@ from django.http import StreamingHttpResponse
 from django.test import Client
 from django.urls import reverse
 
-from agent import my_data
-from agent.execution import execute_run
+from accounts import my_data
 from agent.models import AgentRun, Conversation
 from agent.runs import delete_conversation, new_conversation, start_run
+from engine.execution import execute_run
 from memory.models import Memory
 from memory.store import remember
 from tests.conftest import PASSWORD

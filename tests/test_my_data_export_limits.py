@@ -18,8 +18,8 @@ from django.core.signals import request_finished
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.test import Client
 
+from accounts import my_data
 from accounts.models import ExportStart
-from agent import my_data
 from agent.models import RunEvent
 from agent.runs import start_run
 from tests.conftest import wait_for

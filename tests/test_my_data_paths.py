@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agent import my_data
+from accounts import my_data
 from tests.conftest import PASSWORD
 from tools.paths import MAX_PATH_DEPTH, remove_tree
 

@@ -11,9 +11,9 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
-from agent.events import RunStatus
-from agent.execution import execute_run
+from agent.core.events import RunStatus
 from agent.runs import start_run
+from engine.execution import execute_run
 from memory import embedders, neural
 from memory.checks import embedder_check
 from memory.embedders import get_embedder

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from agent.llm.base import LLMError, ModelTimedOut, ToolCall, Usage
+from agent.core.llm import LLMError, ModelTimedOut, ToolCall, Usage
 from agent.llm.mistakes import SERVER_FLAGS_HINT, TEXT_TOOL_CALL_NOTE
 from agent.llm.openai_compat import NO_KEY, OpenAICompatibleLLM
 from agent.llm.replies import ReplyPieces, sse_data

@@ -10,12 +10,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from agent.events import RunStatus
-from agent.execution import execute_run
+from agent.core.events import RunStatus
 from agent.llm.mistakes import SERVER_FLAGS_HINT, TEXT_TOOL_CALL_NOTE
 from agent.llm.openai_compat import OpenAICompatibleLLM
 from agent.models import AgentRun
 from agent.runs import default_limits, start_run
+from engine.execution import execute_run
 from memory.store import embed
 from tests.conftest import wait_for
 from tests.openai_server import MODEL, FakeOpenAIServer, openai_server_fixture, tool_call  # noqa: F401

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.events import RunStatus
-from agent.execution import execute_run
+from agent.core.events import RunStatus
+from agent.core.results import ToolResult, ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import new_conversation, start_run
+from engine.execution import execute_run
 from tools import paths
-from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
+from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
 from tools.quota import usage

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
+from agent.core.results import ToolResult, ToolStatus
+from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from tools.fence import Channel
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE

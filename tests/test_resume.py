@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent.events import (
+from agent.core.events import (
     BreakerTripped,
     Event,
     HaltReason,
@@ -24,11 +24,12 @@ from agent.events import (
     ToolCallStarted,
     event_from_dict,
 )
-from agent.history import INTERRUPTED_CALL, NOT_RUN_ENDED, messages_from_events, replay
-from agent.llm.base import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
+from agent.core.history import INTERRUPTED_CALL, NOT_RUN_ENDED, messages_from_events, replay
+from agent.core.interrupt import Interrupt
+from agent.core.llm import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
+from agent.core.loop import Limits, RunResult, run_agent
 from agent.llm.mock import MockLLM
 from agent.llm.scripted import ScriptedLLM, answer
-from agent.loop import Limits, RunResult, run_agent
 from tests.fakes import CountingTools
 from tests.test_loop import assert_history_valid
 
@@ -49,7 +50,12 @@ class Script(ScriptedLLM):
     the first run's had at the same turns."""
 
     def chat(
-        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        *,
+        timeout: float | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Reply:
         self.turns.append((list(messages), tools))
         self.timeouts.append(timeout)

@@ -13,7 +13,8 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
+from agent.core.results import ToolResult, ToolStatus
+from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from tools.sandbox import (
     WARM,

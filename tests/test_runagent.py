@@ -10,10 +10,10 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from agent import execution
-from agent.events import RunStatus
+from agent.core.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
+from engine import execution
 from memory.models import Memory
 
 DEMO = "Compute the sum of 1..100 and save it to a file"

@@ -2,15 +2,15 @@
 
 import pytest
 
-from agent.events import HaltReason, RunStatus
-from agent.execution import RunNotQueued, execute_run
-from agent.llm.base import LLMError, Usage
+from agent.core.events import HaltReason, RunStatus
+from agent.core.llm import LLMError, Usage
+from agent.core.loop import Limits
 from agent.llm.factory import ModelUnavailable
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
-from agent.loop import Limits
 from agent.models import AgentRun, BreakerTrip, RunEvent
 from agent.runs import InvalidTask, cancel_run, start_run
 from agent.selectors import history_of, runs_for
+from engine.execution import RunNotQueued, execute_run
 from memory.models import Memory
 
 pytestmark = pytest.mark.django_db
@@ -196,7 +196,7 @@ def test_cancelling_a_queued_run_ends_it_at_once(alice):
 
 
 def test_cancelling_a_running_run_stops_it_at_the_next_check(alice, monkeypatch):
-    monkeypatch.setattr("agent.execution.CANCEL_POLL_INTERVAL", 0)
+    monkeypatch.setattr("engine.execution.CANCEL_POLL_INTERVAL", 0)
 
     class CancellingLLM(ScriptedLLM):
         def chat(self, messages, tools, **options):

@@ -8,7 +8,8 @@ from contextlib import suppress
 
 import psutil
 
-from tools.base import ToolContext, ToolStatus
+from agent.core.results import ToolStatus
+from tools.base import ToolContext
 from tools.sandbox import sandbox_identity
 from tools.workspace import ensure_workspace
 

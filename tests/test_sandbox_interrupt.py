@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
+from agent.core.results import ToolResult, ToolStatus
+from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE, STOPPED
 from tools.sandbox import RUNNING, BubblewrapSandbox, Limits, kill_run
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.events import RunStatus
-from agent.execution import execute_run
+from agent.core.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import start_run
+from engine.execution import execute_run
 from tools.sandbox import WARM, BubblewrapSandbox, Launched, Limits, sandbox_identity
 from tools.workspace import workspace_path
 
@@ -72,7 +72,7 @@ class ModelTakingItsTurn(ScriptedLLM):
     """Replies only once the last tool call's thread has ended and the sandbox started ahead is
     up, as a real model's turn (seconds) would let happen."""
 
-    def chat(self, messages, tools, *, timeout=None):
+    def chat(self, messages, tools, *, timeout=None, interrupt=None):
         if self.turns:
             wait_for(
                 lambda: not any(t.name == "tool-run_code" for t in threading.enumerate()),

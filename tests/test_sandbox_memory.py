@@ -13,8 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from agent.core.results import ToolStatus
 from loopsite.settings import sandbox_uid_base
-from tools.base import ToolContext, ToolStatus
+from tools.base import ToolContext
 from tools.cgroups import MEMORY, Tree, Unavailable, own_memory_cgroup
 from tools.checks import check_memory_bound
 from tools.sandbox import WARM, sandbox_identity

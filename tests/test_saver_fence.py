@@ -17,13 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.events import RunStatus
-from agent.execution import execute_run
+from agent.core.events import RunStatus
+from agent.core.loop import Limits as RunLimits
+from agent.core.results import ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, calls
-from agent.loop import Limits as RunLimits
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run, submit_run
-from tools.base import ToolContext, ToolRegistry, ToolStatus
+from engine.execution import execute_run
+from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from tools.fence import raise_fence
 from tools.files import WRITE_FILE

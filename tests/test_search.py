@@ -12,9 +12,10 @@ import pytest
 from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
 from django.test import override_settings
 
+from agent.core.results import ToolResult, ToolStatus
 from tests.fakes import RecordingSearch
 from tools import search
-from tools.base import ToolContext, ToolRegistry, ToolResult, ToolStatus
+from tools.base import ToolContext, ToolRegistry
 from tools.search import WEB_SEARCH, DdgsSearch, SearchFailed, SearchHit
 
 # Port 9 (discard) has no listener here: a proxy there refuses at once.

@@ -8,8 +8,15 @@ import urllib.error
 
 import pytest
 
-from agent.events import ModelReplied, RunFinished, RunStatus, ToolCallFinished, ToolCallStarted
-from agent.llm.base import ToolCall
+from agent.core.events import (
+    ModelReplied,
+    RunFinished,
+    RunStatus,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from agent.core.llm import ToolCall
+from agent.core.results import ToolStatus
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import start_run
@@ -26,7 +33,6 @@ from tests.socket_harness import (
     session_cookie,
     watch,
 )
-from tools.base import ToolStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from agent.events import ToolCallStarted
+from agent.core.events import ToolCallStarted
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import submit_first_run

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from agent.events import ToolCallStarted
+from agent.core.events import ToolCallStarted
 from agent.recorder import RunRecorder
 from agent.runs import start_run
 from tests.socket_harness import (

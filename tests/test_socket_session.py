@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from websockets.exceptions import ConnectionClosed
 
-from agent.events import ToolCallStarted
+from agent.core.events import ToolCallStarted
 from agent.recorder import RunRecorder
 from agent.runs import start_run
 from chat.consumers import Close

@@ -18,9 +18,9 @@ from channels.layers import get_channel_layer
 from django.db import connections
 
 from agent import bus
-from agent.execution import execute_run
 from agent.models import AgentRun, RunEvent, RunStatus
 from agent.runs import start_run
+from engine.execution import execute_run
 from tests.groq_server import groq_server_fixture  # noqa: F401 (the fixture)
 from tests.test_bus import REAL_REDIS, publisher_fixture, use_redis  # noqa: F401 (the fixture)
 

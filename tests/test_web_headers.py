@@ -8,9 +8,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agent.execution import execute_run
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
+from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.events import ResumeReason, RunStatus
-from agent.history import INTERRUPTED_CALL
+from agent.core.events import ResumeReason, RunStatus
+from agent.core.history import INTERRUPTED_CALL
 from agent.models import AgentRun
 from agent.queue import WORK_RUN
 from agent.runs import cancel_run, new_conversation, submit_run

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from agent.events import RunStatus
+from agent.core.events import RunStatus
 from agent.models import AgentRun
 from agent.runs import cancel_run, new_conversation, submit_run
 from agent.selectors import history_of

@@ -11,25 +11,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from agent.core.results import ToolResult, ToolStatus
+
 logger = logging.getLogger(__name__)
-
-
-class ToolStatus(StrEnum):
-    OK = "ok"
-    ERROR = "error"
-    TIMEOUT = "timeout"
-    DENIED = "denied"
-    # Never ran: the run was cancelled or halted before this call's turn came.
-    SKIPPED = "skipped"
-    # Started, but the worker running it stopped before it finished: whether it completed (and
-    # what it changed) is unknown. Recorded when the run is resumed from its log.
-    INTERRUPTED = "interrupted"
 
 
 class ToolError(Exception):
@@ -74,28 +63,6 @@ class ToolOutput:
 
     text: str
     policy: str = ""
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    status: ToolStatus
-    text: str
-    duration: float
-    policy: str = ""
-    truncated: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.status is ToolStatus.OK
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status.value,
-            "text": self.text,
-            "duration": round(self.duration, 6),
-            "policy": self.policy,
-            "truncated": self.truncated,
-        }
 
 
 ToolFunction = Callable[[Any, ToolContext], ToolOutput | str]

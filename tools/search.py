@@ -15,8 +15,8 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.core.text import excerpt
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
-from tools.text import excerpt
 
 logger = logging.getLogger(__name__)
 

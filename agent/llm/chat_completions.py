@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from agent.history import undelimited
-from agent.interrupt import Interrupt
-from agent.llm.base import LLMError, Message, ModelTimedOut, Reply, ToolSpec
+from agent.core.history import undelimited
+from agent.core.interrupt import Interrupt
+from agent.core.llm import LLMError, Message, ModelTimedOut, Reply, ToolSpec
 from agent.llm.mistakes import (
     REJECTED_REPLY_NOTE,
     SERVER_FLAGS_HINT,
@@ -136,8 +136,8 @@ class ChatCompletionsLLM:
         # Hears the answer's text as it is generated; the reply is then streamed, and tool calls
         # are assembled from their pieces.
         self.deltas = deltas
-        # Set (by the run's owner) to stop waiting to retry as soon as the run is interrupted.
-        self.interrupt: Interrupt | None = None
+        # The interrupt of the turn being asked (chat's argument): waits to retry wake on it.
+        self._interrupt: Interrupt | None = None
         self.logger = logging.getLogger(f"agent.llm.{self.provider}")
         self.secrets = secrets_of(str(client.base_url), client.api_key)
         sdk = self.dialect.sdk
@@ -161,8 +161,14 @@ class ChatCompletionsLLM:
     # --- a turn -------------------------------------------------------------------------------
 
     def chat(
-        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        *,
+        timeout: float | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Reply:
+        self._interrupt = interrupt
         with self._secrets_kept():
             return self._chat(messages, tools, timeout)
 
@@ -296,7 +302,7 @@ class ChatCompletionsLLM:
             if self.deltas is not None:
                 options.update(stream=True, **(self._stream_options() if ask_usage else {}))
             limit = self._attempt_limit(deadline)
-            pieces = ReplyPieces(self.deltas, self.interrupt)
+            pieces = ReplyPieces(self.deltas, self._interrupt)
             watchdog = Watchdog(deadline)
             try:
                 with watchdog:
@@ -336,10 +342,10 @@ class ChatCompletionsLLM:
 
     def _sit_out(self, wait: float) -> None:
         """The wait before the next attempt; an interrupt ends it with Interrupted, no retry."""
-        if self.interrupt is None:
+        if self._interrupt is None:
             time.sleep(wait)
-        elif self.interrupt.wait(wait):
-            self.interrupt.raise_if_set()
+        elif self._interrupt.wait(wait):
+            self._interrupt.raise_if_set()
 
     def _wait_to_retry(
         self,

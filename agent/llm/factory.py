@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from agent.llm.base import LLM
+from agent.core.llm import LLM
 from agent.llm.groq import GroqLLM
 from agent.llm.mock import MockLLM
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from agent.llm.base import LLMError
+from agent.core.llm import LLMError
 from agent.llm.chat_completions import Dialect
 from agent.llm.said import clipped, scrubbed_url, sentence
 

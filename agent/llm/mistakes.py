@@ -7,8 +7,8 @@ A tool call written as JSON text in the answer (`text_tool_call`) and a reply th
 
 import json
 
-from agent.history import loop_note
-from agent.llm.base import Reply, ToolSpec
+from agent.core.history import loop_note
+from agent.core.llm import Reply, ToolSpec
 
 REJECTED_REPLY_NOTE = loop_note(
     "Your last reply was rejected by the model provider and nothing in it ran: {reason} {hint}"

@@ -16,21 +16,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.history import (
+from agent.core.history import (
     is_loop_note,
     memories_in,
     memory_line,
     parse_tool_message,
     summary_detail,
 )
-from agent.interrupt import Interrupt
-from agent.llm.base import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
+from agent.core.interrupt import Interrupt
+from agent.core.llm import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
+from agent.core.results import ToolStatus
+from agent.core.text import excerpt
 from agent.llm.tokens import count_prompt_tokens, count_tokens
 from memory.hygiene import outcome_answer
-from tools.base import ToolStatus
 from tools.code import parse_report
 from tools.files import is_empty_file_note
-from tools.text import excerpt
 
 FILE_NAME = r"([\w\-/]+\.\w+)"
 RANGE_SUM = re.compile(r"sum of (\d+)\s*(?:\.\.|to|through|-)\s*(\d+)", re.I)
@@ -175,12 +175,16 @@ class MockLLM:
     def __init__(self, deltas: Deltas | None = None, *, latency: float = 0.0) -> None:
         self.deltas = deltas
         self.latency = latency
-        self.interrupt: Interrupt | None = None
 
     def chat(
-        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        *,
+        timeout: float | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Reply:
-        self.think(timeout)
+        self.think(timeout, interrupt)
         at = task_index(messages)
         task = messages[at]["content"]
         seen = observations(messages[at:])
@@ -200,14 +204,14 @@ class MockLLM:
                 self.deltas(piece)
         return reply(move, len(seen) + 1, count_prompt_tokens(messages, tools))
 
-    def think(self, timeout: float | None) -> None:
+    def think(self, timeout: float | None, interrupt: Interrupt | None = None) -> None:
         """The turn's latency, cut short by an interrupt or by the time the run has left."""
         wait = self.latency if timeout is None else min(self.latency, max(timeout, 0.0))
         if wait > 0:
-            if self.interrupt is None:
+            if interrupt is None:
                 time.sleep(wait)
-            elif self.interrupt.wait(wait):
-                self.interrupt.raise_if_set()
+            elif interrupt.wait(wait):
+                interrupt.raise_if_set()
         if wait < self.latency:
             raise ModelTimedOut(
                 f"The mock model takes {self.latency:g} seconds a turn; the run had {wait:g} left."

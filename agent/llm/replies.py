@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from agent.interrupt import Interrupt
-from agent.llm.base import LLMError, Reply, ToolCall, Usage
+from agent.core.interrupt import Interrupt
+from agent.core.llm import LLMError, Reply, ToolCall, Usage
 from agent.llm.said import clipped, storable
 
 # What Loop holds of one reply, whatever the server sends (a hostile or broken one may send

@@ -5,7 +5,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from agent.llm.base import LLMError, Message, Reply, ToolCall, ToolSpec
+from agent.core.interrupt import Interrupt
+from agent.core.llm import LLMError, Message, Reply, ToolCall, ToolSpec
 
 
 def answer(text: str, **reply: Any) -> Reply:
@@ -45,7 +46,12 @@ class ScriptedLLM:
         self.timeouts: list[float | None] = []
 
     def chat(
-        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        *,
+        timeout: float | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Reply:
         self.turns.append((list(messages), tools))
         self.timeouts.append(timeout)

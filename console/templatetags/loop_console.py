@@ -8,7 +8,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agent.events import (
+from agent.core.events import (
     BreakerTripped,
     MemoriesRecalled,
     ModelReplied,

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, cast
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agent.llm.base import LLMError, Reply, ToolSpec
+from agent.core.llm import LLMError, Reply, ToolSpec
 from agent.llm.chat_completions import ChatCompletionsLLM
 from agent.llm.factory import (
     GROQ,

@@ -7,8 +7,16 @@ logged, persisted, replayed and sent to a provider unchanged.
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from agent.core.interrupt import Interrupt
+
 Message = dict[str, Any]
 ToolSpec = dict[str, Any]
+
+
+# The longest tool name and call id a run records (the audit rows' columns): the model sends
+# names and ids as it likes, and they are data, never a reason for a run to fail.
+TOOL_NAME_CHARS = 64
+CALL_ID_CHARS = 128
 
 
 @dataclass(frozen=True)
@@ -84,9 +92,16 @@ class LLM(Protocol):
     model: str
 
     def chat(
-        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        *,
+        timeout: float | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Reply:
         """One model turn. `tools=None` means the model must answer in text; `timeout` is the
         time the run has left, which a provider that waits on the network must not exceed for
-        the whole reply (raising ModelTimedOut when it would)."""
+        the whole reply (raising ModelTimedOut when it would). `interrupt` is the run's one stop
+        signal: a provider that waits (on the network, to retry, to think) wakes on it and
+        raises Interrupted."""
         ...

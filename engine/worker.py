@@ -2,8 +2,8 @@
 up through database outages and stopped by handing its runs back; and the supervisor that starts
 it again whenever it dies (`make run`). docs/engine.md tells the whole story.
 
-The supervisor half is agent.supervise's, standard library only, and runs as `python -m
-agent.worker` (`manage.py worker --supervise` becomes it), so the parent holds no Django, no
+The supervisor half is engine.supervise's, standard library only, and runs as `python -m
+engine.worker` (`manage.py worker --supervise` becomes it), so the parent holds no Django, no
 model, no pool.
 The worker half imports Django and Procrastinate inside the functions that need them.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.supervise import STOP_SIGNALS, Backoff, supervise, wait_at_most
+from engine.supervise import STOP_SIGNALS, Backoff, supervise, wait_at_most
 
 if TYPE_CHECKING:
     from procrastinate import PsycopgConnector
@@ -314,7 +314,7 @@ def become_supervisor(worker_arguments: list[str]) -> None:
     """Replace this process (same pid, so honcho still tracks it) with the supervisor, which
     starts `manage.py worker WORKER_ARGUMENTS` and keeps it up."""
     os.chdir(PROJECT_DIR)
-    os.execv(sys.executable, [sys.executable, "-m", "agent.worker", *worker_arguments])  # noqa: S606
+    os.execv(sys.executable, [sys.executable, "-m", "engine.worker", *worker_arguments])  # noqa: S606
 
 
 def worker_command(arguments: list[str]) -> list[str]:

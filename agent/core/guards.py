@@ -4,9 +4,9 @@ release of a run this process no longer works."""
 import json
 from collections import defaultdict
 
-from agent.events import HaltReason
-from agent.llm.base import ToolCall
-from tools.base import ToolResult
+from agent.core.events import HaltReason
+from agent.core.llm import ToolCall
+from agent.core.results import ToolResult
 
 
 class Halt(Exception):

@@ -103,7 +103,7 @@ def _run_hook(hook: Callable[[], object]) -> None:
 
 
 def interruptibly(
-    fn: Callable[P, T], interrupt: Interrupt | None, *args: P.args, **kwargs: P.kwargs
+    fn: Callable[P, T], interrupt: Interrupt | None, /, *args: P.args, **kwargs: P.kwargs
 ) -> T:
     """`fn(*args, **kwargs)`, or Interrupted as soon as `interrupt` is set.
 

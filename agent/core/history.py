@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.events import (
+from agent.core.events import (
     BreakerTripped,
     Event,
     ModelReplied,
@@ -28,8 +28,8 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.llm.base import Message, ToolCall, Usage
-from tools.base import ToolResult, ToolStatus
+from agent.core.llm import Message, ToolCall, Usage
+from agent.core.results import ToolResult, ToolStatus
 
 # The result of a call that started and never finished: its worker stopped mid-call.
 INTERRUPTED_CALL = "the worker running this call stopped; it is unknown whether it completed"

@@ -4,7 +4,7 @@ whose worker died.
 Procrastinate (PostgreSQL-native, so the embedded default needs nothing new) hands a deferred job
 to a worker at once by LISTEN/NOTIFY, runs many sync jobs at once in threads, keeps a heartbeat per
 worker and delivers abort requests. `manage.py worker` runs it. What a job does with its run is
-agent/execution.py's `work_job`; this module only binds it to the engine.
+engine/execution.py's `work_job`; this module only binds it to the engine.
 """
 
 import logging
@@ -19,11 +19,11 @@ from procrastinate.job_context import AbortReason
 from procrastinate.jobs import Status
 
 from agent.abandoned import end_jobless_runs_without_a_process
-from agent.events import RunStatus
-from agent.execution import RELEASED, work_job
-from agent.interrupt import StopReason
+from agent.core.events import RunStatus
+from agent.core.interrupt import StopReason
 from agent.models import AgentRun
 from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
+from engine.execution import RELEASED, work_job
 from memory.forgetting import purge_forgotten_texts
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agent.abandoned import ended_from_log
-from agent.events import (
+from agent.core.events import (
     AnswerSource,
     Event,
     ResumeReason,
@@ -30,21 +30,21 @@ from agent.events import (
     RunStatus,
     event_from_dict,
 )
-from agent.guards import RunReleased
-from agent.history import RunState, counted_turns, loop_note, replay
-from agent.interrupt import Interrupt, StopReason
-from agent.llm.base import LLM, Message, ModelTimedOut, Reply, ToolSpec
+from agent.core.guards import RunReleased
+from agent.core.history import RunState, counted_turns, loop_note, replay
+from agent.core.interrupt import Interrupt, StopReason
+from agent.core.llm import LLM, Message, ModelTimedOut, Reply, ToolSpec
+from agent.core.loop import Limits, RunResult, Tools, run_agent
+from agent.core.recalled import RecalledMemory
+from agent.core.results import ToolStatus
 from agent.llm.factory import OPENAI, ModelChoice, llm_for
-from agent.loop import Limits, RunResult, Tools, run_agent
 from agent.models import FINISHED, AgentRun, RunResume
 from agent.recorder import RunRecorder
 from agent.runs import reopen
 from agent.selectors import conversation_context
 from agent.toolset import default_registry
 from memory.hygiene import carries_nothing, files_written, outcome_text
-from memory.recalled import RecalledMemory
 from memory.store import recall, remember
-from tools.base import ToolStatus
 from tools.fence import raise_fence
 from tools.files import WRITE_FILE
 from tools.sandbox import kill_run
@@ -265,8 +265,6 @@ def work(
         run.refresh_from_db()
         return run
     if interrupt is not None:
-        if hasattr(llm, "interrupt"):
-            llm.interrupt = interrupt
         interrupt.on_set(partial(kill_run, run.pk))
     try:
         resume, limits, worked = pick_up(claimed, recorder)
@@ -341,29 +339,32 @@ class TakingTurns:
     def __init__(self, llm: LLM, gate: threading.BoundedSemaphore) -> None:
         self.llm, self.gate = llm, gate
         self.provider, self.model = llm.provider, llm.model
-        self.interrupt: Interrupt | None = None
 
     def chat(
-        self, messages: list[Message], tools: list[ToolSpec] | None, *, timeout: float | None = None
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        *,
+        timeout: float | None = None,
+        interrupt: Interrupt | None = None,
     ) -> Reply:
         deadline = None if timeout is None else time.monotonic() + timeout
-        self.wait_for_a_slot(deadline)
+        self.wait_for_a_slot(deadline, interrupt)
         try:
-            if self.interrupt is not None:
-                self.llm.interrupt = self.interrupt  # type: ignore[attr-defined]
-                self.interrupt.raise_if_set()  # stopped while it waited: nothing is asked
+            if interrupt is not None:
+                interrupt.raise_if_set()  # stopped while it waited: nothing is asked
             left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
-            return self.llm.chat(messages, tools, timeout=left)
+            return self.llm.chat(messages, tools, timeout=left, interrupt=interrupt)
         finally:
             self.gate.release()
 
-    def wait_for_a_slot(self, deadline: float | None) -> None:
+    def wait_for_a_slot(self, deadline: float | None, interrupt: Interrupt | None) -> None:
         while True:
             left = self.POLL if deadline is None else min(self.POLL, deadline - time.monotonic())
             if left > 0 and self.gate.acquire(timeout=left):
                 return
-            if self.interrupt is not None:
-                self.interrupt.raise_if_set()
+            if interrupt is not None:
+                interrupt.raise_if_set()
             if deadline is not None and time.monotonic() >= deadline:
                 slots = settings.LOOP_OPENAI_CONCURRENCY
                 raise ModelTimedOut(

@@ -6,7 +6,7 @@ outcome (succeeded, halted, cancelled, failed) with its partial progress, its an
 it came from. No exception escapes: a run this process must record nothing more for (its worker
 hands it back, or its recorder was fenced off) ends as a result that says it was released.
 
-A run can go on from its log (`resume`: the RunState agent.history.replay rebuilt from it): no
+A run can go on from its log (`resume`: the RunState agent.core.history.replay rebuilt from it): no
 tool call that finished runs again, and a call that started and never finished is answered as
 interrupted, for the model to judge.
 """
@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from agent.events import (
+from agent.core.events import (
     AnswerSource,
     BreakerTripped,
     Event,
@@ -37,7 +37,7 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.guards import (
+from agent.core.guards import (
     Breaker,
     BreakerOpen,
     Cancelled,
@@ -46,7 +46,7 @@ from agent.guards import (
     RunReleased,
     trip_detail,
 )
-from agent.history import (
+from agent.core.history import (
     INTERRUPTED_CALL,
     RunState,
     assistant_message,
@@ -56,11 +56,22 @@ from agent.history import (
     summary_request,
     tool_message,
 )
-from agent.interrupt import Interrupt, Interrupted, StopReason, interruptibly
-from agent.llm.base import LLM, LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
-from memory.recalled import RecalledMemory
-from tools.base import ToolResult, ToolStatus
-from tools.text import excerpt
+from agent.core.interrupt import Interrupt, Interrupted, StopReason, interruptibly
+from agent.core.llm import (
+    CALL_ID_CHARS,
+    LLM,
+    TOOL_NAME_CHARS,
+    LLMError,
+    Message,
+    ModelTimedOut,
+    Reply,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from agent.core.recalled import RecalledMemory
+from agent.core.results import ToolResult, ToolStatus
+from agent.core.text import excerpt
 
 logger = logging.getLogger(__name__)
 
@@ -84,12 +95,6 @@ def model_failure(error: LLMError) -> str:
 def is_model_failure(error: str) -> bool:
     """Whether a run's error says the model provider failed it (model_failure wrote it)."""
     return error.startswith(f"{MODEL_FAILED}: ")
-
-
-# The longest tool name and call id a run records (the audit rows' columns): the model sends
-# names and ids as it likes, and they are data, never a reason for a run to fail.
-TOOL_NAME_CHARS = 64
-CALL_ID_CHARS = 128
 
 
 def bounded_call(call: ToolCall) -> ToolCall:
@@ -183,7 +188,7 @@ def run_agent(
 
     `interrupt` stops the run from any thread, even in the middle of a model call: CANCEL ends it
     cancelled, HAND_BACK ends it released, with nothing more recorded. `resume` goes on from a log
-    replayed by agent.history.replay (no recall, no RunStarted; the log's latest limits apply, if
+    replayed by history.replay (no recall, no RunStarted; the log's latest limits apply, if
     it has any); `worked_seconds` is how long the run was already worked: its deadline counts it.
     A log that has the run's end (its worker stopped right after recording it) is only read back.
     """
@@ -216,8 +221,6 @@ class AgentLoop:
         self.limits, self.recall, self.cancelled = limits, recall, cancelled
         self.history = list(history)
         self.interrupt = interrupt
-        if interrupt is not None and hasattr(llm, "interrupt"):
-            llm.interrupt = interrupt  # type: ignore[attr-defined]  # its own waits wake on it
         self.resumed: RunState | None = None
         self.messages: list[Message] = []
         self.step = 0
@@ -374,7 +377,12 @@ class AgentLoop:
             )
         try:
             reply = interruptibly(
-                self.llm.chat, self.interrupt, list(self.messages), tools, timeout=self.time_left()
+                self.llm.chat,
+                self.interrupt,
+                list(self.messages),
+                tools,
+                timeout=self.time_left(),
+                interrupt=self.interrupt,
             )
         except Interrupted as interrupted:  # the turn is abandoned, its reply never heard
             raise stopped(interrupted.reason) from None

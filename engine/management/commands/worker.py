@@ -6,8 +6,8 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from agent.execution import process_name
-from agent.worker import WorkerConfig, become_supervisor, serve
+from engine.execution import process_name
+from engine.worker import WorkerConfig, become_supervisor, serve
 
 
 def positive(value: str) -> int:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Any, ClassVar, Protocol, Union, get_args, get_origin
 
-from agent.llm.base import ToolCall
-from memory.recalled import RecalledMemory
-from tools.base import ToolStatus
+from agent.core.llm import ToolCall
+from agent.core.recalled import RecalledMemory
+from agent.core.results import ToolStatus
 
 
 class RunStatus(StrEnum):

@@ -17,7 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.abandoned import end_if_abandoned, process_gone
-from agent.events import (
+from agent.core.events import (
     BreakerTripped,
     Event,
     MemoriesRecalled,
@@ -30,14 +30,14 @@ from agent.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.execution import execute_run, resume_here
+from agent.core.loop import Limits
+from agent.core.recalled import RecalledMemory
+from agent.core.text import excerpt
+from agent.core.wording import OWNERS_WHO, resumed_text
 from agent.llm.factory import ModelUnavailable
-from agent.loop import Limits
 from agent.models import AgentRun
 from agent.runs import InvalidTask, default_limits, start_run
-from agent.wording import OWNERS_WHO, resumed_text
-from memory.recalled import RecalledMemory
-from tools.text import excerpt
+from engine.execution import execute_run, resume_here
 
 CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

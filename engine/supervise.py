@@ -1,6 +1,6 @@
 """Keeping a process up: run a command as a child and start it again whenever it dies. `make run`
 runs both its processes so (honcho stops everything when any process exits): the web server
-(`python -m agent.supervise daphne …` in the Procfile) and the worker (`manage.py worker
+(`python -m engine.supervise daphne …` in the Procfile) and the worker (`manage.py worker
 --supervise`). Standard library only, so the supervisor holds no Django, no model, no pool.
 """
 
@@ -86,9 +86,9 @@ async def wait_at_most(awaitable: Awaitable[Any], timeout: float | None) -> None
 
 
 def main(command: list[str]) -> int:
-    """`python -m agent.supervise COMMAND [ARGUMENTS…]`."""
+    """`python -m engine.supervise COMMAND [ARGUMENTS…]`."""
     if not command:
-        sys.exit("usage: python -m agent.supervise COMMAND [ARGUMENTS...]")
+        sys.exit("usage: python -m engine.supervise COMMAND [ARGUMENTS...]")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     return supervise(command, f"The {Path(command[0]).name} process")
 

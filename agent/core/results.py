@@ -1,0 +1,40 @@
+"""What a tool call came to, as the loop, its history and its events know it: a status and a text.
+The tools (tools.base) make these; the loop only reads them."""
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class ToolStatus(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    DENIED = "denied"
+    # Never ran: the run was cancelled or halted before this call's turn came.
+    SKIPPED = "skipped"
+    # Started, but the worker running it stopped before it finished: whether it completed (and
+    # what it changed) is unknown. Recorded when the run is resumed from its log.
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    status: ToolStatus
+    text: str
+    duration: float
+    policy: str = ""
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ToolStatus.OK
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "text": self.text,
+            "duration": round(self.duration, 6),
+            "policy": self.policy,
+            "truncated": self.truncated,
+        }
