@@ -21,7 +21,6 @@ from agent.core.events import (
 from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
 from agent.core.loop import is_model_failure
 from agent.core.results import ToolStatus
-from agent.llm.factory import ModelChoice, offered_models
 
 FINISHED = (
     RunStatus.SUCCEEDED,
@@ -118,12 +117,6 @@ class AgentRun(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
-
-    @property
-    def model_offered(self) -> bool:
-        """Whether the model this run recorded is still one a person may pick here: only then
-        may its owner continue it (agent.runs.check_still_offered)."""
-        return ModelChoice(self.provider, self.model) in offered_models()
 
     @property
     def owner_active(self) -> bool:

@@ -526,7 +526,8 @@ def framed(run: AgentRun, events: list[Logged], more: bool) -> list[str]:
         # been continued since (then it is not finished, and the page keeps watching).
         run.refresh_from_db()
         finished = finished and run.is_finished
-        tail.append(draw("run_status", run=run, oob=True))
+        offered = selectors.model_offered(run)
+        tail.append(draw("run_status", run=run, oob=True, model_offered=offered))
         if run.conversation_id is not None:
             tail.append(sidebar_status(run.conversation_id))
     frame.append(seq_marker(run, events[-1].seq, finished=finished))
