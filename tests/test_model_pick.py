@@ -4,6 +4,7 @@ any later message; the conversation keeps the pick and each run records the prov
 it used. A name the page does not offer is refused and stores nothing; another person's
 conversation is out of reach."""
 
+import ast
 import importlib
 import re
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from html import unescape
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 from django.apps import apps
@@ -19,6 +21,7 @@ from django.db import connection
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
+from agent import models as agent_models
 from agent.core.events import RunStatus
 from agent.llm import factory
 from agent.models import AgentRun, Conversation
@@ -401,3 +404,13 @@ def test_a_page_computes_the_offered_models_once_for_all_its_turns(as_alice, ali
         page = as_alice.get(f"/c/{conversation.pk}/").text
     assert all(f'action="/runs/{run.pk}/continue/"' in page for run in halted)
     assert (calls["offered_models"], calls["resolve"]) == (1, 0), calls
+
+
+def test_the_run_records_import_no_model_factory():
+    """Whether a run's model is still offered is asked of agent.selectors, not of the model: so
+    importing agent/models.py (every process does) loads no model client."""
+    tree = ast.parse(Path(agent_models.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not [name for name in imported if name and name.startswith("agent.llm")]
+    assert not hasattr(AgentRun, "model_offered")
