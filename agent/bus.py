@@ -5,11 +5,19 @@ A run's events are appended to its log by the worker (agent/recorder.py). Each p
 has event S", and the socket reads what it has not sent yet from the log. So a message lost, late
 or doubled never loses or doubles a step: the log is the truth, the message a wake-up call.
 
-- REDIS_URL set: the worker sends the message through channels_redis right after the event is
-  stored; web servers and workers may be on separate machines.
-- No REDIS_URL: the worker's INSERT of the event also runs `pg_notify` in the same statement, so
-  the notification is delivered only once the event is durable. Each web process keeps one
-  connection LISTENing (`NotifyListener`) and passes the wake-up to its in-memory channel layer.
+What carries the messages is one `Transport`, chosen once from the settings (`transport()`):
+
+- No REDIS_URL, `NotifyTransport`: the worker's INSERT of the event also runs `pg_notify` in the
+  same statement, so the notification is delivered only once the event is durable. Each web
+  process keeps one connection LISTENing (`NotifyListener`) and passes the wake-up to its
+  in-memory channel layer.
+- REDIS_URL set, `RedisTransport`: the worker sends the message through channels_redis right
+  after the event is stored; a socket's group is all it listens on. Slower than NOTIFY here, it
+  is for a PostgreSQL behind a transaction-pooling proxy (where LISTEN cannot work) and for many
+  web processes.
+
+The transport owns both ends of its payloads and their size limits; the worker's side goes
+through the `Publisher`, the web's through a `Listener`.
 
 Publishing never holds up a run. The run's thread hands each message to the process's one
 `Publisher`, whose thread sends it within SEND_SECONDS; what cannot be sent (a Redis that is down
@@ -31,16 +39,19 @@ import logging
 import re
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import psycopg
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.db import DatabaseError, connections
+from django.dispatch import receiver
 
 logger = logging.getLogger(__name__)
 
@@ -79,50 +90,187 @@ def wake_up(run_id: int, seq: int) -> dict[str, Any]:
     return {"type": "run.event", "run": run_id, "seq": seq}
 
 
-def notifies() -> bool:
-    """Whether events travel by PostgreSQL NOTIFY (no REDIS_URL) rather than by Redis."""
-    return not settings.REDIS_URL
-
-
 def delta(run_id: int, step: int, text: str) -> dict[str, Any]:
     return {"type": "run.delta", "run": run_id, "step": step, "text": text}
-
-
-def publish_delta(run_id: int, step: int, text: str) -> None:
-    """A piece of the reply to step `step` as the model writes it; never stored."""
-    _publisher.stream(run_id, step, text)
-
-
-def finish_deltas(run_id: int) -> None:
-    """The run's reply is over: its streamed text not sent yet goes now, ahead of what follows."""
-    _publisher.finish(run_id)
-
-
-def publish(run_id: int, seq: int) -> None:
-    """Tell the pages watching the run that event `seq` is stored (the Redis path)."""
-    if not notifies():
-        _publisher.put(Outgoing(run_id, group_for(run_id), wake_up(run_id, seq)))
-
-
-def drain(timeout: float) -> bool:
-    """Wait (at most `timeout` seconds) until this process has nothing left to publish."""
-    return _publisher.drain(timeout)
-
-
-def transport() -> str:
-    """What carries the messages, as an operator would look for it (no credentials)."""
-    if notifies():
-        return "PostgreSQL NOTIFY"
-    url = urlsplit(settings.REDIS_URL)
-    if url.hostname is None:
-        return f"Redis at {url.path}"
-    return f"Redis at {url.hostname}:{url.port or 6379}{url.path}"
 
 
 def describe(error: BaseException) -> str:
     """The exception's type and text; a timeout has no text of its own."""
     text = str(error) or f"no answer within {SEND_SECONDS} s"
     return f"{type(error).__name__}: {text}"
+
+
+class Sender(Protocol):
+    """What the publisher's thread sends a message through; made and used by that thread only."""
+
+    def send(self, outgoing: "Outgoing") -> None: ...
+
+    def rest(self) -> None:
+        """Nothing streams, or a send failed: let go of what is held for sending."""
+
+    def close(self) -> None: ...
+
+
+class Listener(Protocol):
+    """The web side: what a socket tells of the runs it watches, so their wake-ups reach the
+    runs' groups, and whether they do now."""
+
+    async def watch(self, run_id: int) -> None: ...
+
+    def unwatch(self, run_id: int) -> None: ...
+
+    @property
+    def listening(self) -> bool: ...
+
+
+class Transport(ABC):
+    """How a run's messages cross from its worker to the web processes, chosen once from the
+    settings (`transport()`): publishing on the worker's side, listening on the web's, the
+    payloads' both ends and their size limits. The publisher and the listener it uses are
+    classes of their own (`Publisher`, `NotifyListener`)."""
+
+    # The most text of a reply one streamed message carries.
+    message_chars: int
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """What carries the messages, as an operator would look for it (no credentials)."""
+
+    # --- the worker's side ---
+
+    def event_insert(self, insert: str) -> str:
+        """The statement that appends an event: `insert`, which returns its run_id and seq."""
+        return insert
+
+    def publish(self, run_id: int, seq: int) -> None:
+        """Tell the pages watching the run that event `seq` is stored."""
+        _publisher.put(Outgoing(run_id, group_for(run_id), wake_up(run_id, seq)))
+
+    def stream(self, run_id: int, step: int, text: str) -> None:
+        _publisher.stream(run_id, step, text, self.message_chars)
+
+    def finish(self, run_id: int) -> None:
+        _publisher.finish(run_id)
+
+    @abstractmethod
+    def sender(self) -> Sender:
+        """A sender for the publisher's thread."""
+
+    # --- the web's side ---
+
+    @abstractmethod
+    def listener(self) -> Listener:
+        """This process's listener, for the running event loop."""
+
+
+class NotifyTransport(Transport):
+    """PostgreSQL NOTIFY: an event's own INSERT sends its wake-up, "run_id:seq" on
+    NOTIFY_CHANNEL, so it is delivered once the event is durable; a reply's text goes as JSON
+    on DELTA_CHANNEL. Each web process LISTENs on one connection per event loop."""
+
+    message_chars = NOTIFY_PAYLOAD_BYTES
+    name = "PostgreSQL NOTIFY"
+
+    def event_insert(self, insert: str) -> str:
+        # The payload's writing end; `heard` is its reading end. The channel is ours, not input.
+        return (
+            f"WITH event AS ({insert} RETURNING run_id, seq) "  # noqa: S608 (ours)
+            f"SELECT pg_notify('{NOTIFY_CHANNEL}', run_id || ':' || seq) FROM event"
+        )
+
+    def publish(self, run_id: int, seq: int) -> None:
+        """Nothing to send: the event's INSERT carried its wake-up."""
+
+    def finish(self, run_id: int) -> None:
+        # The event's own INSERT carries its wake-up: let the reply's text go first (PostgreSQL
+        # is the run's own database, so this waits on nothing new).
+        _publisher.finish(run_id, wait=SEND_SECONDS)
+
+    def sender(self) -> Sender:
+        return NotifySender()
+
+    def listener(self) -> Listener:
+        return listener()
+
+
+class RedisTransport(Transport):
+    """channels_redis: the worker sends each wake-up right after the event is stored; a web
+    process's sockets hear them through their groups, with nothing more to listen on."""
+
+    message_chars = REDIS_DELTA_CHARS
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @property
+    def name(self) -> str:
+        url = urlsplit(self.url)
+        if url.hostname is None:
+            return f"Redis at {url.path}"
+        return f"Redis at {url.hostname}:{url.port or 6379}{url.path}"
+
+    def sender(self) -> Sender:
+        return RedisSender()
+
+    def listener(self) -> Listener:
+        return _groups
+
+
+class GroupListener:
+    """Over Redis a socket's group is all it listens on: nothing to watch, always listening."""
+
+    listening = True
+
+    async def watch(self, run_id: int) -> None:
+        return None
+
+    def unwatch(self, run_id: int) -> None:
+        return None
+
+
+_groups = GroupListener()
+_chosen: Transport | None = None
+
+
+def choose() -> Transport:
+    """The transport the settings name: Redis when REDIS_URL is set, else PostgreSQL NOTIFY."""
+    return RedisTransport(settings.REDIS_URL) if settings.REDIS_URL else NotifyTransport()
+
+
+def transport() -> Transport:
+    """This process's transport, chosen once (again only if a test changes REDIS_URL)."""
+    global _chosen
+    if _chosen is None:
+        _chosen = choose()
+    return _chosen
+
+
+@receiver(setting_changed)
+def _choose_again(*, setting: str, **kwargs: Any) -> None:
+    global _chosen
+    if setting == "REDIS_URL":
+        _chosen = None
+
+
+def publish(run_id: int, seq: int) -> None:
+    """Tell the pages watching the run that event `seq` is stored (queued, never waited for)."""
+    transport().publish(run_id, seq)
+
+
+def publish_delta(run_id: int, step: int, text: str) -> None:
+    """A piece of the reply to step `step` as the model writes it; never stored."""
+    transport().stream(run_id, step, text)
+
+
+def finish_deltas(run_id: int) -> None:
+    """The run's reply is over: its streamed text not sent yet goes now, ahead of what follows."""
+    transport().finish(run_id)
+
+
+def drain(timeout: float) -> bool:
+    """Wait (at most `timeout` seconds) until this process has nothing left to publish."""
+    return _publisher.drain(timeout)
 
 
 @dataclass(frozen=True)
@@ -139,6 +287,7 @@ class Stream:
     """The text of one reply gathered since its last message."""
 
     group: str
+    size: int  # the most text one message carries (the transport's message_chars)
     text: list[str] = field(default_factory=list)
     chars: int = 0
     due: float = 0.0  # when what has gathered goes out (at once, for a reply's first piece)
@@ -177,8 +326,8 @@ class Publisher:
         self.outage: Outage | None = None
         self.thread: threading.Thread | None = None
         self.stopping = False
-        self.redis = RedisSender()
-        self.notify = NotifySender()
+        self.sender: Sender | None = None
+        self.sender_for: Transport | None = None  # the transport `sender` was made for
 
     # --- the run's side: never waits on the transport ---
 
@@ -194,34 +343,35 @@ class Publisher:
             self.changed.notify_all()
             return self.tickets
 
-    def stream(self, run_id: int, step: int, text: str) -> None:
+    def stream(self, run_id: int, step: int, text: str, size: int) -> None:
+        """Gather a piece of a reply into messages of at most `size` characters."""
         with self.changed:
-            stream = self.streams.setdefault((run_id, step), Stream(group_for(run_id)))
+            stream = self.streams.setdefault((run_id, step), Stream(group_for(run_id), size))
             if stream.broken or not text:
                 return
             stream.text.append(text)
             stream.chars += len(text)
             if time.monotonic() >= stream.due:
                 self.release(run_id, step, stream)  # queued: the thread is woken
-            elif stream.chars >= message_chars():  # full messages go; the rest waits its time
+            elif stream.chars >= stream.size:  # full messages go; the rest waits its time
                 self.release(run_id, step, stream, whole=False)
             elif stream.chars == len(text):  # the first text to gather: the thread sleeps
                 self.changed.notify_all()  # until it is due, not until the next message
 
-    def finish(self, run_id: int) -> None:
+    def finish(self, run_id: int, *, wait: float = 0.0) -> None:
+        """Queue what the run's replies gathered; then wait (at most `wait` seconds) until it
+        is sent."""
         with self.changed:
             last = 0
             for run, step in [key for key in self.streams if key[0] == run_id]:
                 last = self.release(run, step, self.streams.pop((run, step))) or last
-            # Over NOTIFY, the event's own INSERT carries its wake-up: let the reply's text go
-            # first (PostgreSQL is the run's own database, so this waits on nothing new).
-            if last and notifies():
-                self.changed.wait_for(lambda: self.handled >= last, SEND_SECONDS)
+            if last and wait:
+                self.changed.wait_for(lambda: self.handled >= last, wait)
 
     def release(self, run_id: int, step: int, stream: Stream, *, whole: bool = True) -> int:
         """Queue the stream's gathered text (`whole`), or only its full messages; the last
         ticket (0 if nothing was queued)."""
-        size, text, last = message_chars(), stream.take(), 0
+        size, text, last = stream.size, stream.take(), 0
         if whole:
             stream.due = time.monotonic() + STREAM_SECONDS
         else:
@@ -269,8 +419,8 @@ class Publisher:
             with self.changed:
                 self.handled, self.sending = max(self.handled, ticket), None
                 self.changed.notify_all()
-        self.redis.close()
-        self.notify.close()
+        if self.sender is not None:
+            self.sender.close()
 
     def next(self) -> tuple[int, Outgoing] | None:
         """The next message to send, once there is one; None when stopping."""
@@ -286,8 +436,8 @@ class Publisher:
                 if self.queue:
                     self.sending = self.queue[0][1]
                     return self.queue.popleft()
-                if not self.streams:  # between replies: no connection is held for nothing
-                    self.notify.close()
+                if not self.streams and self.sender is not None:  # between replies: no
+                    self.sender.rest()  # connection is held for nothing
                 self.changed.wait(self.sleep(now))
         return None
 
@@ -303,15 +453,22 @@ class Publisher:
             with self.changed:
                 self.drop(outgoing)
             return
-        sender = self.notify if notifies() else self.redis
         try:
-            sender.send(outgoing)
+            self.sender_of(transport()).send(outgoing)
         except Exception as error:  # any failure of the transport: dropped, logged, run goes on
             with self.changed:
                 self.fail(outgoing, error)
         else:
             with self.changed:
                 self.recover()
+
+    def sender_of(self, chosen: Transport) -> Sender:
+        """The thread's sender for the chosen transport (made anew only if a test changed it)."""
+        if self.sender is None or self.sender_for is not chosen:
+            if self.sender is not None:
+                self.sender.close()
+            self.sender, self.sender_for = chosen.sender(), chosen
+        return self.sender
 
     def drop(self, outgoing: Outgoing) -> None:
         self.dropped += 1
@@ -323,7 +480,7 @@ class Publisher:
     def fail(self, outgoing: Outgoing, error: Exception) -> None:
         retry_at = time.monotonic() + RETRY_SECONDS
         if self.outage is None:
-            self.outage = Outage(transport(), retry_at)
+            self.outage = Outage(transport().name, retry_at)
             logger.warning(
                 "Publishing run events to %s failed (%s); messages are dropped while it fails "
                 "(pages catch up from the event log), and it is tried again every %s s",
@@ -333,7 +490,8 @@ class Publisher:
             )
         self.outage.retry_at = retry_at
         self.drop(outgoing)
-        self.notify.close()  # a connection that failed is not trusted again
+        if self.sender is not None:
+            self.sender.rest()  # a connection that failed is not trusted again
 
     def recover(self) -> None:
         if self.outage is None:
@@ -348,11 +506,6 @@ class Publisher:
         self.missed.clear()
 
 
-def message_chars() -> int:
-    """The most text one streamed message carries on this site's transport."""
-    return NOTIFY_PAYLOAD_BYTES if notifies() else REDIS_DELTA_CHARS
-
-
 class RedisSender:
     """group_send on an event loop of the publisher's thread, kept so the channel layer's Redis
     connections are made once, not once per message."""
@@ -365,6 +518,9 @@ class RedisSender:
             self.loop = asyncio.new_event_loop()
         sending = get_channel_layer().group_send(outgoing.group, outgoing.message)
         self.loop.run_until_complete(asyncio.wait_for(sending, SEND_SECONDS))
+
+    def rest(self) -> None:
+        return None  # channels_redis keeps its connections on the loop: kept for what follows
 
     def close(self) -> None:
         if self.loop is not None:
@@ -387,10 +543,13 @@ class NotifySender:
             for payload in payloads:
                 cursor.execute("SELECT pg_notify(%s, %s)", [DELTA_CHANNEL, payload])
 
-    def close(self) -> None:
+    def rest(self) -> None:
         if self.connected:
             connections["default"].close()
             self.connected = False
+
+    def close(self) -> None:
+        self.rest()
 
 
 def notify_payloads(run_id: int, step: int, text: str) -> list[str]:
@@ -434,14 +593,18 @@ class NotifyListener:
 
     def __init__(self) -> None:
         self.watched: Counter[int] = Counter()
-        self.listening = asyncio.Event()
+        self.connected = asyncio.Event()  # LISTENing now
         self.task: asyncio.Task[None] | None = None
+
+    @property
+    def listening(self) -> bool:
+        return self.connected.is_set()
 
     async def watch(self, run_id: int) -> None:
         self.watched[run_id] += 1
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self.listen(), name="loop-notify-listener")
-        await self.listening.wait()
+        await self.connected.wait()
 
     def unwatch(self, run_id: int) -> None:
         self.watched[run_id] -= 1
@@ -457,7 +620,7 @@ class NotifyListener:
                 ) as connection:
                     await connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     await connection.execute(f"LISTEN {DELTA_CHANNEL}")
-                    self.listening.set()
+                    self.connected.set()
                     for run_id in list(self.watched):
                         await layer.group_send(group_for(run_id), wake_up(run_id, 0))
                     async for note in connection.notifies():
@@ -465,13 +628,14 @@ class NotifyListener:
                         if message["run"] in self.watched:
                             await layer.group_send(group_for(message["run"]), message)
             except (psycopg.Error, DatabaseError, OSError) as error:
-                self.listening.clear()
+                self.connected.clear()
                 logger.warning("Listening for run events failed (%s); retrying", describe(error))
                 await asyncio.sleep(RECONNECT_SECONDS)
 
 
 def heard(channel: str, payload: str) -> dict[str, Any]:
-    """The channel-layer message for a notification: a wake-up, or a delta."""
+    """The channel-layer message for a notification: a wake-up (as NotifyTransport.event_insert
+    writes it), or a delta (as notify_payloads does)."""
     if channel == DELTA_CHANNEL:
         sent = json.loads(payload)
         return delta(sent["run"], sent["step"], sent["text"])

@@ -60,7 +60,7 @@ class RunRecorder:
         self.usage = Usage()
         self.summarised = 0.0
         self.finished = False
-        self.notify = bus.NOTIFY_CHANNEL if bus.notifies() else ""
+        self.announced = bus.transport().event_insert  # the transport's, chosen once
 
     def __call__(self, event: Event) -> None:
         bus.finish_deltas(self.run.pk)  # a reply streamed so far is over: its text goes first
@@ -89,7 +89,7 @@ class RunRecorder:
         step = getattr(event, "step", 0)
         data = event.as_dict()
         appended = RunEvent.objects.append(
-            self.run.pk, self.seq, event.kind, step, data, self.notify, attempt=self.attempt
+            self.run.pk, self.seq, event.kind, step, data, self.announced, attempt=self.attempt
         )
         if not appended:
             raise RunLost(
@@ -103,8 +103,8 @@ class RunRecorder:
         bus.publish_delta(self.run.pk, self.iterations + 1, text)
 
     def announce(self) -> None:
-        """Wake the pages watching this run (through Redis; PostgreSQL's NOTIFY went with the
-        INSERT). Queued, never waited for: a page that misses it catches up from the log."""
+        """Wake the pages watching this run (through Redis; a NOTIFY went with the INSERT).
+        Queued, never waited for: a page that misses it catches up from the log."""
         bus.publish(self.run.pk, self.seq)
 
     def publish(self, event: Event) -> None:

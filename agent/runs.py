@@ -20,7 +20,7 @@ from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, par
 from agent.models import FINISHED, AgentRun, Conversation
 from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
-from agent.selectors import conversation_model, conversations_for, runs_for
+from agent.selectors import conversation_model, conversations_for, model_offered, runs_for
 
 
 class InvalidTask(ValueError):
@@ -78,11 +78,13 @@ def start_run(
 ) -> AgentRun:
     """Record a new run for `user`, queued, in `conversation` if given (it must be the user's):
     the run records the provider and model it uses, and the conversation goes on with that model.
+    `model` is a name, resolved here, or a ModelChoice resolved already (chat_model's, one of the
+    offered models): a send resolves its model once.
 
     Bad input, or one run more than LOOP_USER_ACTIVE_RUNS, raises before anything is stored.
     """
     task = clean_task(task)
-    choice = recordable(resolve(model))
+    choice = recordable(model if isinstance(model, ModelChoice) else resolve(model))
     with transaction.atomic():
         check_room_for_a_run(user.pk)
         if conversation is not None:
@@ -165,18 +167,23 @@ def submit_first_run(
         return submit_run(user, task, new_conversation(user), model=model)
 
 
-def chat_model(conversation: Conversation | None, picked: str = "") -> ModelChoice:
+def chat_model(
+    conversation: Conversation | None, picked: str = "", offered: list[ModelChoice] | None = None
+) -> ModelChoice:
     """The model a person's next task in `conversation` (None: a new one) runs on: the one they
     picked, which must be one this Loop offers (the page lists only those, so any other name is
     a tampered form: refused, before anything is stored), else the one the conversation goes on
     with (selectors.conversation_model). A person may pick another model for any message: the
-    conversation's earlier turns reach the model as plain text, whichever model wrote them."""
+    conversation's earlier turns reach the model as plain text, whichever model wrote them.
+
+    The choice is resolved (one of `offered`, else the default checked): start_run takes it as it
+    is. `offered` is offered_models(), given when the request has it already."""
+    offered = offered_models() if offered is None else offered
     if not picked:
         try:
-            return conversation_model(conversation)
+            return conversation_model(conversation, offered)
         except ModelUnavailable as error:
             raise InvalidTask(str(error)) from error
-    offered = offered_models()
     choice = parse(picked)
     if choice not in offered:
         names = ", ".join(offered_choice.name for offered_choice in offered) or "none"
@@ -244,7 +251,7 @@ def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
 def check_still_offered(run: AgentRun) -> None:
     """A run goes on on the model it recorded; a person may not use one the operator has taken
     out of LOOP_MODELS (or away from the default) since, by continuing a run that used it."""
-    if not run.model_offered:
+    if not model_offered(run):
         used = ModelChoice(run.provider, run.model)
         raise ModelNotOffered(
             f"Run {run.pk} ran on the model {used.name!r}, which this Loop no longer offers, so "

@@ -79,15 +79,27 @@ def new_conversation_model(offered: list[ModelChoice]) -> ModelChoice:
     return offered[0] if offered else resolve(default_model())
 
 
-def conversation_model(conversation: Conversation | None) -> ModelChoice:
+def conversation_model(
+    conversation: Conversation | None, offered: list[ModelChoice] | None = None
+) -> ModelChoice:
     """The model the next task in `conversation` runs on (None: a new conversation): the one it
-    goes on with while it is still offered here, else the model a new conversation starts on."""
-    offered = offered_models()
+    goes on with while it is still offered here, else the model a new conversation starts on.
+    `offered` is offered_models(), given when the caller has it already (one request computes
+    it once)."""
+    offered = offered_models() if offered is None else offered
     if conversation is not None and conversation.model:
         stored = parse(conversation.model)
         if stored in offered:
             return stored
     return new_conversation_model(offered)
+
+
+def model_offered(run: AgentRun, offered: list[ModelChoice] | None = None) -> bool:
+    """Whether the model the run recorded is still one a person may pick here: only then may its
+    owner continue it (agent.runs.check_still_offered, and the Continue button). `offered` as for
+    conversation_model."""
+    offered = offered_models() if offered is None else offered
+    return ModelChoice(run.provider, run.model) in offered
 
 
 def remembered_in(user: AbstractBaseUser, conversation: Conversation) -> QuerySet[Memory]:

@@ -8,17 +8,16 @@ reconnecting page gets no gap and no duplicate. Every read of the log re-checks 
 Its rules (docs/chat.md, "The socket's rules"): a message is validated whole, and a bad one
 closes the socket with a code of `Close`; before acting on a message or pushing an event, the
 socket re-checks (at most once a second) that its session is valid and its user active, and a
-logout closes the sockets of that session at once. What the page lacks goes out in frames of at
-most FRAME_BYTES. A channel layer that fails or hangs (Redis down) never closes the socket: every
-call to it is bounded, the page is told live updates are delayed, and the socket reads the log
-every few seconds until the layer answers again.
+logout closes the sockets of that session at once. What the page lacks is read from the log and
+framed by chat/stream.py. A channel layer that fails or hangs (Redis down) never closes the
+socket: every call to it is bounded, the page is told live updates are delayed, and the socket
+reads the log every few seconds until the layer answers again.
 """
 
 import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from enum import IntEnum
 from importlib import import_module
 from types import SimpleNamespace
@@ -35,19 +34,8 @@ from django.contrib.auth.signals import user_logged_out
 from django.db import InterfaceError, OperationalError
 
 from agent import bus, selectors
-from agent.core.events import ModelReplied, RunFinished, RunResumed, RunStarted
-from agent.models import AgentRun
-from agent.selectors import Logged
-from chat.rendering import (
-    card_for,
-    draw,
-    in_steps,
-    labelled,
-    render_card,
-    streamed_removal,
-    streamed_text,
-    streaming_card,
-)
+from chat.rendering import draw, streamed_removal, streamed_text, streaming_card
+from chat.stream import ALL_STEPS, read_unsent, unsent
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +64,6 @@ MAX_MESSAGE_CHARS = 1024
 MAX_WATCHED_RUNS = 50
 MAX_RUN_ID = 2**63 - 1  # a bigint primary key
 MAX_SEQ = 2**31 - 1  # RunEvent.seq is an integer column
-ALL_STEPS = 2**31
-# daphne refuses a message over 1 MiB; a frame stays well under it. Only one card bigger than
-# this (bounded by chat/rendering.py's SHORT_TEXT_CHARS) goes out alone in a frame of its own.
-FRAME_BYTES = 256 * 1024
-FRAME_TAIL_BYTES = 8 * 1024  # kept for what ends a frame: seq marker, status, removals
-EVENTS_PER_READ = 100  # a catch-up reads the log in pages, never a whole long run at once
 SESSION_CHECK_SECONDS = 1.0
 LAYER_SECONDS = 2.0  # the longest any one channel-layer call may take
 RETRY_SECONDS = 3.0  # while the layer fails: how often to try it again and read the log
@@ -143,7 +125,9 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.replied: dict[int, int] = {}  # run id -> last step whose stored reply was sent
         self.streaming: set[tuple[int, int]] = set()  # (run, step) with a streamed card shown
         self.joined: set[str] = set()  # channel-layer groups this socket is in
-        self.listened: list[int] = []  # runs counted in this process's NOTIFY listener
+        # The transport's listener, chosen once (agent.bus), and the runs counted in it.
+        self.listener = bus.transport().listener()
+        self.listened: list[int] = []
         self.sending = asyncio.Lock()  # one catch-up at a time, or a card could go twice
         if self.user is None or not self.user.is_authenticated or not self.user.is_active:
             await self.close()
@@ -161,9 +145,8 @@ class RunConsumer(AsyncWebsocketConsumer):
         if self.recovery is not None:
             self.recovery.cancel()
         if self.listened:
-            listener = bus.listener()
             for run_id in self.listened:
-                listener.unwatch(run_id)
+                self.listener.unwatch(run_id)
             self.listened = []
         for group in list(self.joined):
             await self.layer(self.channel_layer.group_discard(group, self.channel_name), "leave")
@@ -254,9 +237,8 @@ class RunConsumer(AsyncWebsocketConsumer):
             self.sent[run_id] = after
             # Join first, then read the log: an event stored after the read wakes us.
             await self.join(bus.group_for(run_id))
-            if bus.notifies():
-                self.listened.append(run_id)
-                await self.layer(bus.listener().watch(run_id), "listen")
+            self.listened.append(run_id)
+            await self.layer(self.listener.watch(run_id), "listen")
         await self.catch_up(run_id, acknowledge=True)
 
     async def join(self, group: str) -> bool:
@@ -299,7 +281,7 @@ class RunConsumer(AsyncWebsocketConsumer):
                 await asyncio.sleep(RETRY_SECONDS)
                 wanted = [signed_in_group(self.user.pk), *map(bus.group_for, self.sent)]
                 answers = [await self.join(group) for group in wanted]
-                listening = not bus.notifies() or bus.listener().listening.is_set()
+                listening = self.listener.listening
                 for run_id in list(self.sent):
                     await self.catch_up(run_id)
                 if all(answers) and listening and not self.closing:
@@ -427,117 +409,3 @@ def close_sockets_of(sender: Any, request: Any, user: Any, **kwargs: Any) -> Non
 
 # Connected where the sockets live: the process serving them imports this module.
 user_logged_out.connect(close_sockets_of, dispatch_uid="chat-close-sockets-of-session")
-
-
-# Reads of the log in progress in this process. The sockets of one user watching one run wake
-# together and want the same events: one read and one rendering serve them all.
-@dataclass(frozen=True)
-class Unsent:
-    """Frames to send, the last seq in them, the last step settled, whether more follow."""
-
-    frames: list[str]
-    last: int
-    replied: int
-    more: bool
-    resumed: bool = False  # the run went on again: what streamed before it is void
-
-
-_reading: dict[tuple[int, int, int], asyncio.Future[Unsent]] = {}
-
-
-async def unsent(user: Any, run_id: int, after: int) -> Unsent:
-    key = (user.pk, run_id, after)
-    reading = _reading.get(key)
-    if reading is None:
-        reading = asyncio.ensure_future(read_unsent(user, run_id, after))
-        _reading[key] = reading
-        reading.add_done_callback(lambda _: _reading.pop(key, None))
-    return await asyncio.shield(reading)
-
-
-@database_sync_to_async
-def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
-    """The next page of the run's events after `after` as frames of out-of-band fragments (or
-    only its seq marker). Nothing if the run is no longer the user's to see (say, its
-    conversation was deleted)."""
-    run = selectors.run_of(user, run_id)
-    if run is None:
-        return Unsent(frames=[], last=after, replied=0, more=False)
-    events = selectors.events_of(run, after=after, limit=EVENTS_PER_READ + 1)
-    more = len(events) > EVENTS_PER_READ
-    events = events[:EVENTS_PER_READ]
-    if not events:
-        frames = [seq_marker(run, after, finished=run.is_finished)]
-        return Unsent(frames=frames, last=after, replied=0, more=False)
-    return Unsent(
-        frames=framed(run, events, more),
-        last=events[-1].seq,
-        replied=settled(events),
-        more=more,
-        resumed=resumes(events),
-    )
-
-
-def settled(events: list[Logged]) -> int:
-    """The last step whose streamed text a stored card now shows: a reply that called tools
-    shows in its own card; the final reply shows when the run's end arrives (and a run that
-    went on after an end streams again)."""
-    if ends(events):
-        return ALL_STEPS
-    steps = [e.step for _, e in events if isinstance(e, ModelReplied) and e.tool_calls]
-    return max(steps, default=0)
-
-
-def ends(events: list[Logged]) -> bool:
-    """Whether these events end with the run's end: a run continued or resumed after it goes
-    on, its later events to come."""
-    lifecycle = [event for _, event in events if isinstance(event, RunFinished | RunResumed)]
-    return bool(lifecycle) and isinstance(lifecycle[-1], RunFinished)
-
-
-def resumes(events: list[Logged]) -> bool:
-    """Whether the run went on again within these events (a continue, a resume)."""
-    return any(isinstance(event, RunResumed) for _, event in events)
-
-
-def framed(run: AgentRun, events: list[Logged], more: bool) -> list[str]:
-    """Out-of-band swaps in frames of at most FRAME_BYTES: new cards at the end of the run's
-    steps; a card with the id of one already there replaces it. Each frame ends with the seq
-    marker of its last event, so a page cut off mid-way asks for the rest; the last frame also
-    carries the run's status and the sidebar's icon."""
-    frames: list[str] = []
-    frame: list[str] = []
-    size = 0
-    for index, (seq, event) in enumerate(events):
-        card = card_for(run.pk, seq, event)
-        if card is not None:
-            part = render_card(card) if card.replaces else in_steps(run.pk, render_card(card))
-            part_size = len(part.encode())
-            if frame and size + part_size > FRAME_BYTES - FRAME_TAIL_BYTES:
-                frames.append("".join(frame) + seq_marker(run, events[index - 1].seq))
-                frame, size = [], 0
-            frame.append(part)
-            size += part_size
-    finished = ends(events) and not more
-    tail = []
-    if any(isinstance(event, RunStarted | RunFinished | RunResumed) for _, event in events):
-        # The run's row as of these events at least: it was read before them, and the run may
-        # have finished in between (its status and its last event are stored together), or
-        # been continued since (then it is not finished, and the page keeps watching).
-        run.refresh_from_db()
-        finished = finished and run.is_finished
-        tail.append(draw("run_status", run=run, oob=True))
-        if run.conversation_id is not None:
-            tail.append(sidebar_status(run.conversation_id))
-    frame.append(seq_marker(run, events[-1].seq, finished=finished))
-    frames.append("".join(frame + tail))
-    return frames
-
-
-def seq_marker(run: AgentRun, seq: int, *, finished: bool = False) -> str:
-    return draw("seq_marker", run=run, seq=seq, finished=finished, oob=True)
-
-
-def sidebar_status(conversation_id: int) -> str:
-    conversation = labelled(selectors.conversation_with_status(conversation_id))
-    return draw("conversation_status", conversation=conversation, oob=True)

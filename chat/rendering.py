@@ -52,7 +52,7 @@ ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"align"}, 
 LONG_OUTPUT_LINES = 12
 LONG_OUTPUT_CHARS = 1200
 # Even Markdown's most expanding input (a list item per line) renders 10 000 characters as some
-# 200 KB of HTML: under the socket's frame bound (chat/consumers.py's FRAME_BYTES).
+# 200 KB of HTML: under the socket's frame bound (chat/stream.py's FRAME_BYTES).
 SHORT_TEXT_CHARS = 10_000
 # The texts of an event a card may shorten: a field of the event, and what the note calls it.
 EVENT_TEXTS = {

@@ -38,9 +38,15 @@ SUGGESTIONS = (
 )
 
 
-def turn(run: AgentRun) -> dict[str, Any]:
+def turn(run: AgentRun, offered: list[ModelChoice]) -> dict[str, Any]:
+    """A run as the page draws it; `offered` is the request's offered_models() (computed once)."""
     events = selectors.events_of(run)
-    return {"run": run, "cards": page_cards(run.pk, events), "seq": events[-1].seq if events else 0}
+    return {
+        "run": run,
+        "cards": page_cards(run.pk, events),
+        "seq": events[-1].seq if events else 0,
+        "model_offered": selectors.model_offered(run, offered),
+    }
 
 
 # How the header names each provider. A server's URL is not shown: it may be an address inside
@@ -53,16 +59,17 @@ def shown(choice: ModelChoice) -> dict[str, str]:
     return {"name": choice.name, "model": choice.model, "provider": provider}
 
 
-def model_context(conversation: Conversation | None, picked: str = "") -> dict[str, Any]:
+def model_context(
+    conversation: Conversation | None, offered: list[ModelChoice], picked: str = ""
+) -> dict[str, Any]:
     """What the header says of the model: the one the next task runs on (or the one `picked`
     for a task refused, if it is offered) and its provider, the others a person may pick
     instead, the one the conversation used if it is no longer offered; or, when no model can
-    run here, why."""
+    run here, why. `offered` is the request's offered_models()."""
     try:
-        current = selectors.conversation_model(conversation)
+        current = selectors.conversation_model(conversation, offered)
     except ModelUnavailable as error:
         return {"name": default_model(), "unavailable": str(error)}
-    offered = offered_models()
     if picked and parse(picked) in offered:
         current = parse(picked)
     choices = [shown(choice) for choice in offered]
@@ -75,11 +82,13 @@ def model_context(conversation: Conversation | None, picked: str = "") -> dict[s
     }
 
 
-def model_header(request: HttpRequest, conversation: Conversation) -> bytes:
+def model_header(
+    request: HttpRequest, conversation: Conversation, offered: list[ModelChoice]
+) -> bytes:
     """The header's model, drawn out of band: after a send, it says what the conversation goes
     on with now (and a form reset puts the pick back to it, not to the page's first one)."""
     conversation.refresh_from_db(fields=["model"])
-    context = {"model": model_context(conversation), "oob": True}
+    context = {"model": model_context(conversation, offered), "oob": True}
     return render_to_string("chat/model.html", context, request).encode()
 
 
@@ -101,7 +110,11 @@ def chat_page(
     task: str = "",
     picked: str = "",
     status: int = 200,
+    offered: list[ModelChoice] | None = None,
 ) -> HttpResponse:
+    """The chat's page. `offered` is the request's offered_models(), if it has it already: a
+    page computes the offered models once, for its header and every turn's Continue."""
+    offered = offered_models() if offered is None else offered
     runs = selectors.runs_of(conversation) if conversation else AgentRun.objects.none()
     send_url = (
         reverse("chat:send", args=[conversation.pk]) if conversation else reverse("chat:start")
@@ -110,10 +123,10 @@ def chat_page(
         "conversation": conversation,
         "conversations": [labelled(c) for c in selectors.conversations_with_status(request.user)],
         "current": conversation,
-        "turns": [turn(run) for run in runs],
+        "turns": [turn(run, offered) for run in runs],
         "suggestions": SUGGESTIONS,
         "send_url": send_url,
-        "model": model_context(conversation, picked),
+        "model": model_context(conversation, offered, picked),
         "quota": quota_or_none(request.user),
         "error": error,
         "task": task,
@@ -145,11 +158,13 @@ def start(request: HttpRequest) -> HttpResponse:
     """The first task of a new conversation: store both, on the model picked (the default if
     none), then show the conversation."""
     task, picked = request.POST.get("task", ""), request.POST.get("model", "")
+    offered = offered_models()
     try:
-        model = runs.chat_model(None, picked)
+        model = runs.chat_model(None, picked, offered)
         run = runs.submit_first_run(request.user, task, model=model)
     except runs.InvalidTask as error:
-        return chat_page(request, None, error=str(error), task=task, picked=picked, status=400)
+        refused_page = {"error": str(error), "task": task, "picked": picked, "offered": offered}
+        return chat_page(request, None, **refused_page, status=400)
     return redirect("chat:conversation", run.conversation_id)
 
 
@@ -159,12 +174,13 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
     htmx, answer the new turn to add to the timeline, and the header's model as it is now."""
     conversation = owned_conversation(request, conversation_id)
     task, picked = request.POST.get("task", ""), request.POST.get("model", "")
+    offered = offered_models()  # once: the pick's check, the new turn and the header share it
     try:
-        model = runs.chat_model(conversation, picked)
+        model = runs.chat_model(conversation, picked, offered)
         run = runs.submit_run(request.user, task, conversation, model=model)
     except runs.InvalidTask as error:
         if not request.htmx:
-            error_page = {"error": str(error), "task": task, "picked": picked}
+            error_page = {"error": str(error), "task": task, "picked": picked, "offered": offered}
             return chat_page(request, conversation, **error_page, status=400)
         response = HttpResponse(escape(str(error)))  # it may quote what the person sent
         response["HX-Retarget"] = "#send-error"
@@ -172,8 +188,8 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
         return response
     if not request.htmx:
         return redirect("chat:conversation", conversation.pk)
-    response = render(request, "chat/cards.html#turn", {"turn": turn(run)})
-    response.content += model_header(request, conversation)
+    response = render(request, "chat/cards.html#turn", {"turn": turn(run, offered)})
+    response.content += model_header(request, conversation, offered)
     return response
 
 
@@ -181,7 +197,7 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
 def run_fragment(request: HttpRequest, run_id: int) -> HttpResponse:
     """One turn of a conversation as it stands, as the page draws it."""
     run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
-    return render(request, "chat/cards.html#turn", {"turn": turn(run)})
+    return render(request, "chat/cards.html#turn", {"turn": turn(run, offered_models())})
 
 
 @require_POST
@@ -192,7 +208,8 @@ def stop(request: HttpRequest, run_id: int) -> HttpResponse:
         return HttpResponse("No such run.", status=404)
     if not request.htmx:
         return redirect_to_run(run)
-    return render(request, "chat/cards.html#run_status", {"run": run})
+    context = {"run": run, "model_offered": selectors.model_offered(run)}
+    return render(request, "chat/cards.html#run_status", context)
 
 
 @require_POST
@@ -207,7 +224,7 @@ def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
         return refused(request, run_id, str(error))
     if not request.htmx:
         return redirect_to_run(run)
-    response = render(request, "chat/cards.html#turn", {"turn": turn(run)})
+    response = render(request, "chat/cards.html#turn", {"turn": turn(run, offered_models())})
     if run.conversation_id is not None:  # the sidebar's icon says it is waiting again
         conversation = labelled(selectors.conversation_with_status(run.conversation_id))
         response.content += draw(

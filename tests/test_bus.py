@@ -11,11 +11,14 @@ import socket
 import threading
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from channels.layers import get_channel_layer
 
 from agent import bus
+from agent.core.events import ToolCallStarted
 from agent.models import AgentRun, RunStatus
+from agent.recorder import RunRecorder
 from agent.runs import new_conversation, start_run, submit_run
 from engine.execution import execute_run
 from tests.conftest import wait_for
@@ -246,3 +249,39 @@ def test_a_site_s_groups_carry_its_database_s_name_unless_a_prefix_is_set(settin
 def test_a_set_prefix_also_parts_the_sites_redis_keys(monkeypatch, tmp_path):
     built = load_settings(monkeypatch, tmp_path, REDIS_URL=REAL_REDIS, LOOP_CHANNEL_PREFIX="eu")
     assert built["CHANNEL_LAYERS"]["default"]["CONFIG"]["prefix"] == "eu"
+
+
+def test_the_transport_is_chosen_once_for_a_run_s_every_event_and_streamed_piece(
+    settings, monkeypatch, alice, workspaces, publisher
+):
+    chosen: list[bus.Transport] = []
+    choose = bus.choose
+
+    def counted() -> bus.Transport:
+        chosen.append(choose())
+        return chosen[-1]
+
+    monkeypatch.setattr(bus, "choose", counted)
+    monkeypatch.setattr(bus, "_chosen", None)
+
+    run = execute_run(start_run(alice, TASK, model="mock"))  # its answer streams
+
+    assert run.status == RunStatus.SUCCEEDED
+    assert publisher.drain(60)
+    assert run.events.count() > 3
+    assert len(chosen) == 1
+    assert isinstance(chosen[0], bus.NotifyTransport)
+    # Chosen again only when the setting changes (a test pointing the site at Redis).
+    settings.REDIS_URL = REAL_REDIS
+    assert isinstance(bus.transport(), bus.RedisTransport)
+    assert bus.transport() is bus.transport() is chosen[1]
+    assert bus.transport().name == "Redis at 127.0.0.1:6379/0"
+
+
+def test_an_event_s_insert_notifies_the_wake_up_the_listener_reads(alice, publisher):
+    run = start_run(alice, TASK, model="mock")
+    with psycopg.connect(**bus.connection_params(), autocommit=True) as listening:
+        listening.execute(f"LISTEN {bus.NOTIFY_CHANNEL}")
+        RunRecorder(run)(ToolCallStarted(step=1, call_id="c1", tool="list_files", arguments="{}"))
+        [note] = listening.notifies(timeout=60, stop_after=1)
+    assert bus.heard(note.channel, note.payload) == bus.wake_up(run.pk, 1)

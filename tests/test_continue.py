@@ -22,7 +22,7 @@ from agent.core.loop import Limits
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
-from chat.consumers import read_unsent
+from chat.stream import read_unsent
 from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db

@@ -31,8 +31,8 @@ from agent.core.results import ToolStatus
 from agent.core.wording import TOOL_SYMBOLS
 from agent.models import RunEvent
 from agent.runs import new_conversation, start_run
-from chat.consumers import read_unsent
 from chat.rendering import card_for, render_card
+from chat.stream import read_unsent
 from console import selectors
 from engine.management.commands.runagent import describe
 

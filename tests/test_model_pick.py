@@ -4,10 +4,16 @@ any later message; the conversation keeps the pick and each run records the prov
 it used. A name the page does not offer is refused and stores nothing; another person's
 conversation is out of reach."""
 
+import ast
 import importlib
 import re
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from html import unescape
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 from django.apps import apps
@@ -15,7 +21,9 @@ from django.db import connection
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
+from agent import models as agent_models
 from agent.core.events import RunStatus
+from agent.llm import factory
 from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, start_run
 from engine.execution import execute_run
@@ -338,3 +346,71 @@ def test_conversations_from_before_go_on_with_their_latest_run_s_model(alice):
         empty.pk: "",
     }
     assert Conversation.objects.get(pk=on_groq.pk).updated_at == before  # the sidebar's order
+
+
+# Resolving the model once per request
+
+
+@contextmanager
+def factory_calls() -> Iterator[Counter[str]]:
+    """Calls of the factory's offered_models and resolve in this thread while it lasts, whatever
+    name a module imported them under (counted by their code); resolve is told apart by whether
+    offered_models called it (checking each offered name) or something else did."""
+    calls: Counter[str] = Counter()
+    offered, resolve = factory.offered_models.__code__, factory.resolve.__code__
+
+    def profile(frame, event, arg) -> None:
+        if event != "call":
+            return
+        if frame.f_code is offered:
+            calls["offered_models"] += 1
+        elif frame.f_code is resolve:
+            inside = frame.f_back is not None and frame.f_back.f_code is offered
+            calls["resolve in offered_models" if inside else "resolve"] += 1
+
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(None)
+
+
+def test_a_send_resolves_its_model_once_and_computes_the_offered_models_once(
+    as_alice, alice, two_models
+):
+    two_models.LOOP_USER_ACTIVE_RUNS = 4
+    conversation = new_conversation(alice)
+    send = f"/c/{conversation.pk}/send/"
+    for picked in (LLAMA, ""):  # a pick, and the conversation's own model
+        with factory_calls() as calls:
+            answered = as_alice.post(send, {"task": TASK, "model": picked}, headers=HTMX)
+        assert answered.status_code == 200
+        assert 'id="conversation-model" hx-swap-oob="true"' in answered.text
+        assert calls["offered_models"] == 1, calls
+        assert calls["resolve"] == 0, calls  # not again by start_run, nor by the header
+    assert list(AgentRun.objects.values_list("model", flat=True)) == [MODEL, MODEL]
+    with factory_calls() as calls:
+        assert as_alice.post("/send/", {"task": TASK, "model": "mock"}).status_code == 302
+    assert (calls["offered_models"], calls["resolve"]) == (1, 0), calls
+
+
+def test_a_page_computes_the_offered_models_once_for_all_its_turns(as_alice, alice, two_models):
+    two_models.LOOP_USER_ACTIVE_RUNS = 4
+    conversation = new_conversation(alice)
+    halted = [start_run(alice, TASK, model="mock", conversation=conversation) for _ in range(3)]
+    # Halted, each turn asks whether its model is still offered (its Continue button).
+    AgentRun.objects.update(status=RunStatus.HALTED)
+    with factory_calls() as calls:
+        page = as_alice.get(f"/c/{conversation.pk}/").text
+    assert all(f'action="/runs/{run.pk}/continue/"' in page for run in halted)
+    assert (calls["offered_models"], calls["resolve"]) == (1, 0), calls
+
+
+def test_the_run_records_import_no_model_factory():
+    """Whether a run's model is still offered is asked of agent.selectors, not of the model: so
+    importing agent/models.py (every process does) loads no model client."""
+    tree = ast.parse(Path(agent_models.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not [name for name in imported if name and name.startswith("agent.llm")]
+    assert not hasattr(AgentRun, "model_offered")

@@ -1,0 +1,139 @@
+"""What a run's socket sends, read from the event log: the events after the page's last, as
+frames of out-of-band HTML fragments of at most FRAME_BYTES, and which steps they settle (whose
+streamed text a stored card now shows). The socket (chat/consumers.py) keeps to its protocol;
+what it sends, and when a streamed card gives way, is decided here.
+"""
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from agent import selectors
+from agent.core.events import ModelReplied, RunFinished, RunResumed, RunStarted
+from agent.models import AgentRun
+from agent.selectors import Logged
+from chat.rendering import card_for, draw, in_steps, labelled, render_card
+
+ALL_STEPS = 2**31
+# daphne refuses a message over 1 MiB; a frame stays well under it. Only one card bigger than
+# this (bounded by chat/rendering.py's SHORT_TEXT_CHARS) goes out alone in a frame of its own.
+FRAME_BYTES = 256 * 1024
+FRAME_TAIL_BYTES = 8 * 1024  # kept for what ends a frame: seq marker, status, removals
+EVENTS_PER_READ = 100  # a catch-up reads the log in pages, never a whole long run at once
+
+
+# Reads of the log in progress in this process. The sockets of one user watching one run wake
+# together and want the same events: one read and one rendering serve them all.
+@dataclass(frozen=True)
+class Unsent:
+    """Frames to send, the last seq in them, the last step settled, whether more follow."""
+
+    frames: list[str]
+    last: int
+    replied: int
+    more: bool
+    resumed: bool = False  # the run went on again: what streamed before it is void
+
+
+_reading: dict[tuple[int, int, int], asyncio.Future[Unsent]] = {}
+
+
+async def unsent(user: Any, run_id: int, after: int) -> Unsent:
+    key = (user.pk, run_id, after)
+    reading = _reading.get(key)
+    if reading is None:
+        reading = asyncio.ensure_future(read_unsent(user, run_id, after))
+        _reading[key] = reading
+        reading.add_done_callback(lambda _: _reading.pop(key, None))
+    return await asyncio.shield(reading)
+
+
+@database_sync_to_async
+def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
+    """The next page of the run's events after `after` as frames of out-of-band fragments (or
+    only its seq marker). Nothing if the run is no longer the user's to see (say, its
+    conversation was deleted)."""
+    run = selectors.run_of(user, run_id)
+    if run is None:
+        return Unsent(frames=[], last=after, replied=0, more=False)
+    events = selectors.events_of(run, after=after, limit=EVENTS_PER_READ + 1)
+    more = len(events) > EVENTS_PER_READ
+    events = events[:EVENTS_PER_READ]
+    if not events:
+        frames = [seq_marker(run, after, finished=run.is_finished)]
+        return Unsent(frames=frames, last=after, replied=0, more=False)
+    return Unsent(
+        frames=framed(run, events, more),
+        last=events[-1].seq,
+        replied=settled(events),
+        more=more,
+        resumed=resumes(events),
+    )
+
+
+def settled(events: list[Logged]) -> int:
+    """The last step whose streamed text a stored card now shows: a reply that called tools
+    shows in its own card; the final reply shows when the run's end arrives (and a run that
+    went on after an end streams again)."""
+    if ends(events):
+        return ALL_STEPS
+    steps = [e.step for _, e in events if isinstance(e, ModelReplied) and e.tool_calls]
+    return max(steps, default=0)
+
+
+def ends(events: list[Logged]) -> bool:
+    """Whether these events end with the run's end: a run continued or resumed after it goes
+    on, its later events to come."""
+    lifecycle = [event for _, event in events if isinstance(event, RunFinished | RunResumed)]
+    return bool(lifecycle) and isinstance(lifecycle[-1], RunFinished)
+
+
+def resumes(events: list[Logged]) -> bool:
+    """Whether the run went on again within these events (a continue, a resume)."""
+    return any(isinstance(event, RunResumed) for _, event in events)
+
+
+def framed(run: AgentRun, events: list[Logged], more: bool) -> list[str]:
+    """Out-of-band swaps in frames of at most FRAME_BYTES: new cards at the end of the run's
+    steps; a card with the id of one already there replaces it. Each frame ends with the seq
+    marker of its last event, so a page cut off mid-way asks for the rest; the last frame also
+    carries the run's status and the sidebar's icon."""
+    frames: list[str] = []
+    frame: list[str] = []
+    size = 0
+    for index, (seq, event) in enumerate(events):
+        card = card_for(run.pk, seq, event)
+        if card is not None:
+            part = render_card(card) if card.replaces else in_steps(run.pk, render_card(card))
+            part_size = len(part.encode())
+            if frame and size + part_size > FRAME_BYTES - FRAME_TAIL_BYTES:
+                frames.append("".join(frame) + seq_marker(run, events[index - 1].seq))
+                frame, size = [], 0
+            frame.append(part)
+            size += part_size
+    finished = ends(events) and not more
+    tail = []
+    if any(isinstance(event, RunStarted | RunFinished | RunResumed) for _, event in events):
+        # The run's row as of these events at least: it was read before them, and the run may
+        # have finished in between (its status and its last event are stored together), or
+        # been continued since (then it is not finished, and the page keeps watching).
+        run.refresh_from_db()
+        finished = finished and run.is_finished
+        offered = selectors.model_offered(run)
+        tail.append(draw("run_status", run=run, oob=True, model_offered=offered))
+        if run.conversation_id is not None:
+            tail.append(sidebar_status(run.conversation_id))
+    frame.append(seq_marker(run, events[-1].seq, finished=finished))
+    frames.append("".join(frame + tail))
+    return frames
+
+
+def seq_marker(run: AgentRun, seq: int, *, finished: bool = False) -> str:
+    return draw("seq_marker", run=run, seq=seq, finished=finished, oob=True)
+
+
+def sidebar_status(conversation_id: int) -> str:
+    conversation = labelled(selectors.conversation_with_status(conversation_id))
+    return draw("conversation_status", conversation=conversation, oob=True)
