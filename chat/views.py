@@ -25,7 +25,7 @@ from agent.llm.factory import (
     parse,
 )
 from agent.models import AgentRun, Conversation
-from chat.files import quota_context
+from workspace.views import quota_context
 from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards
 from tools.base import ToolError
 

@@ -48,7 +48,7 @@ from memory.store import recall, remember
 from tools.fence import raise_fence
 from tools.files import WRITE_FILE
 from tools.sandbox import kill_run
-from tools.workspace import context_for, workspace_path
+from workspace.directory import context_for, workspace_path
 
 CANCEL_POLL_INTERVAL = 0.2
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from chat.files import quota_context
-from tools import browse
-from tools.workspace import context_for
+from workspace.views import quota_context
+from workspace import browse
+from workspace.directory import context_for
 
 pytestmark = pytest.mark.django_db
 

@@ -24,7 +24,7 @@ from tools.sandbox import (
     WarmSandboxes,
     sandbox_identity,
 )
-from tools.workspace import ensure_workspace
+from workspace.directory import ensure_workspace
 
 from .conftest import PROJECT_DIR, wait_for
 

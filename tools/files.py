@@ -1,6 +1,6 @@
 """Workspace-confined file tools (read_file, write_file, list_files), safe for strangers to use.
 
-Every path meets the workspace's path rules (tools.paths: depth, length, names that become '..'
+Every path meets the workspace's path rules (workspace.paths: depth, length, names that become '..'
 or a separator under compatibility mapping), and a name is looked up as given, else in NFC, the
 form new names are stored in.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools import paths
+from workspace import paths
 from tools.base import Tool, ToolContext, ToolDenied, ToolError
-from tools.quota import admitted
+from workspace.quota import admitted
 
 MAX_READ_BYTES = 1_000_000
 MAX_WRITE_BYTES = 1_000_000

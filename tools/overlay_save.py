@@ -6,12 +6,12 @@ real workspace under the workspace's lock: deletions first, so the room they fre
 and changed files, counted exactly. Once the workspace is at the quota each further file is refused
 and keeps its earlier version, so a workspace ends at most one file (its file-size cap) past it.
 
-Every walk here is iterative (tools/paths.py), so no tree, however deep, stops a save or a
-measure; a path the workspace's rules refuse (tools.paths.path_problem: too deep, too long, a name
+Every walk here is iterative (workspace/paths.py), so no tree, however deep, stops a save or a
+measure; a path the workspace's rules refuse (workspace.paths.path_problem: too deep, too long, a name
 that becomes '..' or a separator under compatibility mapping) is not saved, and the note says so.
 
 Standard library only: it runs under the system interpreter, outside the project's virtualenv
-(tools.quota imports it too, for `usage`).
+(workspace.quota imports it too, for `usage`).
 """
 
 import errno
@@ -23,15 +23,16 @@ from contextlib import suppress
 
 
 def _load_paths():  # noqa: ANN202 (a module loaded from a path has no static type)
-    """tools/paths.py: imported as usual in the project, loaded by path in the saver, which
+    """workspace/paths.py: imported as usual in the project, loaded by path in the saver, which
     runs without the project on sys.path."""
     if __name__ == "tools.overlay_save":
-        from tools import paths
+        from workspace import paths
 
         return paths
     from importlib.util import module_from_spec, spec_from_file_location
 
-    spec = spec_from_file_location("paths", os.path.join(os.path.dirname(__file__), "paths.py"))
+    project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = spec_from_file_location("paths", os.path.join(project, "workspace", "paths.py"))
     module = module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -239,7 +240,7 @@ def _fence(fences: int | None, run: int) -> int:
 
 # Changes that clash with another call's ----------------------------------------------------------
 # Each walk here holds a descriptor per level it is in (the saver's own, gone when it exits), never
-# recurses, and goes no deeper than a saved path may (tools/paths.py), as the passes do.
+# recurses, and goes no deeper than a saved path may (workspace/paths.py), as the passes do.
 
 
 def _names(directory: int) -> Iterator[str]:
@@ -544,7 +545,7 @@ def _copy(upper: int, name: str, workspace: int, temp: str, info: os.stat_result
 
 
 def describe(used: Usage, max_bytes: int, max_files: int) -> str:
-    """The quota and the usage, as every refusal states them (tools.quota's too)."""
+    """The quota and the usage, as every refusal states them (workspace.quota's too)."""
     return (
         f"Your workspace quota is {max_bytes:,} bytes and {max_files:,} files and directories; "
         f"{used.bytes:,} bytes in {used.files:,} files and directories are used."

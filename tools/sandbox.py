@@ -38,7 +38,7 @@ from django.core.exceptions import ImproperlyConfigured
 from tools.base import ToolDenied, ToolError
 from tools.cgroups import MEMORY, REFUSED, Bound, CgroupError, SnippetCgroup
 from tools.fence import Channel
-from tools.quota import sandbox_prefix as quota_prefix
+from workspace.quota import sandbox_prefix as quota_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ def workspace_owner(workspace: Path) -> Identity | None:
         raise SandboxUnavailable(
             f"run_code refuses to run: the workspace belongs to uid {info.st_uid}, not to a "
             f"sandbox uid (LOOP_SANDBOX_UID_BASE={settings.LOOP_SANDBOX_UID_BASE} and up). "
-            "tools.workspace.ensure_workspace hands a workspace over to its user's sandbox uid."
+            "workspace.directory.ensure_workspace hands a workspace over to its user's sandbox uid."
         )
     return Identity(info.st_uid, info.st_gid)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
-from tools import paths
+from workspace import paths
 from tools.base import ToolContext
 from tools.sandbox import Identity, sandbox_identity
 
@@ -38,7 +38,7 @@ def hand_over(path: Path, identity: Identity) -> None:
 
     Nothing is followed: symlinks are changed themselves, and a file with other hard links may
     be a name for something outside the workspace, so it is left as it is. The walk is
-    iterative (tools.paths), so a tree of any depth is handed over whole.
+    iterative (workspace.paths), so a tree of any depth is handed over whole.
     """
     previous = os.stat(path).st_uid
     root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

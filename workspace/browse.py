@@ -1,10 +1,10 @@
 """The workspace as its person sees it in the Files panel: list, open, download, delete, upload.
 
 Confined exactly like the file tools (tools.files): every path goes through the same rules (no
-'..', no absolute path, no NUL or control characters, and tools.paths' depth, length and
+'..', no absolute path, no NUL or control characters, and workspace.paths' depth, length and
 compatibility rules), every directory is opened one component at a time without following a
 symlink, and every write is admitted by the workspace quota under the workspace's lock
-(tools.quota). The panel shows and counts every entry a person has. The messages here are for a
+(workspace.quota). The panel shows and counts every entry a person has. The messages here are for a
 person, not for the model.
 """
 
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from tools import paths
+from workspace import paths
 from tools.base import ToolError
 from tools.files import (
     DIRECTORY_FLAGS,
@@ -33,7 +33,7 @@ from tools.files import (
     path_components,
     temp_name,
 )
-from tools.quota import Quota, admitted
+from workspace.quota import Quota, admitted
 
 # A page of more rows costs more to draw than to list: 10,000 files list in ~50 ms, 1,000 rows draw
 # in ~150 (bench/files.py); the newest are what a person looks for, the rest are downloads away.
