@@ -42,11 +42,11 @@ from agent.runs import request_cancel
 from agent.transcripts import transcripts
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
-from workspace.browse import BrowseError, components, escaped_name
 from tools.fence import fence_directory
 from tools.files import DIRECTORY_FLAGS
-from workspace.paths import MAX_PATH_DEPTH, Entry, normal_name, path_problem, remove_tree, walk
+from workspace.browse import BrowseError, components, escaped_name
 from workspace.directory import workspace_path
+from workspace.paths import MAX_PATH_DEPTH, Entry, normal_name, path_problem, remove_tree, walk
 
 logger = logging.getLogger(__name__)
 

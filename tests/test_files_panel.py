@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from workspace.views import quota_context
 from workspace import browse
 from workspace.directory import context_for
+from workspace.views import quota_context
 
 pytestmark = pytest.mark.django_db
 

@@ -13,11 +13,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http.multipartparser import MultiPartParser
 from django.test import Client
 
-from workspace.uploads import OriginalNameParser, WorkspaceUploadHandler
-from workspace import browse
 from tools.base import ToolRegistry
 from tools.files import LIST_FILES, READ_FILE
+from workspace import browse
 from workspace.directory import context_for
+from workspace.uploads import OriginalNameParser, WorkspaceUploadHandler
 
 pytestmark = pytest.mark.django_db
 

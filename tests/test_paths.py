@@ -16,13 +16,13 @@ from agent.core.results import ToolResult, ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import new_conversation, start_run
 from engine.execution import execute_run
-from workspace import paths
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
-from workspace.quota import usage
 from tools.sandbox import sandbox_identity
+from workspace import paths
 from workspace.directory import context_for, ensure_workspace
+from workspace.quota import usage
 
 pytestmark = pytest.mark.django_db
 

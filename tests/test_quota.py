@@ -13,9 +13,9 @@ from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from tools.fence import Channel
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
-from workspace.quota import Quota, sandbox_prefix, usage
 from tools.sandbox import Limits
 from workspace.directory import ensure_workspace
+from workspace.quota import Quota, sandbox_prefix, usage
 
 MB = 1_000_000
 FILE_CAP = Limits().max_file_bytes

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workspace import paths
 from tools.base import Tool, ToolContext, ToolDenied, ToolError
+from workspace import paths
 from workspace.quota import admitted
 
 MAX_READ_BYTES = 1_000_000

@@ -7,8 +7,9 @@ and changed files, counted exactly. Once the workspace is at the quota each furt
 and keeps its earlier version, so a workspace ends at most one file (its file-size cap) past it.
 
 Every walk here is iterative (workspace/paths.py), so no tree, however deep, stops a save or a
-measure; a path the workspace's rules refuse (workspace.paths.path_problem: too deep, too long, a name
-that becomes '..' or a separator under compatibility mapping) is not saved, and the note says so.
+measure; a path the workspace's rules refuse (workspace.paths.path_problem: too deep, too long, a
+name that becomes '..' or a separator under compatibility mapping) is not saved, and the note says
+so.
 
 Standard library only: it runs under the system interpreter, outside the project's virtualenv
 (workspace.quota imports it too, for `usage`).

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from workspace import paths
 from tools.base import ToolError
 from tools.files import (
     DIRECTORY_FLAGS,
@@ -33,6 +32,7 @@ from tools.files import (
     path_components,
     temp_name,
 )
+from workspace import paths
 from workspace.quota import Quota, admitted
 
 # A page of more rows costs more to draw than to list: 10,000 files list in ~50 ms, 1,000 rows draw

@@ -7,9 +7,9 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
-from workspace import paths
 from tools.base import ToolContext
 from tools.sandbox import Identity, sandbox_identity
+from workspace import paths
 
 
 def workspace_path(user_id: int) -> Path:

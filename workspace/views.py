@@ -21,10 +21,10 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from workspace.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
 from workspace import browse
-from workspace.quota import Quota, usage
 from workspace.directory import context_for
+from workspace.quota import Quota, usage
+from workspace.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
 
 # Served as text/plain (never rendered: nosniff); anything else downloads as octet-stream.
 TEXT_SUFFIXES = frozenset(
@@ -56,7 +56,8 @@ def workspace_of(user: AbstractBaseUser) -> Path:
 
 
 def quota_context(user: AbstractBaseUser) -> dict[str, Any]:
-    """How much of the workspace quota the person uses: for the page header (workspace/quota.html)."""
+    """How much of the workspace quota the person uses, for the page header
+    (workspace/quota.html)."""
     quota = Quota.from_settings()
     used = usage(workspace_of(user))
     return {
