@@ -43,8 +43,8 @@ from agent.transcripts import transcripts
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
 from tools.fence import fence_directory
-from tools.files import DIRECTORY_FLAGS
 from workspace.browse import BrowseError, components, escaped_name
+from workspace.confined import DIRECTORY_FLAGS
 from workspace.directory import workspace_path
 from workspace.paths import MAX_PATH_DEPTH, Entry, normal_name, path_problem, remove_tree, walk
 

@@ -13,8 +13,8 @@ from django.test import Client
 
 from loopsite.limits import BodyOnDisk
 from tests.test_files_upload import leftovers, multipart, send
+from tools.context import context_for
 from workspace import browse
-from workspace.directory import context_for
 
 pytestmark = pytest.mark.django_db
 

@@ -14,9 +14,9 @@ from django.http.multipartparser import MultiPartParser
 from django.test import Client
 
 from tools.base import ToolRegistry
+from tools.context import context_for
 from tools.files import LIST_FILES, READ_FILE
 from workspace import browse
-from workspace.directory import context_for
 from workspace.uploads import OriginalNameParser, WorkspaceUploadHandler
 
 pytestmark = pytest.mark.django_db

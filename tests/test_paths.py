@@ -18,10 +18,10 @@ from agent.runs import new_conversation, start_run
 from engine.execution import execute_run
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
+from tools.context import context_for
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
-from tools.sandbox import sandbox_identity
 from workspace import paths
-from workspace.directory import context_for, ensure_workspace
+from workspace.directory import ensure_workspace, sandbox_identity
 from workspace.quota import usage
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,7 @@ file in the requester's own workspace only, so another person's files do not exi
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlencode
 
@@ -22,7 +22,7 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
 from workspace import browse
-from workspace.directory import context_for
+from workspace.directory import workspace_of
 from workspace.quota import Quota, usage
 from workspace.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
 
@@ -49,10 +49,6 @@ TEXT_SUFFIXES = frozenset(
 )
 TEXT_TYPE = "text/plain; charset=utf-8"
 BINARY_TYPE = "application/octet-stream"
-
-
-def workspace_of(user: AbstractBaseUser) -> Path:
-    return context_for(user).workspace
 
 
 def quota_context(user: AbstractBaseUser) -> dict[str, Any]:
