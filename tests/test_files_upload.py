@@ -57,7 +57,7 @@ def ask_json(client: Client, *parts: tuple[str, str | None, bytes]):
     return send(client, multipart(*parts), Accept="application/json")
 
 
-TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{16}\.tmp", re.DOTALL)  # tools.files.temp_name's
+TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{16}\.tmp", re.DOTALL)  # workspace.confined.temp_name's
 
 
 def leftovers(workspace: Path) -> list[str]:
