@@ -42,11 +42,11 @@ from agent.runs import request_cancel
 from agent.transcripts import transcripts
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
-from tools.browse import BrowseError, components, escaped_name
 from tools.fence import fence_directory
-from tools.files import DIRECTORY_FLAGS
-from tools.paths import MAX_PATH_DEPTH, Entry, normal_name, path_problem, remove_tree, walk
-from tools.workspace import workspace_path
+from workspace.browse import BrowseError, components, escaped_name
+from workspace.confined import DIRECTORY_FLAGS
+from workspace.directory import workspace_path
+from workspace.paths import MAX_PATH_DEPTH, Entry, normal_name, path_problem, remove_tree, walk
 
 logger = logging.getLogger(__name__)
 
@@ -297,7 +297,7 @@ def write_workspace(archive: zipfile.ZipFile, workspace: Path) -> Generator[None
 
 def safe_in_zip(relative: str) -> bool:
     """Whether the zip may name the file so: not too deep or long, by the Files panel's rules
-    (tools.browse), no backslash or drive letter an unzip program on Windows takes for a way
+    (workspace.browse), no backslash or drive letter an unzip program on Windows takes for a way
     out of the folder, no control or bidirectional character that makes it look like another
     name, and no character whose compatibility form (NFKC, or Windows' best-fit conversion)
     changes the path (fullwidth dots and reverse solidus read '..\\' there)."""

@@ -20,7 +20,7 @@ from agent.core.results import ToolStatus
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from tools.fence import raise_fence
-from tools.workspace import workspace_path
+from workspace.directory import workspace_path
 
 
 def stale_before() -> ExpressionWrapper:

@@ -44,7 +44,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 FILL_SCRIPT = """
 import os
 from django.contrib.auth.models import User
-from tools.workspace import ensure_workspace, workspace_path
+from workspace.directory import ensure_workspace, workspace_path
 first = None
 for user in User.objects.filter(username__startswith="bench-export-").order_by("pk"):
     workspace = ensure_workspace(workspace_path(user.pk), user.pk)

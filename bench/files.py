@@ -20,10 +20,10 @@ upload, at its peak during each upload, and after the last, and the peak's and t
 over before as a fraction of the size of the files one request carries.
 
 Listing: the other user's workspace gets --files small files in its top folder, written as the
-site's own processes would (tools.workspace with the site's settings, through `manage.py shell`,
+site's own processes would (workspace.directory with the site's settings, through `manage.py shell`,
 each owned by the workspace's owner, each modified at its own second). Figures: `GET /files/`
 (the page: listing, newest first, and quota use) p50 and max over --lists requests after one
-warm-up, with the page's size; and the listing function of tools/browse.py, called in-process
+warm-up, with the page's size; and the listing function of workspace/browse.py, called in-process
 (in one `manage.py shell` with the site's settings) as often, p50 and max.
 
 Floors (issue 18): an upload does not grow daphne's memory by the file's size, after it (it keeps
@@ -223,7 +223,7 @@ async def measure_uploads(
 FILL_SCRIPT = """
 import json, os, time
 from django.contrib.auth.models import User
-from tools.workspace import ensure_workspace, workspace_path
+from workspace.directory import ensure_workspace, workspace_path
 user = User.objects.get(username={username!r})
 workspace = ensure_workspace(workspace_path(user.pk), user.pk)
 owner = os.stat(workspace)
@@ -240,8 +240,8 @@ print(json.dumps({{"workspace": str(workspace), "files": len(os.listdir(workspac
 LIST_SCRIPT = """
 import json, time
 from django.contrib.auth.models import User
-from tools import browse
-from tools.workspace import ensure_workspace, workspace_path
+from workspace import browse
+from workspace.directory import ensure_workspace, workspace_path
 user = User.objects.get(username={username!r})
 workspace = ensure_workspace(workspace_path(user.pk), user.pk)
 times, shown, total = [], 0, 0
@@ -270,7 +270,7 @@ class Listing:
         return [
             f"listing {self.files} files: GET /files/ p50 {percentile(page, 0.5):.0f} ms, "
             f"max {max(page):.0f} ms ({self.page_bytes / 1024:.0f} KiB page); "
-            f"tools.browse.{LIST_FUNCTION} in-process p50 {percentile(function, 0.5):.1f} ms, "
+            f"workspace.browse.{LIST_FUNCTION} in-process p50 {percentile(function, 0.5):.1f} ms, "
             f"max {max(function):.1f} ms ({self.shown} of {self.total} entries returned)",
             f"floor: p50 under {LISTING_FLOOR_MS:.0f} ms: page "
             f"{verdict(percentile(page, 0.5) < LISTING_FLOOR_MS)}, function "

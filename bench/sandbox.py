@@ -38,7 +38,7 @@ from agent.llm.scripted import ScriptedLLM, answer, call  # noqa: E402
 from tools.base import ToolContext, ToolRegistry  # noqa: E402
 from tools.code import RUN_CODE  # noqa: E402
 from tools.sandbox import WARM, Limits, execute, interpreter_arguments  # noqa: E402
-from tools.workspace import ensure_workspace  # noqa: E402
+from workspace.directory import ensure_workspace  # noqa: E402
 
 SNIPPET = "print(1)"
 MODEL_TURN = 0.1  # seconds per model turn, untimed: a fast model's reply takes longer

@@ -39,7 +39,7 @@ from agent.core.results import ToolStatus
 from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from agent.models import Conversation
 from agent.selectors import Logged
-from tools.browse import BrowseError, file_components
+from workspace.browse import BrowseError, file_components
 
 # Raw HTML in Markdown is shown as text; nh3 then keeps only these tags and link schemes, so a
 # <script>, an onerror= or a javascript: link in model output can never run.

@@ -25,9 +25,9 @@ from agent.llm.factory import (
     parse,
 )
 from agent.models import AgentRun, Conversation
-from chat.files import quota_context
 from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards
 from tools.base import ToolError
+from workspace.views import quota_context
 
 SUGGESTIONS = (
     "Compute the sum of 1..100 and save it to a file",

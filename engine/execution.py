@@ -45,10 +45,11 @@ from agent.selectors import conversation_context
 from agent.toolset import default_registry
 from memory.hygiene import carries_nothing, files_written, outcome_text
 from memory.store import recall, remember
+from tools.context import context_for
 from tools.fence import raise_fence
 from tools.files import WRITE_FILE
 from tools.sandbox import kill_run
-from tools.workspace import context_for, workspace_path
+from workspace.directory import workspace_path
 
 CANCEL_POLL_INTERVAL = 0.2
 

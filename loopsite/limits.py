@@ -14,8 +14,8 @@ LOOP_REQUEST_MAX_BYTES for the form around them. The path is read from the reque
 only part of the request known when the headers end. For such a body two more things keep daphne's
 memory flat (bench/files.py): Twisted does not decode a multipart body into `request.args` (it
 would, in memory, many times over, and daphne never reads it), and a body in a temporary file
-stays there until the application takes each chunk (BodyOnDisk); chat/uploads.py then streams the
-files to the workspace.
+stays there until the application takes each chunk (BodyOnDisk); workspace/uploads.py then
+streams the files to the workspace.
 """
 
 import asyncio

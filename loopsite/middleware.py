@@ -68,8 +68,8 @@ class UnreadableFormMiddleware(MiddlewareMixin):
     """A POST whose form body cannot be parsed (a charset other than UTF-8, a broken multipart
     body, too many fields) is answered 400 with the reason here, before the CSRF check or a view
     reads it. Left to them, the error page read the body again (in DEBUG, to show the form), and
-    that second failure was a 500. A view marked `streams_uploads` (chat.uploads) parses its own
-    body, streaming each file to disk, and answers a broken one itself."""
+    that second failure was a 500. A view marked `streams_uploads` (workspace.uploads) parses its
+    own body, streaming each file to disk, and answers a broken one itself."""
 
     def process_view(
         self,

@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "agent",
     "engine",
     "tools",
+    "workspace",
     "memory",
     "accounts",
     "chat",
@@ -180,9 +181,9 @@ LOOP_PARALLEL_TOOL_CALLS = env_int("LOOP_PARALLEL_TOOL_CALLS", 4)
 
 # Tools (see tools/ and docs/configuration.md).
 LOOP_WORKSPACES_DIR = Path(env_str("LOOP_WORKSPACES_DIR") or VAR_DIR / "workspaces").resolve()
-LOOP_WORKSPACE_MAX_BYTES = env_int("LOOP_WORKSPACE_MAX_BYTES", 200_000_000)  # tools.quota
+LOOP_WORKSPACE_MAX_BYTES = env_int("LOOP_WORKSPACE_MAX_BYTES", 200_000_000)  # workspace.quota
 LOOP_WORKSPACE_MAX_FILES = env_int("LOOP_WORKSPACE_MAX_FILES", 10_000)  # files and directories
-# The most one uploaded file may hold (chat/files.py); the workspace quota bounds them all.
+# The most one uploaded file may hold (workspace/views.py); the workspace quota bounds them all.
 LOOP_UPLOAD_MAX_BYTES = env_int("LOOP_UPLOAD_MAX_BYTES", 10 * 1024 * 1024)
 # The most files one upload request may carry; its body may be this many uploads' worth.
 LOOP_UPLOAD_MAX_FILES = env_int("LOOP_UPLOAD_MAX_FILES", 5)

@@ -7,7 +7,7 @@ from django.urls import include, path
 urlpatterns = [
     path("accounts/", include("accounts.urls")),
     path("admin/", admin.site.urls),
-    path("files/", include("chat.files_urls")),
+    path("files/", include("workspace.urls")),
     path("memories/", include("chat.memories_urls")),
     path("", include("chat.urls")),
 ]

@@ -13,8 +13,8 @@ from django.test import Client
 
 from loopsite.limits import BodyOnDisk
 from tests.test_files_upload import leftovers, multipart, send
-from tools import browse
-from tools.workspace import context_for
+from tools.context import context_for
+from workspace import browse
 
 pytestmark = pytest.mark.django_db
 
@@ -240,7 +240,7 @@ def test_a_body_without_a_length_stores_nothing(alice, workspace):
     """A chunked body has no Content-Length: Django's parser reads nothing of it."""
     from django.test import RequestFactory
 
-    from chat.files import upload as upload_view
+    from workspace.views import upload as upload_view
 
     request = RequestFactory().post(
         UPLOAD, data=multipart(("file", "a.txt", b"a")), content_type="multipart/form-data; "

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
-from chat.files import quota_context
-from tools import browse
-from tools.workspace import context_for
+from tools.context import context_for
+from workspace import browse
+from workspace.views import quota_context
 
 pytestmark = pytest.mark.django_db
 
@@ -314,3 +314,32 @@ def test_a_name_made_before_the_path_rules_is_shown_without_a_link_and_can_be_de
     done = client.post("/files/delete/", {"path": legacy}, headers={"Accept": "application/json"})
     assert done.json() == {"done": [f"Deleted {legacy}."], "refused": []}
     assert os.listdir(workspace) == []
+
+
+def test_an_entrys_kind_is_a_code_and_its_words_are_kept_apart(client, workspace):
+    """Entry.kind was "file" for one file and "a file" for another (one the panel cannot name),
+    "symlink" beside "a FIFO": the page compared codes to prose, and showed no size for a file
+    whose kind read "a file"."""
+    put(workspace, "plain.txt", "x")
+    (workspace / "folder").mkdir()
+    os.symlink("plain.txt", workspace / "link")
+    os.mkfifo(workspace / "pipe")
+    (workspace / "odd\udcff.txt").write_bytes(b"12345")  # a name that is not UTF-8 (b"\xff")
+    kinds = {entry.name: entry.kind for entry in browse.list_folder(workspace).entries}
+    assert kinds == {
+        "plain.txt": browse.Kind.FILE,
+        "folder": browse.Kind.FOLDER,
+        "link": browse.Kind.SYMLINK,
+        "pipe": browse.Kind.FIFO,
+        "odd\\xff.txt": browse.Kind.FILE,
+    }
+    assert [kind.described for kind in browse.Kind] == [
+        *("a file", "a folder", "a symlink", "a FIFO", "a socket", "a device"),
+        "not a regular file",
+    ]
+    body = client.get(FILES).content.decode()
+    assert "(symlink, not followed)" in body
+    assert "(a FIFO)" in body
+    assert "(a file, with a name the Files panel cannot open)" in body
+    assert 'class="entry kind-fifo"' in body
+    assert "5\xa0bytes" in body  # the size of the file the panel cannot name

@@ -13,11 +13,11 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http.multipartparser import MultiPartParser
 from django.test import Client
 
-from chat.uploads import OriginalNameParser, WorkspaceUploadHandler
-from tools import browse
 from tools.base import ToolRegistry
+from tools.context import context_for
 from tools.files import LIST_FILES, READ_FILE
-from tools.workspace import context_for
+from workspace import browse
+from workspace.uploads import OriginalNameParser, WorkspaceUploadHandler
 
 pytestmark = pytest.mark.django_db
 
@@ -57,7 +57,7 @@ def ask_json(client: Client, *parts: tuple[str, str | None, bytes]):
     return send(client, multipart(*parts), Accept="application/json")
 
 
-TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{16}\.tmp", re.DOTALL)  # tools.files.temp_name's
+TEMP_NAME = re.compile(r"\..*\.[0-9a-f]{16}\.tmp", re.DOTALL)  # workspace.confined.temp_name's
 
 
 def leftovers(workspace: Path) -> list[str]:

@@ -1,7 +1,7 @@
-"""The layers read agent.core -> tools -> memory -> agent -> engine -> {console, chat, accounts},
-one way: a lower layer never imports a higher one, nor names a higher app's model in its schema or
-its migrations. agent.core, the loop and its vocabulary, is the bottom: no Django, nothing else of
-Loop."""
+"""The layers read agent.core -> workspace -> tools -> memory -> agent -> engine -> {console, chat,
+accounts}, one way: a lower layer never imports a higher one, nor names a higher app's model in its
+schema or its migrations. agent.core, the loop and its vocabulary, is the bottom: no Django,
+nothing else of Loop."""
 
 import ast
 import sys
@@ -12,7 +12,7 @@ from django.apps import apps
 from django.db.migrations.loader import MigrationLoader
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-ORDER = ["agent.core", "tools", "memory", "agent", "engine"]
+ORDER = ["agent.core", "workspace", "tools", "memory", "agent", "engine"]
 TOP = {"console", "chat", "accounts"}
 LAYERS = [*ORDER, *sorted(TOP)]
 HIGHER = {layer: {*ORDER[at + 1 :], *TOP} for at, layer in enumerate(ORDER)}
@@ -126,6 +126,11 @@ def test_the_agent_core_imports_no_django_and_nothing_else_of_loop():
     }
     assert len(offenders) >= 10  # the loop, events, history, guards, interrupt, llm, ...
     assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_the_workspace_owns_no_model():
+    """A workspace is a directory: what a person keeps there is files, not rows."""
+    assert list(apps.get_app_config("workspace").get_models()) == []
 
 
 def test_the_engine_owns_no_model():

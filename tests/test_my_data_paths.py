@@ -16,7 +16,7 @@ from django.test import Client
 
 from accounts import my_data
 from tests.conftest import PASSWORD
-from tools.paths import MAX_PATH_DEPTH, remove_tree
+from workspace.paths import MAX_PATH_DEPTH, remove_tree
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("workspaces")]
 

@@ -1,4 +1,4 @@
-"""Workspace paths (tools/paths.py): the rules every writer applies, and walks that hold at any
+"""Workspace paths (workspace/paths.py): the rules every writer applies, and walks that hold at any
 depth. A path 1,100 folders deep (the attack of issue 25: a model told by an uploaded file to
 write one) is refused, and a tree that deep made before the rules (or by a snippet in its
 sandbox) no longer breaks the pages, the quota, the saver or its deletion."""
@@ -16,13 +16,13 @@ from agent.core.results import ToolResult, ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import new_conversation, start_run
 from engine.execution import execute_run
-from tools import paths
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
+from tools.context import context_for
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
-from tools.quota import usage
-from tools.sandbox import sandbox_identity
-from tools.workspace import context_for, ensure_workspace
+from workspace import paths
+from workspace.directory import ensure_workspace, sandbox_identity
+from workspace.quota import usage
 
 pytestmark = pytest.mark.django_db
 

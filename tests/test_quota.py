@@ -13,9 +13,9 @@ from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from tools.fence import Channel
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
-from tools.quota import Quota, sandbox_prefix, usage
-from tools.sandbox import Limits
-from tools.workspace import ensure_workspace
+from tools.sandbox import Limits, quota_prefix
+from workspace.directory import ensure_workspace
+from workspace.quota import Quota, usage
 
 MB = 1_000_000
 FILE_CAP = Limits().max_file_bytes
@@ -295,7 +295,7 @@ for number in range(30):
     saver = Channel()
     saver.give(None, 0)  # as the worker does when it gives a sandbox its program
     finished = subprocess.run(
-        [*identity, *sandbox_prefix(workspace, saver.saver_end()), *snippet],
+        [*identity, *quota_prefix(workspace, saver.saver_end()), *snippet],
         capture_output=True,
         text=True,
         timeout=60,

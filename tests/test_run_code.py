@@ -20,11 +20,9 @@ from tools.sandbox import (
     WARM,
     BubblewrapSandbox,
     Limits,
-    SandboxUnavailable,
     WarmSandboxes,
-    sandbox_identity,
 )
-from tools.workspace import ensure_workspace
+from workspace.directory import UidOutOfRange, ensure_workspace, sandbox_identity
 
 from .conftest import PROJECT_DIR, wait_for
 
@@ -309,10 +307,10 @@ def test_a_workspace_no_sandbox_uid_owns_is_refused(context):
 
 def test_a_uid_base_that_would_reach_root_or_overflow_refuses(workspaces, settings):
     settings.LOOP_SANDBOX_UID_BASE = 0
-    with pytest.raises(SandboxUnavailable, match="LOOP_SANDBOX_UID_BASE"):
+    with pytest.raises(UidOutOfRange, match="LOOP_SANDBOX_UID_BASE"):
         ensure_workspace(workspaces / "0", 0)
     settings.LOOP_SANDBOX_UID_BASE = 2**31 - 10
-    with pytest.raises(SandboxUnavailable, match="LOOP_SANDBOX_UID_BASE"):
+    with pytest.raises(UidOutOfRange, match="LOOP_SANDBOX_UID_BASE"):
         ensure_workspace(workspaces / "20", 20)
 
 

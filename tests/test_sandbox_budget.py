@@ -10,8 +10,7 @@ import psutil
 
 from agent.core.results import ToolStatus
 from tools.base import ToolContext
-from tools.sandbox import sandbox_identity
-from tools.workspace import ensure_workspace
+from workspace.directory import ensure_workspace, sandbox_identity
 
 from .conftest import wait_for
 from .test_run_code import fresh_user_id, run, sandbox_processes, user_context

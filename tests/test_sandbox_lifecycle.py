@@ -14,8 +14,8 @@ from agent.core.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import start_run
 from engine.execution import execute_run
-from tools.sandbox import WARM, BubblewrapSandbox, Launched, Limits, sandbox_identity
-from tools.workspace import workspace_path
+from tools.sandbox import WARM, BubblewrapSandbox, Launched, Limits
+from workspace.directory import sandbox_identity, workspace_path
 
 from .conftest import PROJECT_DIR, child_environment, wait_for
 from .test_run_code import run, sandbox_processes, user_context
@@ -154,7 +154,7 @@ django.setup()
 
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
-from tools.workspace import ensure_workspace
+from workspace.directory import ensure_workspace
 
 user_id, workspaces = int(sys.argv[1]), Path(sys.argv[2])
 workspace = ensure_workspace(workspaces / str(user_id), user_id)

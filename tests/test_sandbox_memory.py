@@ -18,8 +18,8 @@ from loopsite.settings import sandbox_uid_base
 from tools.base import ToolContext
 from tools.cgroups import MEMORY, Tree, Unavailable, own_memory_cgroup
 from tools.checks import check_memory_bound
-from tools.sandbox import WARM, sandbox_identity
-from tools.workspace import ensure_workspace
+from tools.sandbox import WARM
+from workspace.directory import ensure_workspace, sandbox_identity
 
 from .conftest import wait_for
 from .test_run_code import fresh_user_id, run, sandbox_processes, user_context

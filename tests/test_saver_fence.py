@@ -29,7 +29,7 @@ from tools.code import RUN_CODE
 from tools.fence import raise_fence
 from tools.files import WRITE_FILE
 from tools.sandbox import BubblewrapSandbox, Execution, ForRun, Launched, Limits
-from tools.workspace import ensure_workspace, workspace_path
+from workspace.directory import ensure_workspace, workspace_path
 
 from .conftest import wait_for
 from .groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)

@@ -11,7 +11,7 @@ from django.core.checks import CheckMessage, Warning, register
 
 from tools.cgroups import MEMORY, Unavailable
 from tools.sandbox import Limits, SandboxUnavailable, SubprocessSandbox, get_sandbox
-from tools.workspace import ensure_workspace
+from workspace.directory import ensure_workspace
 
 PROBE = "print(6 * 7)"
 PROBE_USER_ID = 0  # no account has id 0: the probe's snippet counts against no user's budget

@@ -1,14 +1,12 @@
 """Workspace-confined file tools (read_file, write_file, list_files), safe for strangers to use.
 
-Every path meets the workspace's path rules (tools.paths: depth, length, names that become '..'
+Every path meets the workspace's path rules (workspace.paths: depth, length, names that become '..'
 or a separator under compatibility mapping), and a name is looked up as given, else in NFC, the
 form new names are stored in.
 """
 
 import errno
 import os
-import re
-import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
@@ -16,27 +14,27 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools import paths
 from tools.base import Tool, ToolContext, ToolDenied, ToolError
-from tools.quota import admitted
+from workspace import confined, paths
+from workspace.confined import (
+    DIRECTORY_FLAGS,
+    EXAMPLE,
+    READ_FLAGS,
+    Owner,
+    PathRefused,
+    WorkspaceUnavailable,
+    is_symlink,
+    owner_of,
+    temp_name,
+)
+from workspace.quota import QuotaExceeded, admitted
 
 MAX_READ_BYTES = 1_000_000
 MAX_WRITE_BYTES = 1_000_000
 MAX_LIST_ENTRIES = 1_000
 
-_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# O_NONBLOCK so that opening a FIFO cannot hang the worker; O_NOCTTY so a tty never becomes ours.
-READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_TEMP_TOKEN_BYTES = 8
-# Long enough to recognise the file, short enough that the temp name stays under NAME_MAX.
-_TEMP_STEM_CHARS = 200
-_DRIVE_LETTER = re.compile(r"[A-Za-z]:")
 _READ_CHUNK = 64 * 1024
-_EXAMPLE = "like 'notes/todo.txt'"
-
-Owner = tuple[int, int]
 
 
 class ReadFileArguments(BaseModel):
@@ -72,58 +70,24 @@ class ListFilesArguments(BaseModel):
 
 
 def path_components(path: str, *, existing: bool = False) -> list[str]:
-    """The names along a relative path, after refusing anything that could lead outside or
-    that the workspace's path rules refuse; with existing, the path of an entry already there
-    (one made before the rules, to be removed), which those rules do not judge."""
-    _refuse_hostile(path)
-    names = [name for name in path.split("/") if name not in ("", ".")]
-    problem = paths.path_problem("/".join(names)) if names and not existing else None
-    if problem is not None:
-        raise ToolDenied(problem)
-    return names
-
-
-def _refuse_hostile(path: str) -> None:
-    if "\x00" in path:
-        raise ToolDenied(f"The path contains a NUL byte. Use a plain relative path, {_EXAMPLE}.")
-    control = next((char for char in path if char < " " or char == "\x7f"), None)
-    if control is not None:
-        raise ToolDenied(
-            f"The path {path!r} contains the control character {control!r}. "
-            f"Use a plain relative path, {_EXAMPLE}."
-        )
-    if "\\" in path:
-        raise ToolDenied(
-            f"The path {path!r} contains a backslash. Separate directories with '/', {_EXAMPLE}."
-        )
-    if _DRIVE_LETTER.match(path):
-        raise ToolDenied(
-            f"The path {path!r} starts with a drive letter. Paths are relative to your "
-            f"workspace root, {_EXAMPLE}."
-        )
-    if path.startswith("/"):
-        raise ToolDenied(
-            f"The path {path!r} is absolute. Use a path relative to your workspace root, "
-            f"{_EXAMPLE}; the root itself is '.'."
-        )
-    if ".." in path.split("/"):
-        raise ToolDenied(
-            f"The path {path!r} contains '..', which is refused: file tools only reach inside "
-            f"your workspace. Use a path relative to the workspace root, {_EXAMPLE}."
-        )
+    """workspace.confined.path_components, its refusal a denial the model reads."""
+    try:
+        return confined.path_components(path, existing=existing)
+    except PathRefused as refused:
+        raise ToolDenied(str(refused)) from None
 
 
 def _file_components(path: str) -> list[str]:
     """Like path_components, for a path that must name a file rather than the workspace itself."""
     if not path:
         raise ToolDenied(
-            f"The path is empty. Give a file path relative to your workspace, {_EXAMPLE}."
+            f"The path is empty. Give a file path relative to your workspace, {EXAMPLE}."
         )
     names = path_components(path)
     if not names:
         raise ToolError(
             f"{path!r} is your workspace root, not a file. Use list_files to see its contents "
-            f"and give a file path, {_EXAMPLE}."
+            f"and give a file path, {EXAMPLE}."
         )
     return names
 
@@ -137,13 +101,6 @@ def _symlink_denied(shown: str) -> ToolDenied:
         f"{shown} is a symlink. File tools never follow symlinks, not even ones that point "
         "inside your workspace. Use the real path of the file or directory instead."
     )
-
-
-def is_symlink(directory: int, name: str) -> bool:
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
 
 
 def kind_of(mode: int) -> str:
@@ -171,19 +128,9 @@ def _reporting_failures(verb: str, shown: str) -> Iterator[None]:
 
 def open_root(workspace: Path, stack: ExitStack) -> int:
     try:
-        root = os.open(workspace, _ROOT_FLAGS)
-    except OSError:
-        raise ToolError("Your workspace is not available right now. Try again later.") from None
-    stack.callback(os.close, root)
-    return root
-
-
-def owner_of(root: int) -> Owner | None:
-    """Whom new entries must belong to: snippets run as the workspace's owner and must edit them."""
-    if os.geteuid() != 0:
-        return None
-    info = os.fstat(root)
-    return info.st_uid, info.st_gid
+        return confined.open_root(workspace, stack)
+    except WorkspaceUnavailable as error:
+        raise ToolError(str(error)) from None
 
 
 def _enter(parent: int, names: list[str], depth: int, stack: ExitStack) -> int:
@@ -358,7 +305,7 @@ def write_file(args: WriteFileArguments, context: ToolContext) -> str:
             f"like '{shown}/file.txt'."
         )
     data = _encode(args.content)
-    with ExitStack() as stack, _reporting_failures("write", shown):
+    with ExitStack() as stack, _reporting_failures("write", shown), _refused_by_quota():
         root = open_root(context.workspace, stack)
         owner = owner_of(root)
         budget = stack.enter_context(admitted(root))
@@ -379,6 +326,15 @@ def write_file(args: WriteFileArguments, context: ToolContext) -> str:
             )
         _write_atomically(directory, names[-1], data, owner)
     return f"Wrote {len(data):,} bytes to {shown}."
+
+
+@contextmanager
+def _refused_by_quota() -> Iterator[None]:
+    """The quota's refusal as the tool's result: the model reads it and may make room."""
+    try:
+        yield
+    except QuotaExceeded as refused:
+        raise ToolError(str(refused)) from None
 
 
 def _encode(content: str) -> bytes:
@@ -441,12 +397,6 @@ def _write_atomically(directory: int, name: str, data: bytes, owner: Owner | Non
         with suppress(OSError):
             os.unlink(temp, dir_fd=directory)
         raise
-
-
-def temp_name(name: str) -> str:
-    """A dot-name beside `name`, unlikely to be any other's (64 random bits)."""
-    stem = name.encode()[:_TEMP_STEM_CHARS].decode(errors="ignore")  # bytes: the disk's limit
-    return f".{stem}.{secrets.token_hex(_TEMP_TOKEN_BYTES)}.tmp"
 
 
 def _write_all(handle: int, data: bytes) -> None:

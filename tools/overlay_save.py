@@ -1,4 +1,4 @@
-"""What a finished snippet wrote, saved to its workspace within the quota; and a workspace's usage.
+"""What a finished snippet wrote, saved to its workspace within the quota.
 
 tools/overlay.py lays the overlay a snippet writes into and forks the saver, which loads this
 module, waits for the sandbox to end, however it ends, and applies the overlay's upper layer to the
@@ -6,12 +6,13 @@ real workspace under the workspace's lock: deletions first, so the room they fre
 and changed files, counted exactly. Once the workspace is at the quota each further file is refused
 and keeps its earlier version, so a workspace ends at most one file (its file-size cap) past it.
 
-Every walk here is iterative (tools/paths.py), so no tree, however deep, stops a save or a
-measure; a path the workspace's rules refuse (tools.paths.path_problem: too deep, too long, a name
-that becomes '..' or a separator under compatibility mapping) is not saved, and the note says so.
+Every walk here is iterative (workspace/paths.py), so no tree, however deep, stops a save or a
+measure; a path the workspace's rules refuse (workspace.paths.path_problem: too deep, too long, a
+name that becomes '..' or a separator under compatibility mapping) is not saved, and the note says
+so.
 
-Standard library only: it runs under the system interpreter, outside the project's virtualenv
-(tools.quota imports it too, for `usage`).
+Standard library only: it runs under the system interpreter, outside the project's virtualenv,
+and loads workspace/paths.py (the path rules, the walks, a workspace's usage) by path.
 """
 
 import errno
@@ -23,15 +24,16 @@ from contextlib import suppress
 
 
 def _load_paths():  # noqa: ANN202 (a module loaded from a path has no static type)
-    """tools/paths.py: imported as usual in the project, loaded by path in the saver, which
-    runs without the project on sys.path."""
+    """workspace/paths.py: imported as usual in the project, loaded by path in the saver, which
+    runs without the project on sys.path (tools/overlay.py runs it by its path)."""
     if __name__ == "tools.overlay_save":
-        from tools import paths
+        from workspace import paths
 
         return paths
     from importlib.util import module_from_spec, spec_from_file_location
 
-    spec = spec_from_file_location("paths", os.path.join(os.path.dirname(__file__), "paths.py"))
+    project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = spec_from_file_location("paths", os.path.join(project, "workspace", "paths.py"))
     module = module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -49,19 +51,6 @@ FULL_MARGIN = 16 * 4096
 
 # Plain classes rather than dataclasses: the saver loads this module once a snippet has ended,
 # while the call waits.
-
-
-class Usage:
-    """What a workspace holds: the bytes of its regular files, and its entries of every kind."""
-
-    def __init__(self, bytes: int = 0, files: int = 0) -> None:
-        self.bytes, self.files = bytes, files
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Usage) and (self.bytes, self.files) == (other.bytes, other.files)
-
-    def __repr__(self) -> str:
-        return f"Usage(bytes={self.bytes}, files={self.files})"
 
 
 class Saved:
@@ -108,19 +97,6 @@ class _Descriptor:
 
     def __exit__(self, *exception: object) -> None:
         os.close(self.handle)
-
-
-# Measuring -------------------------------------------------------------------------------------
-
-
-def usage(directory: int) -> Usage:
-    """Count everything below an open directory, never following a symlink, at any depth."""
-    total = Usage()
-    for entry in paths.walk(directory):
-        total.files += 1
-        if stat.S_ISREG(entry.info.st_mode):
-            total.bytes += entry.info.st_size
-    return total
 
 
 class _Level:
@@ -215,7 +191,7 @@ def save(
                 return saved
             _set_aside(upper, workspace, ticket, saved)
         _remove_pass(upper, workspace)
-        budget = _Budget(usage(workspace), max_bytes, max_files)
+        budget = _Budget(paths.usage(workspace), max_bytes, max_files)
         _add_pass(upper, workspace, "", budget, saved)
     except OSError as error:  # the disk is full, say: what is in place stays, the rest is named
         saved.failure = error.strerror or str(error)
@@ -239,7 +215,7 @@ def _fence(fences: int | None, run: int) -> int:
 
 # Changes that clash with another call's ----------------------------------------------------------
 # Each walk here holds a descriptor per level it is in (the saver's own, gone when it exits), never
-# recurses, and goes no deeper than a saved path may (tools/paths.py), as the passes do.
+# recurses, and goes no deeper than a saved path may (workspace/paths.py), as the passes do.
 
 
 def _names(directory: int) -> Iterator[str]:
@@ -434,7 +410,7 @@ def _remove_pass(upper: int, workspace: int) -> None:
 
 
 class _Budget:
-    def __init__(self, used: Usage, max_bytes: int, max_files: int) -> None:
+    def __init__(self, used: paths.Usage, max_bytes: int, max_files: int) -> None:
         self.used, self.max_bytes, self.max_files = used, max_bytes, max_files
 
     def admits(self, size: int, replaced: os.stat_result | None) -> bool:
@@ -543,14 +519,6 @@ def _copy(upper: int, name: str, workspace: int, temp: str, info: os.stat_result
     return copied
 
 
-def describe(used: Usage, max_bytes: int, max_files: int) -> str:
-    """The quota and the usage, as every refusal states them (tools.quota's too)."""
-    return (
-        f"Your workspace quota is {max_bytes:,} bytes and {max_files:,} files and directories; "
-        f"{used.bytes:,} bytes in {used.files:,} files and directories are used."
-    )
-
-
 def _listed(names: list[str]) -> str:
     """At most ten names; a name with newlines could forge lines of the result, so what is not
     printable is quoted."""
@@ -558,11 +526,10 @@ def _listed(names: list[str]) -> str:
     return shown + (f" and {len(names) - 10:,} more" if len(names) > 10 else "")
 
 
-def report(saved: Saved, used: Usage, max_bytes: int, max_files: int) -> str:
+def report(saved: Saved, used: paths.Usage, max_bytes: int, max_files: int) -> str:
     """The note the saver leaves on the snippet's stderr when the quota stopped something."""
-    lines = [
-        f"[Workspace quota reached: writes past it failed. {describe(used, max_bytes, max_files)}]"
-    ]
+    quota = paths.describe(used, max_bytes, max_files)
+    lines = [f"[Workspace quota reached: writes past it failed. {quota}]"]
     if saved.skipped:
         lines.append(
             f"[Not saved, over the quota: {_listed(saved.skipped)}. Each keeps its earlier "
@@ -644,7 +611,7 @@ def save_when_done(
         return outcome(saved)
     saved.full = _full(upper)
     if saved.skipped or saved.full:
-        os.write(2, report(saved, usage(workspace), *limits).encode())
+        os.write(2, report(saved, paths.usage(workspace), *limits).encode())
     if saved.refused:
         os.write(2, refused_note(saved).encode())
     return outcome(saved)

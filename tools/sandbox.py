@@ -35,17 +35,17 @@ from typing import IO, Protocol
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from tools import overlay
 from tools.base import ToolDenied, ToolError
 from tools.cgroups import MEMORY, REFUSED, Bound, CgroupError, SnippetCgroup
-from tools.fence import Channel
-from tools.quota import sandbox_prefix as quota_prefix
+from tools.fence import Channel, fence_directory
+from workspace.directory import UID_CEILING, Identity
+from workspace.quota import Quota
 
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 WORKSPACE_MOUNT = "/workspace"
-# Sandbox uids stay below 2**31 - 1: some tools read uids as signed 32-bit numbers.
-UID_CEILING = 2**31 - 1
 PIPE_CAPACITY = 65536  # Linux's default; bwrap's options take a few hundred bytes
 
 
@@ -133,14 +133,6 @@ class ForRun:
     attempt: int = 0  # the run's claim: a saver whose run was claimed again saves nothing
 
 
-@dataclass(frozen=True)
-class Identity:
-    """The host uid and gid snippets run as: numbers only, no /etc/passwd entry needed."""
-
-    uid: int
-    gid: int
-
-
 class Sandbox(Protocol):
     policy: str
 
@@ -155,22 +147,6 @@ class Sandbox(Protocol):
     ) -> Execution: ...
 
 
-def sandbox_identity(user_id: int) -> Identity | None:
-    """Whom this user's snippets run as when the worker is root: a host uid of their own, so no
-    other user's snippets count against their process limit. None when the worker is not root:
-    then every snippet runs as the worker's own unprivileged uid."""
-    if os.geteuid() != 0:
-        return None
-    uid = settings.LOOP_SANDBOX_UID_BASE + user_id
-    if not 0 < settings.LOOP_SANDBOX_UID_BASE <= uid < UID_CEILING:
-        raise SandboxUnavailable(
-            f"run_code cannot run: user {user_id}'s sandbox uid would be {uid}, outside "
-            f"1..{UID_CEILING - 1}. Set LOOP_SANDBOX_UID_BASE (now "
-            f"{settings.LOOP_SANDBOX_UID_BASE}) so that it plus the highest user id stays in range."
-        )
-    return Identity(uid, uid)
-
-
 def workspace_owner(workspace: Path) -> Identity | None:
     """Whom snippets in this workspace run as: its owner, which ensure_workspace made the user's
     sandbox identity (the file tools give what they write the same owner). None when not root."""
@@ -181,9 +157,32 @@ def workspace_owner(workspace: Path) -> Identity | None:
         raise SandboxUnavailable(
             f"run_code refuses to run: the workspace belongs to uid {info.st_uid}, not to a "
             f"sandbox uid (LOOP_SANDBOX_UID_BASE={settings.LOOP_SANDBOX_UID_BASE} and up). "
-            "tools.workspace.ensure_workspace hands a workspace over to its user's sandbox uid."
+            "workspace.directory.ensure_workspace hands a workspace over to its user's sandbox uid."
         )
     return Identity(info.st_uid, info.st_gid)
+
+
+def quota_prefix(workspace: Path, saver: int) -> list[str]:
+    """The command that bounds a sandboxed snippet's writes by the quota; the sandbox follows.
+
+    It runs as the snippet's unprivileged identity (after setpriv), before the rlimits, so the
+    saver it leaves behind is bound by neither the snippet's file-size nor its descriptor limit.
+    `saver` is the descriptor of the saver's end of its channel to the worker (tools.fence), and
+    the saver reads the workspace runs' fences where tools.fence writes them.
+    """
+    quota = Quota.from_settings()
+    return [
+        settings.LOOP_SANDBOX_PYTHON,
+        "-I",
+        "-S",
+        overlay.__file__,
+        str(workspace),
+        str(quota.max_bytes),
+        str(quota.max_files),
+        str(fence_directory(workspace)),
+        str(saver),
+        "--",
+    ]
 
 
 def identity_prefix(workspace: Path) -> list[str]:

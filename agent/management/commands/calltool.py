@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.toolset import default_registry
-from tools.workspace import context_for
+from tools.context import context_for
 
 
 class Command(BaseCommand):

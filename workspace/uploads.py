@@ -1,6 +1,6 @@
 """Uploads streamed into the workspace: each part goes, chunk by chunk, into an unnamed file in
 the workspace's filesystem (O_TMPFILE), which no snippet or listing can name, and gets its name
-only when complete and admitted (tools.browse).
+only when complete and admitted (workspace.browse).
 
 Never the whole file in memory: Django's MultiPartParser hands this handler one chunk at a time
 (64 KiB) and it writes each to disk at once. A part past LOOP_UPLOAD_MAX_BYTES, or past the room
@@ -26,7 +26,7 @@ from django.http import HttpRequest
 from django.http.multipartparser import MultiPartParser
 from django.utils.datastructures import ImmutableList
 
-from tools import browse
+from workspace import browse
 
 FIELD = "file"
 

@@ -1,11 +1,11 @@
 """The workspace as its person sees it in the Files panel: list, open, download, delete, upload.
 
-Confined exactly like the file tools (tools.files): every path goes through the same rules (no
-'..', no absolute path, no NUL or control characters, and tools.paths' depth, length and
-compatibility rules), every directory is opened one component at a time without following a
-symlink, and every write is admitted by the workspace quota under the workspace's lock
-(tools.quota). The panel shows and counts every entry a person has. The messages here are for a
-person, not for the model.
+Confined exactly like the file tools (tools.files), by the same code (workspace.confined): every
+path goes through the same rules (no '..', no absolute path, no NUL or control characters, and
+workspace.paths' depth, length and compatibility rules), every directory is opened one component
+at a time without following a symlink, and every write is admitted by the workspace quota under
+the workspace's lock (workspace.quota). The panel shows and counts every entry a person has. The
+messages here are for a person, not for the model.
 """
 
 from __future__ import annotations
@@ -18,22 +18,23 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import BinaryIO
 
-from tools import paths
-from tools.base import ToolError
-from tools.files import (
+from workspace import paths
+from workspace.confined import (
     DIRECTORY_FLAGS,
     READ_FLAGS,
+    PathRefused,
+    WorkspaceUnavailable,
     is_symlink,
-    kind_of,
     open_root,
     owner_of,
     path_components,
     temp_name,
 )
-from tools.quota import Quota, admitted
+from workspace.quota import Quota, admitted
 
 # A page of more rows costs more to draw than to list: 10,000 files list in ~50 ms, 1,000 rows draw
 # in ~150 (bench/files.py); the newest are what a person looks for, the rest are downloads away.
@@ -90,6 +91,50 @@ class FolderNotEmpty(BrowseError):
         self.path, self.contents = path, contents
 
 
+class Kind(StrEnum):
+    """What an entry is: the code pages and code compare, apart from the words a person reads."""
+
+    FILE = "file"
+    FOLDER = "folder"
+    SYMLINK = "symlink"
+    FIFO = "fifo"
+    SOCKET = "socket"
+    DEVICE = "device"
+    OTHER = "other"
+
+    @classmethod
+    def of(cls, mode: int) -> Kind:
+        for test, kind in _KIND_TESTS:
+            if test(mode):
+                return kind
+        return cls.OTHER
+
+    @property
+    def described(self) -> str:
+        """The kind in a sentence: "x is a FIFO", "(a folder, with a name ...)"."""
+        return _DESCRIBED[self]
+
+
+_KIND_TESTS = (
+    (stat.S_ISREG, Kind.FILE),
+    (stat.S_ISDIR, Kind.FOLDER),
+    (stat.S_ISLNK, Kind.SYMLINK),
+    (stat.S_ISFIFO, Kind.FIFO),
+    (stat.S_ISSOCK, Kind.SOCKET),
+    (stat.S_ISCHR, Kind.DEVICE),
+    (stat.S_ISBLK, Kind.DEVICE),
+)
+_DESCRIBED = {
+    Kind.FILE: "a file",
+    Kind.FOLDER: "a folder",
+    Kind.SYMLINK: "a symlink",
+    Kind.FIFO: "a FIFO",
+    Kind.SOCKET: "a socket",
+    Kind.DEVICE: "a device",
+    Kind.OTHER: "not a regular file",
+}
+
+
 @dataclass(frozen=True)
 class Entry:
     name: str
@@ -97,7 +142,7 @@ class Entry:
     size: int
     modified: datetime
     is_folder: bool
-    kind: str  # "file", "folder", "symlink" or what else it is ("a FIFO")
+    kind: Kind  # in a sentence: kind.described
     # False for a name the panel refuses (not UTF-8, a control or bidi character, a path the
     # rules for storing refuse): it is shown escaped, and offered no link that would be refused.
     reachable: bool = True
@@ -143,10 +188,10 @@ class Download:
 
 def components(path: str, *, existing: bool = False) -> list[str]:
     """The names along a path the person gave, by the file tools' rules, plus no bidi control
-    (with existing, of an entry to remove: see tools.files.path_components)."""
+    (with existing, of an entry to remove: see workspace.confined.path_components)."""
     try:
         names = path_components(path, existing=existing)
-    except ToolError as refused:
+    except PathRefused as refused:
         raise BrowseError(str(refused)) from None
     refuse_unshowable(path)
     return names
@@ -201,7 +246,7 @@ def _workspace(workspace: Path) -> Iterator[tuple[ExitStack, int]]:
     with ExitStack() as stack:
         try:
             root = open_root(workspace, stack)
-        except ToolError as error:
+        except WorkspaceUnavailable as error:
             raise BrowseError(str(error)) from None
         try:
             yield stack, root
@@ -269,21 +314,14 @@ def _entry(directory: int, name: str, names: list[str]) -> Entry | None:
     if not _reachable(path):
         modified = datetime.fromtimestamp(info.st_mtime, UTC)
         size = info.st_size if stat.S_ISREG(info.st_mode) else 0
-        kind = "a file" if stat.S_ISREG(info.st_mode) else _what(info.st_mode)
+        kind = Kind.of(info.st_mode)
         removable = _reachable(path, existing=True)
         shown = escaped_name(name)
         return Entry(
             shown, path if removable else "", size, modified, False, kind, False, removable
         )
     mode = info.st_mode
-    if stat.S_ISDIR(mode):
-        kind = "folder"
-    elif stat.S_ISREG(mode):
-        kind = "file"
-    elif stat.S_ISLNK(mode):
-        kind = "symlink"
-    else:
-        kind = kind_of(mode)
+    kind = Kind.of(mode)
     modified = datetime.fromtimestamp(info.st_mtime, UTC)
     size = info.st_size if stat.S_ISREG(mode) else 0
     return Entry(name, _shown([*names, name]), size, modified, stat.S_ISDIR(mode), kind)
@@ -337,7 +375,9 @@ def _open_file(root: int, names: list[str], stack: ExitStack) -> tuple[int, os.s
     if stat.S_ISDIR(info.st_mode):
         raise BrowseError(f"{shown} is a folder: open it from the list.")
     if not stat.S_ISREG(info.st_mode):
-        raise BrowseError(f"{shown} is {kind_of(info.st_mode)}, not a file that can be opened.")
+        raise BrowseError(
+            f"{shown} is {Kind.of(info.st_mode).described}, not a file that can be opened."
+        )
     if info.st_nlink > 1:
         # No writer of the workspace makes one (the saver copies a snippet's files): such a
         # name may be a hard link to a file outside it, which O_NOFOLLOW cannot tell.
@@ -564,17 +604,11 @@ def _target(directory: int, name: str, shown: str, on_clash: str) -> tuple[str, 
         return _free_name(directory, name), None
     if on_clash == "replace":
         if not stat.S_ISREG(info.st_mode):
-            raise BrowseError(f"{shown} is {_what(info.st_mode)}, which an upload never replaces.")
+            raise BrowseError(
+                f"{shown} is {Kind.of(info.st_mode).described}, which an upload never replaces."
+            )
         return name, info.st_size
     raise Clash(f"{shown} already exists: replace it, or keep both (the upload as a new name).")
-
-
-def _what(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    return kind_of(mode)
 
 
 def _free_name(directory: int, name: str) -> str:

@@ -2,14 +2,46 @@
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ImproperlyConfigured
 
-from tools import paths
-from tools.base import ToolContext
-from tools.sandbox import Identity, sandbox_identity
+from workspace import paths
+
+# Sandbox uids stay below 2**31 - 1: some tools read uids as signed 32-bit numbers.
+UID_CEILING = 2**31 - 1
+
+
+class UidOutOfRange(ImproperlyConfigured):
+    """LOOP_SANDBOX_UID_BASE puts a person's uid at root's or past UID_CEILING: the site's
+    setting is wrong, and no workspace can be handed to that person's snippets."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The host uid and gid snippets run as: numbers only, no /etc/passwd entry needed."""
+
+    uid: int
+    gid: int
+
+
+def sandbox_identity(user_id: int) -> Identity | None:
+    """Whom this user's snippets run as when the worker is root: a host uid of their own, so no
+    other user's snippets count against their process limit. None when the worker is not root:
+    then every snippet runs as the worker's own unprivileged uid."""
+    if os.geteuid() != 0:
+        return None
+    uid = settings.LOOP_SANDBOX_UID_BASE + user_id
+    if not 0 < settings.LOOP_SANDBOX_UID_BASE <= uid < UID_CEILING:
+        raise UidOutOfRange(
+            f"run_code cannot run: user {user_id}'s sandbox uid would be {uid}, outside "
+            f"1..{UID_CEILING - 1}. Set LOOP_SANDBOX_UID_BASE (now "
+            f"{settings.LOOP_SANDBOX_UID_BASE}) so that it plus the highest user id stays in range."
+        )
+    return Identity(uid, uid)
 
 
 def workspace_path(user_id: int) -> Path:
@@ -38,7 +70,7 @@ def hand_over(path: Path, identity: Identity) -> None:
 
     Nothing is followed: symlinks are changed themselves, and a file with other hard links may
     be a name for something outside the workspace, so it is left as it is. The walk is
-    iterative (tools.paths), so a tree of any depth is handed over whole.
+    iterative (workspace.paths), so a tree of any depth is handed over whole.
     """
     previous = os.stat(path).st_uid
     root = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -54,10 +86,6 @@ def hand_over(path: Path, identity: Identity) -> None:
         os.close(root)
 
 
-def context_for(user: AbstractBaseUser) -> ToolContext:
-    """The context tools act in for this user: decided here, by server code, never by the model."""
-    return ToolContext(
-        user_id=user.pk,
-        username=user.get_username(),
-        workspace=ensure_workspace(workspace_path(user.pk), user.pk),
-    )
+def workspace_of(user: AbstractBaseUser) -> Path:
+    """The person's workspace, made (and handed to their sandbox uid) if it is not yet."""
+    return ensure_workspace(workspace_path(user.pk), user.pk)

@@ -1,12 +1,12 @@
 """The Files panel: a person's workspace, listed, opened, downloaded, deleted and uploaded to.
 
-Thin views over tools.browse, which confines every path like the file tools do. A path names a
+Thin views over workspace.browse, which confines every path like the file tools do. A path names a
 file in the requester's own workspace only, so another person's files do not exist here (404).
 """
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import urlencode
 
@@ -21,10 +21,10 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from chat.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
-from tools import browse
-from tools.quota import Quota, usage
-from tools.workspace import context_for
+from workspace import browse
+from workspace.directory import workspace_of
+from workspace.quota import Quota, usage
+from workspace.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
 
 # Served as text/plain (never rendered: nosniff); anything else downloads as octet-stream.
 TEXT_SUFFIXES = frozenset(
@@ -51,12 +51,9 @@ TEXT_TYPE = "text/plain; charset=utf-8"
 BINARY_TYPE = "application/octet-stream"
 
 
-def workspace_of(user: AbstractBaseUser) -> Path:
-    return context_for(user).workspace
-
-
 def quota_context(user: AbstractBaseUser) -> dict[str, Any]:
-    """How much of the workspace quota the person uses: for the page header (chat/quota.html)."""
+    """How much of the workspace quota the person uses, for the page header
+    (workspace/quota.html)."""
     quota = Quota.from_settings()
     used = usage(workspace_of(user))
     return {
@@ -100,7 +97,7 @@ def panel(
     except browse.BrowseError as refused:
         context.update(error=refused.message, folder=folder)
         status = refused.status
-    template = "chat/files.html#panel" if request.htmx else "chat/files.html"
+    template = "workspace/files.html#panel" if request.htmx else "workspace/files.html"
     return render(request, template, context, status=status)
 
 
@@ -116,9 +113,9 @@ def view(request: HttpRequest, path: str) -> HttpResponse:
         part = browse.open_text(workspace_of(request.user), path)
     except browse.BrowseError as refused:
         context = {"error": refused.message, "path": path, "folder": parent_of(path)}
-        return render(request, "chat/file_view.html", context, status=refused.status)
+        return render(request, "workspace/file_view.html", context, status=refused.status)
     context = {"part": part, "path": part.path, "folder": parent_of(part.path)}
-    return render(request, "chat/file_view.html", context)
+    return render(request, "workspace/file_view.html", context)
 
 
 @require_GET

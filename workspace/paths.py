@@ -8,7 +8,8 @@ so that no tree, however deep (one made before these rules, or one a snippet mak
 sandbox), can exhaust the stack or the descriptor table of the process that walks it.
 
 Names are stored in Unicode NFC (`normal_name`): "café.txt" typed as one code point or as "e"
-and a combining accent is one file, not two that look alike.
+and a combining accent is one file, not two that look alike. `usage` is what a workspace holds, as
+its quota counts it (workspace.quota, and the saver).
 
 Standard library only, and no Django: the saver (tools/overlay_save.py) loads this file by path,
 under the system interpreter, without the project on sys.path.
@@ -325,3 +326,40 @@ def _reopen(frames: list[_Frame]) -> bool:
 def _identity(handle: int) -> tuple[int, int]:
     info = os.fstat(handle)
     return info.st_dev, info.st_ino
+
+
+# Measuring -------------------------------------------------------------------------------------
+# A plain class rather than a dataclass: the saver loads this module once a snippet has ended,
+# while the call waits.
+
+
+class Usage:
+    """What a workspace holds: the bytes of its regular files, and its entries of every kind."""
+
+    def __init__(self, bytes: int = 0, files: int = 0) -> None:
+        self.bytes, self.files = bytes, files
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Usage) and (self.bytes, self.files) == (other.bytes, other.files)
+
+    def __repr__(self) -> str:
+        return f"Usage(bytes={self.bytes}, files={self.files})"
+
+
+def usage(directory: int) -> Usage:
+    """Count everything below an open directory, never following a symlink, at any depth."""
+    total = Usage()
+    for entry in walk(directory):
+        total.files += 1
+        if stat.S_ISREG(entry.info.st_mode):
+            total.bytes += entry.info.st_size
+    return total
+
+
+def describe(used: Usage, max_bytes: int, max_files: int) -> str:
+    """The quota and the usage, as every refusal states them (the saver's, and write_file's
+    through workspace.quota)."""
+    return (
+        f"Your workspace quota is {max_bytes:,} bytes and {max_files:,} files and directories; "
+        f"{used.bytes:,} bytes in {used.files:,} files and directories are used."
+    )
