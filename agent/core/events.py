@@ -54,12 +54,22 @@ class ResumeReason(StrEnum):
     CONTINUED = "continued"  # a person asked a run that had ended to go on
 
 
+class ContinuedBy(StrEnum):
+    """Who asked a run that had ended to go on (a log from before Loop recorded it says "")."""
+
+    OWNER = "owner"  # the person whose run it is
+    OPERATOR = "operator"  # an operator, from the console
+
+
 class AnswerSource(StrEnum):
     """Where a finished run's answer came from."""
 
     MODEL = "model"  # the model's final reply
     SUMMARY = "summary"  # the model's last turn of a halted run, asked to sum up
     PROGRESS = "progress"  # Loop's own account of what was done, or its note (nothing was done)
+    HELP = (
+        "help"  # the model's help (what it can do), which its reply marked: no answer to the task
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +117,7 @@ class ModelReplied(Event):
     cut: bool = False  # the provider stopped the reply at the model's output limit
     # What went wrong on each attempt at this turn that the client retried.
     retried: list[str] = dataclasses.field(default_factory=list)
+    help: bool = False  # the reply is the model's help, not an answer (Reply.help)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +192,7 @@ class RunResumed(Event):
     lost_worker: str = ""
     note: str = ""
     limits: dict[str, Any] = dataclasses.field(default_factory=dict)
-    by: str = ""  # who asked a continued run to go on: "owner" or "operator"
+    by: ContinuedBy | None = None  # who asked a continued run to go on (stored "" when None)
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
