@@ -80,6 +80,7 @@ test-fast: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/mypy agent/core agent/llm
 
 format: $(VENV)/.installed
 	$(BIN)/ruff format .

@@ -67,9 +67,8 @@ class AnswerSource(StrEnum):
     MODEL = "model"  # the model's final reply
     SUMMARY = "summary"  # the model's last turn of a halted run, asked to sum up
     PROGRESS = "progress"  # Loop's own account of what was done, or its note (nothing was done)
-    HELP = (
-        "help"  # the model's help (what it can do), which its reply marked: no answer to the task
-    )
+    # The model's help (what it can do), as its reply marked it: no answer to the task.
+    HELP = "help"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +76,9 @@ class Event:
     kind: ClassVar[str]
 
     def __post_init__(self) -> None:
-        for name, load in _loaders(type(self)).items():
+        # mypy takes a frozen dataclass's class for unhashable (its generated __hash__ is read
+        # as the class's own); a class is hashable, and functools.cache keys on it.
+        for name, load in _loaders(type(self)).items():  # type: ignore[arg-type]
             value = getattr(self, name)
             loaded = load(value)
             if loaded is not value:
@@ -260,7 +261,7 @@ def _loader(annotation: Any) -> Loader | None:
         return None if inner is None else functools.partial(_optional, inner)
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return functools.partial(_member, annotation)
-    if origin is list and dataclasses.is_dataclass(args[0]):
+    if origin is list and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
         return functools.partial(_items, args[0])
     return None
 
