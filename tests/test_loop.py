@@ -27,6 +27,8 @@ from agent.core.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry
 
+pytestmark = pytest.mark.fast
+
 
 class Text(BaseModel):
     text: str = ""

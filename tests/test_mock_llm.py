@@ -33,6 +33,8 @@ from tools.code import describe, parse_report
 from tools.files import empty_file_note
 from tools.sandbox import Execution
 
+pytestmark = pytest.mark.fast
+
 TOOLS = [
     {
         "type": "function",

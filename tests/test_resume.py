@@ -34,6 +34,8 @@ from agent.llm.scripted import ScriptedLLM, answer
 from tests.fakes import CountingTools
 from tests.test_loop import assert_history_valid
 
+pytestmark = pytest.mark.fast
+
 TASK = "the task"
 NOTE = "[Loop] The person asked you to go on from where you stopped."
 
