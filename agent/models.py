@@ -12,6 +12,7 @@ from django.utils import timezone
 from agent.core.events import (
     BREAKER_REASONS,
     EVENT_TYPES,
+    ContinuedBy,
     Event,
     HaltReason,
     ResumeReason,
@@ -273,8 +274,10 @@ class RunResume(models.Model):
         return f"Run {self.run_id} attempt {self.attempt} ({self.reason})"
 
     @property
-    def by(self) -> str:
-        """Who asked a continue, as RunResumed says it: "owner" or "operator"."""
+    def by(self) -> ContinuedBy | None:
+        """Who asked a continue, as RunResumed says it (None: not a continue, or asker gone)."""
         if self.requested_by_id is None:
-            return ""
-        return "owner" if self.requested_by_id == self.run.user_id else "operator"
+            return None
+        if self.requested_by_id == self.run.user_id:
+            return ContinuedBy.OWNER
+        return ContinuedBy.OPERATOR

@@ -23,6 +23,7 @@ from agent.forgotten import take_back
 from agent.models import AgentRun, Conversation
 from memory import personal
 from memory.models import Memory
+from memory.store import MemoryOutcome
 
 PER_PAGE = 50
 # The longest search the page takes: a search is words to find, not a document.
@@ -34,11 +35,13 @@ AN_ID = re.compile(r"[0-9]{1,20}")
 
 TOO_MANY_CHANGES = "Too many changes to your memories this minute: try again in a minute."
 
+# What the page says of each outcome of "Remember this" (the remember tool words them for the
+# model).
 ADDED = {
-    "stored": "Remembered.",
-    "duplicate": "Loop already remembers that.",
-    "merged": "Loop remembered something nearly the same: it now has your wording.",
-    "dropped": "Not kept: your memory is full of memories worth more than this one.",
+    MemoryOutcome.STORED: "Remembered.",
+    MemoryOutcome.DUPLICATE: "Loop already remembers that.",
+    MemoryOutcome.MERGED: "Loop remembered something nearly the same: it now has your wording.",
+    MemoryOutcome.DROPPED: "Not kept: your memory is full of memories worth more than this one.",
 }
 
 

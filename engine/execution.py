@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from agent.abandoned import ended_from_log
 from agent.core.events import (
-    AnswerSource,
+    ContinuedBy,
     Event,
     ResumeReason,
     RunFinished,
@@ -158,7 +158,7 @@ class Claim:
     run: AgentRun
     reason: ResumeReason | None
     lost_worker: str = ""
-    by: str = ""  # a continue's asker: "owner" or "operator"
+    by: ContinuedBy | None = None  # a continue's asker
 
 
 def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
@@ -204,7 +204,7 @@ def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
                 lost_worker=lost_worker,
                 requested_by=asker if reason is ResumeReason.CONTINUED else None,
             )
-    return Claim(run, reason, lost_worker, resume.by if reason is not None else "")
+    return Claim(run, reason, lost_worker, resume.by if reason is not None else None)
 
 
 def resume_reason(run: AgentRun) -> ResumeReason | None:
@@ -516,8 +516,8 @@ def remember_outcome(run: AgentRun, result: RunResult) -> None:
     worked); the run is over whatever happens here."""
     if run.status not in (RunStatus.SUCCEEDED, RunStatus.HALTED):
         return
-    loop_account = result.answer_source is AnswerSource.PROGRESS
-    if carries_nothing(run.answer, loop_account=loop_account, ok_tool_calls=result.ok_tool_calls):
+    source, worked = result.answer_source, result.ok_tool_calls
+    if carries_nothing(run.answer, source=source, ok_tool_calls=worked):
         return
     outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
     written = run.tool_executions.filter(tool=WRITE_FILE.name, status=ToolStatus.OK)

@@ -3,8 +3,9 @@
 A model's help or refusal text ("I can only work a few task shapes", "I could not compute ...")
 and a run that stopped with nothing done are recalled just as readily as a real result, and
 answer nothing. One named rule decides, so it can be tested and changed in one place. It reads
-what the run says of itself (whose answer it is, how many tool calls worked), never the wording of
-Loop's own account of a run.
+what the run says of itself (whose answer it is: the model's, its help as its reply marked it, or
+Loop's own account; how many tool calls worked), never the wording of Loop's account or of the
+mock's help. Only a real model's refusal, which nothing marks, is known by how it opens.
 
 The memory a run leaves is written by `outcome_text` and its answer read back only by
 `outcome_answer`.
@@ -14,25 +15,28 @@ import json
 import re
 from collections.abc import Iterable
 
+from agent.core.events import AnswerSource
 from agent.core.text import excerpt
 
-# How help, refusal and failure texts open, whichever model wrote them.
+# How refusal and failure texts open, whichever model wrote them.
 _NOTHING_OPENINGS = re.compile(
-    r"^(i am loop's mock model|i'?m a mock|i am a mock|i can only|i could not|i couldn'?t|"
+    r"^(i can only|i could not|i couldn'?t|"
     r"i can'?t|i cannot|i'?m sorry|i am sorry|sorry\b|i don'?t know|i do not know|"
     r"i'?m unable|i am unable|i'?m not able|i am not able|as an ai\b|"
     r"i have no (memory|record)|i don'?t have (any )?(memory|record|access))"
 )
 
 
-def carries_nothing(answer: str, *, loop_account: bool = False, ok_tool_calls: int = 0) -> bool:
-    """True for an answer not worth a memory: empty, a model's help or refusal text, or Loop's
-    own account of a run (`loop_account`: the model gave no answer) in which no tool call
-    succeeded (`ok_tool_calls`)."""
+def carries_nothing(
+    answer: str, *, source: AnswerSource | None = AnswerSource.MODEL, ok_tool_calls: int = 0
+) -> bool:
+    """True for an answer not worth a memory: empty, the model's help (`source` HELP: its reply
+    said so), a model's refusal text, or Loop's own account of a run (`source` PROGRESS: the
+    model gave no answer) in which no tool call succeeded (`ok_tool_calls`)."""
     text = " ".join(answer.split()).casefold().replace("\u2019", "'")
-    if not text:
+    if not text or source is AnswerSource.HELP:
         return True
-    if loop_account:
+    if source is AnswerSource.PROGRESS:
         return ok_tool_calls == 0
     return _NOTHING_OPENINGS.match(text) is not None
 

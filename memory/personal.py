@@ -68,7 +68,7 @@ def checked_text(text: str) -> str:
 
 def add_by_hand(owner: AbstractBaseUser, text: str) -> store.Remembered:
     """Remember `text` because its owner said so; the outcome says whether it was new, already
-    there ("duplicate"), an update of a nearly identical one ("merged") or not kept ("dropped")."""
+    there (DUPLICATE), an update of a nearly identical one (MERGED) or not kept (DROPPED)."""
     return store.remember(
         owner, checked_text(text), importance=BY_HAND_IMPORTANCE, origin=Origin.TOLD
     )

@@ -12,6 +12,7 @@ import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from itertools import islice
 
 from django.conf import settings
@@ -38,10 +39,19 @@ EF_SEARCH = 300
 WEIGHTS = {"similarity": 0.7, "recency": 0.225, "importance": 0.075}
 
 
+class MemoryOutcome(StrEnum):
+    """What became of a text given to `remember`; each caller words every one of them."""
+
+    STORED = "stored"  # a new memory
+    DUPLICATE = "duplicate"  # the same text was there already (its importance refreshed)
+    MERGED = "merged"  # a nearly identical memory now has this wording
+    DROPPED = "dropped"  # stored, then evicted at once: worth less than every memory kept
+
+
 @dataclass(frozen=True)
 class Remembered:
     memory: Memory
-    outcome: str  # "stored", "duplicate", "merged", or "dropped" (worth less than all kept)
+    outcome: MemoryOutcome
 
 
 def remember(
@@ -63,16 +73,17 @@ def remember(
         get_user_model().objects.select_for_update(no_key=True).filter(pk=owner.pk).first()
         same = Memory.objects.filter(owner=owner, content_hash=digest).first()
         if same is not None:
-            return Remembered(_touch(same, importance), "duplicate")
+            return Remembered(_touch(same, importance), MemoryOutcome.DUPLICATE)
         near = _nearest(owner, vector)
         if near is not None and near.similarity >= merge_similarity():
             return Remembered(
-                _supersede(near, text, digest, vector, importance, source_run_id), "merged"
+                _supersede(near, text, digest, vector, importance, source_run_id),
+                MemoryOutcome.MERGED,
             )
         memory = _create(owner, text, digest, vector, importance, origin, source_run_id)
         if memory.pk in evict_beyond_bound(owner):
-            return Remembered(memory, "dropped")
-    return Remembered(memory, "stored")
+            return Remembered(memory, MemoryOutcome.DROPPED)
+    return Remembered(memory, MemoryOutcome.STORED)
 
 
 def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:

@@ -5,14 +5,17 @@ from django.db import connection
 from pydantic import BaseModel, ConfigDict, Field
 
 from memory.models import Origin
-from memory.store import MAX_MEMORY_CHARS, remember
+from memory.store import MAX_MEMORY_CHARS, MemoryOutcome, remember
 from tools.base import Tool, ToolContext
 
+# What the model reads back for each outcome (the Memories page words them for a person).
 OUTCOMES = {
-    "stored": "Remembered.",
-    "duplicate": "I already remembered that.",
-    "merged": "Updated an earlier, nearly identical memory with this wording.",
-    "dropped": "Not kept: the memory store is full of memories worth more than this one.",
+    MemoryOutcome.STORED: "Remembered.",
+    MemoryOutcome.DUPLICATE: "I already remembered that.",
+    MemoryOutcome.MERGED: "Updated an earlier, nearly identical memory with this wording.",
+    MemoryOutcome.DROPPED: (
+        "Not kept: the memory store is full of memories worth more than this one."
+    ),
 }
 
 

@@ -10,6 +10,8 @@ from agent.core.results import ToolStatus
 from agent.toolset import default_registry
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry, truncate
 
+pytestmark = pytest.mark.fast
+
 
 class EchoArguments(BaseModel):
     text: str

@@ -12,7 +12,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.core.events import ModelReplied, ResumeReason, RunStatus
+from agent.core.events import ContinuedBy, ModelReplied, ResumeReason, RunStatus
 from agent.core.interrupt import StopReason
 from agent.models import AgentRun, RunResume
 from agent.queue import WORK_RUN
@@ -335,6 +335,8 @@ def test_a_continue_records_who_asked_for_it(alice, operator, workspaces):
     }
     assert said == {mine.pk: "owner", theirs.pk: "operator"}
     assert RunResume.objects.get(run=theirs).requested_by == operator
+    assert RunResume.objects.get(run=mine).by is ContinuedBy.OWNER
+    assert RunResume.objects.get(run=theirs).by is ContinuedBy.OPERATOR
     assert resumed_text("continued", "operator", who=OWNERS_WHO) == (
         "Continued: an operator asked it to go on"
     )

@@ -11,6 +11,7 @@ from django.template.loader import render_to_string
 from agent.core.events import (
     EVENT_TYPES,
     BreakerTripped,
+    ContinuedBy,
     Event,
     HaltReason,
     MemoriesRecalled,
@@ -141,6 +142,31 @@ def test_each_resume_reads_plainly_in_every_reader(reason):
     console = RESUMED_IN_CHAT[reason].replace("you asked", "the owner or an operator asked")
     assert console in selectors.gist(event)
     assert describe(event, RUN_ID) == [f"{RESUMED_IN_CHAT[reason]} (attempt 3)."]
+
+
+@pytest.mark.parametrize(
+    ("stored", "by", "to_the_console", "to_the_owner"),
+    [
+        ("owner", ContinuedBy.OWNER, "the owner", "you"),
+        ("operator", ContinuedBy.OPERATOR, "an operator", "an operator"),
+        ("", None, "the owner or an operator", "you"),  # a log from before Loop recorded it
+        ("delegate", "delegate", "the owner or an operator", "you"),  # a later Loop's word
+    ],
+)
+def test_who_continued_a_run_is_read_as_its_member_and_stored_as_it_was(
+    stored, by, to_the_console, to_the_owner
+):
+    event = event_from_dict("run_resumed", {"attempt": 2, "reason": "continued", "by": stored})
+    assert isinstance(event, RunResumed)
+    assert event.by == by
+    assert isinstance(event.by, ContinuedBy) == isinstance(by, ContinuedBy)
+    assert event.as_dict()["by"] == stored
+    console, owners = (
+        f"Continued: {who} asked it to go on" for who in (to_the_console, to_the_owner)
+    )
+    assert console in selectors.gist(event)
+    assert owners in render_card(card_for(RUN_ID, 5, event))
+    assert describe(event, RUN_ID) == [f"{owners} (attempt 2)."]
 
 
 def test_an_interrupted_tool_call_is_drawn_as_a_failure_of_its_own():

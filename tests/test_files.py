@@ -13,6 +13,8 @@ from tools import files
 from tools.base import ToolContext, ToolRegistry
 from tools.files import LIST_FILES, MAX_READ_BYTES, MAX_WRITE_BYTES, READ_FILE, WRITE_FILE
 
+pytestmark = pytest.mark.fast
+
 Call = Callable[..., ToolResult]
 
 OUTSIDE_TEXT = "outside secret\n"

@@ -16,6 +16,8 @@ from agent.core.history import (
 )
 from agent.core.results import ToolStatus
 
+pytestmark = pytest.mark.fast
+
 TEXTS = ["", "plain", "two\nlines", "not ERROR: inside", "(no output) said the tool", "a | b"]
 
 

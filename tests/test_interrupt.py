@@ -20,6 +20,8 @@ from tests.groq_server import groq_server_fixture  # noqa: F401 (the fixture)
 from tests.test_groq import QUESTION, TOOLS, make_llm
 from tests.test_loop import assert_history_valid
 
+pytestmark = pytest.mark.fast
+
 # --- the Interrupt --------------------------------------------------------------------------------
 
 

@@ -11,6 +11,8 @@ import pytest
 from django.apps import apps
 from django.db.migrations.loader import MigrationLoader
 
+pytestmark = pytest.mark.fast
+
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 ORDER = ["agent.core", "workspace", "tools", "memory", "agent", "engine"]
 TOP = {"console", "chat", "accounts"}

@@ -19,12 +19,15 @@ from agent.core.events import (
     RunStatus,
     ToolCallFinished,
     ToolCallStarted,
+    event_from_dict,
 )
 from agent.core.history import messages_from_events
 from agent.core.llm import LLMError, ModelTimedOut, Usage
 from agent.core.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry
+
+pytestmark = pytest.mark.fast
 
 
 class Text(BaseModel):
@@ -567,6 +570,14 @@ def assert_ends(run: Run, source: AnswerSource, ok_tool_calls: int) -> None:
 def test_the_models_final_reply_is_the_models_answer():
     run = Run([call("echo", {"text": "1"}), call("fail", {"text": "x"}), answer("done")])
     assert_ends(run, AnswerSource.MODEL, ok_tool_calls=1)
+
+
+def test_a_reply_marked_as_the_models_help_is_recorded_as_help_not_an_answer():
+    run = Run([answer("I can only add numbers.", help=True)])
+    assert_ends(run, AnswerSource.HELP, ok_tool_calls=0)
+    [replied] = run.of(ModelReplied)
+    assert replied.help
+    assert event_from_dict(replied.kind, replied.as_dict()).help
 
 
 def test_a_halted_runs_summary_turn_is_the_summarys_answer():

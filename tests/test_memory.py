@@ -10,10 +10,12 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from agent.toolset import default_registry
+from chat.memories import ADDED
 from memory import store
 from memory.embedders import EmbedderMismatch, get_embedder
 from memory.models import Memory, Origin
-from memory.store import recall, remember, stored_dimensions
+from memory.store import MemoryOutcome, recall, remember, stored_dimensions
+from memory.tools import OUTCOMES
 from tests.fakes import OtherEmbedder
 from tools.base import ToolContext, ToolRegistry
 
@@ -125,6 +127,20 @@ def test_an_exact_duplicate_is_stored_once(alice):
     assert (first.outcome, again.outcome) == ("stored", "duplicate")
     assert Memory.objects.count() == 1
     assert Memory.objects.get().importance == 0.6  # the higher importance is kept
+
+
+def test_what_became_of_a_text_is_an_outcome_the_tool_and_the_page_each_word():
+    """Each outcome is a member, and the remember tool (to the model) and the Memories page (to
+    the person) word every one of them: a new outcome fails here until both do."""
+    for wording in (OUTCOMES, ADDED):
+        assert list(wording) == list(MemoryOutcome)
+        assert all(isinstance(outcome, MemoryOutcome) for outcome in wording)
+        assert all(wording.values())
+
+
+def test_remember_says_what_became_of_the_text_as_its_member(alice):
+    assert remember(alice, PORT).outcome is MemoryOutcome.STORED
+    assert remember(alice, PORT).outcome is MemoryOutcome.DUPLICATE
 
 
 def test_a_near_duplicate_supersedes_the_older_wording(alice, settings):

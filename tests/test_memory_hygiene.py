@@ -3,7 +3,7 @@ a run leaves, read back by its own reader."""
 
 import pytest
 
-from agent.core.events import RunStatus
+from agent.core.events import AnswerSource, RunStatus
 from agent.core.llm import ToolCall, Usage
 from agent.core.loop import progress_report
 from agent.core.results import ToolResult, ToolStatus
@@ -19,7 +19,6 @@ from memory.models import Memory
     [
         "",
         "   \n",
-        "I am Loop's mock model (no GROQ_API_KEY is set), so I can only work a few task shapes.",
         "I could not compute 1 / 0: ZeroDivisionError: division by zero",
         "I can't help with that.",
         "I can\u2019t reach that site.",
@@ -32,6 +31,18 @@ def test_help_and_refusals_carry_nothing(answer):
     assert carries_nothing(answer)
 
 
+MOCKS_HELP = (
+    "I am Loop's mock model (no GROQ_API_KEY is set), so I can only work a few task shapes."
+)
+
+
+def test_the_models_help_carries_nothing_by_its_mark_not_its_words():
+    """The mock's help is known by the mark its reply carries (the run's answer source)."""
+    assert carries_nothing(MOCKS_HELP, source=AnswerSource.HELP)
+    assert carries_nothing("The sum of 1..100 is 5050.", source=AnswerSource.HELP)
+    assert carries_nothing(MOCKS_HELP, source=AnswerSource.HELP, ok_tool_calls=2)
+
+
 def loops_account(*results: ToolResult) -> str:
     """What Loop answers for a run that ended without the model's own account."""
     calls = [ToolCall(f"c{n}", "read_file", "{}") for n in range(len(results))]
@@ -41,9 +52,10 @@ def loops_account(*results: ToolResult) -> str:
 def test_loops_account_of_a_run_is_judged_by_the_calls_that_worked():
     failed = ToolResult(ToolStatus.ERROR, "missing.txt does not exist", 0.0)
     worked = ToolResult(ToolStatus.OK, "the notes", 0.0)
-    assert carries_nothing(loops_account(failed), loop_account=True, ok_tool_calls=0)
-    assert carries_nothing(loops_account(), loop_account=True, ok_tool_calls=0)
-    assert not carries_nothing(loops_account(failed, worked), loop_account=True, ok_tool_calls=1)
+    progress = AnswerSource.PROGRESS
+    assert carries_nothing(loops_account(failed), source=progress, ok_tool_calls=0)
+    assert carries_nothing(loops_account(), source=progress, ok_tool_calls=0)
+    assert not carries_nothing(loops_account(failed, worked), source=progress, ok_tool_calls=1)
 
 
 def test_the_rule_reads_whose_answer_it_is_not_how_it_is_worded():
@@ -69,6 +81,8 @@ def test_the_mocks_help_text_is_not_remembered_but_a_result_is(alice, workspaces
     helped = execute_run(start_run(alice, "Tell me a joke about penguins"))
     assert helped.status == RunStatus.SUCCEEDED
     assert helped.answer.startswith("I am Loop's mock model")
+    finished = helped.events.get(kind="run_finished").data
+    assert finished["answer_source"] == AnswerSource.HELP
     computed = execute_run(start_run(alice, "What is 17 * 23?"))
     assert list(Memory.objects.values_list("source_run_id", flat=True)) == [computed.pk]
 

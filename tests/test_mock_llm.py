@@ -33,6 +33,8 @@ from tools.code import describe, parse_report
 from tools.files import empty_file_note
 from tools.sandbox import Execution
 
+pytestmark = pytest.mark.fast
+
 TOOLS = [
     {
         "type": "function",
@@ -405,6 +407,24 @@ def test_an_unknown_task_gets_an_honest_mock_answer_without_a_tool_call() -> Non
     assert "mock" in run.answer
     assert "GROQ_API_KEY" in run.answer
     assert run.calls == []
+
+
+def test_the_mocks_help_is_marked_as_help_and_nothing_else_is() -> None:
+    """Whoever keeps a run's outcome reads the mark, never the help's words."""
+    assert Run("Write a poem").reply.help
+    computed = Run("What is 17 * 23?")
+    assert not computed.reply.help
+    computed.result(ran("391"))
+    assert not computed.reply.help
+    assert not Run("What did I compute before?").reply.help  # a memory's answer, or none
+
+
+def test_the_mocks_help_streams_as_its_answer_would() -> None:
+    pieces: list[str] = []
+    messages: list[Message] = [{"role": "user", "content": "Write a poem"}]
+    reply = MockLLM(deltas=pieces.append).chat(messages, TOOLS)
+    assert "".join(pieces) == reply.text
+    assert reply.text.startswith("I am Loop's mock model")
 
 
 # the summarising last turn ------------------------------------------------------------------------

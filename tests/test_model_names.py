@@ -13,6 +13,8 @@ from agent.llm.mock import MockLLM
 from agent.llm.openai_compat import OpenAICompatibleLLM
 from tests.test_settings import load_settings
 
+pytestmark = pytest.mark.fast
+
 OLLAMA = "http://127.0.0.1:11434/v1"
 GPT_OSS = "openai/gpt-oss-120b"
 QWEN3 = "qwen3:8b"

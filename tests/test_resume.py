@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from agent.core.events import (
+    AnswerSource,
     BreakerTripped,
     Event,
     HaltReason,
@@ -32,6 +33,8 @@ from agent.llm.mock import MockLLM
 from agent.llm.scripted import ScriptedLLM, answer
 from tests.fakes import CountingTools
 from tests.test_loop import assert_history_valid
+
+pytestmark = pytest.mark.fast
 
 TASK = "the task"
 NOTE = "[Loop] The person asked you to go on from where you stopped."
@@ -300,6 +303,17 @@ def test_a_final_reply_the_log_has_is_finished_without_asking_the_model():
     assert resumed.llm.turns == []
     assert [event.kind for event in resumed.events] == ["run_finished"]
     assert resumed.result.answer == "done"
+
+
+def test_a_help_reply_the_log_has_is_finished_as_help():
+    """The mark survives a worker lost between the model's help and the run's end."""
+    helped = [answer("I can only add numbers.", help=True)]
+    log, _ = run(helped)
+    resumed = Resumed(log, len(log) - 1, helped)
+    assert resumed.llm.turns == []
+    [finished] = resumed.events
+    assert isinstance(finished, RunFinished)
+    assert finished.answer_source is resumed.result.answer_source is AnswerSource.HELP
 
 
 # --- a run that halts: a batch of two, the iteration cap, the summary ---------------------------

@@ -18,6 +18,8 @@ from tools import search
 from tools.base import ToolContext, ToolRegistry
 from tools.search import WEB_SEARCH, DdgsSearch, SearchFailed, SearchHit
 
+pytestmark = pytest.mark.fast
+
 # Port 9 (discard) has no listener here: a proxy there refuses at once.
 UNREACHABLE_PROXY = "http://127.0.0.1:9"
 

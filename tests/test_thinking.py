@@ -9,6 +9,8 @@ import pytest
 
 from agent.llm.replies import ThinkingFilter, split_thinking
 
+pytestmark = pytest.mark.fast
+
 THOUGHT = "The sum of 1..100 is 100 * 101 / 2, which is 5050. I will say so."
 REPLIES = {
     "thinking-then-answer": f"<think>{THOUGHT}</think>\n\nIt is 5050.",

@@ -54,12 +54,21 @@ class ResumeReason(StrEnum):
     CONTINUED = "continued"  # a person asked a run that had ended to go on
 
 
+class ContinuedBy(StrEnum):
+    """Who asked a run that had ended to go on (a log from before Loop recorded it says "")."""
+
+    OWNER = "owner"  # the person whose run it is
+    OPERATOR = "operator"  # an operator, from the console
+
+
 class AnswerSource(StrEnum):
     """Where a finished run's answer came from."""
 
     MODEL = "model"  # the model's final reply
     SUMMARY = "summary"  # the model's last turn of a halted run, asked to sum up
     PROGRESS = "progress"  # Loop's own account of what was done, or its note (nothing was done)
+    # The model's help (what it can do), as its reply marked it: no answer to the task.
+    HELP = "help"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +76,9 @@ class Event:
     kind: ClassVar[str]
 
     def __post_init__(self) -> None:
-        for name, load in _loaders(type(self)).items():
+        # mypy takes a frozen dataclass's class for unhashable (its generated __hash__ is read
+        # as the class's own); a class is hashable, and functools.cache keys on it.
+        for name, load in _loaders(type(self)).items():  # type: ignore[arg-type]
             value = getattr(self, name)
             loaded = load(value)
             if loaded is not value:
@@ -107,6 +118,7 @@ class ModelReplied(Event):
     cut: bool = False  # the provider stopped the reply at the model's output limit
     # What went wrong on each attempt at this turn that the client retried.
     retried: list[str] = dataclasses.field(default_factory=list)
+    help: bool = False  # the reply is the model's help, not an answer (Reply.help)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,7 +193,7 @@ class RunResumed(Event):
     lost_worker: str = ""
     note: str = ""
     limits: dict[str, Any] = dataclasses.field(default_factory=dict)
-    by: str = ""  # who asked a continued run to go on: "owner" or "operator"
+    by: ContinuedBy | None = None  # who asked a continued run to go on (stored "" when None)
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -249,7 +261,7 @@ def _loader(annotation: Any) -> Loader | None:
         return None if inner is None else functools.partial(_optional, inner)
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return functools.partial(_member, annotation)
-    if origin is list and dataclasses.is_dataclass(args[0]):
+    if origin is list and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
         return functools.partial(_items, args[0])
     return None
 

@@ -168,7 +168,8 @@ class RunState:
 
     `pending`: calls the last reply asked for that never started; `dangling`: calls that started
     and never finished; `final`: the text of a last reply that called no tool, with no RunFinished
-    after it (the run only has to finish); `halted`: a RunHalted with no RunFinished after it;
+    after it (the run only has to finish), `final_help` whether that reply was marked as the
+    model's help; `halted`: a RunHalted with no RunFinished after it;
     `tripped`: a BreakerTripped with no RunHalted after it; `finished`: the RunFinished the log
     ends with (None once a Continue follows it); `limits`: the latest RunStarted or RunResumed
     limits; `breaker_since`: the observations since the last Continue, which rebuild the breaker;
@@ -185,6 +186,7 @@ class RunState:
     dangling: list[ToolCall] = field(default_factory=list)
     final: str | None = None
     final_cut: bool = False
+    final_help: bool = False
     halted: RunHalted | None = None
     tripped: BreakerTripped | None = None
     finished: RunFinished | None = None
@@ -248,6 +250,7 @@ def _replied(state: RunState, event: ModelReplied) -> None:
     state.last_text = event.text or state.last_text
     state.pending = calls
     state.final, state.final_cut = (None, False) if calls else (event.text, event.cut)
+    state.final_help = not calls and event.help
 
 
 def _finished_call(state: RunState, event: ToolCallFinished) -> None:

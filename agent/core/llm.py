@@ -65,6 +65,9 @@ class Reply:
     cut: bool = False
     # What went wrong on each attempt at this turn that was retried (a drop, a cut stream, a 503).
     retried: tuple[str, ...] = ()
+    # The reply is the model's help (what it can do: the mock's answer to a task it cannot work),
+    # not an answer to the task, so it is worth no memory; said by the model, never guessed.
+    help: bool = False
 
 
 class LLMError(Exception):

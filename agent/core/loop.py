@@ -277,7 +277,7 @@ class AgentLoop:
             while True:
                 reply = self.ask(self.tools.specs())
                 if not reply.tool_calls:
-                    return self.answered(reply.text, reply.cut)
+                    return self.answered(reply.text, reply.cut, reply.help)
                 self.check_tokens(reply.tool_calls)
                 self.run_tools(reply.tool_calls)
         except Halt as halt:
@@ -292,9 +292,11 @@ class AgentLoop:
                 error=model_failure(error),
             )
 
-    def answered(self, text: str, cut: bool) -> RunResult:
-        """The model's final reply, one that called no tool, ends the run."""
-        return self.finish(RunStatus.SUCCEEDED, text, source=AnswerSource.MODEL, cut=cut)
+    def answered(self, text: str, cut: bool, help: bool = False) -> RunResult:
+        """The model's final reply, one that called no tool, ends the run; `help`: the reply said
+        it is the model's help, not an answer (the outcome says so, for whoever remembers it)."""
+        source = AnswerSource.HELP if help else AnswerSource.MODEL
+        return self.finish(RunStatus.SUCCEEDED, text, source=source, cut=cut)
 
     def begin(self) -> None:
         memories = list(self.recall(self.task))
@@ -322,7 +324,7 @@ class AgentLoop:
         if state.halted is not None:
             return self.halted(state.halted, state.final, state.final_cut)
         if state.final is not None:
-            return self.answered(state.final, state.final_cut)
+            return self.answered(state.final, state.final_cut, state.final_help)
         interrupted = [self.interrupted(call) for call in state.dangling]
         trip = self.restore_breaker([*state.breaker_since, *interrupted])
         if state.tripped is not None:
@@ -408,6 +410,7 @@ class AgentLoop:
                 reasoning=reply.reasoning,
                 cut=reply.cut,
                 retried=list(reply.retried),
+                help=reply.help,
             )
         )
         self.messages.append(assistant_message(reply.text, reply.tool_calls))

@@ -2,7 +2,7 @@
 status-icon vocabulary, so a symbol means the same to a person and to an operator, and how each
 says that a run went on after it had stopped."""
 
-from agent.core.events import ResumeReason, RunStatus
+from agent.core.events import ContinuedBy, ResumeReason, RunStatus
 from agent.core.results import ToolStatus
 
 # A status is always shown as its symbol and a word, never colour alone.
@@ -32,14 +32,19 @@ RESUMED_TEXTS = {
     ResumeReason.DATABASE_RESTARTED: "Resumed: the database restarted while this ran",
     ResumeReason.CONTINUED: "Continued: {who} asked it to go on",
 }
-# Who asked, as the console says it and as the run's owner reads it in the chat; "" is a log
+# Who asked, as the console says it and as the run's owner reads it in the chat; None is a log
 # from before Loop recorded who asked.
-CONSOLE_WHO = {"owner": "the owner", "operator": "an operator", "": "the owner or an operator"}
-OWNERS_WHO = {"owner": "you", "operator": "an operator", "": "you"}
+Who = dict[ContinuedBy | None, str]
+CONSOLE_WHO: Who = {
+    ContinuedBy.OWNER: "the owner",
+    ContinuedBy.OPERATOR: "an operator",
+    None: "the owner or an operator",
+}
+OWNERS_WHO: Who = {ContinuedBy.OWNER: "you", ContinuedBy.OPERATOR: "an operator", None: "you"}
 
 
 def resumed_text(
-    reason: ResumeReason | str, by: str = "", who: dict[str, str] = CONSOLE_WHO
+    reason: ResumeReason | str, by: ContinuedBy | str | None = None, who: Who = CONSOLE_WHO
 ) -> str:
     """The plain marker a timeline shows where a run went on; a reason from a later version of
     Loop (left as its text by the event loader) reads as its words rather than failing the page."""
@@ -47,4 +52,13 @@ def resumed_text(
         text = RESUMED_TEXTS[ResumeReason(reason)]
     except ValueError:
         return f"Resumed ({reason.replace('_', ' ')})"
-    return text.format(who=who.get(by, who[""]))
+    return text.format(who=who.get(known_asker(by), who[None]))
+
+
+def known_asker(by: ContinuedBy | str | None) -> ContinuedBy | None:
+    """Who asked, as this version of Loop knows them; None for "" (an old log) or a later Loop's
+    word (left as its text by the event loader)."""
+    try:
+        return ContinuedBy(by) if by else None
+    except ValueError:
+        return None

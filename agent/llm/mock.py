@@ -151,7 +151,15 @@ class Observation:
         return report.stdout.strip() if report is not None else self.text.strip()
 
 
-Move = tuple[str, dict[str, Any]] | str  # a tool call to make, or the answer
+@dataclass(frozen=True)
+class Help:
+    """The answer to a task the mock cannot work: what it can do. Its reply is marked as help, so
+    whoever keeps a run's outcome knows it answers nothing without reading its words."""
+
+    text: str
+
+
+Move = tuple[str, dict[str, Any]] | str | Help  # a tool call to make, the answer, or the help
 Plan = Callable[[re.Match[str], list[Observation]], Move]
 
 
@@ -199,8 +207,9 @@ class MockLLM:
             move = save_that(match, earlier[-1], settled)
         else:
             move = next_move(task, settled, recalled(messages))
-        if isinstance(move, str) and self.deltas is not None:
-            for piece in STREAM_PIECE.findall(move):
+        said = move.text if isinstance(move, Help) else move
+        if isinstance(said, str) and self.deltas is not None:
+            for piece in STREAM_PIECE.findall(said):
                 self.deltas(piece)
         return reply(move, len(seen) + 1, count_prompt_tokens(messages, tools))
 
@@ -306,6 +315,9 @@ def from_memory(memories: list[str]) -> str:
 
 
 def reply(move: Move, call_number: int, prompt_tokens: int) -> Reply:
+    if isinstance(move, Help):
+        usage = Usage(prompt_tokens, count_tokens(move.text))
+        return Reply(text=move.text, usage=usage, help=True)
     if isinstance(move, str):
         return Reply(text=move, usage=Usage(prompt_tokens, count_tokens(move)))
     name, arguments = move
@@ -321,7 +333,7 @@ def next_move(task: str, seen: list[Observation], memories: list[str]) -> Move:
             return plan(match, seen)
     if answer := answered_by_memory(task, memories):
         return answer
-    return (
+    return Help(
         "I am Loop's mock model (no GROQ_API_KEY is set), so I can only work a few task "
         f"shapes:\n{TASK_SHAPES}\nSet GROQ_API_KEY to run this task on a real model."
     )
