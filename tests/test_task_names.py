@@ -1,7 +1,10 @@
 """A queued job names its task by a string stored in the database: the engine moved from agent/
 to engine/ (issue 26), and jobs queued before the move must still find their task."""
 
+import pytest
 from procrastinate.contrib.django import app
+
+pytestmark = pytest.mark.fast
 
 # The names jobs already in the queue carry; a rename strands them.
 STORED_NAMES = {"agent.work_run", "agent.recover_runs", "memory.purge_forgotten_texts"}
