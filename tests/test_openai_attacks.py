@@ -33,7 +33,7 @@ from tests.openai_server import (  # noqa: F401 (the fixture)
     openai_server_fixture,
     tool_call,
 )
-from tests.test_groq import QUESTION, TOOLS
+from tests.test_groq import QUESTION, TOOLS, corrected
 from tests.test_openai import closed_port
 from tests.test_openai_runs import on_server  # noqa: F401 (the fixture)
 
@@ -503,7 +503,7 @@ def test_a_rejected_generation_fed_back_is_storable(monkeypatch):
         server.reply("ok")
         llm = GroqLLM("openai/gpt-oss-120b", api_key=KEY, base_url=server.base_url)
 
-        reply = llm.chat(QUESTION, TOOLS)
+        reply = corrected(llm, QUESTION, TOOLS)
 
     reply.recovered_error.encode()  # no lone surrogate: psycopg encodes it
     assert "\x00" not in reply.recovered_error

@@ -367,8 +367,8 @@ class ReplyPieces:
     def _index_of(self, piece: dict[str, Any], function: dict[str, Any]) -> int:
         """Which call a piece belongs to. A server that sends no index sends each call whole, or
         its first piece with its id (if any) and name and the rest with neither."""
-        if piece.get("index") is not None:
-            return piece["index"]
+        if isinstance(given := piece.get("index"), int):  # checked in _add_call: a number or none
+            return given
         for index, call in self.calls.items():
             if piece.get("id") and call["id"] == piece["id"]:
                 return index
