@@ -719,3 +719,37 @@ def test_a_connection_reset_before_any_answer_is_asked_again(openai_server, stre
         "came in: "
     )
     assert len(openai_server.requests) == 2
+
+
+# --- one transport: plain httpx, no SDK --------------------------------------------------------
+
+
+def test_an_error_that_is_not_json_is_shown_as_the_server_sent_it(openai_server):
+    # A proxy's page in front of the server: what it says is shown (short, without the key),
+    # as Groq's errors always were, not only its status.
+    openai_server.raw([b"<html>502 Bad Gateway</html>"], status=502, content_type="text/html")
+
+    with pytest.raises(LLMError) as raised:
+        make_llm(openai_server, max_retries=0).chat(QUESTION, TOOLS)
+
+    assert str(raised.value) == (
+        f"The model server at {openai_server.base_url} answered 502: <html>502 Bad Gateway</html>"
+    )
+    assert raised.value.status == 502
+
+
+def test_a_request_carries_only_what_loop_sends(openai_server):
+    openai_server.reply("ok")
+
+    make_llm(openai_server).chat(QUESTION, TOOLS)
+
+    [request] = openai_server.requests
+    assert not [name for name in request.headers if name.startswith(("x-stainless", "openai-"))]
+    assert request.headers["user-agent"] == "Loop"
+    assert request.headers["accept-encoding"] == "identity"
+    assert request.body == {
+        "messages": QUESTION,
+        "model": MODEL,
+        "tools": TOOLS,
+        "tool_choice": "auto",
+    }
