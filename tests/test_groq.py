@@ -14,7 +14,7 @@ from tests.groq_server import CHAT_COMPLETIONS_PATH, groq_server_fixture, tool_c
 
 MODEL = "openai/gpt-oss-120b"
 API_KEY = "gsk_test_key"
-FAST_RETRY = {"retry-after-ms": "50"}  # the SDK's own backoff starts at 0.5 s
+FAST_RETRY = {"retry-after-ms": "50"}  # Loop's own backoff starts at 0.5 s
 
 TOOLS = [
     {
@@ -203,7 +203,7 @@ def test_tool_call_message_parts_round_trip_into_the_next_request(groq_server):
     assert sent[3] == {"role": "tool", "tool_call_id": call.id, "content": "hello"}
 
 
-# --- retries (Loop's own; the SDK's are off) -----------------------------------------------------
+# --- retries (Loop's own) ------------------------------------------------------------------------
 
 
 def test_a_429_is_retried_after_its_retry_after_and_the_reply_returned(groq_server):

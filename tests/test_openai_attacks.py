@@ -1,7 +1,7 @@
 """The model client attacked by a hostile or broken model server, or by whoever controls its
 replies: replies too big to hold, hand-made event streams, error bodies that are huge or echo the
-key, redirects to other hosts, the SDK's environment variables, secrets in the base URL, malformed
-chunks, hostile tool-call ids and model lists. Each test fails if its defence goes.
+key, redirects to other hosts, a vendor SDK's environment variables, secrets in the base URL,
+malformed chunks, hostile tool-call ids and model lists. Each test fails if its defence goes.
 
 What the server may do by design is answer anything a model could (it is the model); what it must
 not do is hold the worker's memory, crash it, reach other hosts through it, or get the key (or
