@@ -10,7 +10,7 @@ finish reason, the usage, [DONE]), framed in chunked transfer encoding. The repl
 one `sendall` and nothing in the request is parsed beyond its length, so the server's share of a
 turn is small and the same for a client and for the bare exchange it is compared with. It runs in
 a process of its own so that its work never holds the benchmark's GIL. Connections are kept
-alive, as the SDKs' pools expect.
+alive, as the clients' pools expect.
 
 It is not tests/openai_server.py: benchmarks do not import the tests, and that one checks and
 records every request, which a benchmark would be timing.

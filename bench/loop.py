@@ -13,14 +13,14 @@ runs the in-memory case with the tool in the backstop thread every real tool run
 Floors: (a) under 100 µs per step, (b) under 2 ms, and 200 steps within 1.3x of 20 per step.
 
 The model clients (`--turns` turns each, after a warm-up; `--only clients` needs no database):
-GroqLLM (the `groq` SDK on httpx) and OpenAICompatibleLLM (the `openai` SDK on httpx2) side by
+GroqLLM and OpenAICompatibleLLM (one client on plain httpx, in two dialects) side by
 side in this process, asking a fake chat-completions server on loopback (bench/_chat_server.py,
 in a process of its own) for a turn of the demo task as a run asks for it: the system prompt, the
 task, each earlier turn's call and result (turn 2 and turn 10, the last a default run has), the
 default tools, the run's time left as the turn's timeout (so the watchdog runs). The reply is a
 short answer and one tool call, whole or streamed (a token or so a chunk, to a deltas callback).
-Beside each, the bare exchange: the same request body, already encoded, posted by a plain client
-of the same HTTP library, and the reply's bytes read, nothing parsed. A client's own cost is its
+Beside each, the bare exchange: the same request body, already encoded, posted by a plain httpx
+client, and the reply's bytes read, nothing parsed. A client's own cost is its
 turn minus the bare exchange of the same round; a round takes each of the eight and its bare
 exchange in turn, in reverse order every other round, so a noisy neighbour weighs on all alike.
 Median and p95 over the rounds, in µs; then what a streamed chunk and each earlier call in the
@@ -49,8 +49,7 @@ import django
 
 django.setup()
 
-import groq  # noqa: E402
-import openai  # noqa: E402
+import httpx  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
@@ -250,7 +249,7 @@ def since(start: Timing) -> Timing:
 @dataclasses.dataclass
 class Exchange:
     """One provider's client at one turn, whole or streamed, and the bare exchange of the same
-    request body by a plain client of the HTTP library the provider's SDK is built on."""
+    request body by a plain httpx client."""
 
     label: str
     turn: int
@@ -264,7 +263,7 @@ class Exchange:
 
     def __post_init__(self) -> None:
         self.body = request_body(self.llm, self.messages, self.specs, self.streamed)
-        self.bare_client = self.llm.dialect.http.Client(timeout=TIME_LEFT)
+        self.bare_client = httpx.Client(timeout=TIME_LEFT)
         self.headers = {
             "content-type": "application/json",
             "accept": "application/json",
@@ -300,13 +299,13 @@ class Exchange:
 
     def close(self) -> None:
         self.bare_client.close()
-        self.llm.client.close()
+        self.llm.close()
 
 
 def request_body(
     llm: ChatCompletionsLLM, messages: list[Message], specs: list[ToolSpec], streamed: bool
 ) -> bytes:
-    """What the client posts for this turn, encoded as its HTTP library encodes JSON."""
+    """What the client posts for this turn, encoded as httpx encodes JSON."""
     body: dict[str, Any] = {"messages": messages, "model": llm.model, **llm.request_options(specs)}
     if streamed:
         body["stream"] = True
@@ -336,12 +335,12 @@ def clients(origin: str, streamed: bool) -> list[tuple[str, ChatCompletionsLLM, 
     )
     return [
         (
-            f"Groq (groq {groq.__version__}, httpx)",
+            f"Groq (httpx {httpx.__version__})",
             groq_llm,
             f"{origin}/openai/v1/chat/completions",
         ),
         (
-            f"OpenAI-compatible (openai {openai.__version__}, httpx2)",
+            f"OpenAI-compatible (httpx {httpx.__version__})",
             openai_llm,
             f"{origin}/v1/chat/completions",
         ),
@@ -380,7 +379,7 @@ def client_overhead(rounds: int) -> None:
 def streamed_body(origin: str) -> bytes:
     """The OpenAI-compatible client's request at the first turn timed, streamed."""
     llm = OpenAICompatibleLLM("llama3.1:8b", base_url=f"{origin}/v1")
-    llm.client.close()
+    llm.close()
     return request_body(llm, turn_messages(TURNS[0]), default_registry().specs(), True)
 
 

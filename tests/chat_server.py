@@ -4,8 +4,8 @@ and dropped streams, connection resets).
 
 tests/groq_server.py (Groq's API) and tests/openai_server.py (any OpenAI-compatible server) each
 fill in what their service does its own way: its paths, its catalogue of models, how it checks a
-request before answering from the script, and how it shapes a completion and its chunks. The
-real SDKs talk to them over a socket, so their timeouts, error mapping and streaming run for real.
+request before answering from the script, and how it shapes a completion and its chunks. Loop's
+client talks to them over a socket, so its timeouts, error mapping and streaming run for real.
 """
 
 import itertools

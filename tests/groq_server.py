@@ -46,8 +46,8 @@ models return their reasoning in `message.reasoning`; qwen3 models do so only wh
 `reasoning_format=parsed`, and otherwise put it in the answer as `<think>...</think>`. GET
 /openai/v1/models lists the catalogue, or answers with the script's next error if it is one.
 
-A request that finds the queue empty, or hits another path, is answered 418 (which the SDK does
-not retry) and the fixture fails the test at teardown.
+A request that finds the queue empty, or hits another path, is answered 418 (which Loop's client
+does not retry) and the fixture fails the test at teardown.
 """
 
 import time
@@ -70,6 +70,7 @@ __all__ = [
     "CHAT_COMPLETIONS_PATH",
     "CURRENT_MODELS",
     "MODELS_PATH",
+    "RETRY_NOTE",
     "TOOL_USE_FAILED_MESSAGE",
     "Completion",
     "Error",
@@ -82,6 +83,9 @@ __all__ = [
 
 CHAT_COMPLETIONS_PATH = "/openai/v1/chat/completions"
 MODELS_PATH = "/openai/v1/models"
+
+# What the page hears when Groq's reply broke off and is asked for again.
+RETRY_NOTE = "\n\n[Groq's reply broke off; Loop asked for it again.]\n\n"
 
 # Groq's production and preview models with tool calling, 2026-11 (llama-3.3-70b-versatile was
 # decommissioned on 2026-08-16 and is answered 404 like any unknown model).
@@ -124,7 +128,7 @@ class FakeGroqServer(FakeChatServer):
 
     @property
     def base_url(self) -> str:
-        """What to pass as the groq SDK's base_url (it appends /openai/v1/...)."""
+        """What GROQ_BASE_URL takes (the client appends /openai/v1/...)."""
         return f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> "FakeGroqServer":

@@ -155,7 +155,7 @@ class FakeOpenAIServer(FakeChatServer):
 
     @property
     def base_url(self) -> str:
-        """What LOOP_OPENAI_BASE_URL (and the openai SDK's base_url) takes."""
+        """What LOOP_OPENAI_BASE_URL takes."""
         return f"http://127.0.0.1:{self.port}/v1"
 
     def __enter__(self) -> "FakeOpenAIServer":

@@ -7,13 +7,14 @@ import time
 
 import pytest
 
-from agent.core.llm import LLMError, ToolCall, Usage
+from agent.core.llm import LLM, LLMError, Message, Reply, ToolCall, ToolSpec, Usage
+from agent.core.loop import ask_correcting
 from agent.llm.groq import GroqLLM
 from tests.groq_server import CHAT_COMPLETIONS_PATH, groq_server_fixture, tool_call  # noqa: F401
 
 MODEL = "openai/gpt-oss-120b"
 API_KEY = "gsk_test_key"
-FAST_RETRY = {"retry-after-ms": "50"}  # the SDK's own backoff starts at 0.5 s
+FAST_RETRY = {"retry-after-ms": "50"}  # Loop's own backoff starts at 0.5 s
 
 TOOLS = [
     {
@@ -46,6 +47,11 @@ QUESTION = [
 
 def make_llm(server, **options) -> GroqLLM:
     return GroqLLM(MODEL, api_key=API_KEY, base_url=server.base_url, **options)
+
+
+def corrected(llm: LLM, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+    """A turn as the loop asks it: the model's mistakes fed back to it (agent.core.loop)."""
+    return ask_correcting(lambda sent: llm.chat(sent, tools), messages)
 
 
 def closed_port() -> int:
@@ -197,7 +203,7 @@ def test_tool_call_message_parts_round_trip_into_the_next_request(groq_server):
     assert sent[3] == {"role": "tool", "tool_call_id": call.id, "content": "hello"}
 
 
-# --- retries (Loop's own; the SDK's are off) -----------------------------------------------------
+# --- retries (Loop's own) ------------------------------------------------------------------------
 
 
 def test_a_429_is_retried_after_its_retry_after_and_the_reply_returned(groq_server):
@@ -219,9 +225,7 @@ def test_a_5xx_is_retried_up_to_max_retries_and_then_succeeds(groq_server):
     reply = make_llm(groq_server, max_retries=2).chat(QUESTION, TOOLS)
 
     assert reply.text == "third time lucky"
-    assert len(groq_server.requests) == 3
-    # One layer of retries: the SDK never retries on its own.
-    assert {r.headers["x-stainless-retry-count"] for r in groq_server.requests} == {"0"}
+    assert len(groq_server.requests) == 3  # one layer of retries, Loop's
 
 
 @pytest.mark.parametrize("max_retries", [0, 2])
@@ -316,7 +320,7 @@ def test_tool_use_failed_is_fed_back_once_and_the_next_reply_returned(groq_serve
     groq_server.tool_use_failed(failed)
     groq_server.reply(tool_calls=[tool_call("read_file", {"path": "notes.txt"}, id="call_ok")])
 
-    reply = make_llm(groq_server).chat(QUESTION, TOOLS)
+    reply = corrected(make_llm(groq_server), QUESTION, TOOLS)
 
     assert reply.tool_calls == (ToolCall("call_ok", "read_file", '{"path": "notes.txt"}'),)
     first, second = groq_server.requests
@@ -336,7 +340,7 @@ def test_tool_use_failed_twice_in_a_row_is_an_llm_error(groq_server):
     groq_server.tool_use_failed("<function=read_file>{bad</function>", times=2)
 
     with pytest.raises(LLMError, match="400") as raised:
-        make_llm(groq_server).chat(QUESTION, TOOLS)
+        corrected(make_llm(groq_server), QUESTION, TOOLS)
 
     assert "again" in str(raised.value)
     assert len(groq_server.requests) == 2
@@ -346,7 +350,7 @@ def test_tool_use_failed_is_fed_back_not_retried_unchanged(groq_server):
     groq_server.tool_use_failed("<function=list_files>[</function>")
     groq_server.reply("I will answer in text instead.")
 
-    reply = make_llm(groq_server, max_retries=2).chat(QUESTION, TOOLS)
+    reply = corrected(make_llm(groq_server, max_retries=2), QUESTION, TOOLS)
 
     assert reply.text == "I will answer in text instead."
     first, second = groq_server.requests
@@ -400,7 +404,7 @@ def test_a_rejected_streamed_request_is_handled_like_any_other(groq_server):
     groq_server.reply("Answered in text.")
     heard: list[str] = []
 
-    reply = streaming_llm(groq_server, heard).chat(QUESTION, TOOLS)
+    reply = corrected(streaming_llm(groq_server, heard), QUESTION, TOOLS)
 
     assert reply.text == "Answered in text."
     assert "repo_browser.open_file" in reply.recovered_error

@@ -7,9 +7,12 @@ import logging
 import pytest
 
 from agent.core.llm import LLMError, ModelTimedOut, ToolCall
-from agent.llm.groq import RETRY_NOTE
 from tests.conftest import wait_for
-from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)
+from tests.groq_server import (  # noqa: F401 (the fixture)
+    RETRY_NOTE,
+    groq_server_fixture,
+    tool_call,
+)
 from tests.test_groq import QUESTION, TOOLS, make_llm
 
 ANSWER = "Paris is the capital of France, and has been for a very long time."

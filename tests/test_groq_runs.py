@@ -8,14 +8,17 @@ import pytest
 from agent.core.events import RunStatus
 from agent.core.loop import CUT_ANSWER
 from agent.llm import groq as groq_module
-from agent.llm.groq import RETRY_NOTE
 from agent.models import AgentRun
 from agent.runs import default_limits, start_run
 from engine.execution import execute_run
 from memory.models import Memory
 from memory.store import embed
 from tests.conftest import wait_for
-from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)
+from tests.groq_server import (  # noqa: F401 (the fixture)
+    RETRY_NOTE,
+    groq_server_fixture,
+    tool_call,
+)
 from tests.test_settings import load_settings
 
 pytestmark = pytest.mark.django_db

@@ -166,7 +166,7 @@ def test_with_a_server_and_no_groq_key_runs_use_loop_openai_model_keyless(on_oll
     llm = factory.llm_for()
     assert isinstance(llm, OpenAICompatibleLLM)
     assert (llm.model, llm.base_url) == (QWEN3, OLLAMA + "/")
-    assert llm.client.api_key == "no-key"
+    assert llm.api_key == "no-key"
 
 
 def test_with_both_configured_the_groq_key_wins_the_default(on_both):
@@ -262,7 +262,7 @@ def test_the_client_for_a_name_is_the_providers(on_both, settings):
     assert groq.model == "openai/gpt-oss-20b"
     served = factory.llm_for("openai:llama3.1:8b")
     assert isinstance(served, OpenAICompatibleLLM)
-    assert (served.model, served.client.api_key) == ("llama3.1:8b", "sk-local")
+    assert (served.model, served.api_key) == ("llama3.1:8b", "sk-local")
 
 
 # --- offered models ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from tests.openai_server import (  # noqa: F401 (the fixture)
     openai_server_fixture,
     tool_call,
 )
-from tests.test_groq import QUESTION, TOOLS
+from tests.test_groq import QUESTION, TOOLS, corrected
 
 FAST_RETRY = {"retry-after-ms": "50"}
 ANSWER = "notes.txt says hello, and nothing else at all."
@@ -71,8 +71,6 @@ def test_the_request_carries_model_messages_tools_and_tool_choice_auto(openai_se
     assert request.body["tools"] == TOOLS
     assert request.body["tool_choice"] == "auto"
     assert "reasoning_effort" not in request.body  # only when configured
-    # One layer of retries, Loop's: the SDK never retries on its own.
-    assert request.headers["x-stainless-retry-count"] == "0"
 
 
 def test_reasoning_effort_is_sent_when_configured(openai_server):
@@ -311,7 +309,7 @@ def test_a_tool_call_written_as_text_is_fed_back_once(openai_server, written, st
     openai_server.reply(tool_calls=[tool_call("read_file", {"path": "notes.txt"})])
     heard: list[str] = []
 
-    reply = either_llm(openai_server, streamed, heard).chat(QUESTION, TOOLS)
+    reply = corrected(either_llm(openai_server, streamed, heard), QUESTION, TOOLS)
 
     assert called(reply) == [("read_file", '{"path": "notes.txt"}')]
     note = TEXT_TOOL_CALL_NOTE.format(name="read_file")
@@ -326,7 +324,7 @@ def test_a_tool_call_written_as_text_twice_is_a_clear_failure(openai_server):
     openai_server.reply(WRITTEN_CALLS["fenced"], times=2)
 
     with pytest.raises(LLMError) as raised:
-        make_llm(openai_server).chat(QUESTION, TOOLS)
+        corrected(make_llm(openai_server), QUESTION, TOOLS)
 
     message = str(raised.value)
     assert message.startswith(f"{MODEL} on the model server at {openai_server.base_url} wrote")
@@ -721,3 +719,37 @@ def test_a_connection_reset_before_any_answer_is_asked_again(openai_server, stre
         "came in: "
     )
     assert len(openai_server.requests) == 2
+
+
+# --- one transport: plain httpx, no SDK --------------------------------------------------------
+
+
+def test_an_error_that_is_not_json_is_shown_as_the_server_sent_it(openai_server):
+    # A proxy's page in front of the server: what it says is shown (short, without the key),
+    # as Groq's errors always were, not only its status.
+    openai_server.raw([b"<html>502 Bad Gateway</html>"], status=502, content_type="text/html")
+
+    with pytest.raises(LLMError) as raised:
+        make_llm(openai_server, max_retries=0).chat(QUESTION, TOOLS)
+
+    assert str(raised.value) == (
+        f"The model server at {openai_server.base_url} answered 502: <html>502 Bad Gateway</html>"
+    )
+    assert raised.value.status == 502
+
+
+def test_a_request_carries_only_what_loop_sends(openai_server):
+    openai_server.reply("ok")
+
+    make_llm(openai_server).chat(QUESTION, TOOLS)
+
+    [request] = openai_server.requests
+    assert not [name for name in request.headers if name.startswith(("x-stainless", "openai-"))]
+    assert request.headers["user-agent"] == "Loop"
+    assert request.headers["accept-encoding"] == "identity"
+    assert request.body == {
+        "messages": QUESTION,
+        "model": MODEL,
+        "tools": TOOLS,
+        "tool_choice": "auto",
+    }

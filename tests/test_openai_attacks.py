@@ -1,7 +1,7 @@
 """The model client attacked by a hostile or broken model server, or by whoever controls its
 replies: replies too big to hold, hand-made event streams, error bodies that are huge or echo the
-key, redirects to other hosts, the SDK's environment variables, secrets in the base URL, malformed
-chunks, hostile tool-call ids and model lists. Each test fails if its defence goes.
+key, redirects to other hosts, a vendor SDK's environment variables, secrets in the base URL,
+malformed chunks, hostile tool-call ids and model lists. Each test fails if its defence goes.
 
 What the server may do by design is answer anything a model could (it is the model); what it must
 not do is hold the worker's memory, crash it, reach other hosts through it, or get the key (or
@@ -33,7 +33,7 @@ from tests.openai_server import (  # noqa: F401 (the fixture)
     openai_server_fixture,
     tool_call,
 )
-from tests.test_groq import QUESTION, TOOLS
+from tests.test_groq import QUESTION, TOOLS, corrected
 from tests.test_openai import closed_port
 from tests.test_openai_runs import on_server  # noqa: F401 (the fixture)
 
@@ -503,7 +503,7 @@ def test_a_rejected_generation_fed_back_is_storable(monkeypatch):
         server.reply("ok")
         llm = GroqLLM("openai/gpt-oss-120b", api_key=KEY, base_url=server.base_url)
 
-        reply = llm.chat(QUESTION, TOOLS)
+        reply = corrected(llm, QUESTION, TOOLS)
 
     reply.recovered_error.encode()  # no lone surrogate: psycopg encodes it
     assert "\x00" not in reply.recovered_error

@@ -118,7 +118,7 @@ def test_the_demo_task_runs_code_writes_the_file_and_answers(on_server, alice, w
         "read_file",
         "write_file",
     ]
-    assert first.headers["authorization"] == "Bearer no-key"  # keyless: the SDK's placeholder
+    assert first.headers["authorization"] == "Bearer no-key"  # keyless: Loop's placeholder
     assert "reasoning_effort" not in first.body  # sent only when configured
     ran = second.messages[-1]
     assert ran["role"] == "tool"

@@ -5,7 +5,7 @@ logged, persisted, replayed and sent to a provider unchanged.
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from agent.core.interrupt import Interrupt
 
@@ -58,8 +58,9 @@ class Reply:
     usage: Usage = field(default_factory=Usage)
     # A reasoning model's thinking, apart from its answer: shown and recorded, never sent back.
     reasoning: str = ""
-    # A provider-side failure the client already fed back to the model once (Groq's
-    # tool_use_failed); kept so the run's record shows it happened.
+    # The notes on the model's mistakes this turn that the loop fed back to it (a ModelMistake's
+    # note: a rejected generation, a tool call written as text) before this reply; kept so the
+    # run's record shows they happened.
     recovered_error: str = ""
     # The provider stopped at its output limit (finish_reason "length"): the text is incomplete.
     cut: bool = False
@@ -88,6 +89,43 @@ class ModelTimedOut(LLMError):
 
     The run's deadline, not the provider's health, ended the turn: the run is halted, not failed.
     """
+
+
+class ModelMistake(LLMError):
+    """The model got its reply wrong in a way it can put right when told: the reply is not
+    returned, and `note` (a user message) says what was wrong. The loop feeds the note back and
+    asks again, once per kind in a turn (agent.core.loop.ask_correcting); the same kind again
+    fails the run with `again`. Its own message is the failure for a caller that does not feed
+    it back. `retried` is what went wrong on the attempts the client retried on the way."""
+
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        note: Message,
+        again: str,
+        status: int | None = None,
+        retried: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message, status=status)
+        self.note = note
+        self.again = again
+        self.retried = retried
+
+
+class RejectedGeneration(ModelMistake):
+    """The provider refused what the model generated (Groq's tool_use_failed: a call to a tool
+    not offered, arguments that are not JSON, a call in a turn without tools)."""
+
+    kind = "rejected_generation"
+
+
+class ToolCallAsText(ModelMistake):
+    """The model wrote a tool call as JSON text in its answer instead of calling the tool."""
+
+    kind = "tool_call_as_text"
 
 
 class LLM(Protocol):

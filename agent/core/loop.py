@@ -63,6 +63,7 @@ from agent.core.llm import (
     TOOL_NAME_CHARS,
     LLMError,
     Message,
+    ModelMistake,
     ModelTimedOut,
     Reply,
     ToolCall,
@@ -95,6 +96,34 @@ def model_failure(error: LLMError) -> str:
 def is_model_failure(error: str) -> bool:
     """Whether a run's error says the model provider failed it (model_failure wrote it)."""
     return error.startswith(f"{MODEL_FAILED}: ")
+
+
+def ask_correcting(chat: Callable[[list[Message]], Reply], history: Sequence[Message]) -> Reply:
+    """A model turn with the model's mistakes put right: a ModelMistake's note (what was wrong
+    with the reply, which is dropped) is sent after the history and the model asked again, once
+    for each kind of mistake in the turn; the same kind twice ends the run with what the mistake
+    says then. The note is sent for that ask only (the history keeps none of it: the next turn
+    is asked without), and the reply carries the notes it took (`recovered_error`), which the
+    run's log records with it."""
+    notes: dict[str, Message] = {}
+    retried: list[str] = []
+    latest: list[Message] = []
+    while True:
+        try:
+            reply = chat([*history, *latest])
+        except ModelMistake as mistake:
+            retried += mistake.retried
+            if mistake.kind in notes:
+                raise LLMError(mistake.again, status=mistake.status) from None
+            notes[mistake.kind] = mistake.note
+            latest = [mistake.note]  # the note on the reply just dropped
+            continue
+        if not notes:
+            return reply
+        recovered = "\n\n".join(str(note["content"]) for note in notes.values())
+        return dataclasses.replace(
+            reply, recovered_error=recovered, retried=(*retried, *reply.retried)
+        )
 
 
 def bounded_call(call: ToolCall) -> ToolCall:
@@ -378,14 +407,7 @@ class AgentLoop:
                 summarise=True,
             )
         try:
-            reply = interruptibly(
-                self.llm.chat,
-                self.interrupt,
-                list(self.messages),
-                tools,
-                timeout=self.time_left(),
-                interrupt=self.interrupt,
-            )
+            reply = ask_correcting(lambda messages: self.chat(messages, tools), self.messages)
         except Interrupted as interrupted:  # the turn is abandoned, its reply never heard
             raise stopped(interrupted.reason) from None
         except LLMError as error:
@@ -415,6 +437,17 @@ class AgentLoop:
         )
         self.messages.append(assistant_message(reply.text, reply.tool_calls))
         return reply
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
+        """One ask of the model, within the time the run has left, stopped by its interrupt."""
+        return interruptibly(
+            self.llm.chat,
+            self.interrupt,
+            messages,
+            tools,
+            timeout=self.time_left(),
+            interrupt=self.interrupt,
+        )
 
     def run_tools(self, calls: Sequence[ToolCall]) -> None:
         """Run the calls, up to `max_parallel_calls` at once; results enter the history in the

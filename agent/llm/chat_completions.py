@@ -1,31 +1,34 @@
 """The chat-completions shape with tool calling, for Groq and any OpenAI-compatible server.
 
-One implementation serves every server that speaks it: building the request, assembling a streamed
-reply, reading usage, mapping errors and retrying. What differs between servers (the SDK, Groq's
-reasoning fields and error codes, a server's quirks) is a `Dialect`, a small table each provider
-module fills in (`agent/llm/groq.py`, `agent/llm/openai_compat.py`). This module is the client: a
-turn, its attempts and retries, and what to say when one fails. Its parts: `replies.py` reads a
-reply (streamed or whole), `mistakes.py` knows a model's mistakes and a server's limits, `waits.py`
-the server's hints of how long to wait, `http_guard.py` the HTTP client under both SDKs, and
+One implementation serves every server that speaks it, over one HTTP client (plain `httpx`, no
+vendor SDK: Loop builds the request and reads the raw reply itself, so an SDK would only add its
+import time, its types and a second error hierarchy to unwrap): building the request, assembling a
+streamed reply, reading usage, mapping errors and retrying. What differs between servers (Groq's
+paths, reasoning fields and error codes, a server's quirks) is a `Dialect`, a small table each
+provider module fills in (`agent/llm/groq.py`, `agent/llm/openai_compat.py`). This module is the
+client: a turn, its attempts and retries, and what to say when one fails. Its parts: `replies.py`
+reads a reply (streamed or whole), `mistakes.py` knows a model's mistakes and a server's limits,
+`waits.py` the server's hints of how long to wait, `http_guard.py` the bounded HTTP client, and
 `said.py` what of a server's words may be shown.
 
-Retries live in one layer only, this one (the SDKs' own are switched off), because only this layer
-knows the run's deadline: a 429, 408/409, 5xx, timeout, a connection that drops (before the reply
-or while it streams in) and a stream that ends before its last chunk are retried after the
-server's `retry-after` (or a short backoff) only while the wait still fits in the time the run has
-left and in `MAX_WAIT`. Whatever is left after that is an LLMError that ends the run as failed,
-saying what happened and, for a rate limit, when to try again. A server that refuses the
-connection is down: that fails at once, naming its URL.
+Retries live in this layer, because only this layer knows the run's deadline: a 429, 408/409,
+5xx, timeout, a connection that drops (before the reply or while it streams in) and a stream that
+ends before its last chunk are retried after the server's `retry-after` (or a short backoff) only
+while the wait still fits in the time the run has left and in `MAX_WAIT`. Whatever is left after
+that is an LLMError that ends the run as failed, saying what happened and, for a rate limit, when
+to try again. A server that refuses the connection is down: that fails at once, naming its URL.
 
-Each turn is bounded by the time the run has left as a whole, not per read: the SDK's timeout is
+Each turn is bounded by the time the run has left as a whole, not per read: the HTTP timeout is
 capped to it, and a watchdog cuts a reply still coming in when it runs out (ModelTimedOut: the run
 halts on its deadline). A reply stopped at the model's output limit (finish reason `length`) is
 returned marked as cut.
 
-A reply the model got wrong is fed back to it once as a note it can act on, and a second one in a
-row ends the run: a 400 about what the model generated (Groq's `tool_use_failed`), or a tool call
-written as JSON text in the answer instead of being called. A model that does not exist fails at
-once naming the setting to change and the check to run; so does a server that cannot call tools.
+A reply the model got wrong is a ModelMistake carrying the note that puts it right: a 400 about what
+the model generated (Groq's `tool_use_failed`, RejectedGeneration), or a tool call written as JSON
+text in the answer instead of being called (ToolCallAsText). The loop feeds the note back
+(agent.core.loop.ask_correcting), where the run's log shows it. A model that does not exist fails
+at once naming the setting to change and the check to run; so does a server that cannot call
+tools.
 
 Whatever a server sends is bounded and checked, since a hostile or broken one may send anything
 (docs/security.md): a reply holds at most MAX_REPLY_CHARS, a line of its event stream
@@ -46,12 +49,23 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
+
+import httpx
 
 from agent.core.history import undelimited
 from agent.core.interrupt import Interrupt
-from agent.core.llm import LLMError, Message, ModelTimedOut, Reply, ToolSpec
+from agent.core.llm import (
+    LLMError,
+    Message,
+    ModelMistake,
+    ModelTimedOut,
+    RejectedGeneration,
+    Reply,
+    ToolCallAsText,
+    ToolSpec,
+)
+from agent.llm.http_guard import bounded_http_client
 from agent.llm.mistakes import (
     REJECTED_REPLY_NOTE,
     SERVER_FLAGS_HINT,
@@ -80,31 +94,74 @@ from agent.llm.waits import MAX_WAIT, fits, hinted_wait, try_again_at
 from agent.llm.watchdog import Watchdog
 
 
+def _no_rejected_reply(error: "ServerAnswered") -> bool:
+    return False
+
+
+def _no_reasoning_options(model: str, effort: str) -> dict[str, Any]:
+    return {}
+
+
 @dataclass(frozen=True)
 class Dialect:
-    """What one provider's chat-completions service does its own way; everything else is shared.
-
-    `sdk` is the provider's SDK module (`groq` or `openai`: they expose the same client and error
-    classes) and `http` the HTTP library it is built on (`httpx` or `httpx2`), whose transport
-    errors the SDK does not wrap while a reply is read."""
+    """What one provider's chat-completions service does its own way; everything else is shared."""
 
     provider: str  # what a run records as its provider, and the model names' prefix
-    sdk: ModuleType
-    http: ModuleType
     model_setting: str  # the setting that names the model, for a model that is not there
     check_command: str  # the `manage.py` command that checks the server and the model
     base_url_setting: str  # the setting that says where the server is, for a redirect
+    # The paths of the service under the base URL (relative: they are joined to its path).
+    chat_path: str = "chat/completions"
+    models_path: str = "models"
     # Ask for usage in streamed replies (stream_options.include_usage): OpenAI's API and most
     # servers send none otherwise. Groq sends it anyway, in `x_groq`.
     asks_stream_usage: bool = False
     # The 400s that are about what the model generated, to be fed back to it once.
-    rejected_reply: Callable[[Any], bool] = lambda error: False
+    rejected_reply: Callable[["ServerAnswered"], bool] = _no_rejected_reply
     # The request options for a model (reasoning parameters), given the configured effort.
-    reasoning_options: Callable[[str, str], dict[str, Any]] = lambda model, effort: {}
+    reasoning_options: Callable[[str, str], dict[str, Any]] = _no_reasoning_options
+
+
+class ServerAnswered(Exception):
+    """The server answered with an error status; its body is read (as JSON when it is JSON).
+
+    `message` is what the server said, as a person would want it: the body's own message when it
+    has one (OpenAI's `{"error": {"message": ...}}`, or at its top as vLLM has it), else the body
+    itself or, for an empty one, the status."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.status_code = response.status_code
+        self.headers = response.headers
+        self.path = response.request.url.path
+        text = response.text.strip()
+        self.body: Any = text
+        try:
+            self.body = json.loads(text)
+        except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
+            fallback = text or f"Error code: {self.status_code}"
+        else:
+            fallback = f"Error code: {self.status_code} - {self.body}"
+        said = error_body(self).get("message")
+        self.message = str(said) if said else fallback
+        super().__init__(self.message)
+
+
+class BadRequest(ServerAnswered):
+    """A 400: about what the model generated, an option the server does not take, or the
+    request itself; `chat` judges which."""
+
+
+class NoReply(Exception):
+    """The request failed before the reply's headers came in: a connection never made (the
+    transport's ConnectError, as its cause), or one that broke or timed out on the way."""
 
 
 # Servers that answered 400 to stream_options: asked without it from then on, in this process.
 _REFUSE_STREAM_OPTIONS: set[str] = set()
+
+# What a request says it accepts: a chat completion is JSON (or its event stream, which servers
+# send when `stream` is asked for, whatever this says).
+_ACCEPT = "application/json"
 
 
 class ChatCompletionsLLM:
@@ -112,12 +169,14 @@ class ChatCompletionsLLM:
     model server at <url>"), `server_s` in the possessive."""
 
     dialect: Dialect
+    provider: str
 
     def __init__(
         self,
         model: str,
         *,
-        client: Any,
+        base_url: str,
+        api_key: str,
         server: str,
         server_s: str,
         deltas: Callable[[str], None] | None = None,
@@ -127,7 +186,7 @@ class ChatCompletionsLLM:
     ) -> None:
         self.provider = self.dialect.provider
         self.model = model
-        self.client = client
+        self.api_key = api_key
         self.server = server
         self.server_s = server_s
         self.timeout = timeout
@@ -139,18 +198,28 @@ class ChatCompletionsLLM:
         # The interrupt of the turn being asked (chat's argument): waits to retry wake on it.
         self._interrupt: Interrupt | None = None
         self.logger = logging.getLogger(f"agent.llm.{self.provider}")
-        self.secrets = secrets_of(str(client.base_url), client.api_key)
-        sdk = self.dialect.sdk
+        self.http = bounded_http_client(
+            base_url,
+            headers={"Authorization": f"Bearer {api_key}", "Accept": _ACCEPT},
+            timeout=timeout,
+            server=server,
+            base_url_setting=self.dialect.base_url_setting,
+        )
+        self.secrets = secrets_of(str(self.http.base_url), api_key)
         self.transient_errors: tuple[type[Exception], ...] = (
-            sdk.APIStatusError,
-            sdk.APIConnectionError,
-            self.dialect.http.TransportError,
+            ServerAnswered,
+            NoReply,
+            httpx.TransportError,
             StreamCut,
         )
 
     @property
     def base_url(self) -> str:
-        return str(self.client.base_url)
+        return str(self.http.base_url)
+
+    def close(self) -> None:
+        """Its connections closed (a run's client is otherwise closed when collected)."""
+        self.http.close()
 
     @property
     def retry_note(self) -> str:
@@ -175,76 +244,57 @@ class ChatCompletionsLLM:
     def _chat(
         self, messages: list[Message], tools: list[ToolSpec] | None, timeout: float | None
     ) -> Reply:
+        """One reply, or the mistake the model made in it (a ModelMistake, for the loop to feed
+        back)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         retried: list[str] = []
         try:
             reply = self._send(messages, tools, deadline, retried)
-        except self.dialect.sdk.BadRequestError as error:
-            note = self._rejected_reply_note(error, tools)
-            if note is None:
-                raise LLMError(self._describe(error), status=error.status_code) from None
-            reply = self._send_corrected([*messages, note], tools, deadline, retried)
-        else:
-            reply = self._correct_text_tool_call(reply, messages, tools, deadline, retried)
+        except BadRequest as error:
+            described = self._describe(error)
+            if not self.dialect.rejected_reply(error):
+                raise LLMError(described, status=error.status_code) from None
+            raise RejectedGeneration(
+                described,
+                note=self._rejected_reply_note(error, tools),
+                again=f"{described} again, after the first was fed back",
+                status=error.status_code,
+                retried=tuple(retried),
+            ) from None
+        name = text_tool_call(reply, tools)
+        if name is not None:
+            raise self._tool_call_as_text(name, tuple(retried))
         return dataclasses.replace(reply, retried=tuple(retried))
 
-    def _send_corrected(
-        self,
-        messages: list[Message],
-        tools: list[ToolSpec] | None,
-        deadline: float | None,
-        retried: list[str],
-    ) -> Reply:
-        """The turn again, with the note on the rejected reply last in `messages`."""
-        try:
-            reply = self._send(messages, tools, deadline, retried)
-        except self.dialect.sdk.BadRequestError as error:
-            again = (
-                " again, after the first was fed back" if self.dialect.rejected_reply(error) else ""
-            )
-            raise LLMError(f"{self._describe(error)}{again}", status=error.status_code) from None
-        return dataclasses.replace(reply, recovered_error=messages[-1]["content"])
-
-    def _correct_text_tool_call(
-        self,
-        reply: Reply,
-        messages: list[Message],
-        tools: list[ToolSpec] | None,
-        deadline: float | None,
-        retried: list[str],
-    ) -> Reply:
-        """A reply that wrote a tool call as JSON text instead of calling it is fed back once;
-        a second in a row is a failure that says what to do about the server."""
-        name = text_tool_call(reply, tools)
-        if name is None:
-            return reply
-        note = {"role": "user", "content": TEXT_TOOL_CALL_NOTE.format(name=name)}
+    def _tool_call_as_text(self, name: str, retried: tuple[str, ...]) -> ToolCallAsText:
+        """A reply that wrote a tool call as JSON text instead of calling it: the page hears that
+        the model is asked again (the loop asks, once; a second in a row fails the run saying
+        what to do about the server)."""
         if self.deltas is not None:
             self.deltas(f"\n\n[{self.model} wrote a tool call as text; Loop asked it again.]\n\n")
-        corrected = self._send_corrected([*messages, note], tools, deadline, retried)
-        if text_tool_call(corrected, tools) is not None:
-            raise LLMError(
-                f"{self.model} on {self.server} wrote its tool call to {name} as text instead of "
-                f"calling it, twice, the second time after being told: {SERVER_FLAGS_HINT}."
-            )
-        return corrected
+        wrote = f"{self.model} on {self.server} wrote its tool call to {name} as text"
+        return ToolCallAsText(
+            f"{wrote} instead of calling it.",
+            note={"role": "user", "content": TEXT_TOOL_CALL_NOTE.format(name=name)},
+            again=(
+                f"{wrote} instead of calling it, twice, the second time after being told: "
+                f"{SERVER_FLAGS_HINT}."
+            ),
+            retried=retried,
+        )
 
     def available_models(self) -> list[str]:
         """The models the server lists (GET /models) for this key; entries without a name
         are left out."""
-        sdk = self.dialect.sdk
+        request = self.http.build_request("GET", self.dialect.models_path)
         try:
-            with (
-                self._secrets_kept(),
-                self._own_errors(),
-                self.client.models.with_streaming_response.list() as response,
-            ):
-                listing = self._json(response.http_response)
-        except sdk.APIStatusError as error:
+            with self._secrets_kept(), self._answer(request) as response:
+                listing = self._json(response)
+        except ServerAnswered as error:
             raise LLMError(
                 self._redacted(self._describe(error)), status=error.status_code
             ) from None
-        except sdk.APIConnectionError as error:
+        except (NoReply, httpx.TransportError) as error:
             raise LLMError(self._redacted(self._unreachable(error))) from None
         models = listing.get("data") if isinstance(listing, dict) else None
         if not isinstance(models, list):
@@ -263,6 +313,8 @@ class ChatCompletionsLLM:
             yield
         except LLMError as error:
             error.args = (self._redacted(str(error)), *error.args[1:])
+            if isinstance(error, ModelMistake):
+                error.again = self._redacted(error.again)
             raise
 
     def _redacted(self, text: str) -> str:
@@ -295,7 +347,6 @@ class ChatCompletionsLLM:
     ) -> Reply:
         """One completion, retried while the wait fits (what went wrong on each attempt retried
         is added to `retried`); a 400 is raised for `chat` to judge."""
-        sdk = self.dialect.sdk
         attempt, ask_usage = 0, True
         while True:
             options = self.request_options(tools)
@@ -307,7 +358,7 @@ class ChatCompletionsLLM:
             try:
                 with watchdog:
                     return self._attempt(messages, options, limit, watchdog, pieces)
-            except sdk.BadRequestError as error:
+            except BadRequest as error:
                 if not self._refused_stream_options(error, options):
                     raise
                 ask_usage = False
@@ -323,12 +374,10 @@ class ChatCompletionsLLM:
                 )
                 if pieces.text and self.deltas is not None:
                     self.deltas(self.retry_note)
-            except sdk.APIError as error:  # a reply the SDK could not make sense of
-                raise LLMError(f"{sentence(self.server_s)} reply made no sense: {error}") from None
             self._sit_out(wait)
             attempt += 1
 
-    def _refused_stream_options(self, error: Any, options: dict[str, Any]) -> bool:
+    def _refused_stream_options(self, error: ServerAnswered, options: dict[str, Any]) -> bool:
         """A server that does not take stream_options says so in a 400: remembered, so the
         turn (and every later one) is asked without it."""
         if "stream_options" not in options:
@@ -373,49 +422,47 @@ class ChatCompletionsLLM:
         options: dict[str, Any],
         limit: float,
         watchdog: Watchdog,
-        pieces: "ReplyPieces",
+        pieces: ReplyPieces,
     ) -> Reply:
         """One request. The response is handed to the watchdog as soon as its headers are in,
-        so the body, streamed or not, is read within the deadline.
-
-        The body goes to the SDK as `extra_body`, which it sends as it is: given as arguments,
-        the messages and tools would each be checked against the SDK's types first, a cost that
-        grows with the history (milliseconds a turn, some turns in). A streamed reply is read
-        from its server-sent events as plain JSON for the same reason (the SDK builds a typed
-        object of every chunk)."""
-        body = {"messages": messages, **{k: v for k, v in options.items() if k != "stream"}}
-        stream = {"stream": True} if options.get("stream") else {}
-        with (
-            self._own_errors(),
-            self.client.chat.completions.with_streaming_response.create(
-                model=self.model, messages=[], timeout=limit, extra_body=body, **stream
-            ) as response,
-        ):
-            http_response = response.http_response
-            watchdog.watch(http_response)
-            if not stream:
-                self._check_content_type(http_response, "json")
-                return self._reply(self._json(http_response))
-            if "json" in http_response.headers.get("content-type", ""):
+        so the body, streamed or not, is read within the deadline. A reply is read as plain
+        JSON, a streamed one from its server-sent events, with no typed object made of it."""
+        body = {"messages": messages, "model": self.model, **options}
+        request = self.http.build_request(
+            "POST", self.dialect.chat_path, json=body, timeout=httpx.Timeout(limit)
+        )
+        with self._answer(request) as response:
+            watchdog.watch(response)
+            if not options.get("stream"):
+                self._check_content_type(response, "json")
+                return self._reply(self._json(response))
+            if "json" in response.headers.get("content-type", ""):
                 # A server that does not stream sent the whole reply: one chunk of it all.
-                return self._read(pieces, [self._whole_chunk(http_response)])
-            self._check_content_type(http_response, "text/event-stream")
-            return self._read(pieces, self._events(EventStream(http_response)))
+                return self._read(pieces, [self._whole_chunk(response)])
+            self._check_content_type(response, "text/event-stream")
+            return self._read(pieces, self._events(EventStream(response)))
 
     @contextlib.contextmanager
-    def _own_errors(self) -> Iterator[None]:
-        """What the response guard refused (a redirect, a compressed or oversized body) is
-        raised inside the SDK, which wraps it as a connection error: it is raised as itself."""
+    def _answer(self, request: httpx.Request) -> Iterator[httpx.Response]:
+        """The response to `request` once its headers are in, its body still to read; an error
+        status is raised as ServerAnswered (its body read), a request that got no response as
+        NoReply. What the response guard refuses (a redirect off the server, a compressed or
+        oversized body) is raised as itself, an LLMError."""
         try:
-            yield
-        except self.dialect.sdk.APIConnectionError as error:
-            if isinstance(error.__cause__, LLMError):
-                raise error.__cause__ from None
-            raise
+            response = self.http.send(request, stream=True)
+        except httpx.RequestError as error:  # a transport's error, or too many redirects
+            raise NoReply(str(error)) from error
+        try:
+            if not response.is_success:
+                response.read()
+                raise (BadRequest if response.status_code == 400 else ServerAnswered)(response)
+            yield response
+        finally:
+            response.close()
 
     def _read(
         self,
-        pieces: "ReplyPieces",
+        pieces: ReplyPieces,
         chunks: Iterable[dict[str, Any]],
         what: str = "chat completion chunk",
     ) -> Reply:
@@ -438,7 +485,7 @@ class ChatCompletionsLLM:
                 f"{self._said(str(error))}"
             ) from None
 
-    def _check_content_type(self, response: Any, expected: str) -> None:
+    def _check_content_type(self, response: httpx.Response, expected: str) -> None:
         """A 200 that is not a chat completion (a web page, a proxy's sign-in) is a wrong base
         URL, said as such, not a crash or a retry."""
         content_type = response.headers.get("content-type", "")
@@ -451,20 +498,19 @@ class ChatCompletionsLLM:
             "OpenAI-compatible one usually ends in /v1."
         )
 
-    def _json(self, response: Any) -> Any:
+    def _json(self, response: httpx.Response) -> Any:
         """A body read whole (at most MAX_BODY_BYTES: the response guard sees to it)."""
         try:
             return json.loads(response.read())
         except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
             raise LLMError(f"{sentence(self.server)} sent a reply that is not JSON.") from None
 
-    def _whole_chunk(self, response: Any) -> dict[str, Any]:
+    def _whole_chunk(self, response: httpx.Response) -> dict[str, Any]:
         return whole_as_chunk(self._json(response))
 
-    def _events(self, stream: Any) -> Iterator[dict[str, Any]]:
-        """The data of each server-sent event of a streamed reply (`stream.iter_lines()`, an
-        EventStream's), up to `[DONE]`; an event that is an error (the server gave up mid-reply)
-        ends the turn with an LLMError."""
+    def _events(self, stream: EventStream) -> Iterator[dict[str, Any]]:
+        """The data of each server-sent event of a streamed reply, up to `[DONE]`; an event that
+        is an error (the server gave up mid-reply) ends the turn with an LLMError."""
         try:
             for data in sse_data(stream.iter_lines()):
                 if data.startswith("[DONE]"):
@@ -509,11 +555,7 @@ class ChatCompletionsLLM:
 
     def _deadline_timeout(self, error: Exception, limit: float) -> bool:
         """A timeout while the time the run had left, not the configured timeout, was the cap."""
-        return self._timed_out(error) and limit < self.timeout
-
-    def _timed_out(self, error: Exception) -> bool:
-        timeouts = (self.dialect.sdk.APITimeoutError, self.dialect.http.TimeoutException)
-        return isinstance(error, timeouts)
+        return _timed_out(error) and limit < self.timeout
 
     def _may_retry(
         self, error: Exception, attempt: int, wait: float, deadline: float | None
@@ -526,30 +568,21 @@ class ChatCompletionsLLM:
         )
 
     def _retryable(self, error: Exception) -> bool:
-        sdk = self.dialect.sdk
-        if self._unreached(error):
+        if _unreached(error):
             return False  # nothing listens there: the server is down, or the URL is wrong
-        if not isinstance(error, sdk.APIStatusError):  # a timeout or a dropped connection
+        if not isinstance(error, ServerAnswered):  # a timeout or a dropped connection
             return True
         if cannot_call_tools(_status_message(error)):
             return False  # llama.cpp says it with a 500: asking again cannot help
         return error.status_code in {408, 409, 429} or error.status_code >= 500
 
-    def _unreached(self, error: Exception) -> bool:
-        """A connection never made (refused, or no such host), not one that broke: the openai
-        SDK wraps a reset while a reply streams in in the same APIConnectionError."""
-        sdk = self.dialect.sdk
-        if not isinstance(error, sdk.APIConnectionError) or isinstance(error, sdk.APITimeoutError):
-            return False
-        return _broken_connection(error, self.dialect.http) is None
-
     def _retry_wait(self, error: Exception, attempt: int) -> float:
         """The server's own hint when it gives one, else a short exponential backoff."""
-        if isinstance(error, self.dialect.sdk.APIStatusError):
-            hinted = hinted_wait(error.response.headers)
+        if isinstance(error, ServerAnswered):
+            hinted = hinted_wait(error.headers)
             if hinted is not None:
                 return hinted
-        return min(0.5 * 2**attempt, 8.0)
+        return min(0.5 * 2.0**attempt, 8.0)
 
     def _attempt_limit(self, deadline: float | None) -> float:
         if deadline is None:
@@ -561,23 +594,21 @@ class ChatCompletionsLLM:
     def _describe(
         self, error: Exception, limit: float = 0.0, wait: float = 0.0, attempts: int = 1
     ) -> str:
-        sdk = self.dialect.sdk
         server = sentence(self.server)
-        if self._timed_out(error):
+        if _timed_out(error):
             return f"{server} did not answer within {_seconds(limit)}{_on_attempts(attempts)}."
         if isinstance(error, StreamCut):
             return (
                 f"{server} cut its reply short: the stream ended before its last chunk"
                 f"{_on_attempts(attempts)}."
             )
-        if broken := _broken_connection(error, self.dialect.http):
-            # The SDK wraps what breaks before the reply's headers; what breaks after is raw.
-            when = "before" if isinstance(error, sdk.APIConnectionError) else "while"
+        if broken := _broken_connection(error):
+            when = "before" if isinstance(error, NoReply) else "while"
             return (
                 f"The connection to {self.server} broke {when} its reply came in"
                 f"{_on_attempts(attempts)}: {broken or type(broken).__name__}"
             )
-        if not isinstance(error, sdk.APIStatusError):
+        if not isinstance(error, ServerAnswered):
             return self._unreachable(error)
         message = _status_message(error)
         if cannot_call_tools(message):
@@ -586,7 +617,7 @@ class ChatCompletionsLLM:
             return self._missing_model(message)
         if error.status_code == 404:
             return (
-                f"{server} answered 404 for {error.request.url.path}: {message} Is its base "
+                f"{server} answered 404 for {error.path}: {message} Is its base "
                 "URL right? An OpenAI-compatible one usually ends in /v1."
             )
         if error.status_code == 429:
@@ -597,7 +628,7 @@ class ChatCompletionsLLM:
     def _unreachable(self, error: Exception) -> str:
         return f"Could not reach {self.server}: {unreachable_detail(error)}"
 
-    def _model_missing(self, error: Any, message: str) -> bool:
+    def _model_missing(self, error: ServerAnswered, message: str) -> bool:
         code = error_body(error).get("code")
         if code in {"model_not_found", "model_decommissioned"}:
             return True
@@ -618,10 +649,8 @@ class ChatCompletionsLLM:
             "on (docs/models.md shows how for each server)."
         )
 
-    def _rejected_reply_note(self, error: Any, tools: list[ToolSpec] | None) -> Message | None:
-        """The note that feeds a rejected reply back to the model, or None for other 400s."""
-        if not self.dialect.rejected_reply(error):
-            return None
+    def _rejected_reply_note(self, error: ServerAnswered, tools: list[ToolSpec] | None) -> Message:
+        """The note that feeds a rejected reply back to the model."""
         details = error_body(error)
         reason = clipped(str(details.get("message") or "the reply was malformed"))
         generation = storable(str(details.get("failed_generation") or "")[:2000])
@@ -638,26 +667,39 @@ class ChatCompletionsLLM:
 
 
 def unreachable_detail(error: Exception) -> str:
-    """Why a connection failed, from the transport's error under the SDK's "Connection error."."""
+    """Why a connection failed: the transport's error under NoReply."""
     cause = error.__cause__
     return str(cause or error) if not isinstance(cause, type(error)) else str(error)
 
 
-def _broken_connection(error: Exception, http: ModuleType) -> Exception | None:
+def _timed_out(error: Exception) -> bool:
+    """A timeout, before the reply's headers (under NoReply) or while it was read."""
+    cause = error.__cause__ if isinstance(error, NoReply) else error
+    return isinstance(cause, httpx.TimeoutException)
+
+
+def _unreached(error: Exception) -> bool:
+    """A connection never made (refused, or no such host), not one that broke or timed out."""
+    if not isinstance(error, NoReply) or _timed_out(error):
+        return False
+    return _broken_connection(error) is None
+
+
+def _broken_connection(error: Exception) -> Exception | None:
     """The transport's error of a connection that broke (a reset, a body cut mid-way), as
-    raised or under the SDK's APIConnectionError; None for one that was never made."""
-    cause = error if isinstance(error, http.TransportError) else error.__cause__
-    if isinstance(cause, http.TransportError) and not isinstance(cause, http.ConnectError):
+    raised or under NoReply; None for one that was never made."""
+    cause = error.__cause__ if isinstance(error, NoReply) else error
+    if isinstance(cause, httpx.TransportError) and not isinstance(cause, httpx.ConnectError):
         return cause
     return None
 
 
-def _status_message(error: Any) -> str:
+def _status_message(error: ServerAnswered) -> str:
     """What the server said in an error response, shortened."""
-    return clipped(str(error_body(error).get("message") or error.message))
+    return clipped(error.message)
 
 
-def _head_of(response: Any, size: int) -> str:
+def _head_of(response: httpx.Response, size: int) -> str:
     """The start of a body, reading no more of it than that."""
     head = b""
     for piece in response.iter_bytes():
@@ -667,12 +709,12 @@ def _head_of(response: Any, size: int) -> str:
     return head[:size].decode("utf-8", "replace")
 
 
-def error_body(error: Any) -> dict[str, Any]:
-    """The error's details: Groq's SDK keeps the whole body ({"error": {...}}), OpenAI's the inner
-    object; vLLM and others put the message at the top."""
+def error_body(error: ServerAnswered) -> dict[str, Any]:
+    """The error's details: OpenAI and Groq put them in {"error": {...}}; vLLM and others put
+    the message at the top."""
     body = error.body
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return body["error"]
+        return body["error"]  # type: ignore[no-any-return]
     return body if isinstance(body, dict) else {}
 
 

@@ -21,12 +21,11 @@ from django.conf import settings
 from agent.core.llm import LLM
 from agent.llm.groq import GroqLLM
 from agent.llm.mock import MockLLM
+from agent.llm.openai_compat import OpenAICompatibleLLM
 
 MOCK = "mock"
 GROQ = GroqLLM.provider
-# The OpenAI-compatible provider; its module (and the openai SDK, a third of a second to import)
-# is loaded only when a client for it is built, not in every process that reads a model name.
-OPENAI = "openai"
+OPENAI = OpenAICompatibleLLM.provider
 PROVIDERS = (MockLLM.provider, GROQ, OPENAI)
 
 
@@ -50,9 +49,9 @@ class ModelChoice:
 
 def default_model() -> str:
     if settings.LOOP_MODEL:
-        return settings.LOOP_MODEL
+        return str(settings.LOOP_MODEL)
     if settings.LOOP_MODELS:
-        return settings.LOOP_MODELS[0]
+        return str(settings.LOOP_MODELS[0])
     if settings.GROQ_API_KEY:
         return f"{GROQ}:{settings.LOOP_GROQ_MODEL}"
     if settings.LOOP_OPENAI_BASE_URL:
@@ -143,8 +142,6 @@ def llm_for(model: "str | ModelChoice" = "", *, deltas: Callable[[str], None] | 
     if choice.provider == MockLLM.provider:
         return MockLLM(deltas, latency=settings.LOOP_MOCK_LATENCY_MS / 1000)
     if choice.provider == OPENAI:
-        from agent.llm.openai_compat import OpenAICompatibleLLM
-
         return OpenAICompatibleLLM(
             choice.model,
             base_url=settings.LOOP_OPENAI_BASE_URL,

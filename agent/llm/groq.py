@@ -1,25 +1,18 @@
-"""Groq, through the official `groq` SDK: the shared chat-completions client with Groq's table.
+"""Groq: the shared chat-completions client with Groq's table.
 
-What is Groq's own: its reasoning models' parameters (`reasoning_format`, `reasoning_effort`, each
-taken by some model families and a 400 for the others), its `tool_use_failed` 400 for a reply the
-model got wrong (fed back to the model once), usage sent in `x_groq` without being asked for, and
-the models to suggest when one is gone. Everything else is `agent/llm/chat_completions.py`.
+What is Groq's own: where its service lives (`/openai/v1/` under its base URL, as Groq's SDK
+has it, so GROQ_BASE_URL names the host), its reasoning models' parameters (`reasoning_format`,
+`reasoning_effort`, each taken by some model families and a 400 for the others), its
+`tool_use_failed` 400 for a reply the model got wrong (a RejectedGeneration, fed back to the
+model once by the loop), usage sent in `x_groq` without being asked for, and the models to
+suggest when one is gone. Everything else is `agent/llm/chat_completions.py`.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import groq
-import httpx
-
-from agent.llm.chat_completions import ChatCompletionsLLM, Dialect, error_body
-from agent.llm.http_guard import bounded_http_client
-from agent.llm.mistakes import REJECTED_REPLY_NOTE
-from agent.llm.replies import ReplyPieces
-from agent.llm.waits import MAX_WAIT
-
-__all__ = ["MAX_WAIT", "REJECTED_REPLY_NOTE", "RETRY_NOTE", "GroqLLM", "ReplyPieces"]
+from agent.llm.chat_completions import ChatCompletionsLLM, Dialect, ServerAnswered, error_body
 
 # Models known to call tools well on Groq today, the first being Loop's default. A model that no
 # longer exists is answered by naming one of these.
@@ -27,8 +20,8 @@ TOOL_CALLING_MODELS = ("openai/gpt-oss-120b", "openai/gpt-oss-20b", "qwen/qwen3.
 
 REASONING_EFFORTS = ("low", "medium", "high")
 
-# Streamed to the page when a reply broke off and is asked for again.
-RETRY_NOTE = "\n\n[Groq's reply broke off; Loop asked for it again.]\n\n"
+# Where Groq is when GROQ_BASE_URL does not say.
+DEFAULT_BASE_URL = "https://api.groq.com"
 
 
 @dataclass(frozen=True)
@@ -68,7 +61,7 @@ def reasoning_options(model: str, effort: str) -> dict[str, Any]:
 _REJECTED_REPLY_MESSAGES = ("tool call validation failed", "tool choice is none")
 
 
-def rejected_reply(error: Any) -> bool:
+def rejected_reply(error: ServerAnswered) -> bool:
     """A 400 about what the model generated, not about the request Loop sent."""
     details = error_body(error)
     message = str(details.get("message", "")).lower()
@@ -79,11 +72,11 @@ def rejected_reply(error: Any) -> bool:
 
 GROQ = Dialect(
     provider="groq",
-    sdk=groq,
-    http=httpx,
     model_setting="LOOP_GROQ_MODEL",
     check_command="groqcheck",
     base_url_setting="GROQ_BASE_URL",
+    chat_path="openai/v1/chat/completions",
+    models_path="openai/v1/models",
     rejected_reply=rejected_reply,
     reasoning_options=reasoning_options,
 )
@@ -106,13 +99,8 @@ class GroqLLM(ChatCompletionsLLM):
     ) -> None:
         super().__init__(
             model,
-            client=groq.Groq(
-                api_key=api_key,
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=0,
-                http_client=bounded_http_client(GROQ, "Groq"),
-            ),
+            base_url=base_url or DEFAULT_BASE_URL,
+            api_key=api_key,
             server="Groq",
             server_s="Groq's",
             deltas=deltas,
@@ -121,7 +109,7 @@ class GroqLLM(ChatCompletionsLLM):
             reasoning_effort=reasoning_effort,
         )
 
-    def _model_missing(self, error: Any, message: str) -> bool:
+    def _model_missing(self, error: ServerAnswered, message: str) -> bool:
         return error.status_code == 404 or super()._model_missing(error, message)
 
     def _missing_model(self, message: str) -> str:

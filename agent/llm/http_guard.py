@@ -1,43 +1,57 @@
-"""The HTTP client under both SDKs, with what their own lacks against a hostile or broken server:
-no redirect off the server's origin, nothing compressed, and a bound on a body read whole."""
+"""The one HTTP client every model server is asked through (plain httpx), with what httpx's own
+lacks against a hostile or broken server: no redirect off the server's origin, nothing
+compressed, and a bound on a body read whole. Nothing of the environment but httpx's own
+(proxies, certificates) reaches it: no vendor's settings, no developer's headers."""
 
-import functools
-from collections.abc import Iterator
-from types import ModuleType
-from typing import Any
+from collections.abc import Iterator, Mapping
+
+import httpx
 
 from agent.core.llm import LLMError
-from agent.llm.chat_completions import Dialect
 from agent.llm.said import clipped, scrubbed_url, sentence
 
 MAX_BODY_BYTES = 32 * 2**20
 
+# What Loop says it is, to a server's logs.
+USER_AGENT = "Loop"
 
-def bounded_http_client(dialect: Dialect, server: str) -> Any:
-    """The HTTP client for a dialect's SDK, with what the SDK's own lacks against a hostile or
-    broken server: redirects to another origin are not followed (the SDK follows them, and a
-    307 would carry the conversation, or a 302 fetch a URL on the worker's network such as a
-    cloud's metadata service, whose answer the error would show), nothing compressed is asked
-    for or taken (a small gzip body can inflate to gigabytes), and a body read whole is cut at
-    MAX_BODY_BYTES."""
-    guard = ResponseGuard(dialect, server)
-    return dialect.sdk.DefaultHttpxClient(
+
+def bounded_http_client(
+    base_url: str,
+    *,
+    headers: Mapping[str, str],
+    timeout: float,
+    server: str,
+    base_url_setting: str,
+) -> httpx.Client:
+    """The HTTP client for one model server at `base_url` (relative paths are joined to its
+    path, as an OpenAI-compatible base URL ending in /v1 has it). Redirects to another origin
+    are not followed (a 307 would carry the conversation and the key, a 302 fetch a URL on the
+    worker's network such as a cloud's metadata service, whose answer an error would show),
+    nothing compressed is asked for or taken (a small gzip body can inflate to gigabytes), and a
+    body read whole is cut at MAX_BODY_BYTES."""
+    return httpx.Client(
+        base_url=base_url,
+        headers={
+            **headers,
+            "Accept-Encoding": "identity",
+            "User-Agent": USER_AGENT,
+        },
+        timeout=timeout,
         follow_redirects=True,  # within the server's own origin: the guard refuses the others
-        headers={"Accept-Encoding": "identity"},
-        event_hooks={"response": [guard]},
+        event_hooks={"response": [ResponseGuard(server, base_url_setting)]},
     )
 
 
 class ResponseGuard:
-    """httpx's response hook: runs once a response's headers are in, before the SDK reads it.
-    What it refuses is an LLMError (the SDK wraps it; `_own_errors` unwraps it)."""
+    """httpx's response hook: runs once a response's headers are in, before the client reads
+    it. What it refuses is an LLMError, raised as itself out of the request."""
 
-    def __init__(self, dialect: Dialect, server: str) -> None:
-        self.dialect = dialect
+    def __init__(self, server: str, base_url_setting: str) -> None:
         self.server = server
-        self.body_class = _bounded_body_class(dialect.http)
+        self.base_url_setting = base_url_setting
 
-    def __call__(self, response: Any) -> None:
+    def __call__(self, response: httpx.Response) -> None:
         if response.has_redirect_location and not self._same_origin(response):
             response.close()
             location = scrubbed_url(response.headers.get("location", ""))
@@ -45,7 +59,7 @@ class ResponseGuard:
                 f"{sentence(self.server)} answered {response.status_code} with a redirect to "
                 f"{clipped(location)}; Loop follows a model server's redirects only within its "
                 "own scheme, host and port. Set "
-                f"{self.dialect.base_url_setting} to the URL the server means.",
+                f"{self.base_url_setting} to the URL the server means.",
                 status=response.status_code,
             )
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
@@ -55,12 +69,15 @@ class ResponseGuard:
                 f"{sentence(self.server)} sent a compressed reply ({clipped(encoding)}) it was "
                 "not asked for; Loop does not inflate one."
             )
-        if "text/event-stream" not in response.headers.get("content-type", ""):
+        stream = response.stream  # a sync client's: always a SyncByteStream
+        if "text/event-stream" not in response.headers.get("content-type", "") and isinstance(
+            stream, httpx.SyncByteStream
+        ):
             # A stream is bounded as it is read, line by line and reply by reply.
-            response.stream = self.body_class(response.stream, self.server)
+            response.stream = BoundedBody(stream, self.server)
 
     @staticmethod
-    def _same_origin(response: Any) -> bool:
+    def _same_origin(response: httpx.Response) -> bool:
         """Whether a redirect stays on the server's scheme, host and port."""
         try:
             target = response.url.join(response.headers["location"])
@@ -69,29 +86,23 @@ class ResponseGuard:
         return bool(target.scheme == response.url.scheme and target.netloc == response.url.netloc)
 
 
-@functools.cache
-def _bounded_body_class(http: ModuleType) -> type:
-    """The bounded body for an HTTP library (httpx or httpx2): a stream of its own kind."""
+class BoundedBody(httpx.SyncByteStream):
+    """A response body that ends the turn once it passes MAX_BODY_BYTES."""
 
-    class BoundedBody(http.SyncByteStream):  # type: ignore[name-defined,misc]
-        """A response body that ends the turn once it passes MAX_BODY_BYTES."""
+    def __init__(self, stream: httpx.SyncByteStream, server: str) -> None:
+        self.stream = stream
+        self.server = server
 
-        def __init__(self, stream: Any, server: str) -> None:
-            self.stream = stream
-            self.server = server
+    def __iter__(self) -> Iterator[bytes]:
+        read = 0
+        for piece in self.stream:
+            read += len(piece)
+            if read > MAX_BODY_BYTES:
+                raise LLMError(
+                    f"{sentence(self.server)} sent more than {MAX_BODY_BYTES // 2**20} MiB "
+                    "in one answer; Loop read no more of it."
+                )
+            yield piece
 
-        def __iter__(self) -> Iterator[bytes]:
-            read = 0
-            for piece in self.stream:
-                read += len(piece)
-                if read > MAX_BODY_BYTES:
-                    raise LLMError(
-                        f"{sentence(self.server)} sent more than {MAX_BODY_BYTES // 2**20} MiB "
-                        "in one answer; Loop read no more of it."
-                    )
-                yield piece
-
-        def close(self) -> None:
-            self.stream.close()
-
-    return BoundedBody
+    def close(self) -> None:
+        self.stream.close()

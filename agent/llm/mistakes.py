@@ -1,7 +1,8 @@
-"""A model's mistakes the client feeds back once, and a server's limits it names.
+"""A model's mistakes the client reports, and a server's limits it names.
 
 A tool call written as JSON text in the answer (`text_tool_call`) and a reply the provider rejected
-(Groq's tool_use_failed) get a note the model can act on; a server or model that cannot call tools
+(Groq's tool_use_failed) get a note the model can act on, carried by the ModelMistake the client
+raises for the loop to feed back once; a server or model that cannot call tools
 (`cannot_call_tools`) fails the run saying what to do.
 """
 

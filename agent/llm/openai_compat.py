@@ -1,6 +1,6 @@
 """Any OpenAI-compatible server (Ollama, vLLM, llama.cpp's llama-server, LM Studio, OpenRouter,
-OpenAI itself), through the official `openai` SDK: the shared chat-completions client with the
-table of what such servers do their own way.
+OpenAI itself): the shared chat-completions client with the table of what such servers do their
+own way.
 
 Their quirks are handled in the shared client, where Groq benefits too: usage in a streamed reply
 only when `stream_options.include_usage` is asked for (and a server that refuses the option is
@@ -14,14 +14,10 @@ tool call as JSON text. See docs/models.md for each server's settings.
 from collections.abc import Callable
 from typing import Any
 
-import httpx2
-import openai
-
 from agent.llm.chat_completions import ChatCompletionsLLM, Dialect, unreachable_detail
-from agent.llm.http_guard import bounded_http_client
 from agent.llm.said import scrubbed_url
 
-# Sent as the key to a server that needs none (the SDK insists on one); such servers ignore it.
+# Sent as the key to a server that needs none (some proxies insist on one); such servers ignore it.
 NO_KEY = "no-key"
 
 
@@ -33,8 +29,6 @@ def reasoning_options(model: str, effort: str) -> dict[str, Any]:
 
 OPENAI_COMPATIBLE = Dialect(
     provider="openai",
-    sdk=openai,
-    http=httpx2,
     model_setting="LOOP_OPENAI_MODEL",
     check_command="modelcheck",
     base_url_setting="LOOP_OPENAI_BASE_URL",
@@ -64,23 +58,11 @@ class OpenAICompatibleLLM(ChatCompletionsLLM):
         max_retries: int = 2,
         reasoning_effort: str = "",
     ) -> None:
-        server = f"the model server at {shown_url(base_url)}"
-        client = openai.OpenAI(
-            api_key=api_key or NO_KEY,
-            base_url=base_url,
-            timeout=timeout,
-            max_retries=0,
-            http_client=bounded_http_client(OPENAI_COMPATIBLE, server),
-        )
-        # The SDK takes these from OPENAI_ORG_ID, OPENAI_PROJECT_ID and OPENAI_CUSTOM_HEADERS
-        # (which may hold an Authorization of its own): a developer's own OpenAI account is none
-        # of a model server's business. The SDK has no public switch for the headers.
-        client.organization = client.project = None
-        client._custom_headers = {}
         super().__init__(
             model,
-            client=client,
-            server=server,
+            base_url=base_url,
+            api_key=api_key or NO_KEY,
+            server=f"the model server at {shown_url(base_url)}",
             server_s="the model server's",
             deltas=deltas,
             timeout=timeout,

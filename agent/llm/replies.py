@@ -81,13 +81,11 @@ def arguments_text(arguments: Any, empty: str = "{}") -> str:
     return empty if arguments is None else json.dumps(arguments)
 
 
-def usage_of(usage: Any) -> Usage:
+def usage_of(usage: dict[str, Any] | None) -> Usage:
     # Reasoning tokens are counted in completion_tokens, as OpenAI does.
     if not usage:
         return Usage()
-    return Usage(
-        _count(field_of(usage, "prompt_tokens")), _count(field_of(usage, "completion_tokens"))
-    )
+    return Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
 
 
 # More tokens than any model reads or writes in a turn: a count past it is not believed.
@@ -111,18 +109,10 @@ def _count(value: Any) -> int:
 REASONING_FIELDS = ("reasoning", "reasoning_content")
 
 
-def field_of(part: Any, name: str) -> Any:
-    """A field of a part of a reply: typed by the SDK that knows it, a dict where it does not."""
-    if isinstance(part, dict):
-        return part.get(name)
-    return getattr(part, name, None)
-
-
-def reasoning_of(part: Any) -> str:
+def reasoning_of(part: dict[str, Any]) -> str:
+    """The thinking in a reply's delta (or message), as the JSON the server sent has it."""
     for name in REASONING_FIELDS:
-        value = field_of(part, name)
-        if value is None and not isinstance(part, dict):
-            value = (getattr(part, "model_extra", None) or {}).get(name)
+        value = part.get(name)
         if isinstance(value, str) and value:
             return value
     return ""
@@ -286,7 +276,7 @@ class ReplyPieces:
         self.reasoning: list[str] = []
         self.thinking = ThinkingFilter()
         self.calls: dict[int, dict[str, Any]] = {}
-        self.usage: Any = None
+        self.usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
 
     def read(self, chunks: Iterable[Any], transient: tuple[type[Exception], ...]) -> Reply:
@@ -367,8 +357,8 @@ class ReplyPieces:
     def _index_of(self, piece: dict[str, Any], function: dict[str, Any]) -> int:
         """Which call a piece belongs to. A server that sends no index sends each call whole, or
         its first piece with its id (if any) and name and the rest with neither."""
-        if piece.get("index") is not None:
-            return piece["index"]
+        if isinstance(given := piece.get("index"), int):  # checked in _add_call: a number or none
+            return given
         for index, call in self.calls.items():
             if piece.get("id") and call["id"] == piece["id"]:
                 return index

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.core.llm import LLMError, Reply, ToolSpec
+from agent.core.loop import ask_correcting
 from agent.llm.chat_completions import ChatCompletionsLLM
 from agent.llm.factory import (
     GROQ,
@@ -76,10 +77,8 @@ def server_of(llm: ChatCompletionsLLM) -> Server:
 
 
 def status_of(error: LLMError) -> int | None:
-    """The HTTP status behind an LLMError, if any. The client raises its errors `from None`, which
-    keeps the SDK's error out of tracebacks but still as the error's context."""
-    status = getattr(error.__context__, "status_code", None)
-    return status if isinstance(status, int) else None
+    """The HTTP status behind an LLMError, if the server answered with one."""
+    return error.status
 
 
 def stream_nowhere(piece: str) -> None:
@@ -213,7 +212,8 @@ class Command(BaseCommand):
     def check_tool_call(self, llm: ChatCompletionsLLM, server: Server) -> None:
         started = time.monotonic()
         try:
-            reply = llm.chat(ADD_TASK, [ADD_TOOL])
+            # As a run asks: a mistake of the model's is fed back to it once.
+            reply = ask_correcting(lambda messages: llm.chat(messages, [ADD_TOOL]), ADD_TASK)
         except LLMError as error:
             raise CommandError(
                 f"The tool-calling request failed: {error}{self.key_hint(error, server)}",
