@@ -4,7 +4,8 @@
 
 The loop, with nothing else to wait for: each step is one model turn asking for one tool call
 and that call's result. Two sinks: (a) events kept in memory; (b) every event persisted to
-PostgreSQL by the recorder real runs use, with their cancel check against the database.
+PostgreSQL by the recorder real runs use, with the run's Interrupt (each model turn is then asked
+in a thread of its own, so a stop can abandon it).
 Recalling memories before the first step and remembering the outcome after the last are per run,
 not per step, and are left out (bench/memory.py times recall). Runs of 20 and 200 steps show
 whether a step's cost grows with the history; persisting appends, so it should not. A third line
@@ -66,7 +67,6 @@ from agent.recorder import RunRecorder  # noqa: E402
 from agent.runs import start_run  # noqa: E402
 from agent.toolset import default_registry  # noqa: E402
 from bench import _chat_server as chat_server  # noqa: E402
-from engine.execution import cancel_flag  # noqa: E402
 from tools.base import Tool, ToolContext, ToolRegistry  # noqa: E402
 
 
@@ -132,15 +132,10 @@ def persisted(steps: int) -> float:
     user, _ = get_user_model().objects.get_or_create(username="bench")
     run = start_run(user, "bench", model="mock", limits=limits(steps))
     AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)  # as execute_run claims it
-    llm, bound, recorder, cancelled = (
-        InstantLLM(steps),
-        tools(),
-        RunRecorder(run),
-        cancel_flag(run, None),
-    )
+    llm, bound, recorder, interrupt = InstantLLM(steps), tools(), RunRecorder(run), Interrupt()
     started = time.perf_counter()
-    result = run_agent(
-        "bench", llm=llm, tools=bound, sink=recorder, limits=limits(steps), cancelled=cancelled
+    result = run_agent(  # as a run is worked: its watcher, a thread of its own, may stop it
+        "bench", llm=llm, tools=bound, sink=recorder, limits=limits(steps), interrupt=interrupt
     )
     elapsed = time.perf_counter() - started
     assert result.status is RunStatus.SUCCEEDED, result.error
