@@ -108,9 +108,8 @@ class RunRecorder:
 
     def announce(self) -> None:
         """Wake the pages watching this run (through Redis; PostgreSQL's NOTIFY went with the
-        INSERT). Queued, never waited for: a page that misses it catches up from the log. Inside a
-        transaction (a Stop ending a queued run), once it commits: the event is readable then."""
-        transaction.on_commit(partial(bus.publish, self.run.pk, self.seq))
+        INSERT). Queued, never waited for: a page that misses it catches up from the log."""
+        bus.publish(self.run.pk, self.seq)
 
     def publish(self, event: Event) -> None:
         """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""

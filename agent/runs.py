@@ -239,7 +239,9 @@ def end_queued(run_id: int, now: datetime) -> bool:
         ended = RunFinished(
             status=RunStatus.CANCELLED, answer=note, answer_source=AnswerSource.PROGRESS
         )
-        RunRecorder(run)(ended)
+        recorder = RunRecorder(run)
+        recorder.record(ended)
+    recorder.announce()  # once committed: a page woken by it reads the end
     return True
 
 
