@@ -13,7 +13,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
 from procrastinate.contrib.django.models import ProcrastinateJob, ProcrastinateWorker
 
-from agent.core.events import AnswerSource, RunFinished, RunStatus, event_from_dict
+from agent.core.events import AnswerSource, EndCause, RunFinished, RunStatus, event_from_dict
 from agent.core.history import RunState, replay
 from agent.core.loop import progress_report
 from agent.core.results import ToolStatus
@@ -89,7 +89,12 @@ def process_gone(worker: str) -> str:
     )
 
 
-def ended_from_log(status: RunStatus, state: RunState | None, error: str = "") -> RunFinished:
+def ended_from_log(
+    status: RunStatus,
+    state: RunState | None,
+    error: str = "",
+    cause: EndCause | None = None,
+) -> RunFinished:
     """The end Loop records for a run it ends on its own behalf, with what the run's log says it
     had done so far."""
     state = state or RunState()
@@ -99,6 +104,7 @@ def ended_from_log(status: RunStatus, state: RunState | None, error: str = "") -
         answer_source=AnswerSource.PROGRESS,
         ok_tool_calls=sum(result.status is ToolStatus.OK for _, result in state.observations),
         error=error,
+        cause=cause,
         iterations=state.step,
         tool_calls=state.tool_calls,
         prompt_tokens=state.usage.prompt_tokens,

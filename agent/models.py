@@ -13,6 +13,7 @@ from agent.core.events import (
     BREAKER_REASONS,
     EVENT_TYPES,
     ContinuedBy,
+    EndCause,
     Event,
     HaltReason,
     ResumeReason,
@@ -21,7 +22,6 @@ from agent.core.events import (
     loaded,
 )
 from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
-from agent.core.loop import is_model_failure
 from agent.core.results import ToolStatus
 
 FINISHED = (
@@ -77,6 +77,9 @@ class AgentRun(models.Model):
     halt_reason = models.CharField(max_length=32, choices=choices(HaltReason), blank=True)
     answer = models.TextField(blank=True)
     error = models.TextField(blank=True)
+    # Why it ended so, when its status alone does not say ("": it does): what a person may do
+    # about the run is read from this, never from the wording of `error`.
+    cause = models.CharField(max_length=32, choices=choices(EndCause), blank=True, default="")
     provider = models.CharField(max_length=32)
     model = models.CharField(max_length=128)
     limits = models.JSONField(default=dict)
@@ -132,7 +135,7 @@ class AgentRun(models.Model):
         may ask it to go on from where it stopped."""
         if self.status in (RunStatus.HALTED, RunStatus.INTERRUPTED):
             return True
-        return self.status == RunStatus.FAILED and is_model_failure(self.error)
+        return self.status == RunStatus.FAILED and self.cause == EndCause.MODEL_DOWN
 
 
 class RunEventManager(models.Manager["RunEvent"]):

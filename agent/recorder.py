@@ -19,6 +19,7 @@ from agent import bus
 from agent.core.events import (
     AnswerSource,
     BreakerTripped,
+    EndCause,
     Event,
     EventSink,
     ModelReplied,
@@ -38,6 +39,9 @@ logger = logging.getLogger(__name__)
 # The run's summary row (iterations, tokens, heartbeat) is refreshed at most this often while it
 # runs; the event log has every step, and the final event writes the final figures.
 SUMMARY_INTERVAL = 1.0
+
+# The statuses of a run not yet ended: only such a run's end is written.
+LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
 class RunLost(RunReleased):
@@ -142,23 +146,28 @@ class RunRecorder:
             case BreakerTripped():
                 return [partial(self.record_trip, event)]
             case RunFinished():
-                return [
-                    partial(
-                        self.update,
-                        status=event.status,
-                        halt_reason=event.halt_reason or "",
-                        answer=event.answer,
-                        error=event.error,
-                        iterations=event.iterations,
-                        tool_calls=event.tool_calls,
-                        prompt_tokens=event.prompt_tokens,
-                        completion_tokens=event.completion_tokens,
-                        finished_at=timezone.now(),
-                    )
-                ]
+                return [partial(self.write_end, event)]
         return []
 
-    def end(self, status: RunStatus, error: str) -> None:
+    def write_end(self, end: RunFinished) -> None:
+        """The one write of a run's end to its row, whoever ends it (the loop, Loop on its
+        behalf, a Stop of a queued run): with the log's RunFinished, or, when that could not be
+        recorded, alone. Only a run still live at this recorder's attempt is ended."""
+        AgentRun.objects.filter(pk=self.run.pk, attempt=self.attempt, status__in=LIVE).update(
+            status=end.status,
+            halt_reason=end.halt_reason or "",
+            cause=end.cause or "",
+            answer=end.answer,
+            error=end.error,
+            iterations=end.iterations,
+            tool_calls=end.tool_calls,
+            prompt_tokens=end.prompt_tokens,
+            completion_tokens=end.completion_tokens,
+            finished_at=timezone.now(),
+        )
+        self.summarised = time.monotonic()
+
+    def end(self, status: RunStatus, error: str, cause: EndCause | None = None) -> None:
         """Record the end of a run the loop could not finish itself, with its progress so far."""
         mine = AgentRun.objects.filter(
             pk=self.run.pk, status=RunStatus.RUNNING, attempt=self.attempt
@@ -171,6 +180,7 @@ class RunRecorder:
                 answer="",
                 answer_source=AnswerSource.PROGRESS,
                 error=error,
+                cause=cause,
                 iterations=self.iterations,
                 tool_calls=self.tool_calls,
                 prompt_tokens=self.usage.prompt_tokens,

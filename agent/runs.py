@@ -3,6 +3,7 @@ change to a run outside its worker is here; the reads are agent/selectors.py and
 is engine/execution.py."""
 
 import dataclasses
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -221,16 +222,7 @@ def request_cancel(run: AgentRun) -> AgentRun:
     hears it from procrastinate), or at once, here, when its process is gone (a dead worker, a
     killed `runagent`): nobody else would hear the Stop. A finished run stays as it ended."""
     now = timezone.now()
-    if AgentRun.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
-        status=RunStatus.CANCELLED, cancel_requested_at=now, finished_at=now
-    ):
-        went = run.events.exists()  # handed back by a worker that stopped, or continued
-        note = "Cancelled while it waited for a worker." if went else "Cancelled before it started."
-        ended = RunFinished(
-            status=RunStatus.CANCELLED, answer=note, answer_source=AnswerSource.PROGRESS
-        )
-        RunRecorder(run)(ended)
-    else:
+    if not end_queued(run.pk, now):
         AgentRun.objects.filter(
             pk=run.pk, status=RunStatus.RUNNING, cancel_requested_at__isnull=True
         ).update(cancel_requested_at=now)
@@ -238,6 +230,26 @@ def request_cancel(run: AgentRun) -> AgentRun:
     abort_job(run.job_id)
     run.refresh_from_db()
     return run
+
+
+def end_queued(run_id: int, now: datetime) -> bool:
+    """End the run cancelled if it is waiting for a worker, as any end is recorded; False if it
+    is not queued. The row stays locked until its end is written, so no worker claims it
+    meanwhile."""
+    with transaction.atomic():
+        run = AgentRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != RunStatus.QUEUED:
+            return False
+        AgentRun.objects.filter(pk=run_id).update(cancel_requested_at=now)
+        went = run.events.exists()  # handed back by a worker that stopped, or continued
+        note = "Cancelled while it waited for a worker." if went else "Cancelled before it started."
+        ended = RunFinished(
+            status=RunStatus.CANCELLED, answer=note, answer_source=AnswerSource.PROGRESS
+        )
+        recorder = RunRecorder(run)
+        recorder.record(ended)
+    recorder.announce()  # once committed: a page woken by it reads the end
+    return True
 
 
 def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
@@ -294,6 +306,7 @@ def reopen(
             halt_reason="",
             answer="",
             error="",
+            cause="",
             finished_at=None,
             cancel_requested_at=None,
             worker="",

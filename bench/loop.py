@@ -4,12 +4,14 @@
 
 The loop, with nothing else to wait for: each step is one model turn asking for one tool call
 and that call's result. Two sinks: (a) events kept in memory; (b) every event persisted to
-PostgreSQL by the recorder real runs use, with their cancel check against the database.
+PostgreSQL by the recorder real runs use (a run's stop is read by its watcher, a thread of its
+own, so no step pays for it).
 Recalling memories before the first step and remembering the outcome after the last are per run,
 not per step, and are left out (bench/memory.py times recall). Runs of 20 and 200 steps show
 whether a step's cost grows with the history; persisting appends, so it should not. A third line
 runs the in-memory case with the tool in the backstop thread every real tool runs in
-(tools.base.Tool.own_deadline), to show what that thread costs.
+(tools.base.Tool.own_deadline), to show what that thread costs, and a fourth with the run's
+Interrupt, every worked run has, which asks each model turn in a thread a stop can abandon.
 Floors: (a) under 100 µs per step, (b) under 2 ms, and 200 steps within 1.3x of 20 per step.
 
 The model clients (`--turns` turns each, after a warm-up; `--only clients` needs no database):
@@ -65,7 +67,6 @@ from agent.recorder import RunRecorder  # noqa: E402
 from agent.runs import start_run  # noqa: E402
 from agent.toolset import default_registry  # noqa: E402
 from bench import _chat_server as chat_server  # noqa: E402
-from engine.execution import cancel_flag  # noqa: E402
 from tools.base import Tool, ToolContext, ToolRegistry  # noqa: E402
 
 
@@ -115,12 +116,23 @@ def in_memory_backstop(steps: int) -> float:
     return in_memory(steps, dataclasses.replace(NOOP, own_deadline=False))
 
 
-def in_memory(steps: int, tool: Tool = NOOP) -> float:
+def in_memory_interruptible(steps: int) -> float:
+    """The same with the run's Interrupt, as every worked run has: each model turn is then asked
+    in a thread a stop can abandon (not a floor)."""
+    return in_memory(steps, interrupt=Interrupt())
+
+
+def in_memory(steps: int, tool: Tool = NOOP, interrupt: Interrupt | None = None) -> float:
     events: list[Event] = []
     llm = InstantLLM(steps)
     started = time.perf_counter()
     result = run_agent(
-        "bench", llm=llm, tools=tools(tool), sink=events.append, limits=limits(steps)
+        "bench",
+        llm=llm,
+        tools=tools(tool),
+        sink=events.append,
+        limits=limits(steps),
+        interrupt=interrupt,
     )
     elapsed = time.perf_counter() - started
     assert result.status is RunStatus.SUCCEEDED, result
@@ -131,16 +143,9 @@ def persisted(steps: int) -> float:
     user, _ = get_user_model().objects.get_or_create(username="bench")
     run = start_run(user, "bench", model="mock", limits=limits(steps))
     AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING)  # as execute_run claims it
-    llm, bound, recorder, cancelled = (
-        InstantLLM(steps),
-        tools(),
-        RunRecorder(run),
-        cancel_flag(run, None),
-    )
+    llm, bound, recorder = InstantLLM(steps), tools(), RunRecorder(run)
     started = time.perf_counter()
-    result = run_agent(
-        "bench", llm=llm, tools=bound, sink=recorder, limits=limits(steps), cancelled=cancelled
-    )
+    result = run_agent("bench", llm=llm, tools=bound, sink=recorder, limits=limits(steps))
     elapsed = time.perf_counter() - started
     assert result.status is RunStatus.SUCCEEDED, result.error
     assert run.tool_executions.count() == steps
@@ -160,6 +165,7 @@ def loop_overhead(repeats: int) -> None:
             ("in memory", in_memory),
             ("PostgreSQL", persisted),
             ("+ backstop", in_memory_backstop),
+            ("+ interrupt", in_memory_interruptible),
         )
         for name, measure in sinks:
             short = median_per_step(measure, 20, repeats * 10)

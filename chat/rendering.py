@@ -22,6 +22,7 @@ from markdown_it import MarkdownIt
 
 from agent.core.events import (
     BreakerTripped,
+    EndCause,
     Event,
     HaltReason,
     MemoriesRecalled,
@@ -34,7 +35,6 @@ from agent.core.events import (
     ToolCallStarted,
     Unreadable,
 )
-from agent.core.loop import is_model_failure
 from agent.core.results import ToolStatus
 from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from agent.models import Conversation
@@ -95,7 +95,7 @@ NEXT_STEPS = {
     RunStatus.HALTED: "Loop stopped it to protect your budget. Continue it to go on with a fresh "
     "set of limits, or refine the task and send it again.",
 }
-# A deadline halt with an error is the provider's fault (the loop records why), not the task's.
+# A run the provider was too slow for halts on its deadline: the provider's fault, not the task's.
 SLOW_PROVIDER_STEP = (
     "The model provider did not answer in time. Continue it later, or ask the operator to raise "
     "LOOP_RUN_SECONDS."
@@ -110,9 +110,9 @@ MODEL_DOWN_STEP = (
 
 def next_step(end: RunFinished) -> str:
     """What a person can do about how a run ended."""
-    if end.halt_reason == HaltReason.DEADLINE and end.error:
+    if end.cause is EndCause.MODEL_TOO_SLOW:
         return SLOW_PROVIDER_STEP
-    if end.status == RunStatus.FAILED and is_model_failure(end.error):
+    if end.cause is EndCause.MODEL_DOWN:
         return MODEL_DOWN_STEP  # such a run may be continued (AgentRun.can_continue)
     return NEXT_STEPS.get(end.status, "")
 

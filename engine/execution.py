@@ -3,14 +3,13 @@ memory and recorder together, work it to its end, remember its outcome."""
 
 import dataclasses
 import logging
-import math
 import os
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
+from enum import StrEnum
 from functools import partial
 
 from django.conf import settings
@@ -22,6 +21,7 @@ from django.utils import timezone
 from agent.abandoned import ended_from_log
 from agent.core.events import (
     ContinuedBy,
+    EndCause,
     Event,
     ResumeReason,
     RunFinished,
@@ -34,7 +34,7 @@ from agent.core.guards import RunReleased
 from agent.core.history import RunState, counted_turns, loop_note, replay
 from agent.core.interrupt import Interrupt, StopReason
 from agent.core.llm import LLM
-from agent.core.loop import Limits, RunResult, Tools, run_agent
+from agent.core.loop import Limits, RunResult, Tools, end_of, run_agent
 from agent.core.recalled import RecalledMemory
 from agent.core.results import ToolStatus
 from agent.llm.factory import OPENAI, ModelChoice, llm_for
@@ -51,9 +51,6 @@ from tools.fence import raise_fence
 from tools.files import WRITE_FILE
 from tools.sandbox import kill_run
 from workspace.directory import workspace_path
-
-CANCEL_POLL_INTERVAL = 0.2
-
 
 # How often a run's watcher looks for a stop request (from procrastinate, or the database).
 WATCH_INTERVAL = 0.1
@@ -73,26 +70,58 @@ class RunNotQueued(RuntimeError):
     pass
 
 
+StopSource = Callable[[], StopReason | None]
+
+
 def execute_run(
     run: AgentRun,
     *,
     on_event: Callable[..., None] | None = None,
-    cancelled: Callable[[], bool] | None = None,
+    stop_requested: StopSource | None = None,
     llm: LLM | None = None,
     tools: Tools | None = None,
 ) -> AgentRun:
-    """Work a queued run (new, or continued) to its end in this process; every event is recorded
-    as it happens. A worker that had its job queued learns the run is taken, and leaves it.
+    """Work a queued run (new, or continued) to its end in this process, as a worker works its
+    job; every event is recorded as it happens. A worker that had its job queued learns the run
+    is taken, and leaves it.
 
-    Here a Stop is seen at the run's next check (`cancelled`, and the database every
-    CANCEL_POLL_INTERVAL); a worker's runs are also interrupted mid-step (see `work_job`).
-    """
-    claimed = claim(run.pk, job_id=None, worker=process_name())
-    if claimed is None:
+    It has no job for a Stop to abort: its watcher reads the Stop from the database, and from
+    `stop_requested` (runagent's Ctrl-C)."""
+    source = cancel_requested(run.pk)
+    if stop_requested is not None:
+        source = first_of(stop_requested, source)
+    worked = take_and_work(
+        run.pk,
+        job_id=None,
+        worker=process_name(),
+        stop_requested=source,
+        on_event=on_event,
+        llm=llm,
+        tools=tools,
+    )
+    if worked is None:
         run.refresh_from_db()
         raise RunNotQueued(f"Run {run.pk} is not queued; it is {run.status}.")
-    with beating(claimed.run):
-        return work(claimed, on_event=on_event, cancelled=cancelled, llm=llm, tools=tools)
+    return worked
+
+
+def cancel_requested(run_id: int) -> StopSource:
+    """The Stop of a run without a job: asked through the database (agent.runs.request_cancel)."""
+
+    def read() -> StopReason | None:
+        asked = AgentRun.objects.filter(pk=run_id, cancel_requested_at__isnull=False).exists()
+        return StopReason.CANCEL if asked else None
+
+    return read
+
+
+def first_of(*sources: StopSource) -> StopSource:
+    """A stop asked by any of `sources`, in their order."""
+
+    def read() -> StopReason | None:
+        return next((reason for source in sources if (reason := source()) is not None), None)
+
+    return read
 
 
 @contextmanager
@@ -124,9 +153,13 @@ def beating(run: AgentRun) -> Iterator[None]:
         beater.join(timeout=5)
 
 
-# A job's outcome when its worker gave the run up unfinished (the worker is stopping, or another
-# took the run over): whoever takes the run next resumes it from its log.
-RELEASED = "released"
+class JobOutcome(StrEnum):
+    """How a job ended when its run did not end in it."""
+
+    NOTHING_TO_DO = "nothing to do"  # the run ended meanwhile, or it is another job's now
+    # Its worker gave the run up unfinished (the worker is stopping, or another took the run
+    # over): whoever takes the run next resumes it from its log.
+    RELEASED = "released"
 
 
 def work_job(
@@ -134,18 +167,36 @@ def work_job(
     *,
     job_id: int | None,
     worker: str,
-    stop_requested: Callable[[], StopReason | None],
-) -> str:
+    stop_requested: StopSource,
+) -> RunStatus | JobOutcome:
     """A worker's job: take the run (new, continued, or left by a worker that stopped) and work
-    it to its end. Says the status it ended with, "nothing to do", or RELEASED: this worker gave
-    the run up unfinished."""
+    it to its end. Says the status it ended with, or why it did not end here."""
+    run = take_and_work(run_id, job_id=job_id, worker=worker, stop_requested=stop_requested)
+    if run is None:
+        return JobOutcome.NOTHING_TO_DO
+    return RunStatus(run.status) if run.status in FINISHED else JobOutcome.RELEASED
+
+
+def take_and_work(
+    run_id: int,
+    *,
+    job_id: int | None,
+    worker: str,
+    stop_requested: StopSource,
+    on_event: Callable[..., None] | None = None,
+    llm: LLM | None = None,
+    tools: Tools | None = None,
+) -> AgentRun | None:
+    """The one way a run is worked, by a worker's job or in a process of its own (`job_id`
+    None): claim it, watch `stop_requested` for a Stop or a hand back, work it. None if there
+    was nothing to take. A run without a job keeps its own heartbeat."""
     claimed = claim(run_id, job_id=job_id, worker=worker)
     if claimed is None:
-        return "nothing to do"
+        return None
     interrupt = Interrupt()
-    with watching(claimed.run, interrupt, stop_requested):
-        run = work(claimed, interrupt)
-    return run.status if run.status in FINISHED else RELEASED
+    alive = beating(claimed.run) if job_id is None else nullcontext()
+    with alive, watching(claimed.run, interrupt, stop_requested):
+        return work(claimed, interrupt, on_event=on_event, llm=llm, tools=tools)
 
 
 def process_name() -> str:
@@ -244,34 +295,36 @@ def work(
     interrupt: Interrupt | None = None,
     *,
     on_event: Callable[..., None] | None = None,
-    cancelled: Callable[[], bool] | None = None,
     llm: LLM | None = None,
     tools: Tools | None = None,
 ) -> AgentRun:
     """Work a claimed run from where its log ends, to its end or until this worker lets it go.
-    With `interrupt`, a stop abandons the step under way: the model call, a rate-limit wait, or
-    the run's sandboxes, which are killed.
+    Once `interrupt` is set the step under way is abandoned: the model call, a rate-limit wait,
+    or the run's sandboxes, which are killed (None: nobody stops it but its end).
 
     Returns the run as it ended, or, let go unfinished (handed back, or its recorder fenced off),
     as this worker left it: not finished, and back in the queue if the database still answers."""
     run = claimed.run
+    interrupt = interrupt or Interrupt()
     recorder = RunRecorder(run, then=on_event)
     try:
         llm = llm or taking_turns(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
         )
-        tools = tools or tools_for(run, stopped=interrupt.is_set if interrupt else None)
+        tools = tools or tools_for(run, stopped=interrupt.is_set)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
-        recorder.end(RunStatus.FAILED, f"The run could not start: {error}")
+        recorder.end(
+            RunStatus.FAILED, f"The run could not start: {error}", EndCause.COULD_NOT_START
+        )
         run.refresh_from_db()
         return run
-    if interrupt is not None:
-        interrupt.on_set(partial(kill_run, run.pk))
+    interrupt.on_set(partial(kill_run, run.pk))
     try:
         resume, limits, worked = pick_up(claimed, recorder)
         if too_often_resumed(run):
-            recorder(ended_from_log(RunStatus.FAILED, resume, resumed_too_often(claimed)))
+            given_up = resumed_too_often(claimed)
+            recorder(ended_from_log(RunStatus.FAILED, resume, given_up, EndCause.TOO_MANY_RESUMES))
             run.refresh_from_db()
             return run
         result = run_agent(
@@ -281,7 +334,6 @@ def work(
             sink=recorder,
             limits=limits,
             recall=partial(recall_for, run.user),
-            cancelled=cancel_flag(run, cancelled),
             history=conversation_context(run),
             interrupt=interrupt,
             resume=resume,
@@ -298,7 +350,8 @@ def work(
     if result.released:  # nothing more is recorded here: the run's next worker takes it up
         release(run, recorder.attempt)
         return run
-    settle(run, recorder, result)
+    if not recorder.finished:  # the loop could not log its end: the run's row gets it anyway
+        recorder.write_end(end_of(result))
     run.refresh_from_db()
     if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
         remember_outcome(run, result)
@@ -325,19 +378,6 @@ def taking_turns(llm: LLM) -> LLM:
     when LOOP_OPENAI_CONCURRENCY is set; any other client as it is."""
     gate = server_gate() if llm.provider == OPENAI else None
     return llm if gate is None else TakingTurns(llm, gate)
-
-
-def settle(run: AgentRun, recorder: RunRecorder, result: RunResult) -> None:
-    """The loop reported its end; if recording that failed, store the outcome another way."""
-    if recorder.finished:
-        return
-    AgentRun.objects.filter(pk=run.pk, status=RunStatus.RUNNING, attempt=recorder.attempt).update(
-        status=result.status,
-        halt_reason=result.halt_reason or "",
-        answer=result.answer,
-        error=result.error,
-        finished_at=timezone.now(),
-    )
 
 
 def pick_up(claimed: Claim, recorder: RunRecorder) -> tuple[RunState | None, Limits, float]:
@@ -429,16 +469,19 @@ def release(run: AgentRun, attempt: int) -> None:
 def watching(
     run: AgentRun, interrupt: Interrupt, stop_requested: Callable[[], StopReason | None]
 ) -> Iterator[None]:
-    """A thread that interrupts the run as soon as procrastinate asks it to stop: a Stop
-    (delivered to the worker by NOTIFY) or the worker shutting down. It reads only memory."""
+    """The run's one watcher: a thread that interrupts it as soon as `stop_requested` says so,
+    whichever source that reads: procrastinate's abort (a Stop delivered to the worker by
+    NOTIFY, or the worker shutting down), the database for a run without a job, Ctrl-C."""
     done = threading.Event()
 
     def watch() -> None:
-        while not done.wait(WATCH_INTERVAL):
-            reason = stop_requested()
-            if reason is not None:
-                interrupt.set(reason)
-                return
+        try:
+            while not done.wait(WATCH_INTERVAL):
+                if (reason := asked(stop_requested, run)) is not None:
+                    interrupt.set(reason)
+                    return
+        finally:
+            connection.close()  # this thread's own, if a source read the database
 
     watcher = threading.Thread(target=watch, name=f"run-{run.pk}-watch", daemon=True)
     watcher.start()
@@ -482,39 +525,26 @@ def remember_outcome(run: AgentRun, result: RunResult) -> None:
         logger.exception("Run %s: its outcome could not be remembered", run.pk)
 
 
-def cancel_flag(run: AgentRun, local: Callable[[], bool] | None) -> Callable[[], bool]:
-    """Whether the run should stop: asked here (e.g. Ctrl-C), or by anyone through the database.
-
-    The database is read at most every CANCEL_POLL_INTERVAL seconds, so a fast run of many short
-    steps does not pay a query per check; a model turn takes longer than that anyway.
-    """
-    last_read = -math.inf
-    requested = False
-
-    def check() -> bool:
-        nonlocal last_read, requested
-        if local is not None and local():
-            return True
-        if not requested and time.monotonic() - last_read >= CANCEL_POLL_INTERVAL:
-            last_read = time.monotonic()
-            requested = AgentRun.objects.filter(
-                pk=run.pk, cancel_requested_at__isnull=False
-            ).exists()
-        return requested
-
-    return check
+def asked(stop_requested: StopSource, run: AgentRun) -> StopReason | None:
+    """What the source asks now; a database that does not answer asks nothing (it is read again
+    at the next look, and a lost run is the recovery's to find)."""
+    try:
+        return stop_requested()
+    except DatabaseError as error:
+        logger.warning("Run %s: could not read whether it was stopped: %s", run.pk, error)
+        return None
 
 
 def resume_here(
     run: AgentRun,
     *,
     on_event: Callable[..., None] | None = None,
-    cancelled: Callable[[], bool] | None = None,
+    stop_requested: StopSource | None = None,
 ) -> AgentRun:
     """Continue a run in this process (`runagent --resume`): the checks of Continue, then it is
     worked here to its end."""
     return execute_run(
         reopen(AgentRun.objects.all(), run.pk, by=run.user, queue_it=False),
         on_event=on_event,
-        cancelled=cancelled,
+        stop_requested=stop_requested,
     )

@@ -23,7 +23,7 @@ from agent.core.events import RunStatus
 from agent.core.interrupt import StopReason
 from agent.models import AgentRun
 from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
-from engine.execution import RELEASED, work_job
+from engine.execution import JobOutcome, work_job
 from memory.forgetting import purge_forgotten_texts
 
 logger = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ def work_run(context: JobContext, run_id: int) -> str:
         # Closed, not kept for CONN_MAX_AGE: after a burst most run threads idle, and a kept
         # connection is only looked at when its thread next works a run.
         connection.close()
-    if outcome == RELEASED:
+    if outcome is JobOutcome.RELEASED:
         raise RunHandedBack(f"Run {run_id} was handed back unfinished; its next job resumes it")
     return outcome
 

@@ -244,22 +244,6 @@ def test_an_operator_cancels_a_queued_run_from_its_page(client, operator, alice)
     assert (entry.user, entry.change_message) == (operator, "Cancelled by an operator.")
 
 
-def test_an_operator_cancels_a_running_run_and_it_stops_at_its_next_check(
-    client, operator, alice, monkeypatch
-):
-    monkeypatch.setattr("engine.execution.CANCEL_POLL_INTERVAL", 0)
-    run = start_run(alice, "List my files", model="mock")
-
-    class OperatorCancels(ScriptedLLM):
-        def chat(self, messages, tools, **options):
-            client.post(RUNS, {"action": "cancel_runs", "_selected_action": [run.pk]})
-            return super().chat(messages, tools, **options)
-
-    run = execute_run(run, llm=OperatorCancels([call("list_files", {}), answer("never")]))
-    assert run.status == RunStatus.CANCELLED
-    assert run.cancel_requested_at is not None
-
-
 def test_the_cancel_action_leaves_finished_runs_as_they_ended(client, operator, runs, alice):
     queued = start_run(alice, "List my files", model="mock")
     chosen = [queued.pk, runs["success"].pk]

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.core.events import HaltReason, RunFinished, RunStatus
+from agent.core.events import EndCause, HaltReason, RunFinished, RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, Conversation
 from agent.queue import WORK_RUN
@@ -209,11 +209,26 @@ def finished(**fields: object) -> RunFinished:
 
 
 def test_a_run_halted_because_the_provider_was_too_slow_does_not_blame_the_task():
-    slow = finished(error="The model provider did not answer in time: Groq did not finish.")
+    slow = finished(
+        error="The model provider did not answer in time: Groq did not finish.",
+        cause=EndCause.MODEL_TOO_SLOW,
+    )
     [card] = page_cards(1, [Logged(seq=9, event=slow)])
     assert "did not answer in time" in card.data["next_step"]
     assert "refine the task" not in card.data["next_step"].lower()
     assert "Continue it later" in card.data["next_step"]
+
+
+def test_what_a_person_is_told_to_do_follows_the_runs_cause_not_the_words_of_its_error():
+    def step(**fields: object) -> str:
+        [card] = page_cards(1, [Logged(seq=9, event=finished(**fields))])
+        return card.data["next_step"]
+
+    down = {"status": RunStatus.FAILED, "halt_reason": None, "error": "Groq answered 503"}
+    assert "Continue it once the provider is back" in step(**down, cause=EndCause.MODEL_DOWN)
+    worded = down | {"error": "Model failed: Groq answered 503"}  # the words, without the cause
+    assert "Continue it once the provider is back" not in step(**worded)
+    assert "Continue it later" not in step(error="The model provider did not answer in time")
 
 
 def test_a_run_that_used_up_its_own_time_is_told_to_continue_or_refine_the_task():

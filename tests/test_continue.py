@@ -14,6 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from agent.core.events import (
+    EndCause,
     ResumeReason,
     RunStatus,
 )
@@ -101,7 +102,7 @@ def test_a_run_the_model_provider_failed_is_continued_once_it_is_back(alice, wor
     run = start_run(alice, "List my files", model="mock", conversation=new_conversation(alice))
     down = ScriptedLLM([call("list_files", {}), LLMError("Groq answered 503: overloaded")])
     run = execute_run(run, llm=down)
-    assert run.status == RunStatus.FAILED
+    assert (run.status, run.cause) == (RunStatus.FAILED, EndCause.MODEL_DOWN)
     client = logged_in(alice)
     page = client.get(reverse("chat:conversation", args=[run.conversation_id])).text
     assert "Continue it once the provider is back" in page
@@ -112,6 +113,15 @@ def test_a_run_the_model_provider_failed_is_continued_once_it_is_back(alice, wor
     run = execute_run(AgentRun.objects.get(pk=run.pk), llm=back)
     assert (run.status, run.answer) == (RunStatus.SUCCEEDED, "Your workspace is empty.")
     assert set(executions_per_call(run).values()) == {1}  # list_files ran once
+    assert run.cause == ""  # it succeeded: the cause of the end before is gone
+
+
+def test_what_may_continue_is_read_from_the_cause_never_from_the_error():
+    worded = AgentRun(status=RunStatus.FAILED, error="Model failed: Groq answered 503")
+    assert not worded.can_continue
+    down = AgentRun(status=RunStatus.FAILED, error="Groq answered 503", cause=EndCause.MODEL_DOWN)
+    assert down.can_continue
+    assert not AgentRun(status=RunStatus.FAILED, cause=EndCause.INTERNAL_ERROR).can_continue
 
 
 def test_without_htmx_a_continue_goes_back_to_the_conversation(alice, workspaces):

@@ -31,13 +31,15 @@ from agent.runs import (
 from agent.selectors import history_of
 from engine.execution import (
     CONTINUE_NOTE,
-    RELEASED,
+    JobOutcome,
     claim,
     execute_run,
     work_job,
     worked_seconds,
 )
 from tests.conftest import wait_for
+
+RELEASED = JobOutcome.RELEASED
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

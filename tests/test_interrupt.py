@@ -4,6 +4,7 @@ a hand-back that records nothing more, a sink that lost the run, and Groq's retr
 A run handed back, or whose sink lost it, is no exception out of run_agent: its result says it was
 released, and nothing more is recorded."""
 
+import signal
 import threading
 
 import pytest
@@ -321,3 +322,36 @@ def test_a_reply_streaming_in_is_read_no_further_once_the_run_is_interrupted(gro
     [sent] = wait_for(lambda: groq_server.streams, "the server to stop dripping")
     assert sent.client_left
     assert len(groq_server.requests) == 1
+
+
+def test_calls_one_after_another_are_made_by_one_thread_started_once():
+    interrupt = Interrupt()
+    first = interruptibly(threading.get_ident, interrupt)
+    assert interruptibly(threading.get_ident, interrupt) == first != threading.get_ident()
+
+
+def test_a_call_left_hanging_does_not_hold_up_the_next_run_s_calls():
+    hung, release = Interrupt(), threading.Event()
+    threading.Timer(0.05, hung.set, args=(StopReason.CANCEL,)).start()
+    with pytest.raises(Interrupted):
+        interruptibly(release.wait, hung, 30)
+    try:
+        assert interruptibly(lambda: "answered", Interrupt()) == "answered"
+    finally:
+        release.set()
+
+
+def test_a_signal_another_thread_received_is_handled_while_a_call_is_waited_for():
+    """The kernel may hand the process's signal to any thread; its handler runs in the main
+    thread only: the wait for a call wakes for it, as runagent's Ctrl-C needs."""
+    handled = threading.Event()
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: handled.set())
+
+    def wait_for_the_handler() -> bool:
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)  # to this thread, not main
+        return handled.wait(3)
+
+    try:
+        assert interruptibly(wait_for_the_handler, Interrupt())
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

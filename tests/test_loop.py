@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from agent.core.events import (
     AnswerSource,
     BreakerTripped,
+    EndCause,
     HaltReason,
     MemoriesRecalled,
     ModelReplied,
@@ -22,6 +23,7 @@ from agent.core.events import (
     event_from_dict,
 )
 from agent.core.history import messages_from_events
+from agent.core.interrupt import Interrupt, StopReason
 from agent.core.llm import LLMError, ModelTimedOut, Usage
 from agent.core.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
@@ -350,23 +352,39 @@ def test_results_enter_the_history_in_the_models_order_not_the_finishing_order()
 
 
 def test_a_cancelled_run_stops_before_its_first_model_call():
-    run = Run([answer("never")], cancelled=lambda: True)
+    stop = Interrupt()
+    stop.set(StopReason.CANCEL)
+    run = Run([answer("never")], interrupt=stop)
     assert run.result.status is RunStatus.CANCELLED
     assert run.llm.turns == []
     assert isinstance(run.events[-1], RunFinished)
     assert run.events[-1].status == "cancelled"
 
 
+class StopAfterFirstCall:
+    """The tools, with the run stopped as soon as its first call has run."""
+
+    def __init__(self, tools, interrupt: Interrupt) -> None:
+        self.tools, self.interrupt = tools, interrupt
+
+    def specs(self):
+        return self.tools.specs()
+
+    def dispatch(self, name, arguments):
+        result = self.tools.dispatch(name, arguments)
+        self.interrupt.set(StopReason.CANCEL)
+        return result
+
+
 def test_cancelling_mid_batch_gives_every_remaining_call_a_cancelled_result():
-    checks = 0
-
-    def cancelled() -> bool:
-        nonlocal checks
-        checks += 1
-        return checks >= 3  # before the model call, before call 1, then before call 2
-
+    stop = Interrupt()
     script = [calls(("echo", {"text": "1"}), ("echo", {"text": "2"}), ("echo", {"text": "3"}))]
-    run = Run([*script, answer("never")], cancelled=cancelled)
+    run = Run(  # one call at a time, so the stop falls between call 1 and call 2
+        [*script, answer("never")],
+        tools=StopAfterFirstCall(bound(), stop),
+        interrupt=stop,
+        limits=Limits(max_parallel_calls=1),
+    )
     assert run.result.status is RunStatus.CANCELLED
     assert run.statuses() == [("echo", "ok"), ("echo", "skipped"), ("echo", "skipped")]
     assert "cancelled" in run.of(ToolCallFinished)[1].text
@@ -375,14 +393,14 @@ def test_cancelling_mid_batch_gives_every_remaining_call_a_cancelled_result():
 
 
 def test_cancellation_is_checked_before_the_next_model_call():
-    flag = threading.Event()
+    stop = Interrupt()
 
     def cancel_now(arguments: Text, context: ToolContext) -> str:
-        flag.set()
+        stop.set(StopReason.CANCEL)
         return "cancel requested"
 
     tools = bound(Tool("cancel_now", "Asks for cancellation.", Text, cancel_now))
-    run = Run([call("cancel_now", {}), answer("never")], tools=tools, cancelled=flag.is_set)
+    run = Run([call("cancel_now", {}), answer("never")], tools=tools, interrupt=stop)
     assert run.result.status is RunStatus.CANCELLED
     assert len(run.llm.turns) == 1
 
@@ -393,12 +411,20 @@ def test_a_provider_failure_ends_the_run_failed_with_its_progress():
     assert run.result.error == "Model failed: Groq answered 500: boom"
     assert "echo -> ok" in run.result.answer
     assert run.events[-1].error == run.result.error
+    assert run.result.cause is run.events[-1].cause is EndCause.MODEL_DOWN
+
+
+def test_a_run_that_ends_as_its_status_says_has_no_cause():
+    assert Run([answer("done")]).events[-1].cause is None
+    halted = Run([call("fail", {"text": str(n)}) for n in range(3)] + [answer("sum")])
+    assert (halted.result.status, halted.events[-1].cause) == (RunStatus.HALTED, None)
 
 
 def test_an_internal_error_never_escapes_the_loop():
     run = Run([call("echo", {"text": "1"}), RuntimeError("bug")])
     assert run.result.status is RunStatus.FAILED
     assert run.result.error == "Internal error: RuntimeError: bug"
+    assert run.events[-1].cause is EndCause.INTERNAL_ERROR
 
 
 def test_a_sink_that_cannot_record_the_end_still_returns_the_outcome():
@@ -510,6 +536,7 @@ def test_a_provider_out_of_time_halts_the_run_on_its_deadline_with_the_progress_
     run = Run([call("echo", {"text": "1"}), timed_out])
     assert (run.result.status, run.result.halt_reason) == (RunStatus.HALTED, HaltReason.DEADLINE)
     assert run.result.error == f"The model provider did not answer in time: {timed_out}"
+    assert run.result.cause is run.events[-1].cause is EndCause.MODEL_TOO_SLOW
     assert "1. echo -> ok" in run.result.answer
     assert len(run.llm.turns) == 2  # no summary turn: the time is up
 
@@ -586,11 +613,16 @@ def test_a_halted_runs_summary_turn_is_the_summarys_answer():
     assert_ends(run, AnswerSource.SUMMARY, ok_tool_calls=0)
 
 
+def stopped_after_a_call() -> dict:
+    stop = Interrupt()
+    return {"tools": StopAfterFirstCall(bound(), stop), "interrupt": stop}
+
+
 @pytest.mark.parametrize(
     ("options", "status"),
     [
         ({"limits": Limits(max_iterations=1)}, RunStatus.HALTED),  # the summary turn fails
-        ({"cancelled": iter([False, False, True]).__next__}, RunStatus.CANCELLED),  # after a call
+        (stopped_after_a_call(), RunStatus.CANCELLED),
         ({}, RunStatus.FAILED),  # the provider fails
     ],
 )

@@ -1,8 +1,14 @@
 """`manage.py runagent`: the live transcript, JSON events, exit codes and Ctrl-C."""
 
+import contextlib
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 from io import StringIO
 
 import pytest
@@ -15,6 +21,7 @@ from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
 from engine import execution
 from memory.models import Memory
+from tests.conftest import PROJECT_DIR, child_environment
 
 DEMO = "Compute the sum of 1..100 and save it to a file"
 
@@ -101,36 +108,52 @@ def test_bad_usage_exits_2_with_a_clear_message_and_records_nothing(args, messag
     assert not AgentRun.objects.exists()
 
 
+class ThinkingLLM(ScriptedLLM):
+    """A model that, at its second turn, thinks until the test is over: `stop()` is sent as it
+    starts to, and only a run that stops mid-call ends before it replies."""
+
+    def __init__(self, replies, stop) -> None:
+        super().__init__(replies)
+        self.stop = stop
+        self.done = threading.Event()
+
+    def chat(self, messages, tools, **options):
+        if len(self.turns) == 1:
+            self.stop()
+            self.done.wait(30)  # the test is over: the reply goes to nobody
+        return super().chat(messages, tools, **options)
+
+
 @pytest.mark.django_db
 def test_ctrl_c_cancels_the_run_records_it_and_exits_4(workspaces, monkeypatch):
-    class InterruptedLLM(ScriptedLLM):
-        def chat(self, messages, tools, **options):
-            os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C while the model thinks
-            return super().chat(messages, tools, **options)
+    def ctrl_c() -> None:  # the user presses Ctrl-C while the model thinks
+        os.kill(os.getpid(), signal.SIGINT)
 
-    llm = InterruptedLLM([call("list_files", {}), answer("never")])
+    script = [call("list_files", {}), call("list_files", {}), answer("never")]
+    llm = ThinkingLLM(script, ctrl_c)
     monkeypatch.setattr(execution, "llm_for", lambda model, **_: llm)
     handler = signal.getsignal(signal.SIGINT)
     code, out = runagent("List my files")
+    llm.done.set()
     assert code == 4
+    # The turn it was thinking is cut: its calls are neither run nor recorded.
     assert f"Run {AgentRun.objects.get().pk} cancelled after 1 model turn" in out
     run = AgentRun.objects.get()
     assert run.status == RunStatus.CANCELLED
-    assert list(run.tool_executions.values_list("status", flat=True)) == ["skipped"]
+    assert list(run.tool_executions.values_list("status", flat=True)) == ["ok"]
     assert signal.getsignal(signal.SIGINT) is handler  # pytest's own handler is back
 
 
 @pytest.mark.django_db
 def test_sigterm_cancels_the_run_like_ctrl_c(workspaces, monkeypatch):
-    class TerminatedLLM(ScriptedLLM):
-        def chat(self, messages, tools, **options):
-            os.kill(os.getpid(), signal.SIGTERM)  # a supervisor stops the command
-            return super().chat(messages, tools, **options)
+    def terminate() -> None:  # a supervisor stops the command
+        os.kill(os.getpid(), signal.SIGTERM)
 
-    llm = TerminatedLLM([call("list_files", {}), answer("never")])
+    llm = ThinkingLLM([call("list_files", {}), answer("never"), answer("never")], terminate)
     monkeypatch.setattr(execution, "llm_for", lambda model, **_: llm)
     handler = signal.getsignal(signal.SIGTERM)
     code, _ = runagent("List my files")
+    llm.done.set()
     assert code == 4
     assert AgentRun.objects.get().status == RunStatus.CANCELLED
     assert signal.getsignal(signal.SIGTERM) is handler
@@ -179,3 +202,60 @@ def test_the_model_can_remember_a_fact_on_purpose(workspaces):
     assert told.text == "my staging server is staging.example.com"
     assert told.owner.username == "cli"
     assert told.source_run_id == AgentRun.objects.get().pk  # which run stored it, for the audit
+
+
+class SilentModelServer:
+    """An OpenAI-compatible server on 127.0.0.1 that takes each request and never answers: a
+    model call to it hangs until the client gives up."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.base_url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1"
+        self.asked = threading.Event()
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                connection, _ = self.listener.accept()
+                self.held.append(connection)
+                if b"/chat/completions" in connection.recv(65536):
+                    self.asked.set()
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.held:
+            connection.close()
+
+
+def test_ctrl_c_stops_runagent_in_the_middle_of_a_model_call(
+    child_database_url, workspaces, settings
+):
+    server = SilentModelServer()
+    env = child_environment(
+        DATABASE_URL=child_database_url,
+        LOOP_WORKSPACES_DIR=str(workspaces),
+        LOOP_OPENAI_BASE_URL=server.base_url,
+        LOOP_OPENAI_MODEL="llama3.1:8b",
+        LOOP_OPENAI_TIMEOUT="300",  # the call would hang for minutes but for the stop
+        GROQ_API_KEY="",
+    )
+    command = [sys.executable, "manage.py", "runagent", "Say hello", "--model=openai:llama3.1:8b"]
+    child = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.asked.wait(60), "the model was never asked"
+        child.send_signal(signal.SIGINT)
+        stopped = time.monotonic()
+        out, _ = child.communicate(timeout=30)
+        took = time.monotonic() - stopped
+    finally:
+        child.kill()
+        server.close()
+    assert child.returncode == 4  # cancelled (Ctrl-C), as the command's help says
+    assert took < 5, f"it took {took:.1f}s to stop"
+    run = AgentRun.objects.get()
+    assert run.status == RunStatus.CANCELLED
+    assert f"Run {run.pk} cancelled after 0 model turns" in out
+    assert run.events.last().kind == "run_finished"
+    assert run.answer == "Stopped before a final answer."  # its progress: none yet

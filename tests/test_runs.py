@@ -2,7 +2,8 @@
 
 import pytest
 
-from agent.core.events import HaltReason, RunStatus
+from agent.core.events import HaltReason, ModelReplied, RunStatus
+from agent.core.interrupt import Interrupt
 from agent.core.llm import LLMError, Usage
 from agent.core.loop import Limits
 from agent.llm.factory import ModelUnavailable
@@ -16,6 +17,19 @@ from memory.models import Memory
 pytestmark = pytest.mark.django_db
 
 DEMO = "Compute the sum of 1..100 and save it to a file"
+
+
+def watched_interrupts(monkeypatch) -> list[Interrupt]:
+    """Every Interrupt the engine makes for a run from now on, to wait on in a test."""
+    made: list[Interrupt] = []
+
+    class Watched(Interrupt):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr("engine.execution.Interrupt", Watched)
+    return made
 
 
 def scripted_run(user, replies, **limits) -> AgentRun:
@@ -89,6 +103,9 @@ class CheckingLLM(ScriptedLLM):
         return super().chat(messages, tools, **options)
 
 
+# The model is asked in a thread of its own (a Stop abandons the call): what it reads from the
+# database must be committed.
+@pytest.mark.django_db(transaction=True)
 def test_the_history_is_recoverable_from_the_database_after_every_step(alice, workspaces):
     run = start_run(alice, "a task", model="mock", limits=Limits(max_iterations=3))
     script = [
@@ -195,16 +212,19 @@ def test_cancelling_a_queued_run_ends_it_at_once(alice):
         execute_run(run)
 
 
+# The run's watcher reads the Stop in a thread of its own: it must be committed to be seen.
+@pytest.mark.django_db(transaction=True)
 def test_cancelling_a_running_run_stops_it_at_the_next_check(alice, monkeypatch):
-    monkeypatch.setattr("engine.execution.CANCEL_POLL_INTERVAL", 0)
+    interrupts = watched_interrupts(monkeypatch)
 
-    class CancellingLLM(ScriptedLLM):
-        def chat(self, messages, tools, **options):
-            cancel_run(alice, run.pk)  # as if the user pressed Cancel while the model thought
-            return super().chat(messages, tools, **options)
+    def user_cancels(event):
+        if isinstance(event, ModelReplied):  # as if the user pressed Cancel as the model replied
+            cancel_run(alice, run.pk)
+            assert interrupts[0].wait(5)  # the run's watcher heard it
 
     run = start_run(alice, "a task", model="mock")
-    run = execute_run(run, llm=CancellingLLM([call("list_files", {}), answer("never")]))
+    script = ScriptedLLM([call("list_files", {}), answer("never")])
+    run = execute_run(run, llm=script, on_event=user_cancels)
     assert run.status == RunStatus.CANCELLED
     assert run.cancel_requested_at is not None
     assert list(run.tool_executions.values_list("status", flat=True)) == ["skipped"]

@@ -61,6 +61,18 @@ class ContinuedBy(StrEnum):
     OPERATOR = "operator"  # an operator, from the console
 
 
+class EndCause(StrEnum):
+    """Why a run ended the way it did, when its status alone does not say: what a person can
+    do about it follows from this (a run the model failed may be continued), never from the
+    wording of its error."""
+
+    MODEL_DOWN = "model_down"  # the model provider failed the run (it failed; it may go on)
+    MODEL_TOO_SLOW = "model_too_slow"  # the provider did not answer before the run's deadline
+    INTERNAL_ERROR = "internal_error"  # an error of Loop's own
+    COULD_NOT_START = "could_not_start"  # its model or tools could not be set up
+    TOO_MANY_RESUMES = "too_many_resumes"  # its worker stopped under it too often: Loop gave up
+
+
 class AnswerSource(StrEnum):
     """Where a finished run's answer came from."""
 
@@ -179,6 +191,7 @@ class RunFinished(Event):
     cut: bool = False  # the answer is the model's, stopped at its output limit
     answer_source: AnswerSource | None = None  # None in logs from before Loop recorded it
     ok_tool_calls: int = 0  # the tool calls that worked (status ok)
+    cause: EndCause | None = None  # None: the status says it all, or a log from before causes
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,24 +4,32 @@ release of a run this process no longer works."""
 import json
 from collections import defaultdict
 
-from agent.core.events import HaltReason
+from agent.core.events import EndCause, HaltReason
 from agent.core.llm import ToolCall
 from agent.core.results import ToolResult
 
 
 class Halt(Exception):
     """A guard ends the run as `halted`. With `summarise`, the model gets one last turn;
-    `error` is what went wrong when something besides a budget did (say, the provider was slow).
+    `error` is what went wrong when something besides a budget did (say, the provider was slow),
+    and `cause` says which it was.
     """
 
     def __init__(
-        self, reason: HaltReason, detail: str, *, summarise: bool, error: str = ""
+        self,
+        reason: HaltReason,
+        detail: str,
+        *,
+        summarise: bool,
+        error: str = "",
+        cause: EndCause | None = None,
     ) -> None:
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
         self.summarise = summarise
         self.error = error
+        self.cause = cause
 
 
 class BreakerOpen(Halt):

@@ -9,10 +9,11 @@ sandboxes) run once, in the thread that set it.
 
 import contextvars
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from enum import StrEnum
-from typing import ParamSpec, TypeVar
+from typing import ClassVar, ParamSpec, TypeVar
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +103,57 @@ def _run_hook(hook: Callable[[], object]) -> None:
         logger.exception("An interrupt hook failed")
 
 
+# Python runs a signal's handler in the main thread only, and when the kernel hands the signal
+# to another thread (any thread of the process may get it) the main thread runs it only once it
+# wakes: so a call's wait wakes this often, or Ctrl-C would wait out a model call unheard.
+SIGNAL_LOOK_SECONDS = 0.1
+
+# How long a thread that made an interruptible call waits for the next before it ends.
+CALLER_IDLE_SECONDS = 10.0
+
+
+class _Caller:
+    """A daemon thread that makes interruptible calls one at a time, and waits up to
+    CALLER_IDLE_SECONDS for the next: a run asks its model once a step, and starting a thread for
+    each call cost about as much as the rest of a step recorded in PostgreSQL (bench/loop.py).
+    A call that was abandoned keeps its thread until it returns, however long that is."""
+
+    _idle: ClassVar[list["_Caller"]] = []
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], None], Callable[[], None]]] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._serve, name="interruptible", daemon=True).start()
+
+    @classmethod
+    def take(cls) -> "_Caller":
+        with cls._lock:
+            if cls._idle:
+                return cls._idle.pop()
+        return cls()
+
+    def give(self, work: Callable[[], None], then: Callable[[], None]) -> None:
+        """Run `work()`, then `then()` once this thread is free for another call."""
+        self._jobs.put((work, then))
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                work, then = self._jobs.get(timeout=CALLER_IDLE_SECONDS)
+            except queue.Empty:
+                with _Caller._lock:
+                    if self in _Caller._idle:
+                        _Caller._idle.remove(self)
+                        return
+                continue  # taken as it timed out: its call is on the way
+            work()
+            with _Caller._lock:
+                _Caller._idle.append(self)
+            then()
+
+
 def interruptibly(
     fn: Callable[P, T], interrupt: Interrupt | None, /, *args: P.args, **kwargs: P.kwargs
 ) -> T:
@@ -117,22 +169,19 @@ def interruptibly(
     woken = threading.Event()
     outcome: list[T] = []
     failure: list[BaseException] = []
+    context = contextvars.copy_context()
 
     def call() -> None:
         try:
-            outcome.append(fn(*args, **kwargs))
+            outcome.append(context.run(fn, *args, **kwargs))
         except BaseException as error:  # handed to the caller, whatever it is
             failure.append(error)
-        finally:
-            woken.set()
 
-    context = contextvars.copy_context()
     interrupt._add_waiter(woken)
     try:
-        threading.Thread(
-            target=context.run, args=(call,), name="interruptible", daemon=True
-        ).start()
-        woken.wait()
+        _Caller.take().give(call, woken.set)
+        while not woken.wait(SIGNAL_LOOK_SECONDS):
+            pass  # a signal's handler (runagent's Ctrl-C) runs as the wait ends
     finally:
         interrupt._remove_waiter(woken)
     if outcome:

@@ -30,6 +30,7 @@ from agent.core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from agent.core.interrupt import StopReason
 from agent.core.loop import Limits
 from agent.core.recalled import RecalledMemory
 from agent.core.text import excerpt
@@ -37,7 +38,7 @@ from agent.core.wording import OWNERS_WHO, resumed_text
 from agent.llm.factory import ModelUnavailable
 from agent.models import AgentRun
 from agent.runs import InvalidTask, default_limits, start_run
-from engine.execution import execute_run, resume_here
+from engine.execution import StopSource, execute_run, resume_here
 
 CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -111,8 +112,8 @@ class Command(BaseCommand):
         except (InvalidTask, ModelUnavailable) as error:
             raise CommandError(str(error), returncode=USAGE_ERROR) from None
         show = self.json_line(run) if options["json"] else self.transcript(run)
-        with cancel_on_interrupt(self.stderr.write) as cancelled:
-            return execute_run(run, on_event=show, cancelled=cancelled)
+        with cancel_on_interrupt(self.stderr.write) as stop_requested:
+            return execute_run(run, on_event=show, stop_requested=stop_requested)
 
     def resume(self, options: dict[str, Any]) -> AgentRun:
         """The run goes on in this process as a worker would take it, printing what follows."""
@@ -137,9 +138,9 @@ class Command(BaseCommand):
         if not options["json"]:
             self.stdout.write(f"Continuing run {run.pk} ({run.status}): {run.task}")
         show = self.json_line(run) if options["json"] else self.transcript(run)
-        with cancel_on_interrupt(self.stderr.write) as cancelled:
+        with cancel_on_interrupt(self.stderr.write) as stop_requested:
             try:
-                return resume_here(run, on_event=show, cancelled=cancelled)
+                return resume_here(run, on_event=show, stop_requested=stop_requested)
             except (InvalidTask, ModelUnavailable) as error:
                 raise CommandError(
                     f"Run {run_id} cannot continue: {error}", returncode=USAGE_ERROR
@@ -264,8 +265,12 @@ def counted(number: int, noun: str) -> str:
 
 
 @contextmanager
-def cancel_on_interrupt(warn: Callable[[str], None]) -> Iterator[Callable[[], bool]]:
-    """Ctrl-C or SIGTERM cancels the run cleanly (it is recorded); a second Ctrl-C stops at once."""
+def cancel_on_interrupt(warn: Callable[[str], None]) -> Iterator[StopSource]:
+    """Ctrl-C or SIGTERM cancels the run cleanly (it is recorded), mid-step as a worker's Stop
+    does: the run's watcher reads the source this yields. A second Ctrl-C stops at once.
+
+    The handler only raises a flag: it runs in the main thread, between any two of its
+    bytecodes, where interrupting the run itself (a lock, its hooks) could deadlock."""
     requested = threading.Event()
 
     def interrupt(signum: int, frame: Any) -> None:
@@ -273,9 +278,12 @@ def cancel_on_interrupt(warn: Callable[[str], None]) -> Iterator[Callable[[], bo
         signal.signal(signal.SIGINT, signal.default_int_handler)
         warn("Cancelling the run (Ctrl-C again to stop at once)...")
 
+    def asked() -> StopReason | None:
+        return StopReason.CANCEL if requested.is_set() else None
+
     previous = {number: signal.signal(number, interrupt) for number in STOP_SIGNALS}
     try:
-        yield requested.is_set
+        yield asked
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
