@@ -319,6 +319,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         name: {"level": LOG_LEVEL}
-        for name in ("agent", "tools", "memory", "chat", "loopsite", "django", "daphne")
+        for name in (
+            *("agent", "engine", "workspace", "tools", "memory", "chat", "accounts", "console"),
+            *("loopsite", "django", "daphne"),
+        )
     },
 }

@@ -112,3 +112,14 @@ def test_deploy_check_is_clean_under_production_settings(manage):
     result = manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION)
     assert result.returncode == 0, result.stderr
     assert "System check identified no issues" in result.stdout
+
+
+def test_every_app_of_loops_own_logs_at_the_configured_level():
+    """The root logger only passes warnings: an app missing from LOGGING loses its INFO lines (the
+    worker's "Worker ... stopped" went missing when the engine became an app of its own)."""
+    from django.apps import apps
+    from django.conf import settings
+
+    own = [app.name for app in apps.get_app_configs() if Path(app.path).parent == PROJECT_DIR]
+    assert {"agent", "engine", "workspace", "tools", "memory", "chat"} <= set(own)
+    assert {name: name in settings.LOGGING["loggers"] for name in own} == dict.fromkeys(own, True)
