@@ -140,7 +140,7 @@ class Transport(ABC):
     # --- the worker's side ---
 
     def event_insert(self, insert: str) -> str:
-        """The statement that appends an event: `insert`, which returns its run_id and seq."""
+        """The statement that appends events: `insert`, which returns their run_id and seq."""
         return insert
 
     def publish(self, run_id: int, seq: int) -> None:
@@ -175,7 +175,7 @@ class NotifyTransport(Transport):
     def event_insert(self, insert: str) -> str:
         # The payload's writing end; `heard` is its reading end. The channel is ours, not input.
         return (
-            f"WITH event AS ({insert} RETURNING run_id, seq) "  # noqa: S608 (ours)
+            f"WITH event AS ({insert}) "  # noqa: S608 (ours)
             f"SELECT pg_notify('{NOTIFY_CHANNEL}', run_id || ':' || seq) FROM event"
         )
 

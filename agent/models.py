@@ -1,7 +1,7 @@
 """A run's records: the run itself, its append-only event log, its tool executions and breaker
 trips, its resumes, and the conversation (a thread of runs) it belongs to."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -150,37 +150,94 @@ class RunEventManager(models.Manager["RunEvent"]):
         *,
         attempt: int | None = None,
     ) -> bool:
-        """Append one event as a single INSERT, without building a model instance; False if
-        `attempt` is given and the run is no longer at that attempt (another worker took it over),
-        in which case nothing is written.
+        """Append one event (see `append_all`)."""
+        return self.append_all(run_id, [(seq, kind, step, data)], announced, attempt=attempt)
 
-        Every step of every run appends three events, so this is the hot path; it costs about
-        120 µs less per event than Model.save() (bench/loop.py). With `announced` (the event
-        transport's event_insert, agent.bus), the INSERT, which returns the row's run_id and seq,
-        is made into the statement that also announces the event, in the same round trip: a
-        NOTIFY is delivered only when the row is committed, so whoever hears it can read it.
+    def append_all(
+        self,
+        run_id: int,
+        rows: Sequence[tuple[int, str, int, dict[str, Any]]],
+        announced: Callable[[str], str] | None = None,
+        *,
+        attempt: int | None = None,
+        alongside: Sequence[models.Model] = (),
+    ) -> bool:
+        """Append events, each `(seq, kind, step, data)`, and insert the unsaved `alongside`
+        records (a tool call's audit row, say), all in one statement, so in one round trip and
+        atomically; False if `attempt` is given and the run is no longer at that attempt (another
+        worker took it over), in which case nothing is written.
+
+        Every step of every run appends its events here, so this is the hot path. With
+        `announced` (the event transport's event_insert, agent.bus), the statement, which returns
+        each event's run_id and seq, also announces them: a NOTIFY is delivered only when the
+        rows are committed, so whoever hears it can read them.
         """
         connection = connections[self.db]
-        quote = connection.ops.quote_name
-        columns = ("run_id", "seq", "kind", "step", "data", "created_at")
-        data_field = self.model._meta.get_field("data")
-        values = [run_id, seq, kind, step, data_field.get_db_prep_save(data, connection)]
-        params = [*values, timezone.now()]
-        insert = (
-            f"INSERT INTO {quote(self.model._meta.db_table)} "
-            f"({', '.join(map(quote, columns))}) SELECT %s, %s, %s, %s, %s, %s"
-        )
+        now = timezone.now()
+        values: list[list[Any]] = [[run_id, *row, now] for row in rows]
+        fields = [self.model._meta.get_field(name) for name in EVENT_FIELDS]
+        insert, params = values_insert(self.model, fields, values, connection)
         if attempt is not None:
-            insert += (
-                f" WHERE EXISTS (SELECT 1 FROM {quote(AgentRun._meta.db_table)} "  # noqa: S608
-                "WHERE id = %s AND attempt = %s)"
-            )
+            runs = connection.ops.quote_name(AgentRun._meta.db_table)
+            insert += f" WHERE EXISTS (SELECT 1 FROM {runs} WHERE id = %s AND attempt = %s)"  # noqa: S608
             params += [run_id, attempt]
-        if announced is not None:
-            insert = announced(insert)
+        insert += " RETURNING run_id, seq"
+        statement = announced(insert) if announced is not None else insert
+        statement, params = with_alongside(statement, params, alongside, connection)
         with connection.cursor() as cursor:
-            cursor.execute(insert, params)
-            return cursor.rowcount == 1
+            cursor.execute(statement, params)
+            return cursor.rowcount == len(rows)
+
+
+EVENT_FIELDS = ("run", "seq", "kind", "step", "data", "created_at")
+
+
+def values_insert(
+    model: type[models.Model],
+    fields: Sequence[Any],
+    rows: Sequence[Sequence[Any]],
+    connection: Any,
+) -> tuple[str, list[Any]]:
+    """`INSERT INTO model (fields) SELECT * FROM (VALUES …)`, each value prepared and cast as its
+    field wants, so a WHERE can follow."""
+    quote = connection.ops.quote_name
+    columns = [field.column for field in fields]
+    row = "(" + ", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields) + ")"
+    params = [
+        field.get_db_prep_save(value, connection)
+        for values in rows
+        for field, value in zip(fields, values, strict=True)
+    ]
+    insert = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(map(quote, columns))}) "  # noqa: S608
+        f"SELECT * FROM (VALUES {', '.join([row] * len(rows))}) AS appended"
+    )
+    return insert, params
+
+
+def with_alongside(
+    statement: str, params: list[Any], records: Sequence[models.Model], connection: Any
+) -> tuple[str, list[Any]]:
+    """`statement` (an INSERT, or a WITH whose first part is the INSERT of the events) with the
+    inserts of `records` put in front as data-modifying WITH parts of their own, each written
+    only if the events are (so the run's fence holds for them too)."""
+    if not records:
+        return statement, params
+    parts, before = [], []
+    for index, record in enumerate(records):
+        fields = [field for field in record._meta.concrete_fields if not field.primary_key]
+        values = [field.pre_save(record, add=True) for field in fields]
+        insert, inserted = values_insert(type(record), fields, [values], connection)
+        # Names and SQL of our own making; every value is a parameter.
+        parts.append(f"alongside_{index} AS ({insert} WHERE EXISTS (SELECT 1 FROM event))")  # noqa: S608
+        before += inserted
+    if statement.startswith("WITH event AS ("):
+        head, _, tail = statement.rpartition(") SELECT ")
+        return f"{head}), {', '.join(parts)} SELECT {tail}", params + before
+    return (
+        f"WITH event AS ({statement}), {', '.join(parts)} SELECT run_id, seq FROM event",  # noqa: S608
+        params + before,
+    )
 
 
 class RunEvent(models.Model):

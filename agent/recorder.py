@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError, models, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -38,7 +38,14 @@ logger = logging.getLogger(__name__)
 
 # The run's summary row (iterations, tokens, heartbeat) is refreshed at most this often while it
 # runs; the event log has every step, and the final event writes the final figures.
-SUMMARY_INTERVAL = 1.0
+SUMMARY_INTERVAL = 5.0
+
+# Events held to be recorded with the one that follows them, in one statement and one commit.
+# The loop records something at once after each of these (a model's reply is followed by its
+# calls' start, the run's end or a halt), so holding one delays it by microseconds; a worker
+# that dies in between loses the reply, which is asked again, as if it had died during the turn.
+# The start of a tool call is never held: it is durable before the tool runs.
+HELD = (ModelReplied,)
 
 # The statuses of a run not yet ended: only such a run's end is written.
 LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
@@ -54,8 +61,14 @@ class RunRecorder:
     """Writes carry the run's `attempt` as this worker took it: once another worker takes the run
     (it was thought dead, say after a network partition), every write from this one is refused."""
 
-    def __init__(self, run: AgentRun, then: EventSink | None = None) -> None:
+    def __init__(
+        self, run: AgentRun, then: EventSink | None = None, *, batched: bool = False
+    ) -> None:
+        """`batched`: hold a model's reply to record it with what follows it (HELD), as a
+        worker does; whoever records a run's events one at a time (its end, a resume, a test)
+        leaves it off. A batched recorder's owner calls `flush` when it lets the run go."""
         self.run = run
+        self.batched = batched
         self.attempt = run.attempt
         self.then = then
         self.seq = run.events.aggregate(last=Max("seq"))["last"] or 0
@@ -65,35 +78,53 @@ class RunRecorder:
         self.summarised = 0.0
         self.finished = False
         self.announced = bus.transport().event_insert  # the transport's, chosen once
+        self.held: list[Event] = []  # events not recorded yet: they go with the next one
 
     def __call__(self, event: Event) -> None:
         bus.finish_deltas(self.run.pk)  # a reply streamed so far is over: its text goes first
-        try:
-            self.record(event)
-        except (OperationalError, InterfaceError) as error:
-            self.seq -= 1
-            raise RunLost(f"Run {self.run.pk}: the database stopped answering: {error}") from error
-        self.finished = isinstance(event, RunFinished)
-        self.announce()
-        if self.then is not None:
-            self.publish(event)
+        self.held.append(event)
+        if self.batched and isinstance(event, HELD):
+            return
+        self.flush()
 
-    def record(self, event: Event) -> None:
-        self.seq += 1
-        writes = self.writes_for(event)
+    def flush(self) -> None:
+        """Record the events held so far, together: one statement, one commit; then publish."""
+        if not self.held:
+            return
+        events, self.held = self.held, []
+        try:
+            self.record(events)
+        except (OperationalError, InterfaceError) as error:
+            self.seq -= len(events)
+            raise RunLost(f"Run {self.run.pk}: the database stopped answering: {error}") from error
+        self.finished = isinstance(events[-1], RunFinished)
+        self.announce()
+        for event in events:
+            if self.then is not None:
+                self.publish(event)
+
+    def record(self, events: list[Event]) -> None:
+        """The events and their audit rows in one statement; the run's row, when it changes,
+        in the same transaction."""
+        first = self.seq + 1
+        self.seq += len(events)
+        writes = [write for event in events for write in self.writes_for(event)]
+        audit = [row for event in events for row in self.audit_rows(event)]
         if writes:
             with transaction.atomic():
-                self.append(event)
+                self.append(first, events, audit)
                 for write in writes:
                     write()
-        else:  # most events write one row, which needs no transaction of its own
-            self.append(event)
+        else:  # one statement needs no transaction of its own
+            self.append(first, events, audit)
 
-    def append(self, event: Event) -> None:
-        step = getattr(event, "step", 0)
-        data = event.as_dict()
-        appended = RunEvent.objects.append(
-            self.run.pk, self.seq, event.kind, step, data, self.announced, attempt=self.attempt
+    def append(self, first: int, events: list[Event], audit: list[models.Model]) -> None:
+        rows = [
+            (seq, event.kind, getattr(event, "step", 0), event.as_dict())
+            for seq, event in enumerate(events, start=first)
+        ]
+        appended = RunEvent.objects.append_all(
+            self.run.pk, rows, self.announced, attempt=self.attempt, alongside=audit
         )
         if not appended:
             raise RunLost(
@@ -122,8 +153,17 @@ class RunRecorder:
             logger.exception("Run %s: publishing %s failed; it stops", self.run.pk, event.kind)
             self.then = None
 
+    def audit_rows(self, event: Event) -> list[models.Model]:
+        """The audit rows an event adds, written with it."""
+        match event:
+            case ToolCallFinished():
+                return [self.execution(event)]
+            case BreakerTripped():
+                return [self.trip(event)]
+        return []
+
     def writes_for(self, event: Event) -> list[Callable[[], object]]:
-        """What an event changes besides the log: the run's summary row and the audit rows."""
+        """What an event changes besides the log and the audit rows: the run's summary row."""
         match event:
             case ToolCallStarted():
                 self.tool_calls += 1
@@ -141,10 +181,6 @@ class RunRecorder:
                         completion_tokens=self.usage.completion_tokens,
                     )
                 ]
-            case ToolCallFinished():
-                return [partial(self.record_execution, event)]
-            case BreakerTripped():
-                return [partial(self.record_trip, event)]
             case RunFinished():
                 return [partial(self.write_end, event)]
         return []
@@ -192,8 +228,8 @@ class RunRecorder:
         AgentRun.objects.filter(pk=self.run.pk, attempt=self.attempt).update(**fields)
         self.summarised = time.monotonic()
 
-    def record_trip(self, event: BreakerTripped) -> None:
-        BreakerTrip.objects.create(
+    def trip(self, event: BreakerTripped) -> BreakerTrip:
+        return BreakerTrip(
             run_id=self.run.pk,
             step=event.step,
             tool=event.tool,
@@ -201,9 +237,9 @@ class RunRecorder:
             failures=event.failures,
         )
 
-    def record_execution(self, event: ToolCallFinished) -> None:
+    def execution(self, event: ToolCallFinished) -> ToolExecution:
         ok = event.status == ToolStatus.OK
-        ToolExecution.objects.create(
+        return ToolExecution(
             run_id=self.run.pk,
             step=event.step,
             call_id=event.call_id,

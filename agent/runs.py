@@ -247,7 +247,7 @@ def end_queued(run_id: int, now: datetime) -> bool:
             status=RunStatus.CANCELLED, answer=note, answer_source=AnswerSource.PROGRESS
         )
         recorder = RunRecorder(run)
-        recorder.record(ended)
+        recorder.record([ended])
     recorder.announce()  # once committed: a page woken by it reads the end
     return True
 

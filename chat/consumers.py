@@ -7,11 +7,11 @@ reconnecting page gets no gap and no duplicate. Every read of the log re-checks 
 
 Its rules (docs/chat.md, "The socket's rules"): a message is validated whole, and a bad one
 closes the socket with a code of `Close`; before acting on a message or pushing an event, the
-socket re-checks (at most once a second) that its session is valid and its user active, and a
-logout closes the sockets of that session at once. What the page lacks is read from the log and
-framed by chat/stream.py. A channel layer that fails or hangs (Redis down) never closes the
-socket: every call to it is bounded, the page is told live updates are delayed, and the socket
-reads the log every few seconds until the layer answers again.
+socket re-checks (at most every SESSION_CHECK_SECONDS) that its session is valid and its user
+active, and a logout closes the sockets of that session at once. What the page lacks is read
+from the log and framed by chat/stream.py. A channel layer that fails or hangs (Redis down) never
+closes the socket: every call to it is bounded, the page is told live updates are delayed, and
+the socket reads the log every few seconds until the layer answers again.
 """
 
 import asyncio
@@ -64,7 +64,11 @@ MAX_MESSAGE_CHARS = 1024
 MAX_WATCHED_RUNS = 50
 MAX_RUN_ID = 2**63 - 1  # a bigint primary key
 MAX_SEQ = 2**31 - 1  # RunEvent.seq is an integer column
-SESSION_CHECK_SECONDS = 1.0
+# A logout closes its sockets at once (through the channel layer); this bounds the rest (a session
+# deleted or expired, an account deactivated in the console) and is read once per period for all
+# of a session's sockets: each read is two queries, which per event of every run was a fifth of
+# the web's CPU at a burst.
+SESSION_CHECK_SECONDS = 5.0
 LAYER_SECONDS = 2.0  # the longest any one channel-layer call may take
 RETRY_SECONDS = 3.0  # while the layer fails: how often to try it again and read the log
 
@@ -359,8 +363,8 @@ class RunConsumer(AsyncWebsocketConsumer):
         return "".join(streamed_removal(run, step) for run, step in done)
 
 
-# A session's check, shared for a second by all of its sockets in this process: they wake
-# together for the same events, and one read of the session serves them all.
+# A session's check, shared for SESSION_CHECK_SECONDS by all of its sockets in this process: they
+# wake together for the same events, and one read of the session serves them all.
 _checks: dict[tuple[str | None, int], asyncio.Future[bool]] = {}
 
 

@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from datetime import datetime
@@ -44,8 +45,9 @@ from agent.recorder import RunRecorder
 from agent.runs import reopen
 from agent.selectors import conversation_context
 from agent.toolset import default_registry
+from memory.embedders import Vector
 from memory.hygiene import carries_nothing, files_written, outcome_text
-from memory.store import recall, remember
+from memory.store import embed, recall, remember
 from tools.context import context_for
 from tools.fence import raise_fence
 from tools.files import WRITE_FILE
@@ -306,7 +308,8 @@ def work(
     as this worker left it: not finished, and back in the queue if the database still answers."""
     run = claimed.run
     interrupt = interrupt or Interrupt()
-    recorder = RunRecorder(run, then=on_event)
+    recorder = RunRecorder(run, then=on_event, batched=True)
+    task = TaskMeaning(run.task)
     try:
         llm = llm or taking_turns(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
@@ -333,14 +336,14 @@ def work(
             tools=tools,
             sink=recorder,
             limits=limits,
-            recall=partial(recall_for, run.user),
+            recall=partial(recall_for, run.user, task),
             history=conversation_context(run),
             interrupt=interrupt,
             resume=resume,
             worked_seconds=worked,
         )
     except RunReleased:  # its recorder was fenced off before the loop ran
-        release(run, recorder.attempt)
+        release(run, recorder)
         return run
     except (KeyboardInterrupt, SystemExit) as stop:  # the process is going away
         recorder.end(
@@ -348,13 +351,13 @@ def work(
         )
         raise
     if result.released:  # nothing more is recorded here: the run's next worker takes it up
-        release(run, recorder.attempt)
+        release(run, recorder)
         return run
     if not recorder.finished:  # the loop could not log its end: the run's row gets it anyway
         recorder.write_end(end_of(result))
     run.refresh_from_db()
     if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
-        remember_outcome(run, result)
+        remember_outcome(run, result, task)
     return run
 
 
@@ -453,14 +456,19 @@ def resumed_too_often(claimed: Claim) -> str:
     )
 
 
-def release(run: AgentRun, attempt: int) -> None:
+def release(run: AgentRun, recorder: RunRecorder) -> None:
     """Put the run back in the queue, waiting for a worker (so no clean stop leaves it
-    `running`, and its next worker knows it was not lost), if the database still answers; if it
-    does not, the run counts as lost, which is what it is."""
+    `running`, and its next worker knows it was not lost), with the reply its recorder held
+    (its next worker then goes on from it rather than asking the model again), if the database
+    still answers; if it does not, the run counts as lost, which is what it is."""
     try:
-        AgentRun.objects.filter(pk=run.pk, attempt=attempt, status=RunStatus.RUNNING).update(
-            status=RunStatus.QUEUED, worker=""
-        )
+        recorder.flush()
+    except RunReleased as lost:  # fenced off, or the database went: the reply is asked again
+        logger.info("Run %s: its last reply was not recorded: %s", run.pk, lost)
+    try:
+        AgentRun.objects.filter(
+            pk=run.pk, attempt=recorder.attempt, status=RunStatus.RUNNING
+        ).update(status=RunStatus.QUEUED, worker="")
     except DatabaseError as error:
         logger.warning("Run %s: could not record the hand back: %s", run.pk, error)
 
@@ -469,27 +477,67 @@ def release(run: AgentRun, attempt: int) -> None:
 def watching(
     run: AgentRun, interrupt: Interrupt, stop_requested: Callable[[], StopReason | None]
 ) -> Iterator[None]:
-    """The run's one watcher: a thread that interrupts it as soon as `stop_requested` says so,
+    """The run's watch: the process's watcher interrupts it as soon as `stop_requested` says so,
     whichever source that reads: procrastinate's abort (a Stop delivered to the worker by
     NOTIFY, or the worker shutting down), the database for a run without a job, Ctrl-C."""
-    done = threading.Event()
-
-    def watch() -> None:
-        try:
-            while not done.wait(WATCH_INTERVAL):
-                if (reason := asked(stop_requested, run)) is not None:
-                    interrupt.set(reason)
-                    return
-        finally:
-            connection.close()  # this thread's own, if a source read the database
-
-    watcher = threading.Thread(target=watch, name=f"run-{run.pk}-watch", daemon=True)
-    watcher.start()
+    watch = Watch(run, interrupt, stop_requested)
+    WATCHER.add(watch)
     try:
         yield
     finally:
-        done.set()
-        watcher.join(timeout=5)
+        WATCHER.discard(watch)
+
+
+@dataclasses.dataclass(eq=False)
+class Watch:
+    run: AgentRun
+    interrupt: Interrupt
+    stop_requested: Callable[[], StopReason | None]
+
+
+class Watcher:
+    """One thread for all of this process's runs, asking each run's source every WATCH_INTERVAL
+    whether it is to stop. A thread per run did the same 10 times a second each, so 200 runs
+    cost 200 threads and 2,000 wake-ups a second; most sources read a flag in memory."""
+
+    def __init__(self) -> None:
+        self.watches: set[Watch] = set()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def add(self, watch: Watch) -> None:
+        with self.lock:
+            self.watches.add(watch)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self.work, name="run-watcher", daemon=True)
+                self.thread.start()
+
+    def discard(self, watch: Watch) -> None:
+        with self.lock:
+            self.watches.discard(watch)
+
+    def work(self) -> None:
+        while True:
+            time.sleep(WATCH_INTERVAL)
+            with self.lock:
+                watches = list(self.watches)
+            for watch in watches:
+                if (reason := self.ask(watch)) is not None:
+                    watch.interrupt.set(reason)
+                    self.discard(watch)
+            connection.close()  # a source that read the database: no connection held between
+
+    def ask(self, watch: Watch) -> StopReason | None:
+        """The watch's answer; a source that fails is asked again next time, and the others
+        are asked meanwhile."""
+        try:
+            return asked(watch.stop_requested, watch.run)
+        except Exception:
+            logger.exception("Run %s: could not read whether it was stopped", watch.run.pk)
+            return None
+
+
+WATCHER = Watcher()
 
 
 def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools:
@@ -501,11 +549,29 @@ def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools
     return default_registry().bind(context)
 
 
-def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
-    return recall(user, task)
+class TaskMeaning:
+    """A run's task and its embedding, made once: its recall looks for memories by it, and its
+    outcome is remembered under it (found by what was asked, not by the whole account of the
+    run), so a run embeds one text, not two."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._vector: Vector | None = None
+
+    @property
+    def vector(self) -> Vector:
+        if self._vector is None:
+            self._vector = embed(self.text)
+        return self._vector
 
 
-def remember_outcome(run: AgentRun, result: RunResult) -> None:
+def recall_for(user: AbstractBaseUser, task: TaskMeaning, query: str) -> list[RecalledMemory]:
+    if query != task.text:
+        return recall(user, query)
+    return recall(user, query, vector=task.vector)
+
+
+def remember_outcome(run: AgentRun, result: RunResult, task: TaskMeaning) -> None:
     """Store what was asked, how it ended and the answer, for the run's user, unless it carries
     nothing (memory.hygiene's rule, told whose account the answer is and how many tool calls
     worked); the run is over whatever happens here."""
@@ -520,7 +586,7 @@ def remember_outcome(run: AgentRun, result: RunResult) -> None:
     text = outcome_text(run.task, outcome, run.answer, files)
     importance = 0.5 if run.status == RunStatus.SUCCEEDED else 0.3
     try:
-        remember(run.user, text, importance=importance, source_run_id=run.pk)
+        remember(run.user, text, importance=importance, source_run_id=run.pk, vector=task.vector)
     except Exception:
         logger.exception("Run %s: its outcome could not be remembered", run.pk)
 

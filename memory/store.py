@@ -61,11 +61,14 @@ def remember(
     importance: float = 0.5,
     origin: str = Origin.RUN,
     source_run_id: int | None = None,
+    vector: Vector | None = None,
 ) -> Remembered:
-    """Store `text` for `owner`; an exact or near duplicate updates what is there instead."""
+    """Store `text` for `owner`; an exact or near duplicate updates what is there instead.
+    `vector`: what the memory is to be found by, when not its text's own meaning (a run's
+    outcome is found by what was asked)."""
     text = text.strip()[:MAX_MEMORY_CHARS]
     digest = content_hash(text)
-    vector = embed(text)
+    vector = embed(text) if vector is None else vector
     importance = min(max(importance, 0.0), 1.0)
     with transaction.atomic():
         # One remember at a time per owner, so two runs ending together cannot both miss a
@@ -74,7 +77,7 @@ def remember(
         same = Memory.objects.filter(owner=owner, content_hash=digest).first()
         if same is not None:
             return Remembered(_touch(same, importance), MemoryOutcome.DUPLICATE)
-        near = _nearest(owner, vector)
+        near = _nearest(owner, vector, origin)
         if near is not None and near.similarity >= merge_similarity():
             return Remembered(
                 _supersede(near, text, digest, vector, importance, source_run_id),
@@ -86,10 +89,13 @@ def remember(
     return Remembered(memory, MemoryOutcome.STORED)
 
 
-def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:
-    """The owner's memories most relevant to `query`, best first, each with its score parts."""
+def recall(
+    owner: AbstractBaseUser, query: str, k: int | None = None, *, vector: Vector | None = None
+) -> list[RecalledMemory]:
+    """The owner's memories most relevant to `query` (whose embedding `vector` is, when the
+    caller has it already), best first, each with its score parts."""
     k = k or settings.LOOP_MEMORY_RECALL_K
-    vector = embed(query)
+    vector = embed(query) if vector is None else vector
     if not any(vector):
         return []
     now = timezone.now()
@@ -106,7 +112,12 @@ def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[Re
 
 
 def nearest(
-    owner: AbstractBaseUser, vector: Vector, limit: int, *, strict: bool = False
+    owner: AbstractBaseUser,
+    vector: Vector,
+    limit: int,
+    *,
+    strict: bool = False,
+    origin: str | None = None,
 ) -> list[Memory]:
     """The owner's `limit` nearest memories by cosine distance, through the HNSW index.
 
@@ -119,9 +130,11 @@ def nearest(
         # memories among many; the iterative scan keeps going until it has `limit` of theirs.
         cursor.execute(f"SET LOCAL hnsw.iterative_scan = {order}")
         cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(EF_SEARCH, limit)])
+        mine = Memory.objects.filter(owner=owner)
+        if origin is not None:
+            mine = mine.filter(origin=origin)
         return list(
-            Memory.objects.filter(owner=owner)
-            .annotate(distance=CosineDistance("embedding", vector))
+            mine.annotate(distance=CosineDistance("embedding", vector))
             .order_by("distance")
             .defer("embedding")[:limit]
         )
@@ -263,8 +276,10 @@ class _Near:
     similarity: float
 
 
-def _nearest(owner: AbstractBaseUser, vector: Vector) -> _Near | None:
-    found = nearest(owner, vector, 1, strict=True)
+def _nearest(owner: AbstractBaseUser, vector: Vector, origin: str) -> _Near | None:
+    """The nearest memory of the same origin: a run's outcome never rewrites a fact the person
+    gave, nor a fact an outcome."""
+    found = nearest(owner, vector, 1, strict=True, origin=origin)
     return _Near(found[0], 1.0 - found[0].distance) if found else None
 
 

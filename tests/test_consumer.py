@@ -241,10 +241,11 @@ async def test_a_worker_s_streamed_pieces_reach_the_run_s_group_before_its_reply
     reply_seq = await database_sync_to_async(
         lambda: run.events.get(kind="model_replied", step=2).seq
     )()
-    woken = [m.get("seq") for m in messages]
-    assert max(i for i, m in enumerate(messages) if m["type"] == "run.delta") < woken.index(
-        reply_seq
+    # A wake-up at seq S says every event up to S is stored (a reply goes with what follows).
+    reply_woken = next(
+        i for i, m in enumerate(messages) if m["type"] == "run.event" and m["seq"] >= reply_seq
     )
+    assert max(i for i, m in enumerate(messages) if m["type"] == "run.delta") < reply_woken
 
 
 @database_sync_to_async

@@ -572,7 +572,7 @@ class WarmSandboxes:
     thinks takes the namespace and interpreter start-up off the call's latency. A warm sandbox
     serves only the workspace and limits it was built for, runs nothing until it gets a program,
     counts against its user's process budget while it idles, dies with the worker, and is killed
-    after `idle_seconds` unused.
+    after `idle_seconds` unused. At most `capacity` idle at once.
     """
 
     def __init__(self, idle_seconds: float = 120.0, capacity: int = 16) -> None:
@@ -608,13 +608,15 @@ class WarmSandboxes:
                 # A parallel call's sandbox already waits: starting another only to kill one
                 # would spend the user's process budget for nothing.
                 return
-            full = len(self.idle) >= self.capacity
-            evicted = self.idle.pop(next(iter(self.idle))) if full else None
+            if len(self.idle) >= self.capacity:
+                # Full: this one goes cold next time. Evicting an idle sandbox to start this
+                # one would, in a burst of many people's runs, start sandboxes only to kill
+                # them (each start is tens of ms of CPU: docs/engine.md, "Where a run's CPU
+                # goes").
+                return
             warm = Warm(key, start(workspace, limits), self.idle_seconds, self._expire)
             self.idle[key] = warm
         warm.expiry.start()
-        if evicted is not None:
-            evicted.discard()
 
     def _expire(self, warm: Warm) -> None:
         with self.lock:

@@ -1,0 +1,84 @@
+"""A worker records a model's reply together with what follows it, a tool call's end together with
+its audit row: two statements a step, each its own commit, with the fence on every row."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agent.core.events import (
+    ModelReplied,
+    RunStatus,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from agent.core.results import ToolStatus
+from agent.llm.scripted import ScriptedLLM, answer, call
+from agent.models import AgentRun, ToolExecution
+from agent.recorder import RunLost, RunRecorder
+from agent.runs import start_run
+from engine.execution import claim, execute_run, release
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def writes_to(table: str, queries: CaptureQueriesContext) -> int:
+    return sum(f'INSERT INTO "{table}"' in query["sql"] for query in queries.captured_queries)
+
+
+def test_a_step_is_two_statements_its_reply_with_its_calls_start(alice):
+    run = start_run(alice, "a task", model="mock")
+    script = ScriptedLLM([call("list_files", {}), call("list_files", {"path": "."}), answer("ok")])
+    with CaptureQueriesContext(connection) as queries:
+        run = execute_run(run, llm=script)
+    assert run.status == RunStatus.SUCCEEDED
+    kinds = list(run.events.order_by("seq").values_list("kind", flat=True))
+    assert kinds == [
+        "run_started",
+        *("model_replied", "tool_call_started", "tool_call_finished") * 2,
+        "model_replied",
+        "run_finished",
+    ]
+    # The start; each step's reply and start, then its end and audit row; the answer and end.
+    assert writes_to("agent_runevent", queries) == 1 + 2 * 2 + 1
+    assert run.tool_executions.count() == 2
+    reply, started = run.events.filter(seq__in=(2, 3)).order_by("seq")
+    assert reply.created_at == started.created_at  # one statement wrote both
+
+
+def test_a_call_end_and_its_audit_row_are_fenced_together(alice):
+    run = start_run(alice, "a task", model="mock")
+    mine = claim(run.pk, job_id=None, worker="old")
+    recorder = RunRecorder(mine.run, batched=True)
+    recorder(ModelReplied(step=1, text="", tool_calls=[], prompt_tokens=1, completion_tokens=1))
+    assert not run.events.exists()  # held: it goes with what follows
+    recorder(ToolCallStarted(step=1, call_id="c1", tool="list_files", arguments="{}"))
+    assert run.events.count() == 2
+    AgentRun.objects.filter(pk=run.pk).update(attempt=mine.run.attempt + 1)  # taken over
+    finished = ToolCallFinished(
+        step=1,
+        call_id="c1",
+        tool="list_files",
+        arguments="{}",
+        status=ToolStatus.OK,
+        text="(empty)",
+        duration=0.1,
+    )
+    with pytest.raises(RunLost):
+        recorder(finished)
+    assert run.events.count() == 2
+    assert not ToolExecution.objects.filter(run=run).exists()
+
+
+def test_a_run_let_go_keeps_the_reply_its_recorder_held(alice):
+    """The worker lets the run go (it is stopping) after the model replied and before anything
+    followed: the reply is stored on the way out, so the run's next worker goes on from it
+    rather than asking the model again."""
+    run = start_run(alice, "a task", model="mock")
+    mine = claim(run.pk, job_id=None, worker="stopping")
+    recorder = RunRecorder(mine.run, batched=True)
+    recorder(ModelReplied(step=1, text="", tool_calls=[], prompt_tokens=1, completion_tokens=1))
+    assert not run.events.exists()
+    release(mine.run, recorder)
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED
+    assert list(run.events.values_list("kind", flat=True)) == ["model_replied"]

@@ -1,0 +1,47 @@
+"""Sandboxes started ahead are bounded, and a full pool starts no more: in a burst of many
+people's runs, evicting one to start another only spent CPU on sandboxes nobody used."""
+
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+
+from tools.sandbox import Limits, WarmSandboxes
+
+pytestmark = pytest.mark.fast
+
+
+class FakeSandbox:
+    def __init__(self) -> None:
+        self.discarded = False
+
+    def discard(self) -> None:
+        self.discarded = True
+
+    def alive(self) -> bool:
+        return not self.discarded
+
+
+def test_a_full_pool_starts_no_sandbox_and_kills_none(settings):
+    settings.LOOP_SANDBOX_WARM = True
+    started: list[FakeSandbox] = []
+
+    def start(workspace: Path, limits: Limits) -> Future:
+        sandbox = FakeSandbox()
+        started.append(sandbox)
+        done: Future = Future()
+        done.set_result(sandbox)
+        return done
+
+    pool = WarmSandboxes(idle_seconds=60, capacity=2)
+    try:
+        for name in ("a", "b", "c"):
+            pool.prepare(Path(f"/workspaces/{name}"), Limits(), start)
+        assert len(started) == 2
+        assert not any(sandbox.discarded for sandbox in started)
+        assert pool.take(Path("/workspaces/c"), Limits()) is None  # it goes cold
+        assert pool.take(Path("/workspaces/a"), Limits()) is started[0]
+        pool.prepare(Path("/workspaces/c"), Limits(), start)  # room again
+        assert len(started) == 3
+    finally:
+        pool.drain()
