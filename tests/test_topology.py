@@ -32,7 +32,7 @@ import pytest
 from tests.topology import hosts
 
 SHORT_TASK = "count slowly to 3"  # 3 snippets of a second each, and 4 model turns
-LONG_TASK = "count slowly to 8"  # long enough to be cut in the middle
+LONG_TASK = "count slowly to 6"  # long enough to be cut in the middle
 STALE_SECONDS = 6
 WAIT = 120.0  # seconds: a bound that turns a hang into a failure, not a timing assertion
 

@@ -6,12 +6,12 @@ it sees as JSON lines (stdout) for the test or the bench that started it.
         [--runs N]
 
 Lines: {"event": "sent", "run": ID}; per frame a socket receives, {"event": "frame", "web": URL,
-"run": ID, "at": epoch seconds, "seq": the seq marker's seq (null if none), "finished": bool,
-"cards": [the id of each event card, in order]}; {"event": "reconnect", ...} when a socket closed
-as a page reconnects after (1006, 1011, 1012, 1013, or no close frame at all) and was opened
-again after the last seq it had; {"event": "done", "web": URL, "run": ID} at the run's end;
-{"event": "error", "what": ...} when the site failed the person. Imports nothing of Loop's: it
-is a browser, only over the network.
+"socket": its index among the --web URLs, "run": ID, "at": epoch seconds, "seq": the seq
+marker's seq (null if none), "finished": bool, "cards": [the id of each event card, in order]};
+{"event": "reconnect", ...} when a socket closed as a page reconnects after (1006, 1011, 1012,
+1013, or no close frame at all) and was opened again after the last seq it had; {"event":
+"done", "web": URL, "run": ID} at the run's end; {"event": "error", "what": ...} when the site
+failed the person. Imports nothing of Loop's: it is a browser, only over the network.
 """
 
 import argparse
@@ -71,7 +71,7 @@ def send(client: httpx.Client, origin: str, task: str) -> int:
     return int(markers[-1][0])
 
 
-def watch(web: str, cookie: str, run_id: int) -> None:
+def watch(web: str, cookie: str, run_id: int, socket: int) -> None:
     """Watch the run from its first event on a socket to `web` (its page's own origin), opened
     again after the last seq seen whenever it drops as a page's would, until the run's end."""
     url = web.replace("http://", "ws://", 1) + "/ws/runs/"
@@ -85,7 +85,7 @@ def watch(web: str, cookie: str, run_id: int) -> None:
             ) as page:  # fmt: skip
                 page.send(json.dumps({"watch": run_id, "after": seen}))
                 while True:
-                    seq, finished = frame(web, run_id, page.recv(timeout=WAIT))
+                    seq, finished = frame(web, socket, run_id, page.recv(timeout=WAIT))
                     seen = max(seen, seq or 0)
                     if finished:
                         say(event="done", web=web, run=run_id)
@@ -102,7 +102,7 @@ def watch(web: str, cookie: str, run_id: int) -> None:
     say(event="error", web=web, run=run_id, what="gave up waiting for the run's end")
 
 
-def frame(web: str, run_id: int, message: str | bytes) -> tuple[int | None, bool]:
+def frame(web: str, socket: int, run_id: int, message: str | bytes) -> tuple[int | None, bool]:
     """Say what one frame holds for this run: its event cards and its seq marker."""
     text = message if isinstance(message, str) else message.decode()
     cards = re.findall(rf'id="((?:ev|call)-{run_id}-[\w-]+)"', text)
@@ -110,7 +110,10 @@ def frame(web: str, run_id: int, message: str | bytes) -> tuple[int | None, bool
     for run, marked, watching in SEQ_MARKER.findall(text):
         if int(run) == run_id:
             seq, finished = int(marked), not watching
-    say(event="frame", web=web, run=run_id, at=time.time(), seq=seq, finished=finished, cards=cards)
+    say(
+        event="frame", web=web, socket=socket, run=run_id, at=time.time(), seq=seq,
+        finished=finished, cards=cards,
+    )  # fmt: skip
     return seq, finished
 
 
@@ -138,7 +141,8 @@ def main() -> int:
                 return 1
             say(event="sent", run=run_id, at=time.time())
             watchers = [
-                threading.Thread(target=watch, args=(web, cookie, run_id)) for web in options.web
+                threading.Thread(target=watch, args=(web, cookie, run_id, number))
+                for number, web in enumerate(options.web)
             ]
             for watcher in watchers:
                 watcher.start()

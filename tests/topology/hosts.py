@@ -318,7 +318,7 @@ class Site:
         )  # fmt: skip
         with (self.pgdata / "postgresql.conf").open("a") as conf:
             conf.write(
-                f"listen_addresses = '{address('pg')}'\nport = {PG_PORT}\n"
+                f"listen_addresses = '{address('pg')},127.0.0.1'\nport = {PG_PORT}\n"
                 f"unix_socket_directories = '{sockets}'\nmax_connections = 200\n"
                 "fsync = off\nfull_page_writes = off\n"
             )
@@ -496,5 +496,7 @@ def site(**options: Any) -> Iterator[Site]:
         finally:
             try:
                 built.close()
+                if kept := os.environ.get("LOOP_TOPOLOGY_LOGS"):  # each process's log, kept
+                    shutil.copytree(root / "logs", kept, dirs_exist_ok=True)
             finally:
                 clean_leftovers()

@@ -1,0 +1,154 @@
+"""How fast a run's events reach the page when the worker, the web server, Redis, PostgreSQL and
+the person are on different hosts, beside the same parts all on one host, in the same run.
+
+    .venv/bin/python bench/topology.py [--runs 10] [--latency-ms 200]
+
+Needs root (network namespaces: tests/topology/hosts.py). Builds the several-host site (PostgreSQL
+with pgvector, Redis, daphne on web hosts A and B, workers on D and E, the person on a client
+host), then:
+
+1. across hosts: the person logs in on A and sends the demo task --runs times, one run after the
+   other, each watched on a socket to A and one to B (tests/topology/client.py);
+2. on one host: the workers on D and E are stopped, and a Redis, a daphne and a worker are started
+   on the PostgreSQL host, all on 127.0.0.1, and the person, on that host too, does the same with
+   two sockets to that daphne.
+
+For every frame a socket receives, each event it newly covers (its seq marker says up to which)
+counts once: latency is the frame's arrival minus the event's `created_at`, stamped by the worker
+just before its INSERT (every host shares this machine's clock), for the events stored after the
+socket's first frame (those before it were read back from the log when it connected). Printed:
+p50, p99 and max per setting, and how many events the pages saw against the log (all must be).
+"""
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._stack import DEMO_TASK, percentile
+from tests.topology import hosts
+
+SOLO_REDIS_PORT, SOLO_WEB_PORT = 6380, 8001
+
+
+@dataclass
+class Seen:
+    """What the pages of one setting saw."""
+
+    name: str
+    latencies: list[float] = field(default_factory=list)  # seconds, per live event per socket
+    events_seen: int = 0
+    events_logged: int = 0
+    reconnects: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        ms = [1000 * value for value in self.latencies]
+        return (
+            f"{self.name:<14} events {self.events_seen}/{self.events_logged} seen, "
+            f"{len(ms)} live:"
+            f"p50 {percentile(ms, 0.5):6.1f} ms  p99 {percentile(ms, 0.99):6.1f} ms  "
+            f"max {max(ms, default=float('nan')):6.1f} ms  reconnects {self.reconnects}"
+            + (f"  errors {self.errors}" if self.errors else "")
+        )
+
+
+def watch_runs(site: hosts.Site, seen: Seen, runs: int, webs: tuple[str, ...], host: str) -> None:
+    """The person sends `runs` demo tasks one after another from `host`; each event's latency to
+    each socket."""
+    client = site.client("bench", DEMO_TASK, runs=runs, webs=webs, host=host)
+    out, err = client.communicate(timeout=60 + 60 * runs)
+    lines = [json.loads(line) for line in out.splitlines()]
+    seen.errors += [line["what"] for line in lines if line["event"] == "error"]
+    if client.returncode != 0 and not seen.errors:
+        seen.errors.append(err[-500:])
+    seen.reconnects += sum(line["event"] == "reconnect" for line in lines)
+    created = stamps(site, sorted({line["run"] for line in lines if line["event"] == "sent"}))
+    covered: dict[tuple[int, int], int] = {}
+    watching_since: dict[tuple[int, int], float] = {}
+    for line in lines:
+        if line["event"] != "frame" or line["seq"] is None:
+            continue
+        key = (line["run"], line["socket"])
+        since = watching_since.setdefault(key, line["at"])  # its first frame: it watches
+        for seq in range(covered.get(key, 0) + 1, line["seq"] + 1):
+            seen.events_seen += 1
+            if created[line["run"], seq] > since:  # live, not read back when it connected
+                seen.latencies.append(line["at"] - created[line["run"], seq])
+        covered[key] = max(covered.get(key, 0), line["seq"])
+    seen.events_logged += len(created) * len(webs)
+
+
+def stamps(site: hosts.Site, run_ids: list[int]) -> dict[tuple[int, int], float]:
+    with site.connect() as db:
+        rows = db.execute(
+            "SELECT run_id, seq, extract(epoch FROM created_at) FROM agent_runevent "
+            "WHERE run_id = ANY(%s)",
+            (run_ids,),
+        ).fetchall()
+    return {(run, seq): float(at) for run, seq, at in rows}
+
+
+def start_solo(site: hosts.Site) -> None:
+    """Redis, daphne and a worker on the PostgreSQL host, all over its loopback."""
+    env = site.loop_env("pg")
+    env.update(
+        DATABASE_URL=f"postgresql://postgres@127.0.0.1:{hosts.PG_PORT}/{hosts.DATABASE}",
+        REDIS_URL=f"redis://127.0.0.1:{SOLO_REDIS_PORT}/0",
+        ALLOWED_HOSTS="127.0.0.1",
+        PGAPPNAME="loop27-solo",
+    )
+    redis = ["redis-server", "--bind", "127.0.0.1", "--port", str(SOLO_REDIS_PORT),
+             "--save", "", "--appendonly", "no"]  # fmt: skip
+    site.spawn("pg", "solo-redis", redis, {"PATH": env["PATH"]})
+    web = [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(SOLO_WEB_PORT),
+           "loopsite.asgi:application"]  # fmt: skip
+    site.spawn("pg", "solo-web", web, env)
+    worker = [sys.executable, "manage.py", "worker", "--concurrency", str(site.concurrency)]
+    site.spawn("pg", "solo-worker", worker, env)
+    site.wait_for(lambda: solo_answers(site), "the one-host daphne", needs="solo-web")
+    site.wait_for(lambda: site.workers_ready("solo-worker"), "the one-host worker")
+
+
+def solo_answers(site: hosts.Site) -> bool:
+    probe = [sys.executable, "-c", "import urllib.request as u; u.urlopen("
+             f"'http://127.0.0.1:{SOLO_WEB_PORT}/accounts/login/', timeout=5)"]  # fmt: skip
+    try:
+        site.run_on("pg", probe)
+    except (RuntimeError, subprocess.TimeoutExpired):
+        return False
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=10, help="demo runs per setting")
+    parser.add_argument("--latency-ms", type=int, default=200, help="the mock's time per turn")
+    options = parser.parse_args()
+    why_not = hosts.why_not_possible()
+    if why_not:
+        raise SystemExit(f"bench/topology.py needs Linux network namespaces as root: {why_not}")
+    across, alone = Seen("across hosts"), Seen("on one host")
+    with hosts.site(latency_ms=options.latency_ms) as site:
+        site.create_person("bench")
+        watch_runs(site, across, options.runs, hosts.WEBS, "client")
+        for worker in hosts.WORKERS:
+            site.stop(worker, signal.SIGTERM)
+        start_solo(site)
+        solo = f"http://127.0.0.1:{SOLO_WEB_PORT}"
+        watch_runs(site, alone, options.runs, (solo, solo), "pg")
+    print(
+        f"Event latency, worker to page: {options.runs} demo runs per setting, the mock at "
+        f"{options.latency_ms} ms a turn, two sockets per run"
+    )
+    print(across.line())
+    print(alone.line())
+
+
+if __name__ == "__main__":
+    main()
