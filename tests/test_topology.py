@@ -137,6 +137,16 @@ def resumed_by(site: hosts.Site, run_id: int, host: str) -> dict[str, Any]:
     return site.wait_for(taken, f"a worker on {host} to resume run {run_id}", WAIT)
 
 
+def live_workers(site: hosts.Site) -> int:
+    """Procrastinate workers whose heartbeat is fresh."""
+    return query(
+        site,
+        "SELECT count(*) FROM procrastinate_workers "
+        "WHERE last_heartbeat > now() - make_interval(secs => %s)",
+        STALE_SECONDS,
+    )[0][0]
+
+
 def the_other(host: str) -> str:
     (other,) = (worker for worker in hosts.WORKERS if worker != host)
     return other
@@ -249,12 +259,19 @@ def test_postgresql_and_redis_restarted_mid_run_and_everything_comes_back(site):
     assert run_row(site, run_id)["status"] == "succeeded"
     log = assert_recorded_once(site, run_id)
     assert_seen_whole(watch, run_id, log)
-    # Both workers and both web hosts serve the next run without being restarted.
+    # Both workers are connected again: each process is two Procrastinate workers (runs and
+    # recovery) with a fresh heartbeat.
+    site.wait_for(lambda: live_workers(site) >= 2 * len(hosts.WORKERS), "both workers back")
+    # Both web hosts and the workers serve the next run, none of them restarted.
     after = Watch(site).start(SHORT_TASK)
     next_run = after.run_id()
     after.finish()
     assert run_row(site, next_run)["status"] == "succeeded"
     assert_seen_whole(after, next_run, assert_recorded_once(site, next_run))
+    # Its sockets joined their run's group in Redis at once: live, never reading the log
+    # instead ("degraded"), which is what a socket does while Redis fails it.
+    states = [frame["state"] for web in hosts.WEBS for frame in after.frames(web)]
+    assert "degraded" not in states
     assert all(site.processes[role].alive() for role in (*hosts.WEBS, *hosts.WORKERS))
 
 

@@ -7,7 +7,8 @@ it sees as JSON lines (stdout) for the test or the bench that started it.
 
 Lines: {"event": "sent", "run": ID}; per frame a socket receives, {"event": "frame", "web": URL,
 "socket": its index among the --web URLs, "run": ID, "at": epoch seconds, "seq": the seq
-marker's seq (null if none), "finished": bool, "cards": [the id of each event card, in order]};
+marker's seq (null if none), "finished": bool, "cards": [the id of each event card, in order],
+"state": what the socket says of its live updates (live, degraded, closed; null if not said)};
 {"event": "reconnect", ...} when a socket closed as a page reconnects after (1006, 1011, 1012,
 1013, or no close frame at all) and was opened again after the last seq it had; {"event":
 "done", "web": URL, "run": ID} at the run's end; {"event": "error", "what": ...} when the site
@@ -106,13 +107,14 @@ def frame(web: str, socket: int, run_id: int, message: str | bytes) -> tuple[int
     """Say what one frame holds for this run: its event cards and its seq marker."""
     text = message if isinstance(message, str) else message.decode()
     cards = re.findall(rf'id="((?:ev|call)-{run_id}-[\w-]+)"', text)
+    state = re.search(r'id="socket-status"[^>]* data-state="(\w+)"', text)
     seq, finished = None, False
     for run, marked, watching in SEQ_MARKER.findall(text):
         if int(run) == run_id:
             seq, finished = int(marked), not watching
     say(
         event="frame", web=web, socket=socket, run=run_id, at=time.time(), seq=seq,
-        finished=finished, cards=cards,
+        finished=finished, cards=cards, state=state.group(1) if state else None,
     )  # fmt: skip
     return seq, finished
 
