@@ -5,13 +5,15 @@ the person are on different hosts, beside the same parts all on one host, in the
 
 Needs root (network namespaces: tests/topology/hosts.py). Builds the several-host site (PostgreSQL
 with pgvector, Redis, daphne on web hosts A and B, workers on D and E, the person on a client
-host), then:
+host), and beside it the same parts on one host: on the PostgreSQL host, a Redis, a daphne and a
+worker, all on 127.0.0.1, using a database of their own on that same server (so neither site's
+worker takes the other's runs). Then, --runs times, one run after the other and alternating so
+that both settings see the same load on the machine:
 
-1. across hosts: the person logs in on A and sends the demo task --runs times, one run after the
-   other, each watched on a socket to A and one to B (tests/topology/client.py);
-2. on one host: the workers on D and E are stopped, and a Redis, a daphne and a worker are started
-   on the PostgreSQL host, all on 127.0.0.1, and the person, on that host too, does the same with
-   two sockets to that daphne.
+1. across hosts: the person, on the client host, logs in on A and sends the demo task, and
+   watches the run on a socket to A and one to B (tests/topology/client.py);
+2. on one host: the person, on the PostgreSQL host too, does the same with two sockets to its
+   daphne.
 
 For every frame a socket receives, each event it newly covers (its seq marker says up to which)
 counts once: latency is the frame's arrival minus the event's `created_at`, stamped by the worker
@@ -22,7 +24,6 @@ p50, p99 and max per setting, and how many events the pages saw against the log 
 
 import argparse
 import json
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._stack import DEMO_TASK, percentile
 from tests.topology import hosts
 
-SOLO_REDIS_PORT, SOLO_WEB_PORT = 6380, 8001
+SOLO_REDIS_PORT, SOLO_WEB_PORT, SOLO_DATABASE = 6380, 8001, "loop_solo"
 
 
 @dataclass
@@ -58,17 +59,20 @@ class Seen:
         )
 
 
-def watch_runs(site: hosts.Site, seen: Seen, runs: int, webs: tuple[str, ...], host: str) -> None:
-    """The person sends `runs` demo tasks one after another from `host`; each event's latency to
-    each socket."""
-    client = site.client("bench", DEMO_TASK, runs=runs, webs=webs, host=host)
-    out, err = client.communicate(timeout=60 + 60 * runs)
+def watch_runs(
+    site: hosts.Site, seen: Seen, webs: tuple[str, ...], host: str, database: str
+) -> None:
+    """The person sends a demo task from `host` and watches it on a socket to each of `webs`;
+    each event's latency to each socket."""
+    client = site.client("bench", DEMO_TASK, webs=webs, host=host)
+    out, err = client.communicate(timeout=300)
     lines = [json.loads(line) for line in out.splitlines()]
     seen.errors += [line["what"] for line in lines if line["event"] == "error"]
     if client.returncode != 0 and not seen.errors:
         seen.errors.append(err[-500:])
     seen.reconnects += sum(line["event"] == "reconnect" for line in lines)
-    created = stamps(site, sorted({line["run"] for line in lines if line["event"] == "sent"}))
+    runs = sorted({line["run"] for line in lines if line["event"] == "sent"})
+    created = stamps(site, runs, database)
     covered: dict[tuple[int, int], int] = {}
     watching_since: dict[tuple[int, int], float] = {}
     for line in lines:
@@ -84,8 +88,8 @@ def watch_runs(site: hosts.Site, seen: Seen, runs: int, webs: tuple[str, ...], h
     seen.events_logged += len(created) * len(webs)
 
 
-def stamps(site: hosts.Site, run_ids: list[int]) -> dict[tuple[int, int], float]:
-    with site.connect() as db:
+def stamps(site: hosts.Site, run_ids: list[int], database: str) -> dict[tuple[int, int], float]:
+    with site.connect(database) as db:
         rows = db.execute(
             "SELECT run_id, seq, extract(epoch FROM created_at) FROM agent_runevent "
             "WHERE run_id = ANY(%s)",
@@ -95,14 +99,21 @@ def stamps(site: hosts.Site, run_ids: list[int]) -> dict[tuple[int, int], float]
 
 
 def start_solo(site: hosts.Site) -> None:
-    """Redis, daphne and a worker on the PostgreSQL host, all over its loopback."""
+    """Redis, daphne and a worker on the PostgreSQL host, all over its loopback, on a database
+    of their own there."""
     env = site.loop_env("pg")
+    workspaces = site.root / "solo-workspaces"  # its person 1 is not the other site's
+    workspaces.mkdir(mode=0o711)
     env.update(
-        DATABASE_URL=f"postgresql://postgres@127.0.0.1:{hosts.PG_PORT}/{hosts.DATABASE}",
+        LOOP_WORKSPACES_DIR=str(workspaces),
+        DATABASE_URL=f"postgresql://postgres@127.0.0.1:{hosts.PG_PORT}/{SOLO_DATABASE}",
         REDIS_URL=f"redis://127.0.0.1:{SOLO_REDIS_PORT}/0",
         ALLOWED_HOSTS="127.0.0.1",
         PGAPPNAME="loop27-solo",
     )
+    site.create_database(SOLO_DATABASE)
+    site.run_on("pg", [sys.executable, "manage.py", "migrate", "--no-input"], env)
+    site.create_person("bench", SOLO_DATABASE)
     redis = ["redis-server", "--bind", "127.0.0.1", "--port", str(SOLO_REDIS_PORT),
              "--save", "", "--appendonly", "no"]  # fmt: skip
     site.spawn("pg", "solo-redis", redis, {"PATH": env["PATH"]})
@@ -134,17 +145,16 @@ def main() -> None:
     if why_not:
         raise SystemExit(f"bench/topology.py needs Linux network namespaces as root: {why_not}")
     across, alone = Seen("across hosts"), Seen("on one host")
+    solo = f"http://127.0.0.1:{SOLO_WEB_PORT}"
     with hosts.site(latency_ms=options.latency_ms) as site:
         site.create_person("bench")
-        watch_runs(site, across, options.runs, hosts.WEBS, "client")
-        for worker in hosts.WORKERS:
-            site.stop(worker, signal.SIGTERM)
         start_solo(site)
-        solo = f"http://127.0.0.1:{SOLO_WEB_PORT}"
-        watch_runs(site, alone, options.runs, (solo, solo), "pg")
+        for _ in range(options.runs):
+            watch_runs(site, across, hosts.WEBS, "client", hosts.DATABASE)
+            watch_runs(site, alone, (solo, solo), "pg", SOLO_DATABASE)
     print(
-        f"Event latency, worker to page: {options.runs} demo runs per setting, the mock at "
-        f"{options.latency_ms} ms a turn, two sockets per run"
+        f"Event latency, worker to page: {options.runs} demo runs per setting, alternating, the "
+        f"mock at {options.latency_ms} ms a turn, two sockets per run"
     )
     print(across.line())
     print(alone.line())

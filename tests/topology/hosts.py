@@ -345,9 +345,16 @@ class Site:
     def admin_url(self, database: str = DATABASE) -> str:
         return f"postgresql://postgres@{address('pg')}:{PG_PORT}/{database}"
 
-    def connect(self) -> psycopg.Connection[Any]:
+    def connect(self, database: str = DATABASE) -> psycopg.Connection[Any]:
         """A connection of the test's own (from the root namespace, over the bridge)."""
-        return psycopg.connect(self.admin_url(), autocommit=True, connect_timeout=5)
+        return psycopg.connect(self.admin_url(database), autocommit=True, connect_timeout=5)
+
+    def create_database(self, name: str) -> None:
+        """An empty database with pgvector, for `manage.py migrate` to fill."""
+        with psycopg.connect(self.admin_url("postgres"), autocommit=True) as db:
+            db.execute(f"CREATE DATABASE {name}")
+        with self.connect(name) as db:
+            db.execute("CREATE EXTENSION IF NOT EXISTS vector")
 
     # -- Redis -------------------------------------------------------------------------------
 
@@ -392,14 +399,14 @@ class Site:
         """Whether each worker host's worker says it works runs (it is connected, listening)."""
         return all(self.processes[host].text().count("working up to") for host in hosts)
 
-    def create_person(self, username: str) -> None:
+    def create_person(self, username: str, database: str = DATABASE) -> None:
         """A user who logs in with PASSWORD, written straight into the database (a `manage.py`
         start costs seconds), the password hashed as Django's PBKDF2 hasher does."""
         salt = secrets.token_hex(11)
         iterations = 100_000  # Django takes any count (and raises it at the first login)
         digest = hashlib.pbkdf2_hmac("sha256", PASSWORD.encode(), salt.encode(), iterations)
         hashed = f"pbkdf2_sha256${iterations}${salt}${base64.b64encode(digest).decode()}"
-        with self.connect() as db:
+        with self.connect(database) as db:
             db.execute(
                 "INSERT INTO auth_user (username, password, is_superuser, first_name, last_name, "
                 "email, is_staff, is_active, date_joined) "
@@ -414,10 +421,7 @@ class Site:
         self.workspaces.mkdir(mode=0o711)
         self.init_postgres()
         self.start_postgres()
-        with psycopg.connect(self.admin_url("postgres"), autocommit=True) as db:
-            db.execute(f"CREATE DATABASE {DATABASE}")
-        with self.connect() as db:
-            db.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        self.create_database(DATABASE)
         self.start_redis()
         self.manage("worker-d", "migrate", "--no-input")
         for host in WEBS:
