@@ -7,9 +7,10 @@ pages would. Whichever worker host takes the run is called D below, the other E:
 
 - both sockets see every event of the run, in order, although neither web host works it;
 - D's worker killed with SIGKILL mid-run: E resumes the run, and each tool call is executed once;
-- D cut off from everything (its link down) for longer than LOOP_STALE_SECONDS: E resumes the
-  run, and when D's link is back its writes are refused (its attempt is fenced off), so nothing
-  is recorded twice and no tool call runs twice;
+- D cut off from everything (its link down) for longer than LOOP_STALE_SECONDS, in the middle of
+  a transaction holding the run's row: E resumes the run (once the server ended D's stuck
+  session), and when D's link is back its writes are refused (its attempt is fenced off), so
+  nothing is recorded twice and no tool call runs twice;
 - PostgreSQL and Redis restarted mid-run: the run finishes, the pages see all of it, and the
   workers work the next run, without anyone restarting them.
 
@@ -21,6 +22,8 @@ network namespaces cannot be made (not root, no `ip`, no CAP_NET_ADMIN).
 
 import json
 import signal
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -147,6 +150,23 @@ def live_workers(site: hosts.Site) -> int:
     )[0][0]
 
 
+def hold_the_run_row(site: hosts.Site, host: str, run_id: int) -> subprocess.Popen[str]:
+    """A session from `host` that holds the run's row locked in an open transaction, as D's
+    recorder does between an UPDATE of the run and its COMMIT: cut off then, D keeps the lock
+    until the server ends the session (hosts.py sets idle_in_transaction_session_timeout)."""
+    script = (
+        "import psycopg, sys, time\n"
+        "db = psycopg.connect(sys.argv[1])\n"
+        "db.execute('SELECT 1 FROM agent_agentrun WHERE id = %s FOR UPDATE', (sys.argv[2],))\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    argv = [sys.executable, "-c", script, site.database_url, str(run_id)]
+    locker = subprocess.Popen(hosts.on_host(host, argv), stdout=subprocess.PIPE, text=True)
+    assert locker.stdout.readline().strip() == "locked"
+    return locker
+
+
 def the_other(host: str) -> str:
     (other,) = (worker for worker in hosts.WORKERS if worker != host)
     return other
@@ -224,11 +244,13 @@ def test_a_link_cut_longer_than_the_stale_time_moves_the_run_and_fences_the_cut_
     d = working_host(site, run_id, calls_done=2)
     e = the_other(d)
     d_worker = run_row(site, run_id)["worker"]
+    locker = hold_the_run_row(site, d, run_id)
     site.cut(d)
     try:
         resumed_by(site, run_id, e)
     finally:
         site.mend(d)
+        locker.kill()
     # D's worker, back on the network, tries to write what it was doing, and is refused.
     site.wait_for(
         lambda: "taken over by another worker" in site.processes[d].text(),

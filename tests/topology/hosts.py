@@ -321,6 +321,11 @@ class Site:
                 f"listen_addresses = '{address('pg')},127.0.0.1'\nport = {PG_PORT}\n"
                 f"unix_socket_directories = '{sockets}'\nmax_connections = 200\n"
                 "fsync = off\nfull_page_writes = off\n"
+                # A host cut off in the middle of a transaction keeps its locks (the run's row)
+                # until the server drops its session, which, idle, it never notices by itself
+                # (TCP keepalives: 2 hours by default): the recovery, waiting on that lock,
+                # would stall for every run. Production needs the same (docs/deploy.md).
+                f"idle_in_transaction_session_timeout = '{self.stale_seconds}s'\n"
             )
         with (self.pgdata / "pg_hba.conf").open("a") as hba:
             hba.write(f"host all all {SUBNET}.0/24 trust\n")
@@ -476,14 +481,14 @@ class Site:
         )  # fmt: skip
 
     def close(self) -> None:
-        """Everything asked to stop at once (nothing here outlives the test: the namespaces'
-        leftovers are killed after), waited for a little."""
+        """Everything asked to stop at once, waited for a little: what is left is killed with
+        its namespace after (clean_leftovers)."""
         for process in self.processes.values():
             if process.alive():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(process.pid, signal.SIGINT if process.role == "postgres" else
                             signal.SIGTERM)  # fmt: skip
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 3  # a worker handing back or daphne's close: no matter
         for process in self.processes.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.popen.wait(max(0.1, deadline - time.monotonic()))
