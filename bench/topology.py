@@ -43,6 +43,7 @@ class Seen:
 
     name: str
     latencies: list[float] = field(default_factory=list)  # seconds, per live event per socket
+    slowest: list[tuple[float, str, str]] = field(default_factory=list)  # latency, kind, web
     events_seen: int = 0
     events_logged: int = 0
     reconnects: int = 0
@@ -82,20 +83,25 @@ def watch_runs(
         since = watching_since.setdefault(key, line["at"])  # its first frame: it watches
         for seq in range(covered.get(key, 0) + 1, line["seq"] + 1):
             seen.events_seen += 1
-            if created[line["run"], seq] > since:  # live, not read back when it connected
-                seen.latencies.append(line["at"] - created[line["run"], seq])
+            at, kind = created[line["run"], seq]
+            if at > since:  # live, not read back when it connected
+                seen.latencies.append(line["at"] - at)
+                seen.slowest.append((line["at"] - at, kind, line["web"]))
         covered[key] = max(covered.get(key, 0), line["seq"])
     seen.events_logged += len(created) * len(webs)
 
 
-def stamps(site: hosts.Site, run_ids: list[int], database: str) -> dict[tuple[int, int], float]:
+def stamps(
+    site: hosts.Site, run_ids: list[int], database: str
+) -> dict[tuple[int, int], tuple[float, str]]:
+    """Each event's `created_at` (epoch seconds) and kind, by (run, seq)."""
     with site.connect(database) as db:
         rows = db.execute(
-            "SELECT run_id, seq, extract(epoch FROM created_at) FROM agent_runevent "
+            "SELECT run_id, seq, extract(epoch FROM created_at), kind FROM agent_runevent "
             "WHERE run_id = ANY(%s)",
             (run_ids,),
         ).fetchall()
-    return {(run, seq): float(at) for run, seq, at in rows}
+    return {(run, seq): (float(at), kind) for run, seq, at, kind in rows}
 
 
 def start_solo(site: hosts.Site) -> None:
@@ -140,6 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=10, help="demo runs per setting")
     parser.add_argument("--latency-ms", type=int, default=200, help="the mock's time per turn")
+    parser.add_argument("--slowest", type=int, default=0, help="print the N slowest events")
     options = parser.parse_args()
     why_not = hosts.why_not_possible()
     if why_not:
@@ -156,8 +163,10 @@ def main() -> None:
         f"Event latency, worker to page: {options.runs} demo runs per setting, alternating, the "
         f"mock at {options.latency_ms} ms a turn, two sockets per run"
     )
-    print(across.line())
-    print(alone.line())
+    for seen in (across, alone):
+        print(seen.line())
+        for latency, kind, web in sorted(seen.slowest, reverse=True)[: options.slowest]:
+            print(f"    {1000 * latency:7.1f} ms  {kind:<20} {web}")
 
 
 if __name__ == "__main__":
