@@ -56,9 +56,7 @@ class Watch:
 
     site: hosts.Site
     lines: list[dict[str, Any]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.process = None
+    process: subprocess.Popen[str] | None = None
 
     def start(self, task: str) -> "Watch":
         self.process = self.site.client("ann", task)
