@@ -22,7 +22,9 @@ fresh or important distractor outranking the right memory).
 
 Both embedders run: hashed n-grams (memory.embedders.HashedNgramEmbedder) and all-MiniLM-L6-v2 in
 numpy (memory.neural.MiniLMEmbedder, the default), plus sentence-transformers' torch model of the
-same name where it is installed. Everything is deterministic.
+same name where it is installed. "MiniLM, by task" is MiniLM as Loop stores a run's
+outcome: under its task's embedding, which the run's recall already made (one text embedded a run,
+not two). Everything is deterministic.
 """
 
 import argparse
@@ -43,7 +45,7 @@ django.setup()
 
 
 from memory.embedders import Embedder, HashedNgramEmbedder, Vector  # noqa: E402
-from memory.hygiene import outcome_text  # noqa: E402
+from memory.hygiene import outcome_answer, outcome_text  # noqa: E402
 from memory.neural import MiniLMEmbedder  # noqa: E402
 from memory.store import WEIGHTS  # noqa: E402
 
@@ -693,13 +695,30 @@ class Measured:
 
 def available_embedders() -> tuple[list[Embedder], list[str]]:
     """Both of Loop's embedders, and sentence-transformers' MiniLM where it is installed."""
-    found: list[Embedder] = [HashedNgramEmbedder(), MiniLMEmbedder()]
+    found: list[Embedder] = [HashedNgramEmbedder(), MiniLMEmbedder(), OutcomesByTask()]
     skipped: list[str] = []
     try:
         found.append(TorchMiniLM())
     except ImportError as error:
         skipped.append(f"torch MiniLM skipped: {error}")
     return found, skipped
+
+
+class OutcomesByTask(MiniLMEmbedder):
+    """MiniLM as Loop stores a run's outcome: found by its task's embedding (the one its recall
+    made), not by the whole account of the run; every other text by its own."""
+
+    name = "MiniLM, by task"
+
+    def embed(self, texts: Sequence[str]) -> list[Vector]:
+        return super().embed([task_of(text) for text in texts])
+
+
+def task_of(memory: str) -> str:
+    """A run outcome's task (its first line, less "Task: "); any other memory as it is."""
+    if outcome_answer(memory) is None:
+        return memory
+    return memory.split("\n", 1)[0].removeprefix("Task: ")
 
 
 class TorchMiniLM:
