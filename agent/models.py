@@ -113,6 +113,8 @@ class AgentRun(models.Model):
         indexes = (
             models.Index(fields=["user", "-created_at"]),
             models.Index(fields=["status"]),
+            # The usage page reads the runs of the days it shows (console/selectors.py).
+            models.Index(fields=["created_at"], name="agent_run_created_idx"),
             # The retention's next runs to prune, oldest end first: only runs not pruned yet.
             models.Index(
                 fields=["finished_at"],

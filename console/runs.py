@@ -345,7 +345,7 @@ class AgentRunAdmin(AuditAdmin):
         since, until, user = form.chosen()
         if form.cut:
             messages.info(request, form.cut)
-        rows = selectors.usage(since, until, user.pk if user else None) if since <= until else []
+        rows = selectors.UsagePages(since, until, user.pk if user else None)
         page = Paginator(rows, USAGE_ROWS_PER_PAGE).get_page(request.GET.get("p"))
         others = request.GET.copy()
         others.pop("p", None)
@@ -360,7 +360,7 @@ class AgentRunAdmin(AuditAdmin):
             "rows": page.object_list,
             "page": page,
             "query": others.urlencode(),
-            "totals": selectors.usage_totals(rows),
+            "totals": rows.totals(),
         }
         # A range or user that does not parse is the request's fault: the page says which field,
         # and shows the last week meanwhile.

@@ -3,9 +3,10 @@ counts, and which runs recalled a memory. Plain selectors; the admin renders the
 transcript is agent/transcripts.py's, shared with a person's own export."""
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
+from typing import Any
 
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce, TruncDate
@@ -195,12 +196,14 @@ class UsageRow:
     breaker_trips: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    rows: int = 1  # of a whole day's sum (usage_per_day): how many users' rows it sums
 
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
 
+COUNTED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.HALTED, RunStatus.FAILED, RunStatus.CANCELLED)
 COUNTED = ("runs", "succeeded", "halted", "failed", "cancelled", "tool_calls", "tool_failures")
 COUNTED += ("breaker_trips", "prompt_tokens", "completion_tokens")
 
@@ -267,6 +270,88 @@ def usage(since: date, until: date, user_id: int | None = None) -> list[UsageRow
         for figures in counted:
             setattr(row(figures["day"], figures["run__user_id"]), name, figures["n"])
     return sorted(rows.values(), key=lambda r: (-r.day.toordinal(), r.username))
+
+
+class UsagePages(Sequence[UsageRow]):
+    """The usage rows of a range, newest day first, as a sequence the page's Paginator slices:
+    a long range (a year of a thousand users is a hundred thousand rows) is summed per day in
+    SQL, and only the days a page shows are read per user (`usage` over those days). So a page
+    costs the same over a year as over a week, bar the per-day sums."""
+
+    def __init__(self, since: date, until: date, user_id: int | None = None) -> None:
+        self.since, self.until, self.user_id = since, until, user_id
+        self.days = usage_per_day(since, until, user_id)  # newest first
+
+    def __len__(self) -> int:
+        return sum(day.rows for day in self.days)
+
+    def count(self) -> int:  # type: ignore[override]  # what Paginator asks
+        return len(self)
+
+    def totals(self) -> dict[str, int]:
+        return usage_totals(self.days)
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, slice):
+            return self[index : index + 1][0]
+        start, stop, _ = index.indices(len(self))
+        if start >= stop:
+            return []
+        skipped, wanted = 0, []
+        for day in self.days:
+            if skipped + day.rows > start and skipped < stop:
+                wanted.append(day.day)
+            skipped += day.rows
+        first_skipped = sum(
+            day.rows for day in self.days if day.day > max(wanted)
+        )  # the rows of the days before the first one shown
+        rows = usage(min(wanted), max(wanted), self.user_id)
+        return rows[start - first_skipped : stop - first_skipped]
+
+
+def usage_per_day(since: date, until: date, user_id: int | None = None) -> list[UsageRow]:
+    """Per day, newest first: what that day's runs did, all users together; each day's `rows` is
+    how many users ran something that day (its rows on the usage page). Three grouped queries."""
+    start, end = day_bounds(since, until)
+    runs = AgentRun.objects.filter(created_at__gte=start, created_at__lt=end)
+    of_runs: dict[str, Any] = {"run__created_at__gte": start, "run__created_at__lt": end}
+    if user_id is not None:
+        runs = runs.filter(user_id=user_id)
+        of_runs["run__user_id"] = user_id
+    days: dict[date, UsageRow] = {}
+    per_day = (
+        runs.annotate(day=TruncDate("created_at"))
+        .values("day")
+        .order_by()
+        .annotate(
+            users=Count("user_id", distinct=True),
+            runs=Count("pk"),
+            tool_calls=Sum("tool_calls"),
+            prompt_tokens=Sum("prompt_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+            **{str(status): Count("pk", filter=Q(status=status)) for status in COUNTED_STATUSES},
+        )
+    )
+    for figures in per_day:
+        day = UsageRow(figures.pop("day"), 0, rows=figures.pop("users"))
+        for name, value in figures.items():
+            setattr(day, name, value)
+        days[day.day] = day
+    for name, model, statuses in (
+        ("tool_failures", ToolExecution, {"status__in": FAILED_TOOL_STATUSES}),
+        ("breaker_trips", BreakerTrip, {}),
+    ):
+        counted = (
+            model.objects.filter(**of_runs, **statuses)
+            .annotate(day=TruncDate("run__created_at"))
+            .values("day")
+            .order_by()
+            .annotate(n=Count("pk"))
+        )
+        for figures in counted:
+            if figures["day"] in days:
+                setattr(days[figures["day"]], name, figures["n"])
+    return sorted(days.values(), key=lambda row: row.day, reverse=True)
 
 
 def usage_totals(rows: Iterable[UsageRow]) -> dict[str, int]:

@@ -1,9 +1,11 @@
-# Two indexes for a store that grows (issue 27), built CONCURRENTLY: the runs table is written
+# Indexes for a store that grows (issue 27), built CONCURRENTLY: the runs table is written
 # all the time by workers, and a plain CREATE INDEX would hold their UPDATEs for as long as the
 # build of a large table takes. So this migration is not atomic (CONCURRENTLY cannot run in a
 # transaction); a build cut off leaves an INVALID index, which running the migration again
 # replaces (DROP INDEX CONCURRENTLY, then migrate).
 #
+# - The usage page's days (console/selectors.py, UsagePages): the runs of a few days by when
+#   they were created.
 # - The retention's (agent/retention.py) next runs to prune: a partial index of the runs not
 #   pruned yet, by when they ended.
 # - The console's run search (console/runs.py, search_fields task, answer, error): Django's
@@ -63,6 +65,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        AddIndexConcurrently(
+            model_name="agentrun",
+            index=models.Index(fields=["created_at"], name="agent_run_created_idx"),
+        ),
         AddIndexConcurrently(
             model_name="agentrun",
             index=models.Index(
