@@ -104,12 +104,23 @@ class AgentRun(models.Model):
     continue_requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # When the retention (agent/retention.py) deleted its event log and cleared its tool outputs;
+    # the row and its figures stay. A run whose log is gone cannot go on from it.
+    log_pruned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ("-created_at",)
         indexes = (
             models.Index(fields=["user", "-created_at"]),
             models.Index(fields=["status"]),
+            # The usage page reads the runs of the days it shows (console/selectors.py).
+            models.Index(fields=["created_at"], name="agent_run_created_idx"),
+            # The retention's next runs to prune, oldest end first: only runs not pruned yet.
+            models.Index(
+                fields=["finished_at"],
+                condition=models.Q(log_pruned_at__isnull=True),
+                name="agent_run_unpruned_end_idx",
+            ),
         )
 
     def __str__(self) -> str:
@@ -130,9 +141,15 @@ class AgentRun(models.Model):
         return self.user.is_active
 
     @property
+    def log_pruned(self) -> bool:
+        return self.log_pruned_at is not None
+
+    @property
     def can_continue(self) -> bool:
         """Halted by a limit, interrupted, or failed because the model did not answer: the person
-        may ask it to go on from where it stopped."""
+        may ask it to go on from where it stopped, while its log (where it stopped) is kept."""
+        if self.log_pruned:
+            return False
         if self.status in (RunStatus.HALTED, RunStatus.INTERRUPTED):
             return True
         return self.status == RunStatus.FAILED and self.cause == EndCause.MODEL_DOWN
@@ -284,6 +301,9 @@ class ToolExecution(models.Model):
     duration = models.FloatField()
     policy = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the retention cleared `result` and `error` (agent/retention.py); tool, status and
+    # duration stay for the accounting.
+    pruned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         db_table = "tools_toolexecution"

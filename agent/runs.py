@@ -295,6 +295,7 @@ def reopen(
         lock_owner(owner)
         run = runs.select_for_update(of=("self",)).get(pk=run_id)
         check_owner_active(run)
+        check_log_kept(run)
         if not run.can_continue:
             raise InvalidTask(
                 f"Run {run.pk} {run.status}: only a run that was halted, interrupted, or failed "
@@ -317,6 +318,21 @@ def reopen(
         if queue_it:
             queue(run)
     return run
+
+
+class LogPruned(InvalidTask):
+    pass
+
+
+def check_log_kept(run: AgentRun) -> None:
+    """A run goes on from its event log: once the retention pruned it (agent/retention.py),
+    there is nothing to go on from."""
+    if run.log_pruned_at is not None:
+        raise LogPruned(
+            f"Run {run.pk} cannot go on: its log was pruned on {run.log_pruned_at:%Y-%m-%d} "
+            "(LOOP_KEEP_EVENTS_DAYS), and a run goes on from its log. To carry on, send the "
+            "task again."
+        )
 
 
 def check_owner_active(run: AgentRun) -> None:

@@ -42,6 +42,9 @@ def run_summary(run: AgentRun) -> dict[str, Any]:
         "attempt": run.attempt,
         "worker": run.worker,
         "resumes": run.resumes,
+        # Set when the retention pruned the log: then "events" is empty, and not because the
+        # run did nothing.
+        "log_pruned_at": when(run.log_pruned_at),
     }
 
 

@@ -1,6 +1,7 @@
 """The operators' console at scale: every list page, timed with 100,000 runs and 1,000,000 events.
 
-    .venv/bin/python bench/admin.py [--runs 100000] [--repeats 7] [--keep]
+    .venv/bin/python bench/admin.py [--runs 100000] [--repeats 7] [--keep] [--only growth]
+        [--project OLD]
 
 Runs in its own database (`loop_bench_admin` on the same server), filled in SQL with synthetic
 records shaped like real ones: 1,000 users, `--runs` runs over the last year (ten events and two
@@ -9,10 +10,15 @@ forgettings. Each page is requested through Django's test client as a superuser,
 would (sessions, middleware, templates and all); the figure is the median of `--repeats`
 requests after one to warm up, with the number of queries the page made.
 Floor: every list page under 200 ms (median). Detail pages are shown for comparison.
-`--keep` keeps the database for the next run, which then skips the fill.
+`--keep` keeps the database for the next run, which then skips the fill. `--only growth` times
+only the pages issue 27 set a floor for: the run search (under 200 ms at 100,000 runs) and the
+usage page over a year (under 500 ms), and the storage page. `--project OLD` runs the same bench
+on another checkout's code and its own database (say the code before, /work/wt-base), for the
+figures side by side.
 """
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -20,10 +26,19 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+def project_root() -> Path:
+    """This checkout, or the one `--project` names: read before Django starts, since the code
+    (and the database its settings name) must be that project's."""
+    if "--project" in sys.argv:
+        return Path(sys.argv[sys.argv.index("--project") + 1]).resolve()
+    return Path(__file__).resolve().parent.parent
+
+
+sys.path.insert(0, str(project_root()))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopsite.settings")
 
-import django
+import django  # noqa: E402
 
 django.setup()
 
@@ -34,7 +49,7 @@ from django.contrib.auth.hashers import make_password  # noqa: E402
 from django.db import connection, reset_queries  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
-from django.urls import reverse  # noqa: E402
+from django.urls import NoReverseMatch, reverse  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from agent.models import AgentRun, RunEvent  # noqa: E402
@@ -46,6 +61,9 @@ EVENTS_PER_RUN = 10
 MEMORIES = 20_000
 FORGOTTEN = 1000
 FLOOR_MS = 200.0
+# Issue 27's floors: the run search at 100,000 runs, the usage page over a year.
+SEARCH_FLOOR_MS = 200.0
+USAGE_YEAR_FLOOR_MS = 500.0
 
 # One run: started, memories recalled, two steps of a model turn and a tool call, the answer.
 # Each event's data has the fields of its kind (agent/core/events.py), so the pages read it as real.
@@ -88,8 +106,8 @@ FROM agent_agentrun r CROSS JOIN (VALUES
 """
 
 RUNS_SQL = """
-INSERT INTO agent_agentrun (user_id, task, status, halt_reason, answer, error, provider, model,
-  limits, iterations, tool_calls, prompt_tokens, completion_tokens, created_at, started_at,
+INSERT INTO agent_agentrun (user_id, task, status, halt_reason, answer, error, cause, provider,
+  model, limits, iterations, tool_calls, prompt_tokens, completion_tokens, created_at, started_at,
   finished_at, cancel_requested_at, attempt, worker, resumes)
 SELECT u.ids[1 + g %% %(users)s],
   'Task ' || g || ': read notes.txt and tell me what to buy',
@@ -98,7 +116,8 @@ SELECT u.ids[1 + g %% %(users)s],
   CASE WHEN g %% 20 = 0 THEN 'tool_failures' ELSE '' END,
   'Buy milk (' || g || ').',
   CASE WHEN g %% 50 = 1 THEN 'Model failed: Groq answered 503' ELSE '' END,
-  'mock', CASE WHEN g %% 3 = 0 THEN 'openai/gpt-oss-120b' ELSE 'mock' END,
+  CASE WHEN g %% 50 = 1 THEN 'model_down' ELSE '' END, 'mock',
+  CASE WHEN g %% 3 = 0 THEN 'openai/gpt-oss-120b' ELSE 'mock' END,
   '{"max_iterations": 10}'::jsonb, 3, 2, 1200, 120,
   start + g * interval '1 second' * %(spacing)s,
   start + g * interval '1 second' * %(spacing)s,
@@ -254,11 +273,41 @@ def pages() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     return lists, details
 
 
+def growth_pages() -> list[tuple[str, str, float | None]]:
+    """(name, url, floor) of the pages issue 27 measures: searches that find one run, every run
+    and none, the usage page over a year, and the storage page where the code has one."""
+    runs = reverse("admin:agent_agentrun_changelist")
+    usage = reverse("admin:agent_agentrun_usage")
+    year_ago = timezone.localdate() - timedelta(days=365)
+    last = AgentRun.objects.order_by("-pk").values_list("pk", flat=True).first()
+    found = [
+        ("runs: search, one run", f"{runs}?q=Task+{last}%3A", SEARCH_FLOOR_MS),
+        ("runs: search, an error", f"{runs}?q=answered+503", SEARCH_FLOOR_MS),
+        ("runs: search, no run", f"{runs}?q=zebra", SEARCH_FLOOR_MS),
+        ("runs: search, every run", f"{runs}?q=milk", SEARCH_FLOOR_MS),
+        ("usage, last year", f"{usage}?since={year_ago}", USAGE_YEAR_FLOOR_MS),
+        ("usage, last year, page 10", f"{usage}?since={year_ago}&p=10", USAGE_YEAR_FLOOR_MS),
+    ]
+    with contextlib.suppress(NoReverseMatch):  # the code before had no storage page
+        found.append(("storage", reverse("admin:agent_agentrun_storage"), None))
+    return found
+
+
+def time_growth(client: Client, repeats: int) -> None:
+    print(f"\n{'page':<32}{'median':>10}{'queries':>9}  floor")
+    for name, url, floor in growth_pages():
+        ms, queries = timed(client, url, repeats)
+        verdict = "" if floor is None else f"< {floor:.0f} ms: {'met' if ms < floor else 'MISSED'}"
+        print(f"{name:<32}{ms:>7.1f} ms{queries:>9}  {verdict}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the database for the next run")
+    parser.add_argument("--only", choices=("growth",), help="time only issue 27's pages")
+    parser.add_argument("--project", help="run on this checkout's code and database instead")
     options = parser.parse_args()
     setup_test_environment()  # lets the test client in (ALLOWED_HOSTS) and records queries
     connection.settings_dict["TEST"]["NAME"] = "loop_bench_admin"
@@ -278,6 +327,10 @@ def main() -> None:
         client = Client()
         client.force_login(root)
         settings.DEBUG = True  # connection.queries is only kept when DEBUG is on
+        print(f"code: {project_root()}")
+        if options.only == "growth":
+            time_growth(client, options.repeats)
+            return
         lists, details = pages()
         print(f"\n{'page':<32}{'median':>10}{'queries':>9}")
         slowest = 0.0

@@ -18,6 +18,7 @@ import nh3
 from django.template.backends.django import Template
 from django.template.loader import get_template
 from django.urls import reverse
+from django.utils import timezone
 from markdown_it import MarkdownIt
 
 from agent.core.events import (
@@ -37,7 +38,7 @@ from agent.core.events import (
 )
 from agent.core.results import ToolStatus
 from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
-from agent.models import Conversation
+from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
 from workspace.browse import BrowseError, file_components
 
@@ -309,6 +310,22 @@ def shown_arguments(raw: str) -> tuple[str, str]:
     if isinstance(parsed, dict) and set(parsed) == {"code"} and isinstance(parsed["code"], str):
         return parsed["code"], ""
     return "", json.dumps(parsed, indent=2, ensure_ascii=False)
+
+
+def pruned_cards(run: AgentRun) -> list[Card]:
+    """A run whose log the retention pruned (agent/retention.py): a note saying so where its
+    steps were, then its end as the run's row keeps it."""
+    when = timezone.localtime(run.log_pruned_at).strftime("%Y-%m-%d")
+    note = f"Log pruned on {when}: this run's steps are no longer kept."
+    end = {
+        "html": markdown(run.answer[:SHORT_TEXT_CHARS]),
+        "error": run.error,
+        **status_label(run.status),
+    }
+    return [
+        Card("pruned", f"pruned-{run.pk}", {"text": note}),
+        Card("answer", f"end-{run.pk}", end),
+    ]
 
 
 def page_cards(run_id: int, events: Iterable[Logged]) -> list[Card]:

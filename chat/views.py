@@ -25,7 +25,7 @@ from agent.llm.factory import (
     parse,
 )
 from agent.models import AgentRun, Conversation
-from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards
+from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards, pruned_cards
 from tools.base import ToolError
 from workspace.views import quota_context
 
@@ -39,11 +39,12 @@ SUGGESTIONS = (
 
 
 def turn(run: AgentRun, offered: list[ModelChoice]) -> dict[str, Any]:
-    """A run as the page draws it; `offered` is the request's offered_models() (computed once)."""
-    events = selectors.events_of(run)
+    """A run as the page draws it; `offered` is the request's offered_models() (computed once).
+    A run whose log was pruned shows a note and its end instead of its steps."""
+    events = [] if run.log_pruned else selectors.events_of(run)
     return {
         "run": run,
-        "cards": page_cards(run.pk, events),
+        "cards": pruned_cards(run) if run.log_pruned else page_cards(run.pk, events),
         "seq": events[-1].seq if events else 0,
         "model_offered": selectors.model_offered(run, offered),
     }

@@ -6,6 +6,7 @@ from datetime import date, timedelta
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
@@ -31,7 +32,7 @@ from agent.runs import (
     continue_run_as_operator,
 )
 from agent.transcripts import transcripts
-from console import selectors
+from console import selectors, storage
 from console.widgets import (
     AuditAdmin,
     RunUserFilter,
@@ -94,7 +95,19 @@ class AgentRunAdmin(AuditAdmin):
     actions = ("cancel_runs", "continue_runs", "export_transcripts")
     change_form_template = "admin/agent/agentrun/change_form.html"
     fieldsets = (
-        (None, {"fields": ("user_page", "task", "status_badge", "halt_reason_badge", "answer")}),
+        (
+            None,
+            {
+                "fields": (
+                    "user_page",
+                    "task",
+                    "status_badge",
+                    "halt_reason_badge",
+                    "answer",
+                    "log_pruned_at",
+                )
+            },
+        ),
         ("Error", {"fields": ("error",), "classes": ("collapse",)}),
         (
             "Work",
@@ -236,6 +249,7 @@ class AgentRunAdmin(AuditAdmin):
         view = self.admin_site.admin_view
         return [
             path("usage/", view(self.usage_view), name="agent_agentrun_usage"),
+            path("storage/", view(self.storage_view), name="agent_agentrun_storage"),
             path(
                 "<int:run_id>/transcript.json",
                 view(self.transcript_view),
@@ -331,7 +345,7 @@ class AgentRunAdmin(AuditAdmin):
         since, until, user = form.chosen()
         if form.cut:
             messages.info(request, form.cut)
-        rows = selectors.usage(since, until, user.pk if user else None) if since <= until else []
+        rows = selectors.UsagePages(since, until, user.pk if user else None)
         page = Paginator(rows, USAGE_ROWS_PER_PAGE).get_page(request.GET.get("p"))
         others = request.GET.copy()
         others.pop("p", None)
@@ -346,12 +360,27 @@ class AgentRunAdmin(AuditAdmin):
             "rows": page.object_list,
             "page": page,
             "query": others.urlencode(),
-            "totals": selectors.usage_totals(rows),
+            "totals": rows.totals(),
         }
         # A range or user that does not parse is the request's fault: the page says which field,
         # and shows the last week meanwhile.
         status = 400 if form.errors else 200
         return TemplateResponse(request, "admin/agent/usage.html", context, status=status)
+
+    def storage_view(self, request: HttpRequest) -> HttpResponse:
+        """The store's size per table (console/storage.py), for operators who may see runs."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Storage",
+            "opts": self.opts,
+            "sizes": storage.table_sizes(),
+            "database_size": storage.database_size(),
+            "keep_events_days": max(settings.LOOP_KEEP_EVENTS_DAYS, 0),
+            "keep_jobs_days": max(settings.LOOP_KEEP_JOBS_DAYS, 0),
+        }
+        return TemplateResponse(request, "admin/agent/storage.html", context)
 
 
 class UsageRange(forms.Form):

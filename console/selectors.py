@@ -3,10 +3,12 @@ counts, and which runs recalled a memory. Plain selectors; the admin renders the
 transcript is agent/transcripts.py's, shared with a person's own export."""
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
+from typing import Any
 
+from django.db import connection, transaction
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
@@ -195,12 +197,20 @@ class UsageRow:
     breaker_trips: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    rows: int = 1  # of a whole day's sum (usage_per_day): how many users' rows it sums
 
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
 
+COUNTED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.HALTED, RunStatus.FAILED, RunStatus.CANCELLED)
+# The memory usage_per_day's query may sort and hash in (PostgreSQL's work_mem, for it alone).
+USAGE_WORK_MEM = "64MB"
+# What usage_per_day's query returns after the day and its users, in order.
+PER_DAY_FIGURES = ("runs", "tool_calls", "prompt_tokens", "completion_tokens")
+PER_DAY_FIGURES += tuple(str(status) for status in COUNTED_STATUSES)
+PER_DAY_FIGURES += ("tool_failures", "breaker_trips")
 COUNTED = ("runs", "succeeded", "halted", "failed", "cancelled", "tool_calls", "tool_failures")
 COUNTED += ("breaker_trips", "prompt_tokens", "completion_tokens")
 
@@ -267,6 +277,95 @@ def usage(since: date, until: date, user_id: int | None = None) -> list[UsageRow
         for figures in counted:
             setattr(row(figures["day"], figures["run__user_id"]), name, figures["n"])
     return sorted(rows.values(), key=lambda r: (-r.day.toordinal(), r.username))
+
+
+class UsagePages(Sequence[UsageRow]):
+    """The usage rows of a range, newest day first, as a sequence the page's Paginator slices:
+    a long range (a year of a thousand users is a hundred thousand rows) is summed per day in
+    SQL, and only the days a page shows are read per user (`usage` over those days). So a page
+    costs the same over a year as over a week, bar the per-day sums."""
+
+    def __init__(self, since: date, until: date, user_id: int | None = None) -> None:
+        self.since, self.until, self.user_id = since, until, user_id
+        self.days = usage_per_day(since, until, user_id)  # newest first
+
+    def __len__(self) -> int:
+        return sum(day.rows for day in self.days)
+
+    def count(self) -> int:  # type: ignore[override]  # what Paginator asks
+        return len(self)
+
+    def totals(self) -> dict[str, int]:
+        return usage_totals(self.days)
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, slice):
+            return self[index : index + 1][0]
+        start, stop, _ = index.indices(len(self))
+        if start >= stop:
+            return []
+        skipped, wanted = 0, []
+        for day in self.days:
+            if skipped + day.rows > start and skipped < stop:
+                wanted.append(day.day)
+            skipped += day.rows
+        first_skipped = sum(
+            day.rows for day in self.days if day.day > max(wanted)
+        )  # the rows of the days before the first one shown
+        rows = usage(min(wanted), max(wanted), self.user_id)
+        return rows[start - first_skipped : stop - first_skipped]
+
+
+def usage_per_day(since: date, until: date, user_id: int | None = None) -> list[UsageRow]:
+    """Per day, newest first: what that day's runs did, all users together; each day's `rows` is
+    how many users ran something that day (its rows on the usage page). One query, which reads
+    the range's runs once (a year is most of the table) and the failed calls and trips of those
+    runs only."""
+    start, end = day_bounds(since, until)
+    runs = AgentRun.objects.filter(created_at__gte=start, created_at__lt=end)
+    if user_id is not None:
+        runs = runs.filter(user_id=user_id)
+    # The runs' days as Django computes them (TruncDate in the current time zone), as usage does.
+    runs_sql, runs_params = (
+        runs.annotate(day=TruncDate("created_at"))
+        .values(
+            "id", "user_id", "status", "tool_calls", "prompt_tokens", "completion_tokens", "day"
+        )
+        .order_by()
+        .query.sql_with_params()
+    )
+    by_status = ", ".join("count(*) FILTER (WHERE r.status = %s)" for _ in COUNTED_STATUSES)
+    sql = f"""
+        WITH runs AS MATERIALIZED ({runs_sql})
+        SELECT r.day, count(DISTINCT r.user_id), count(*), coalesce(sum(r.tool_calls), 0),
+          coalesce(sum(r.prompt_tokens), 0), coalesce(sum(r.completion_tokens), 0), {by_status},
+          coalesce(sum(f.n), 0), coalesce(sum(t.n), 0)
+        FROM runs r
+        LEFT JOIN (
+          SELECT run_id, count(*) AS n FROM {ToolExecution._meta.db_table}
+          WHERE status = ANY(%s) AND run_id IN (SELECT id FROM runs) GROUP BY run_id
+        ) f ON f.run_id = r.id
+        LEFT JOIN (
+          SELECT run_id, count(*) AS n FROM {BreakerTrip._meta.db_table}
+          WHERE run_id IN (SELECT id FROM runs) GROUP BY run_id
+        ) t ON t.run_id = r.id
+        GROUP BY r.day
+        ORDER BY r.day DESC
+    """  # noqa: S608  (names from the models, values as parameters)
+    params = [*runs_params, *map(str, COUNTED_STATUSES), list(map(str, FAILED_TOOL_STATUSES))]
+    with transaction.atomic(), connection.cursor() as cursor:
+        # A year's runs sorted by day and user, and held for the joins, fit in memory with
+        # room: with the server's default (4 MB) both spill to disk, twice as slow.
+        cursor.execute(f"SET LOCAL work_mem = '{USAGE_WORK_MEM}'")
+        cursor.execute(sql, params)
+        found = cursor.fetchall()
+    days = []
+    for day, users, *figures in found:
+        row = UsageRow(day, 0, rows=users)
+        for name, value in zip(PER_DAY_FIGURES, figures, strict=True):
+            setattr(row, name, value)
+        days.append(row)
+    return days
 
 
 def usage_totals(rows: Iterable[UsageRow]) -> dict[str, int]:

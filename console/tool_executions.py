@@ -48,7 +48,7 @@ class ToolExecutionAdmin(StepLinks, AuditAdmin):
     fields = (
         ("run_page", "step_page", "call_id"),
         ("tool", "status_badge", "policy"),
-        ("duration_ms", "truncated", "created_at"),
+        ("duration_ms", "truncated", "created_at", "pruned_at"),
         "arguments",
         "result",
         "error",

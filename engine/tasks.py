@@ -23,6 +23,7 @@ from agent.core.events import RunStatus
 from agent.core.interrupt import StopReason
 from agent.models import AgentRun
 from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
+from agent.retention import prune
 from engine.execution import JobOutcome, work_job
 from memory.forgetting import purge_forgotten_texts
 
@@ -122,6 +123,18 @@ async def purge_forgotten_texts_job(timestamp: int) -> int:
     """Hourly: a forgetting record keeps the forgotten text no longer than
     LOOP_FORGOTTEN_TEXT_DAYS (memory/forgetting.py)."""
     return await sync_to_async(purge_forgotten_texts)()
+
+
+@app.periodic(cron="37 * * * *", periodic_id="prune_old_records")
+@app.task(name="agent.prune_old_records", queue=RECOVERY_QUEUE, queueing_lock="prune_old_records")
+async def prune_old_records_job(timestamp: int) -> int:
+    """Hourly: the event logs and tool outputs of runs that ended before LOOP_KEEP_EVENTS_DAYS,
+    and the jobs that finished before LOOP_KEEP_JOBS_DAYS, go; the accounting stays
+    (agent/retention.py). Returns how many runs were pruned."""
+    pruned = await sync_to_async(prune)()
+    if pruned:
+        logger.info("Retention: %s", pruned)
+    return pruned.runs
 
 
 async def _give_a_new_job(run_id: int, old_job: int, why: str) -> int:

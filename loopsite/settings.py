@@ -222,6 +222,11 @@ LOOP_EMBEDDER = env_str("LOOP_EMBEDDER", "memory.neural.MiniLMEmbedder")
 LOOP_MEMORY_RECALL_K = env_int("LOOP_MEMORY_RECALL_K", 5)
 # How long a forgetting record keeps the forgotten text (0: never kept, only the fact).
 LOOP_FORGOTTEN_TEXT_DAYS = env_int("LOOP_FORGOTTEN_TEXT_DAYS", 0)
+# Retention (agent/retention.py): the event log and tool outputs of a run that ended longer ago
+# than this many days, and Procrastinate's finished jobs older than this, are pruned hourly; the
+# accounting stays. 0: kept for ever.
+LOOP_KEEP_EVENTS_DAYS = env_int("LOOP_KEEP_EVENTS_DAYS", 0)
+LOOP_KEEP_JOBS_DAYS = env_int("LOOP_KEEP_JOBS_DAYS", 0)
 LOOP_MEMORY_MIN_SIMILARITY = env_float("LOOP_MEMORY_MIN_SIMILARITY", None)  # None: the embedder's
 LOOP_MEMORY_MERGE_SIMILARITY = env_float(
     "LOOP_MEMORY_MERGE_SIMILARITY", None

@@ -7,7 +7,12 @@ from procrastinate.contrib.django import app
 pytestmark = pytest.mark.fast
 
 # The names jobs already in the queue carry; a rename strands them.
-STORED_NAMES = {"agent.work_run", "agent.recover_runs", "memory.purge_forgotten_texts"}
+STORED_NAMES = {
+    "agent.work_run",
+    "agent.recover_runs",
+    "memory.purge_forgotten_texts",
+    "agent.prune_old_records",
+}
 
 
 def test_every_task_a_queued_job_may_name_is_registered_under_its_stored_name():

@@ -129,6 +129,12 @@ class Command(BaseCommand):
             raise CommandError(f"No run {run_id}.", returncode=USAGE_ERROR)
         if end_if_abandoned(run.pk, RunStatus.INTERRUPTED, process_gone(run.worker)):
             run.refresh_from_db()  # its process is gone: it ended interrupted, and goes on here
+        if run.log_pruned_at is not None:
+            raise CommandError(
+                f"Run {run_id} cannot continue: its log was pruned on "
+                f"{run.log_pruned_at:%Y-%m-%d} (LOOP_KEEP_EVENTS_DAYS).",
+                returncode=USAGE_ERROR,
+            )
         if not run.can_continue:
             raise CommandError(
                 f"Run {run_id} cannot continue: it is {run.status}. Only a run that halted, was "
