@@ -529,7 +529,9 @@ def main() -> None:
     options = parser.parse_args()
     settings.LOOP_MEMORY_MIN_SIMILARITY = -1.0  # recall all k, to compare with exact search
     connection.settings_dict["TEST"]["NAME"] = options.database
-    original = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=True)
+    original = connection.creation.create_test_db(
+        verbosity=0, autoclobber=True, keepdb=True, serialize=False
+    )
     try:
         unniced_backend()
         data = dataset(options.n, options.real)
