@@ -164,9 +164,9 @@ def configure(pgdata: Path) -> None:
 SIZING_FILE = "loop-sizing.conf"
 _INCLUDE = f"include_if_exists = '{SIZING_FILE}'  # set by Loop: docs/configuration.md"
 MB = 1024 * 1024
-# The memory that sized pgvector's HNSW build: 1,000,000 MiniLM memories (384 dimensions, half
-# precision, m = 16) take about 1.3 GB of graph in memory (bench/memory.py); a graph that outgrows
-# maintenance_work_mem is built on disk, several times slower. Some room over that.
+# The memory that sized pgvector's HNSW build: the graph of 1,000,000 memories (384 dimensions,
+# half precision, m = 16) fits in 2 GB (bench/memory.py; its index is 1.1 GB on disk). A graph
+# that outgrows maintenance_work_mem is finished on disk: 100,000 took 2.5 times as long at 64 MB.
 HNSW_BUILD_MB = 2048
 # Operators sharing the machine set these (PostgreSQL's units: 512MB, 2GB); each wins over the rule.
 OVERRIDES = {
