@@ -128,8 +128,12 @@ def nearest(
     with transaction.atomic(), connection.cursor() as cursor:
         # Filtering by owner after an index scan would leave too few rows for a user with few
         # memories among many; the iterative scan keeps going until it has `limit` of theirs.
-        cursor.execute(f"SET LOCAL hnsw.iterative_scan = {order}")
-        cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(EF_SEARCH, limit)])
+        # Both settings last until the transaction ends (is_local), set in one round trip.
+        cursor.execute(
+            "SELECT set_config('hnsw.iterative_scan', %s, true),"
+            " set_config('hnsw.ef_search', %s, true)",
+            [order, str(max(EF_SEARCH, limit))],
+        )
         mine = Memory.objects.filter(owner=owner)
         if origin is not None:
             mine = mine.filter(origin=origin)

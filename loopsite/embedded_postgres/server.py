@@ -16,11 +16,12 @@ The data itself stays on disk.
 import atexit
 import logging
 import os
+import re
 import subprocess
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -154,6 +155,135 @@ def configure(pgdata: Path) -> None:
     if _CONFIGURED not in conf.read_text():
         with conf.open("a") as file:
             file.write(f"\n{_CONFIGURED}\n")
+    write_sizing(pgdata)
+
+
+# Memory and parallelism, sized to the machine at every start (sizing(), below) into a file of its
+# own that postgresql.conf includes: the machine, its cgroup or the operator's LOOP_POSTGRES_*
+# settings may change between starts, and the rest of postgresql.conf stays as initdb wrote it.
+SIZING_FILE = "loop-sizing.conf"
+_INCLUDE = f"include_if_exists = '{SIZING_FILE}'  # set by Loop: docs/configuration.md"
+MB = 1024 * 1024
+# The memory that sized pgvector's HNSW build: the graph of 1,000,000 memories (384 dimensions,
+# half precision, m = 16) fits in 2 GB (bench/memory.py; its index is 1.1 GB on disk). A graph
+# that outgrows maintenance_work_mem is finished on disk: 100,000 took 2.5 times as long at 64 MB.
+HNSW_BUILD_MB = 2048
+# Operators sharing the machine set these (PostgreSQL's units: 512MB, 2GB); each wins over the rule.
+OVERRIDES = {
+    "shared_buffers": "LOOP_POSTGRES_SHARED_BUFFERS",
+    "effective_cache_size": "LOOP_POSTGRES_EFFECTIVE_CACHE_SIZE",
+    "maintenance_work_mem": "LOOP_POSTGRES_MAINTENANCE_WORK_MEM",
+    "autovacuum_work_mem": "LOOP_POSTGRES_AUTOVACUUM_WORK_MEM",
+    "work_mem": "LOOP_POSTGRES_WORK_MEM",
+    "max_parallel_maintenance_workers": "LOOP_POSTGRES_MAX_PARALLEL_MAINTENANCE_WORKERS",
+}
+# The memory and cores the rules size for, instead of the machine's (or its cgroup's).
+MEMORY_SETTING = "LOOP_POSTGRES_MEMORY_MB"
+CPUS_SETTING = "LOOP_POSTGRES_CPUS"
+_VALUE = re.compile(r"\d+(kB|MB|GB|TB)?")
+
+
+def sizing(memory_bytes: int, cpus: int, environ: Mapping[str, str]) -> dict[str, str]:
+    """PostgreSQL's memory settings for a machine with this much memory and these cores, each
+    rule's reason beside it; an operator's LOOP_POSTGRES_* setting replaces a rule's value."""
+    environ_memory = environ.get(MEMORY_SETTING, "").strip()
+    environ_cpus = environ.get(CPUS_SETTING, "").strip()
+    memory = _whole(MEMORY_SETTING, environ_memory) if environ_memory else memory_bytes // MB
+    cpus = _whole(CPUS_SETTING, environ_cpus) if environ_cpus else cpus
+    rules = {
+        # PostgreSQL's own guidance, a quarter of memory: the HNSW index of a large store and
+        # the hot tables stay in PostgreSQL's cache. Past 8 GB the OS's cache does as well.
+        "shared_buffers": _mb(_clamp(memory // 4, 128, 8192)),
+        # A hint to the planner of what PostgreSQL's and the OS's caches hold together (nothing
+        # is allocated): three quarters of memory, so it picks index scans on a warm store.
+        "effective_cache_size": _mb(max(memory * 3 // 4, 128)),
+        # An index build's memory: the HNSW graph of 1,000,000 memories in memory (HNSW_BUILD_MB),
+        # but never more than an eighth of memory, for one build at a time must not starve runs.
+        "maintenance_work_mem": _mb(_clamp(memory // 8, 64, HNSW_BUILD_MB)),
+        # Vacuum's own bound (it takes maintenance_work_mem otherwise, once per autovacuum worker,
+        # three at once): its dead-row list needs far less than an index build.
+        "autovacuum_work_mem": _mb(_clamp(memory // 32, 64, 512)),
+        # Per sort or hash per query, and there may be as many as connections: a quarter of
+        # memory spread over MAX_CONNECTIONS, within PostgreSQL's 4 MB default and 64 MB.
+        "work_mem": _mb(_clamp(memory // (4 * MAX_CONNECTIONS), 4, 64)),
+        # Workers that help the HNSW build (and other index builds): one per core besides the
+        # leader's, up to 4; on one core none, for a helper would only take turns with it.
+        "max_parallel_maintenance_workers": str(_clamp(cpus - 1, 0, 4)),
+    }
+    return {name: _override(name, value, environ) for name, value in rules.items()}
+
+
+def _override(name: str, value: str, environ: Mapping[str, str]) -> str:
+    variable = OVERRIDES[name]
+    given = environ.get(variable, "").strip().replace(" ", "")
+    if not given:
+        return value
+    if not _VALUE.fullmatch(given) or (name.startswith("max_") and not given.isdigit()):
+        raise ValueError(f"{variable}={given!r}: give a whole number, in MB, GB (512MB, 2GB).")
+    return given
+
+
+def _whole(variable: str, given: str) -> int:
+    if not given.isdigit() or int(given) == 0:
+        raise ValueError(f"{variable}={given!r}: give a whole number above 0.")
+    return int(given)
+
+
+def _clamp(value: int, low: int, high: int) -> int:
+    return max(low, min(value, high))
+
+
+def _mb(megabytes: int) -> str:
+    return f"{megabytes}MB"
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the machine's, or its cgroup's limit if lower."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min([physical, *_cgroup_limits()])
+
+
+def _cgroup_limits() -> Iterator[int]:
+    """The memory limits of this process's cgroup, v2 (memory.max) or v1 (limit_in_bytes)."""
+    root = Path("/sys/fs/cgroup")
+    candidates = [root / "memory.max", root / "memory" / "memory.limit_in_bytes"]
+    with suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            relative = path.lstrip("/")
+            if controllers == "":
+                candidates.append(root / relative / "memory.max")
+            elif "memory" in controllers.split(","):
+                candidates.append(root / "memory" / relative / "memory.limit_in_bytes")
+    for candidate in candidates:
+        with suppress(OSError, ValueError):
+            yield int(candidate.read_text().strip())  # "max" (no limit) is no int
+
+
+def machine_cpus() -> int:
+    """Cores this process may run on: its CPU affinity, or its cgroup's quota if lower."""
+    cpus = len(os.sched_getaffinity(0))
+    with suppress(OSError, ValueError):
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        cpus = min(cpus, max(1, int(quota) // int(period)))
+    return cpus
+
+
+def write_sizing(pgdata: Path) -> None:
+    """The sizing for this machine into its own file, included by postgresql.conf; a server
+    already running takes it at its next start (shared_buffers needs one)."""
+    settings = sizing(machine_memory(), machine_cpus(), os.environ)
+    text = (
+        "# Written by Loop at each start (loopsite/embedded_postgres/server.py): edits are lost.\n"
+    )
+    text += "".join(f"{name} = '{value}'\n" for name, value in settings.items())
+    sized = pgdata / SIZING_FILE
+    if not sized.exists() or sized.read_text() != text:
+        sized.write_text(text)
+    conf = pgdata / "postgresql.conf"
+    if _INCLUDE not in conf.read_text():
+        with conf.open("a") as file:
+            file.write(f"\n{_INCLUDE}\n")
 
 
 @contextmanager
