@@ -11,18 +11,18 @@ import logging
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, connection
-from procrastinate import JobContext, RetryStrategy
+from django.db import close_old_connections, connection, transaction
+from procrastinate import JobContext, RetryStrategy, sql
 from procrastinate.contrib.django import app
 from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.job_context import AbortReason
 from procrastinate.jobs import Status
 
-from agent.abandoned import end_jobless_runs_without_a_process
+from agent.abandoned import end_jobless_runs_without_a_process, runs_of_gone_processes_here
 from agent.core.events import RunStatus
 from agent.core.interrupt import StopReason
 from agent.models import AgentRun
-from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
+from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN, defer_run
 from engine.execution import JobOutcome, work_job
 from memory.forgetting import purge_forgotten_texts
 
@@ -122,6 +122,53 @@ async def purge_forgotten_texts_job(timestamp: int) -> int:
     """Hourly: a forgetting record keeps the forgotten text no longer than
     LOOP_FORGOTTEN_TEXT_DAYS (memory/forgetting.py)."""
     return await sync_to_async(purge_forgotten_texts)()
+
+
+def reclaim_runs_of_dead_workers_here() -> int:
+    """What a worker does as it starts, before it takes any job: each run a worker of this host
+    was working when its process ended (killed, crashed: its pid is gone, see
+    agent/abandoned.py) gets a new job at once, which a live worker claims and resumes, as the
+    recovery does for a worker whose heartbeat went stale, only without waiting
+    LOOP_STALE_SECONDS for it. So a worker that its supervisor (`make run`, systemd, a
+    container's restart policy) starts again takes its predecessor's runs back in seconds.
+
+    Synchronous, on Django's connection, and called before the worker replaces the app's
+    connector: each run is handed over in one transaction (old job failed, new job, the run's
+    job_id), so no worker can fetch the new job before the run names it. Says how many."""
+    reclaimed = 0
+    try:
+        for run_id, job_id, worker in runs_of_gone_processes_here():
+            reclaimed += _hand_over(run_id, job_id, worker)
+    finally:
+        connection.close()  # this thread's own
+    return reclaimed
+
+
+def _hand_over(run_id: int, job_id: int, worker: str) -> int:
+    """End the dead worker's job as failed and give the run a new one, if nothing moved since it
+    was judged dead: the run still running under that job and worker, the job still `doing`
+    (the stale-worker recovery may have got there first)."""
+    with transaction.atomic():
+        run = AgentRun.objects.select_for_update().filter(
+            pk=run_id, status=RunStatus.RUNNING, job_id=job_id, worker=worker
+        )
+        job = ProcrastinateJob.objects.select_for_update().filter(pk=job_id, status="doing")
+        if run.values_list("pk").first() is None or job.values_list("pk").first() is None:
+            return 0
+        with connection.cursor() as cursor:  # Procrastinate's own query, on this transaction
+            cursor.execute(
+                sql.queries["finish_job"],
+                {"job_id": job_id, "status": Status.FAILED.value, "delete_job": False},
+            )
+        new_job = defer_run(run_id)
+        AgentRun.objects.filter(pk=run_id).update(job_id=new_job)
+    logger.warning(
+        "Run %s: its worker %s is gone (no such process on this host); job %s takes it up",
+        run_id,
+        worker,
+        new_job,
+    )
+    return 1
 
 
 async def _give_a_new_job(run_id: int, old_job: int, why: str) -> int:
