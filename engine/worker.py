@@ -127,11 +127,11 @@ async def reclaim_from_dead_workers(config: WorkerConfig) -> None:
     """Before taking any job (so none of this process's own can be among them), give a new job
     to each run a dead worker of this host left `running`: a worker started again after a
     `kill -9` takes its predecessor's runs back at once instead of after LOOP_STALE_SECONDS
-    (engine/tasks.py). Done at each life's start, on Django's connector (the app's, not yet
-    replaced), in a thread: it is synchronous."""
-    from engine.tasks import reclaim_runs_of_dead_workers_here
+    (engine/tasks.py). Done at each life's start, in a thread: it is synchronous, on Django's
+    connection."""
+    from engine.tasks import reclaim_as_a_worker_starts
 
-    reclaimed = await asyncio.to_thread(reclaim_runs_of_dead_workers_here)
+    reclaimed = await asyncio.to_thread(reclaim_as_a_worker_starts)
     if reclaimed:
         logger.info(
             "Worker %s: took back %d run(s) of a dead worker of this host", config.name, reclaimed
