@@ -51,6 +51,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 STALE_SECONDS = 120
 WAIT = 60.0  # seconds; every wait for a run is bounded well inside STALE_SECONDS
 READY = "working up to"  # the worker's line once it has reclaimed and is taking jobs
+CUT_OFF_CALL = "import time\ntime.sleep(600)\n"  # lasts until its worker is killed
 
 
 @pytest.fixture
@@ -145,6 +146,39 @@ def test_a_worker_starting_beside_a_live_one_leaves_its_runs_alone(
     assert not beside.count("took back")
     assert ledger(workspaces, run) == {"first": 1, "second": 1}
     assert executions(run) == {"call_first": 1, "call_second": 1}
+
+
+def test_a_live_worker_of_the_host_takes_a_dead_neighbour_s_run_at_its_next_recovery(
+    alice, on_groq, groq_server, start_worker, workspaces
+):
+    groq_server.reply(tool_calls=[call("first")])
+    groq_server.reply(tool_calls=[call("second", then=CUT_OFF_CALL)])
+    groq_server.reply("Done; the second step was cut off.")
+    run = submit_run(alice, TASK, new_conversation(alice), model=MODEL)
+    first = start_worker(**on_groq)
+    wait_for(lambda: started(run, "call_second"), "the call that never ends to start")
+    beside = start_worker(**on_groq)
+    lines = OutputLines(beside)
+    wait_for(lambda: lines.count(READY), "the second worker to take jobs", timeout=WAIT)
+
+    first.send_signal(signal.SIGKILL)
+    killed_at = timezone.now()
+    stopped(first)
+
+    wait_for(lambda: status_of(run) == RunStatus.SUCCEEDED, "the resumed run", timeout=WAIT)
+    [resumed] = resumes(run)
+    assert (resumed["reason"], resumed["lost_worker"]) == (
+        ResumeReason.WORKER_LOST,
+        here(first.pid),
+    )
+    assert RunResume.objects.get(run=run).created_at < killed_at + timedelta(seconds=STALE_SECONDS)
+    assert run.worker == here(beside.pid)
+    assert lines.count(f"its worker {here(first.pid)} is gone") == 1
+    assert not lines.count("took back")  # not at its start: at a recovery, once the first died
+    assert ledger(workspaces, run)["first"] == 1
+    assert ledger(workspaces, run)["second"] <= 1
+    assert max(executions(run).values()) == 1
+    assert finishes(run) == {"call_first": 1, "call_second": 1}
 
 
 def running_with_a_live_job(run: AgentRun, worker: str, claimed_at: Any) -> None:
