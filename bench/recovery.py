@@ -2,19 +2,22 @@
 does a tool call twice; and how late a worker's heartbeat comes when its machine is overloaded.
 
     .venv/bin/python bench/recovery.py [--runs 20] [--stale-seconds S] [--latency-ms 500]
-        [--scenarios same-host,other-host] [--project OLD]
+        [--scenarios make-run,same-host,other-host] [--project OLD]
     .venv/bin/python bench/recovery.py --heartbeats [--runs 64] [--concurrency 32] [--hogs 2]
 
 Starts a fresh site (bench/_stack.py: daphne on a port of 8300-8399, an embedded PostgreSQL of
 its own, Redis, the mock at --latency-ms a turn), works one warm-up run, then has --runs people log
 in and all send the demo task at once and watch it on the page's socket. As soon as a tool call
 of the load has finished, a worker holding running runs is killed with SIGKILL (no hand-back, as
-an OOM kill or a crash). Two scenarios, one after the other on the same site:
+an OOM kill or a crash). Three scenarios, one after the other on the same site:
 
+- make-run: one worker, under its supervisor as `make run` starts it (`manage.py worker
+  --supervise`, which starts it again about a second after it dies); it is killed, and its runs
+  go on once the worker started again in its place takes them back (or, on code that cannot,
+  once its heartbeat is stale);
 - same-host: two workers, one under its supervisor as `make run` starts it (`manage.py worker
-  --supervise`, which starts it again about a second after it dies) and one plain; the supervised
-  one is killed, and its runs go on once the worker started again in its place takes them back
-  (or, on code that cannot, once its heartbeat is stale);
+  --supervise`) and one plain beside it; the supervised one is killed, and its runs go on once
+  the one beside it or the one started again takes them back, whichever comes first;
 - other-host: two plain workers; the one holding the most runs is killed and nothing starts it
   again, as when a machine is lost: the other finds it dead by its heartbeat, within
   LOOP_STALE_SECONDS + 5 s.
@@ -63,7 +66,7 @@ from bench._stack import (
 from bench.load import warm_up
 
 PORTS = range(8300, 8400)  # this bench's web ports (the machine is shared)
-SCENARIOS = ("same-host", "other-host")
+SCENARIOS = ("make-run", "same-host", "other-host")
 Kill = tuple[int, float, list[int]]  # the killed worker's pid, when, and the runs it held
 
 
@@ -171,7 +174,9 @@ def twice(stack: Stack, run_ids: list[int]) -> tuple[int, int]:
     return int(doubled), int(interrupted)
 
 
-def report(scenario: str, stack: Stack, watched: list[Watched], kill: Kill, stale: int) -> None:
+def report(
+    scenario: str, stack: Stack, watched: list[Watched], kill: Kill, stale: int, workers: int
+) -> None:
     victim, killed_at, held = kill
     ids = [seen.run_id for seen in watched if seen.run_id]
     rows = run_rows(stack, ids)
@@ -193,8 +198,8 @@ def report(scenario: str, stack: Stack, watched: list[Watched], kill: Kill, stal
     say_errors(watched)
     statuses = sorted({row.status for row in rows.values()})
     print(
-        f"[{scenario}] {len(ids)} runs on 2 workers; killed worker {victim} holding {len(held)} "
-        f"running runs; ended: {', '.join(statuses)}"
+        f"[{scenario}] {len(ids)} runs on {workers} worker(s); killed worker {victim} holding "
+        f"{len(held)} running runs; ended: {', '.join(statuses)}"
     )
     print(
         f"[{scenario}] time to resume: p50 {percentile(delays, 0.5):.1f} s, max "
@@ -241,16 +246,17 @@ def wait_until_workers_listen(stack: Stack, count: int) -> None:
 
 def scenario(name: str, stack: Stack, runs: int, concurrency: int, stale: int) -> None:
     stack.stop_workers()
-    supervisor = start_supervised(stack, concurrency) if name == "same-host" else None
-    while len(stack.workers) < 2:
+    supervisor = start_supervised(stack, concurrency) if name != "other-host" else None
+    workers = 1 if name == "make-run" else 2
+    while len(stack.workers) < workers:
         stack.start_worker(concurrency)
-    wait_until_workers_listen(stack, 2)
+    wait_until_workers_listen(stack, workers)
     warm_up(stack, f"bench-recovery-{name}-warm-")
     since_run = stack.query("SELECT coalesce(max(id), 0) FROM agent_agentrun")[0][0]
     usernames = stack.create_people(f"bench-recovery-{name}-", runs)
     pid = supervisor.pid if supervisor is not None else None
     watched, kill = asyncio.run(load(stack, usernames, since_run, pid))
-    report(name, stack, watched, kill, stale)
+    report(name, stack, watched, kill, stale, workers)
 
 
 def stale_seconds(stack: Stack) -> int:
