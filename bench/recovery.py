@@ -18,9 +18,10 @@ an OOM kill or a crash). Three scenarios, one after the other on the same site:
 - same-host: two workers, one under its supervisor as `make run` starts it (`manage.py worker
   --supervise`) and one plain beside it; the supervised one is killed, and its runs go on once
   the one beside it or the one started again takes them back, whichever comes first;
-- other-host: two plain workers; the one holding the most runs is killed and nothing starts it
-  again, as when a machine is lost: the other finds it dead by its heartbeat, within
-  LOOP_STALE_SECONDS + 5 s.
+- other-host: two plain workers named as workers of another host name themselves
+  (`--name elsewhere:PID`, so no pid of theirs can be judged here); the one holding the most runs
+  is killed and nothing starts it again, as when a machine is lost: the other finds it dead by its
+  heartbeat, within LOOP_STALE_SECONDS + 5 s.
 
 Figures, per scenario:
 - time to resume, p50 and max: from the kill to the RunResumed event of each run the killed
@@ -235,6 +236,23 @@ def start_supervised(stack: Stack, concurrency: int) -> subprocess.Popen[bytes]:
     return process
 
 
+def start_elsewhere(stack: Stack, concurrency: int) -> subprocess.Popen[bytes]:
+    """A plain worker that names itself as a worker of another host would (`elsewhere:PID`), so
+    that no worker here can tell by its pid that it died: only its heartbeat can."""
+    number = len(stack.workers)
+    command = (
+        f'exec "{sys.executable}" manage.py worker --concurrency {concurrency} '
+        '--name "elsewhere:$$"'
+    )
+    process = subprocess.Popen(  # noqa: S603
+        ["/bin/sh", "-c", command],
+        cwd=stack.project, env={**stack.env, "PGAPPNAME": f"{WORKER_APP}{number}"},
+        stdout=stack.log(f"worker-{number}"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    stack.workers.append(process)
+    return process
+
+
 def wait_until_workers_listen(stack: Stack, count: int) -> None:
     """Until `count` workers' run slots are registered (each process registers two rows)."""
     deadline = time.monotonic() + 300
@@ -249,7 +267,10 @@ def scenario(name: str, stack: Stack, runs: int, concurrency: int, stale: int) -
     supervisor = start_supervised(stack, concurrency) if name != "other-host" else None
     workers = 1 if name == "make-run" else 2
     while len(stack.workers) < workers:
-        stack.start_worker(concurrency)
+        if name == "other-host":
+            start_elsewhere(stack, concurrency)
+        else:
+            stack.start_worker(concurrency)
     wait_until_workers_listen(stack, workers)
     warm_up(stack, f"bench-recovery-{name}-warm-")
     since_run = stack.query("SELECT coalesce(max(id), 0) FROM agent_agentrun")[0][0]
