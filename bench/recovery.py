@@ -55,6 +55,7 @@ from bench import _stack
 from bench._stack import (
     MAIN_PROJECT,
     WORKER_APP,
+    Person,
     Stack,
     Watched,
     everyone_sends,
@@ -196,6 +197,7 @@ def report(
     )
     doubled, interrupted = twice(stack, ids)
     by_pid = taken_back_by_pid(stack, held)
+    wrongly = len(resumed_at(stack, [run_id for run_id in ids if run_id not in held], killed_at))
     say_errors(watched)
     statuses = sorted({row.status for row in rows.values()})
     print(
@@ -210,7 +212,8 @@ def report(
     )
     print(
         f"[{scenario}] runs lost {len(lost)}, tool calls executed twice {doubled} "
-        f"({interrupted} answered interrupted), events lost on the sockets {missing}"
+        f"({interrupted} answered interrupted), events lost on the sockets {missing}, runs of "
+        f"live workers resumed (a live worker taken for dead) {wrongly}"
     )
 
 
@@ -307,6 +310,7 @@ class HeartbeatWatch:
         self.done = False
 
     def run(self) -> None:
+        """Read until `done`; from before the people log in, so the watch covers the load."""
         while not self.done:
             rows = self.db.execute(
                 "SELECT id, extract(epoch FROM last_heartbeat), "
@@ -327,14 +331,14 @@ class HeartbeatWatch:
 async def load_with_heartbeats(
     stack: Stack, usernames: list[str], watch: HeartbeatWatch
 ) -> list[Watched]:
-    people = await log_in_all(stack, usernames)
+    watching = asyncio.create_task(asyncio.to_thread(watch.run))
+    people: list[Person] = []
     try:
-        watching = asyncio.create_task(asyncio.to_thread(watch.run))
-        watched = await everyone_sends(people)
+        people = await log_in_all(stack, usernames)
+        return await everyone_sends(people)
+    finally:
         watch.done = True
         await watching
-        return watched
-    finally:
         await asyncio.gather(*(person.close() for person in people))
 
 
