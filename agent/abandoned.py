@@ -1,5 +1,6 @@
 """Runs still `running` whose process is gone: a worker whose heartbeat is stale (or whose row
-is gone), a job that ended before its run, a `runagent` process whose run's heartbeat is stale.
+is gone), a worker of this host whose pid no longer runs, a job that ended before its run, a
+`runagent` process whose run's heartbeat is stale.
 Found here, and ended on the lost process's behalf from the run's log: fenced first (the attempt
 moves on, so the process, if it was only cut off, can write nothing more), then recorded as any
 end is, with what the run had done so far.
@@ -64,8 +65,9 @@ def runs_of_gone_processes_here() -> list[tuple[int, int, str]]:
     the run is `running`, its job is still `doing` (nobody finished it), and its `worker`,
     `host:pid`, names this host and a pid where that worker no longer runs
     (`worker_process_gone`). Found at once, where its heartbeat would take LOOP_STALE_SECONDS
-    to say so: a worker that starts reclaims them (engine/tasks.py). A worker given a `--name`
-    of its own names no pid, and is left to its heartbeat."""
+    to say so: a worker of this host that starts, and the recovery on one, hand them over
+    (engine/tasks.py). A worker given a `--name` of its own names no pid, and is left to its
+    heartbeat."""
     doing = ProcrastinateJob.objects.filter(status="doing").values("id")
     here = AgentRun.objects.filter(
         status=RunStatus.RUNNING, job_id__in=doing, worker__startswith=f"{socket.gethostname()}:"
