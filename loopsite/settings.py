@@ -135,7 +135,7 @@ else:
 # `manage.py worker` works LOOP_WORKER_CONCURRENCY runs at once; a run whose worker stops sending
 # heartbeats for LOOP_STALE_SECONDS is resumed by a live worker, at most LOOP_MAX_RESUMES times
 # (a dead worker of the resuming worker's own host is found at once, by its pid). 10 s: an
-# overloaded worker's heartbeat, due every 3.3 s, was never seen older than 3.7 s
+# overloaded worker's heartbeat, due every 3.3 s, was never seen older than 4.7 s
 # (bench/recovery.py --heartbeats, docs/engine.md).
 LOOP_WORKER_CONCURRENCY = env_int("LOOP_WORKER_CONCURRENCY", 16)
 LOOP_STALE_SECONDS = env_int("LOOP_STALE_SECONDS", 10)
