@@ -1,11 +1,16 @@
 """Runs still `running` whose process is gone: a worker whose heartbeat is stale (or whose row
-is gone), a job that ended before its run, a `runagent` process whose run's heartbeat is stale.
+is gone), a worker of this host whose pid no longer runs, a job that ended before its run, a
+`runagent` process whose run's heartbeat is stale.
 Found here, and ended on the lost process's behalf from the run's log: fenced first (the attempt
 moves on, so the process, if it was only cut off, can write nothing more), then recorded as any
 end is, with what the run had done so far.
 """
 
-from datetime import timedelta
+import os
+import socket
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
@@ -47,6 +52,74 @@ def without_a_process(runs: QuerySet[AgentRun]) -> QuerySet[AgentRun]:
     job_lost = Q(job_id__in=lost_jobs.values("id"))
     job_ended = Q(job_id__isnull=False) & ~Q(job_id__in=waiting_or_working.values("id"))
     return runs.filter(status=RunStatus.RUNNING).filter(jobless | job_lost | job_ended)
+
+
+# A process at a dead worker's pid that started this much later than the run was claimed is
+# another process that took the pid over, not the worker (a process's start is known to the
+# clock tick, the claim to the microsecond; both on this host's clock).
+PID_REUSE_MARGIN = 1.0
+
+
+def runs_of_gone_processes_here() -> list[tuple[int, int, str]]:
+    """(run, job, worker) of each run a worker of this host was working when its process ended:
+    the run is `running`, its job is still `doing` (nobody finished it), and its `worker`,
+    `host:pid`, names this host and a pid where that worker no longer runs
+    (`worker_process_gone`). Found at once, where its heartbeat would take LOOP_STALE_SECONDS
+    to say so: a worker of this host that starts, and the recovery on one, hand them over
+    (engine/tasks.py). A worker given a `--name` of its own names no pid, and is left to its
+    heartbeat."""
+    doing = ProcrastinateJob.objects.filter(status="doing").values("id")
+    here = AgentRun.objects.filter(
+        status=RunStatus.RUNNING, job_id__in=doing, worker__startswith=f"{socket.gethostname()}:"
+    )
+    rows = here.values_list("pk", "job_id", "worker", "heartbeat_at")
+    return [
+        (pk, job, worker)
+        for pk, job, worker, claimed in rows
+        if worker_process_gone(worker, claimed)
+    ]
+
+
+def worker_process_gone(worker: str, claimed_at: datetime | None) -> bool:
+    """Whether the process `worker` (`host:pid`, of this host) that claimed its run at
+    `claimed_at` has ended. A pid is reused once its process is gone, so a process found there
+    is that worker only if it had started by the claim: one that started after it (this very
+    worker, restarted under the same pid in a new container, say) is another process."""
+    _, _, pid = worker.rpartition(":")
+    if not pid.isdigit() or claimed_at is None:
+        return False
+    started = process_started_at(int(pid))
+    if started is None:
+        return True
+    return started > claimed_at.timestamp() + PID_REUSE_MARGIN
+
+
+def process_started_at(pid: int) -> float | None:
+    """When process `pid` started (epoch seconds); None if there is none (a zombie is none:
+    it has ended and waits only to be reaped). Read from /proc; where there is no /proc, a
+    process that exists is taken to have started long ago (it is never judged a newcomer)."""
+    if not Path("/proc/self/stat").exists():
+        return 0.0 if _exists(pid) else None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (FileNotFoundError, ProcessLookupError):  # gone, or going as it was read
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state is field 3
+    if fields[0] in ("Z", "X"):
+        return None
+    ticks_after_boot = int(fields[19])  # field 22, starttime
+    return time.time() - (uptime - ticks_after_boot / os.sysconf("SC_CLK_TCK"))
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it exists
+        pass
+    return True
 
 
 def end_if_abandoned(run_id: int, status: RunStatus, error: str = "") -> bool:

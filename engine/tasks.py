@@ -11,14 +11,16 @@ import logging
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, connection
-from procrastinate import JobContext, RetryStrategy
+from django.db import close_old_connections, connection, transaction
+from procrastinate import JobContext, RetryStrategy, sql
 from procrastinate.contrib.django import app
+from procrastinate.contrib.django.django_connector import DjangoConnector
 from procrastinate.contrib.django.models import ProcrastinateJob
 from procrastinate.job_context import AbortReason
-from procrastinate.jobs import Status
+from procrastinate.jobs import JobDeferrer, Status
+from procrastinate.manager import JobManager
 
-from agent.abandoned import end_jobless_runs_without_a_process
+from agent.abandoned import end_jobless_runs_without_a_process, runs_of_gone_processes_here
 from agent.core.events import RunStatus
 from agent.core.interrupt import StopReason
 from agent.models import AgentRun
@@ -96,22 +98,23 @@ async def recover_runs(timestamp: int) -> int:
     - the runs of a dead worker (no heartbeat for LOOP_STALE_SECONDS). The dead worker's job is
       ended as failed first: if that worker was only cut off and comes back, finishing its old job
       cannot touch the new one, and its writes to the run are already fenced off by the attempt;
+    - the runs of a dead worker of this host, found at once by its pid
+      (`reclaim_runs_of_dead_workers_here`), whatever its heartbeat says;
     - runs whose job ended while they had not (the job failed on an error, say the database
       refusing a connection before the run was taken), which would otherwise wait for ever.
 
     And it ends `interrupted` each run of `runagent`'s (no job) whose process is gone: its owner
     may continue it, or take it up with `runagent --resume`.
     """
-    recovered = 0
+    recovered = await sync_to_async(reclaim_runs_of_dead_workers_here)()
     for job in await app.job_manager.get_stalled_jobs(
         task_name=WORK_RUN, seconds_since_heartbeat=settings.LOOP_STALE_SECONDS
     ):
-        await app.job_manager.finish_job_by_id_async(job.id, status=Status.FAILED, delete_job=False)
-        run_id = await _run_of(job.id)
-        if run_id is not None:  # else its run ended or moved on meanwhile
-            recovered += await _give_a_new_job(run_id, job.id, "its worker stopped")
+        recovered += await sync_to_async(hand_over)(job.id, "its worker stopped")
     for run_id, job_id in await _runs_whose_job_ended():
-        recovered += await _give_a_new_job(run_id, job_id, f"its job {job_id} ended before it")
+        recovered += await sync_to_async(give_a_new_job)(
+            run_id, job_id, f"its job {job_id} ended before it"
+        )
     return recovered + await sync_to_async(end_jobless_runs_without_a_process)()
 
 
@@ -137,11 +140,74 @@ async def prune_old_records_job(timestamp: int) -> int:
     return pruned.runs
 
 
-async def _give_a_new_job(run_id: int, old_job: int, why: str) -> int:
-    new_job = await work_run.defer_async(run_id=run_id)
-    await AgentRun.objects.filter(pk=run_id, job_id=old_job).aupdate(job_id=new_job)
+def reclaim_runs_of_dead_workers_here() -> int:
+    """Give a new job, at once, to each run a worker of this host was working when its process
+    ended (killed, crashed: its pid is gone, see agent/abandoned.py); a live worker claims it and
+    resumes it, as the recovery does for a worker whose heartbeat went stale, only without
+    waiting LOOP_STALE_SECONDS for that. Called by every worker as it starts (so one that its
+    supervisor, systemd or a container's restart policy starts again takes its predecessor's runs
+    back in seconds) and by the recovery every RECOVERY_EVERY_SECONDS (so a worker beside the
+    dead one on the same host does too). Says how many."""
+    reclaimed = 0
+    for _, job_id, worker in runs_of_gone_processes_here():
+        why = f"its worker {worker} is gone (no such process on this host)"
+        reclaimed += hand_over(job_id, why, worker=worker)
+    return reclaimed
+
+
+def reclaim_as_a_worker_starts() -> int:
+    """`reclaim_runs_of_dead_workers_here` from a worker's start, in a thread of its pool, whose
+    connection is closed after (the thread goes on to work runs)."""
+    try:
+        return reclaim_runs_of_dead_workers_here()
+    finally:
+        connection.close()
+
+
+def hand_over(job_id: int, why: str, *, worker: str = "") -> int:
+    """Take a lost job off its dead worker: in one transaction, end it as failed, and give the
+    live run still naming it a new job (so no worker can fetch the new job before the run names
+    it). Nothing if the job is no longer `doing` (another recovery got there first), or, given
+    `worker`, if its run is no longer that worker's (it was judged dead by its pid, and a claim
+    came since). Says whether a run got a new job."""
+    with transaction.atomic():
+        job = ProcrastinateJob.objects.select_for_update().filter(pk=job_id, status="doing")
+        if job.values_list("pk").first() is None:
+            return 0
+        runs = AgentRun.objects.select_for_update().filter(job_id=job_id, status__in=LIVE)
+        if worker:
+            runs = runs.filter(worker=worker)
+        run_id = runs.values_list("pk", flat=True).first()
+        if worker and run_id is None:
+            return 0
+        with connection.cursor() as cursor:  # Procrastinate's own query, in this transaction
+            cursor.execute(
+                sql.queries["finish_job"],
+                {"job_id": job_id, "status": Status.FAILED.value, "delete_job": False},
+            )
+        if run_id is None:  # its run ended or moved on meanwhile
+            return 0
+        return give_a_new_job(run_id, job_id, why)
+
+
+def give_a_new_job(run_id: int, old_job: int, why: str) -> int:
+    """Queue a new job for the run, if it is still live under `old_job`, and name it on the run,
+    in one transaction: a worker sees both or neither. Says whether it did."""
+    with transaction.atomic():
+        live = AgentRun.objects.select_for_update().filter(pk=run_id, job_id=old_job)
+        if live.filter(status__in=LIVE).values_list("pk").first() is None:
+            return 0
+        new_job = defer_on_django(run_id)
+        AgentRun.objects.filter(pk=run_id).update(job_id=new_job)
     logger.warning("Run %s: %s; job %s takes it up", run_id, why, new_job)
     return 1
+
+
+def defer_on_django(run_id: int) -> int:
+    """The run's job, deferred on Django's connection, in its transaction, whichever connector
+    the app has now (a worker's is a pool of its own)."""
+    template = work_run.configure(queue=RUNS_QUEUE).job
+    return JobDeferrer(job_manager=JobManager(DjangoConnector()), job=template).defer(run_id=run_id)
 
 
 async def _runs_whose_job_ended() -> list[tuple[int, int]]:
@@ -154,9 +220,3 @@ async def _runs_whose_job_ended() -> list[tuple[int, int]]:
         .values_list("pk", "job_id")
     )
     return await sync_to_async(list)(orphans)
-
-
-async def _run_of(job_id: int) -> int | None:
-    """The live run this job was working, if it still is that run's job."""
-    live = AgentRun.objects.filter(job_id=job_id, status__in=LIVE)
-    return await live.values_list("pk", flat=True).afirst()

@@ -102,7 +102,9 @@ async def work(config: WorkerConfig) -> None:
 
     from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE
 
-    with app.replace_connector(await worker_connector()):
+    connector = await worker_connector()
+    await reclaim_from_dead_workers(config)
+    with app.replace_connector(connector):
         async with app.open_async():
             logger.info("Worker %s: working up to %d runs at once", config.name, config.concurrency)
             await first_to_end(
@@ -119,6 +121,21 @@ async def work(config: WorkerConfig) -> None:
                     concurrency=1,
                 ),
             )
+
+
+async def reclaim_from_dead_workers(config: WorkerConfig) -> None:
+    """Before taking any job (so none of this process's own can be among them), give a new job
+    to each run a dead worker of this host left `running`: a worker started again after a
+    `kill -9` takes its predecessor's runs back at once instead of after LOOP_STALE_SECONDS
+    (engine/tasks.py). Done at each life's start, in a thread: it is synchronous, on Django's
+    connection."""
+    from engine.tasks import reclaim_as_a_worker_starts
+
+    reclaimed = await asyncio.to_thread(reclaim_as_a_worker_starts)
+    if reclaimed:
+        logger.info(
+            "Worker %s: took back %d run(s) of a dead worker of this host", config.name, reclaimed
+        )
 
 
 async def worker_connector() -> "PsycopgConnector":

@@ -133,9 +133,12 @@ else:
 
 # The run engine: Procrastinate on the same PostgreSQL (engine/tasks.py, docs/engine.md).
 # `manage.py worker` works LOOP_WORKER_CONCURRENCY runs at once; a run whose worker stops sending
-# heartbeats for LOOP_STALE_SECONDS is resumed by a live worker, at most LOOP_MAX_RESUMES times.
+# heartbeats for LOOP_STALE_SECONDS is resumed by a live worker, at most LOOP_MAX_RESUMES times
+# (a dead worker of the resuming worker's own host is found at once, by its pid). 10 s: an
+# overloaded worker's heartbeat, due every 3.3 s, was never seen older than 4.7 s
+# (bench/recovery.py --heartbeats, docs/engine.md).
 LOOP_WORKER_CONCURRENCY = env_int("LOOP_WORKER_CONCURRENCY", 16)
-LOOP_STALE_SECONDS = env_int("LOOP_STALE_SECONDS", 30)
+LOOP_STALE_SECONDS = env_int("LOOP_STALE_SECONDS", 10)
 LOOP_MAX_RESUMES = env_int("LOOP_MAX_RESUMES", 2)
 
 # The model (see agent/llm/ and docs/configuration.md). No key: the keyless mock model.
