@@ -266,8 +266,8 @@ def test_a_supervised_worker_that_is_killed_is_started_again(alice, start_worker
     status, output = stopped(supervisor)
     assert status == 0, output
     first, second = killed
-    assert f"The worker (pid {first}) was killed by SIGKILL; starting it again in 1 s" in output
-    assert f"The worker (pid {second}) was killed by SIGKILL; starting it again in 2 s" in output
+    assert f"The worker (pid {first}) was killed by SIGKILL; starting it again at once" in output
+    assert f"The worker (pid {second}) was killed by SIGKILL; starting it again in 1 s" in output
 
 
 def test_a_worker_that_cannot_reach_its_database_waits_for_it_and_stops_when_told(
