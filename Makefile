@@ -67,8 +67,15 @@ run: migrate
 worker: migrate
 	$(BIN)/python manage.py worker $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
+# The whole suite on TEST_WORKERS pytest-xdist workers, each with a test database of its own
+# (test_loop_gw0, ...) on the one embedded server: most tests wait on child processes, so more
+# workers than the 2 cores pay. Each module's tests stay on one worker, and so do the modules of
+# one xdist_group (tests/conftest.py's scheduler). Then the tests marked serial, alone (timed
+# bounds that busy workers beside them would stretch). `make test TEST_WORKERS=0`: all serially.
+TEST_WORKERS ?= 4
 test: $(VENV)/.installed system-deps browser-deps
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
+	$(BIN)/pytest -m serial
 
 # The edit-test cycle, in seconds: the modules marked `pytestmark = pytest.mark.fast` (no
 # database, no server, no sandbox, no browser). Only those modules are collected: collecting all

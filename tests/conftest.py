@@ -20,8 +20,57 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 _CONFIG_VARIABLES = ("DEBUG", "SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL")
 
 
+# Where LOOP_SANDBOX_UID_BASE is set, each xdist worker's range starts this far above the last:
+# users per test database stay far below it.
+XDIST_UID_STRIDE = 2**20
+
 # libpq names the child processes' database sessions by this, so a test can wait for them to go.
 CHILD_APPLICATION_NAME = "loop-test-child"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker is a site of its own beside the others: its own test
+    database (pytest-django names it test_loop_gw0, ...), and here its own workspaces directory
+    and with it its own sandbox uid range. Every worker's user ids start at 1, so sharing either
+    would give two workers' users one workspace, or one uid and with it the kernel's process
+    budget, a person's memory cgroup and the processes a test counts as its user's. The child
+    processes a test starts (workers, daphne, runagent) inherit both through the environment."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return
+    from django.conf import settings
+
+    from loopsite.settings import sandbox_uid_base
+
+    shared = settings.LOOP_WORKSPACES_DIR
+    workspaces = shared.with_name(f"{shared.name}-{worker}")
+    settings.LOOP_WORKSPACES_DIR = workspaces
+    os.environ["LOOP_WORKSPACES_DIR"] = str(workspaces)
+    if "LOOP_SANDBOX_UID_BASE" in os.environ:  # one set range: each worker takes a part of it
+        base = int(os.environ["LOOP_SANDBOX_UID_BASE"]) + int(worker[2:]) * XDIST_UID_STRIDE
+        os.environ["LOOP_SANDBOX_UID_BASE"] = str(base)
+    else:  # derived from the directory, as a site's is
+        base = sandbox_uid_base(workspaces)
+    settings.LOOP_SANDBOX_UID_BASE = base
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` (as `make test` runs it): the tests of a module go to one worker
+    together, so its module-scoped fixtures (ModuleRecords, a migrated data directory) are made
+    once; modules marked `pytest.mark.xdist_group(NAME)` go to one worker together, so they never
+    run at the same time as each other. Stock loadgroup would hand out every other test alone."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleOrGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.rfind("@") > nodeid.rfind("]"):
+                return nodeid.rsplit("@", 1)[1]
+            return nodeid.split("::", 1)[0]
+
+    return ModuleOrGroupScheduling(config, log)
 
 
 def child_environment(**overrides: str) -> dict[str, str]:

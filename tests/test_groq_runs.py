@@ -303,6 +303,7 @@ def test_a_provider_that_keeps_failing_ends_the_run_failed_with_its_progress(on_
     assert len(on_groq.requests) == 3  # one turn, then the failing one and its one retry
 
 
+@pytest.mark.serial
 def test_a_slow_provider_is_cut_off_at_the_runs_deadline(on_groq, alice, recall_ready):
     on_groq.reply("too late", delay=5)
     run = start_run(alice, "List my files", limits=default_limits(max_seconds=1))
@@ -422,6 +423,7 @@ def test_a_connection_dropped_while_the_reply_streams_is_retried_and_the_run_suc
     assert "".join(text for _, text in published) == shown_before + ANSWER
 
 
+@pytest.mark.serial
 def test_a_reply_dripping_past_the_deadline_halts_the_run_saying_the_provider_was_too_slow(
     on_groq, alice, monkeypatch, recall_ready
 ):

@@ -199,6 +199,7 @@ def one_slot(two_models, openai_server):
     return openai_server
 
 
+@pytest.mark.serial
 def test_a_run_waits_its_turn_for_a_busy_model_server_and_halts_on_its_deadline(
     alice, one_slot, workspaces
 ):

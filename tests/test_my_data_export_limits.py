@@ -121,6 +121,7 @@ def test_an_export_whose_client_went_away_lets_go(as_alice, no_interval, monkeyp
     assert zip_of(as_alice.post(EXPORT)).testzip() is None
 
 
+@pytest.mark.serial
 def test_one_export_per_interval_per_person(as_alice, alice, bob, settings):
     settings.LOOP_EXPORT_INTERVAL_SECONDS = 300
     zip_of(as_alice.post(EXPORT))

@@ -470,6 +470,7 @@ def test_a_server_failing_on_every_attempt_ends_the_run_failed_with_its_progress
     assert waits == [0.01]  # LOOP_OPENAI_MAX_RETRIES = 1
 
 
+@pytest.mark.serial
 def test_a_slow_server_is_cut_off_at_the_runs_deadline(on_server, alice, recall_ready):
     on_server.reply("too late", delay=5)
 
@@ -484,6 +485,7 @@ def test_a_slow_server_is_cut_off_at_the_runs_deadline(on_server, alice, recall_
     assert run.answer.startswith("Stopped before a final answer.")
 
 
+@pytest.mark.serial
 def test_a_reply_dripping_past_the_deadline_halts_the_run_and_the_server_is_left(
     on_server, alice, published, recall_ready
 ):

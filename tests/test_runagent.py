@@ -229,6 +229,7 @@ class SilentModelServer:
             connection.close()
 
 
+@pytest.mark.serial
 def test_ctrl_c_stops_runagent_in_the_middle_of_a_model_call(
     child_database_url, workspaces, settings
 ):

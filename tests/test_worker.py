@@ -130,6 +130,7 @@ def test_a_stop_from_another_process_ends_the_run_in_the_worker_cancelled(alice,
     assert run.events.last().kind == "run_finished"
 
 
+@pytest.mark.serial
 def test_sixteen_runs_on_one_worker_are_all_running_at_one_moment(
     alice, django_user_model, start_worker
 ):
