@@ -16,6 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from agent import bus
+from agent.connections import release_connection
 from agent.core.events import (
     AnswerSource,
     BreakerTripped,
@@ -74,6 +75,7 @@ class RunRecorder:
             self.seq -= 1
             raise RunLost(f"Run {self.run.pk}: the database stopped answering: {error}") from error
         self.finished = isinstance(event, RunFinished)
+        release_connection()  # not held across the model call or tool call that comes next
         self.announce()
         if self.then is not None:
             self.publish(event)
