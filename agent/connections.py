@@ -3,6 +3,8 @@ one for the run's life: with a pool (loopsite/database.py), the sessions a worke
 under its pool's size however many runs it works at once."""
 
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.utils import load_backend
 
 
 def release_connection(alias: str = DEFAULT_DB_ALIAS) -> None:
@@ -15,3 +17,12 @@ def release_connection(alias: str = DEFAULT_DB_ALIAS) -> None:
     if getattr(connection, "pool", None) is None:
         return
     connection.close()
+
+
+def connection_of_its_own(alias: str = DEFAULT_DB_ALIAS) -> BaseDatabaseWrapper:
+    """A connection outside the pool, for a session whose state must end with it (advisory
+    locks held across requests): a pooled one would be lent on, its locks still held."""
+    settings = connections.settings[alias]
+    options = {name: value for name, value in settings["OPTIONS"].items() if name != "pool"}
+    backend = load_backend(settings["ENGINE"])
+    return backend.DatabaseWrapper({**settings, "OPTIONS": options, "CONN_MAX_AGE": 0}, alias)

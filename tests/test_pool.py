@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 
@@ -158,7 +157,9 @@ def test_sixteen_runs_on_a_worker_with_a_pool_of_three_hold_at_most_the_bound(
     wait_for(lambda: status_of(first) == RunStatus.SUCCEEDED, "the first run to succeed")
     people = [django_user_model.objects.create_user(f"person-{n}") for n in range(16)]
     with Peak(child_environment()["PGAPPNAME"]) as peak:
-        runs = [submit_run(p, "Count slowly to 3", new_conversation(p), model="mock") for p in people]
+        runs = [
+            submit_run(p, "Count slowly to 3", new_conversation(p), model="mock") for p in people
+        ]
         wait_for(
             lambda: all(status_of(run) == RunStatus.SUCCEEDED for run in runs),
             "all 16 runs to succeed",
@@ -231,7 +232,7 @@ def test_the_web_serves_a_burst_on_at_most_its_pool(alice, daphne):
     cookie = f"sessionid={client.cookies['sessionid'].value}"
 
     def home(_: int) -> int:
-        request = urllib.request.Request(f"{daphne}/", headers={"Cookie": cookie})
+        request = urllib.request.Request(f"{daphne}/", headers={"Cookie": cookie})  # noqa: S310
         with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310
             return response.status
 
