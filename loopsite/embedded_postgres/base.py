@@ -5,11 +5,9 @@ import logging
 import time
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 import psycopg
-from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool
 
 from loopsite.database import database_unreachable
 from loopsite.embedded_postgres.server import SUPERUSER, revive, socket_dir
@@ -26,18 +24,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def pgdata(self) -> Path:
         return Path(self.settings_dict["EMBEDDED"]["DATA_DIR"])
 
-    @property
-    def pool(self) -> ConnectionPool | None:
-        """Django's pool, whose connections are made by a class that starts the server again
-        when it is gone (the pool makes them in threads of its own, not through
-        get_new_connection below)."""
-        options = self.settings_dict["OPTIONS"].get("pool")
-        if isinstance(options, dict) and self.alias not in self._connection_pools:
-            embedded = self.settings_dict["EMBEDDED"]
-            options.setdefault(
-                "connection_class", reviving(Path(embedded["DATA_DIR"]), embedded["DATABASE"])
-            )
-        return super().pool
+    def pool_connection_class(self) -> type[base.WatchedConnection]:
+        """The pool's connections start the server again when it is gone."""
+        embedded = self.settings_dict["EMBEDDED"]
+        return reviving(Path(embedded["DATA_DIR"]), embedded["DATABASE"])
 
     def connect(self) -> None:
         """Borrow from the pool, or connect. A borrow skips the look at the server (a file read
@@ -94,7 +84,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             revived = True
 
 
-class RevivingConnection(psycopg.Connection[TupleRow]):
+class RevivingConnection(base.WatchedConnection):
     """A pooled connection to the embedded server: before each new session, the server is
     started again if it is no longer running (a look at its postmaster.pid)."""
 
@@ -102,12 +92,11 @@ class RevivingConnection(psycopg.Connection[TupleRow]):
     database: ClassVar[str]
 
     @classmethod
-    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+    def before_connecting(cls) -> None:
         try:
             socket_dir(cls.pgdata, cls.database)
         except Exception as error:
             raise not_started(cls.pgdata, error) from error
-        return super().connect(conninfo, **kwargs)
 
 
 @cache
