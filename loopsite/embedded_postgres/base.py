@@ -9,8 +9,14 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from loopsite.database import database_unreachable
-from loopsite.embedded_postgres.server import SUPERUSER, revive, socket_dir
+from loopsite.database import PoolExhausted, database_unreachable
+from loopsite.embedded_postgres.server import (
+    SUPERUSER,
+    await_start,
+    revive,
+    socket_dir,
+    starting,
+)
 from loopsite.postgres import base
 
 logger = logging.getLogger(__name__)
@@ -61,9 +67,16 @@ class DatabaseWrapper(base.DatabaseWrapper):
         A postmaster killed a moment ago can still look alive while it is torn down, and one
         just started can still refuse: so connecting is tried again, briefly.
 
-        With a pool, the pool's own connections do that (`reviving`), and the pool's wait is
-        bounded by its timeout: a lent connection is returned as it is."""
+        With a pool, the pool's own connections do that (`reviving`), in the pool's threads;
+        a borrow whose wait ran out while one of them was still starting the server (a slow
+        start on a busy machine) waits for that start, then borrows once more."""
         if self.pool is not None:
+            try:
+                return super().get_new_connection(conn_params)
+            except PoolExhausted:
+                if not starting():
+                    raise
+            await_start()
             return super().get_new_connection(conn_params)
         deadline = time.monotonic() + CONNECT_SECONDS
         revived = False

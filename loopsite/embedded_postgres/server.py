@@ -65,6 +65,17 @@ def socket_dir(pgdata: Path, database: str) -> Path:
         return _joined[pgdata]
 
 
+def starting() -> bool:
+    """Whether a thread of this process is starting or joining a server now."""
+    return _lock.locked()
+
+
+def await_start() -> None:
+    """Wait until no thread of this process is starting or joining a server."""
+    with _lock:
+        pass
+
+
 def revive(pgdata: Path) -> Path:
     """After a connection failed: start the server again if it is not running (it died), and
     return its socket directory. If another process started it meanwhile, this only joins."""

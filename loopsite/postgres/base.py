@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Self
 
 import psycopg
 from django.db.backends.postgresql import base
+from psycopg import IsolationLevel
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -16,6 +17,10 @@ from loopsite.database import PoolExhausted
 # A failed try to connect counts for this long: meanwhile nobody waits on the pool for a session
 # that cannot come (the pool keeps trying by itself, and the first borrow after it waits again).
 RECENT_FAILURE_SECONDS = 2.0
+PROBE_SECONDS = 2  # libpq's connect_timeout: whole seconds
+# A thread waiting for a connection looks again whether the database refuses this often.
+WAIT_SLICE_SECONDS = 1.0
+DEFAULT_LEVEL = IsolationLevel.READ_COMMITTED  # Django's when OPTIONS names none
 
 
 class WatchedConnection(psycopg.Connection[TupleRow]):
@@ -60,12 +65,30 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         pool = self.pool
-        if pool is not None:
-            refused_now(pool)
-        try:
+        if pool is None:
             return super().get_new_connection(conn_params)
-        except PoolTimeout as error:
-            raise self.exhausted() from error
+        # Django 5.2's own borrow (base.DatabaseWrapper.get_new_connection), but waiting in
+        # slices, so that a database that stops answering meanwhile is seen within one.
+        level = self.settings_dict["OPTIONS"].get("isolation_level")
+        self.isolation_level = IsolationLevel(level) if level is not None else DEFAULT_LEVEL
+        pool.open()
+        connection = self.borrow(pool)
+        if level is not None:
+            connection.isolation_level = self.isolation_level
+        return connection
+
+    def borrow(self, pool: ConnectionPool) -> Any:
+        """A connection from the pool within its timeout; PoolExhausted when none came free, the
+        database's own error when it refuses new sessions."""
+        deadline = time.monotonic() + pool.timeout
+        while True:
+            refused_now(pool)
+            left = deadline - time.monotonic()
+            try:
+                return pool.getconn(timeout=max(0.01, min(WAIT_SLICE_SECONDS, left)))
+            except PoolTimeout as error:
+                if time.monotonic() >= deadline:
+                    raise self.exhausted() from error
 
     def exhausted(self) -> PoolExhausted:
         pool = self.pool
@@ -78,14 +101,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
 
 def refused_now(pool: ConnectionPool) -> None:
-    """Raise the database's own refusal when the pool's last try to connect failed a moment ago
-    and it has no connection idle: a request is answered 503 at once, not after the pool's
-    timeout (the first one after an outage still waits)."""
+    """While the pool's last try to connect failed a moment ago and it has no connection idle,
+    try one session directly (a Unix socket or a TCP connect, milliseconds): the database's own
+    refusal is raised at once, so a request is answered 503 as without a pool, not after the
+    pool's timeout; once it answers again, the borrow waits for the pool's own next try."""
     failed = getattr(pool.connection_class, "failed", None)
-    if failed is None:
+    if failed is None or time.monotonic() - failed[0] > RECENT_FAILURE_SECONDS:
         return
-    at, error = failed
-    age = time.monotonic() - at
-    if age > RECENT_FAILURE_SECONDS or pool.get_stats()["pool_available"]:
+    if pool.get_stats()["pool_available"]:
         return
-    raise psycopg.OperationalError(f"{error} (the pool's last try to connect, {age:.1f} s ago)")
+    kwargs = {"connect_timeout": PROBE_SECONDS, **(pool.kwargs or {})}
+    with pool.connection_class.connect(pool.conninfo, **kwargs):
+        pass  # it answers: the pool connects again by itself
