@@ -112,7 +112,7 @@ TEMPLATES = [
 # most LOOP_DB_POOL_SIZE sessions (0: no pool, a connection per thread); a thread waits at most
 # LOOP_DB_POOL_TIMEOUT seconds for one, then fails saying so. docs/deploy.md sizes them.
 LOOP_DB_POOL_SIZE = env_int("LOOP_DB_POOL_SIZE", 10)
-LOOP_DB_POOL_TIMEOUT = env_float("LOOP_DB_POOL_TIMEOUT", 30.0) or 30.0
+LOOP_DB_POOL_TIMEOUT = env_float("LOOP_DB_POOL_TIMEOUT", 60.0) or 60.0
 DATABASES = {
     "default": database_settings(
         env_str("DATABASE_URL"), VAR_DIR, Pool(LOOP_DB_POOL_SIZE, LOOP_DB_POOL_TIMEOUT)

@@ -14,18 +14,16 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from loopsite.database import PoolExhausted
 
-# A failed try to connect counts for this long: meanwhile nobody waits on the pool for a session
-# that cannot come (the pool keeps trying by itself, and the first borrow after it waits again).
-RECENT_FAILURE_SECONDS = 2.0
 PROBE_SECONDS = 2  # libpq's connect_timeout: whole seconds
-# A thread waiting for a connection looks again whether the database refuses this often.
-WAIT_SLICE_SECONDS = 1.0
+# A thread waiting for a connection looks again whether the database refuses this often (each
+# look puts it back at the end of the pool's queue: not too often).
+WAIT_SLICE_SECONDS = 5.0
 DEFAULT_LEVEL = IsolationLevel.READ_COMMITTED  # Django's when OPTIONS names none
 
 
 class WatchedConnection(psycopg.Connection[TupleRow]):
     """A pool's connection (the pool makes them in threads of its own), remembering, for its
-    pool, whether its last try to connect failed and how."""
+    pool, whether its last try to connect failed and how, until one works again."""
 
     failed: ClassVar[tuple[float, Exception] | None] = None
 
@@ -101,15 +99,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
 
 def refused_now(pool: ConnectionPool) -> None:
-    """While the pool's last try to connect failed a moment ago and it has no connection idle,
-    try one session directly (a Unix socket or a TCP connect, milliseconds): the database's own
-    refusal is raised at once, so a request is answered 503 as without a pool, not after the
-    pool's timeout; once it answers again, the borrow waits for the pool's own next try."""
-    failed = getattr(pool.connection_class, "failed", None)
-    if failed is None or time.monotonic() - failed[0] > RECENT_FAILURE_SECONDS:
+    """While the pool's last try to connect failed (and none has worked since) and it has no
+    connection idle, try one session directly (a Unix socket or a TCP connect, milliseconds): the
+    database's own refusal is raised at once, so a request is answered 503 as without a pool,
+    not after the pool's timeout; once it answers again, the borrow waits for the pool's own
+    next try."""
+    if getattr(pool.connection_class, "failed", None) is None:
         return
     if pool.get_stats()["pool_available"]:
         return
     kwargs = {"connect_timeout": PROBE_SECONDS, **(pool.kwargs or {})}
     with pool.connection_class.connect(pool.conninfo, **kwargs):
-        pass  # it answers: the pool connects again by itself
+        pass  # it answers (and the record of the failure is gone): the pool connects by itself
