@@ -15,12 +15,12 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.handlers.asgi import ASGIRequest
-from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest
 from django.utils import timezone
 
 from accounts.models import ExportStart
+from agent.connections import connection_of_its_own
 
 PERSON_LOCK = "loop.export.person:{}"
 SLOT_LOCK = "loop.export.slot:{}"
@@ -47,12 +47,12 @@ class ExportRefused(Exception):
 
 
 class HeldExport:
-    """The locks of one export under way, on a connection no other code uses (a lock taken on
-    the request's own connection would be taken again by the same session, and outlive the
-    request with CONN_MAX_AGE)."""
+    """The locks of one export under way, on a connection no other code uses and outside the
+    pool (a lock taken on the request's own connection would be taken again by the same session,
+    and outlive the request in the pool)."""
 
     def __init__(self) -> None:
-        self._connection: BaseDatabaseWrapper = connections.create_connection(DEFAULT_DB_ALIAS)
+        self._connection: BaseDatabaseWrapper = connection_of_its_own()
 
     def lock(self, key: str) -> bool:
         with self._connection.cursor() as cursor:

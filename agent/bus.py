@@ -53,6 +53,8 @@ from django.core.signals import setting_changed
 from django.db import DatabaseError, connections
 from django.dispatch import receiver
 
+from agent.connections import release_connection
+
 logger = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL = "loop_run_events"
@@ -652,6 +654,7 @@ def connection_params() -> dict[str, Any]:
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     params = connection.get_connection_params()
+    release_connection()  # only its parameters were wanted
     for django_only in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(django_only, None)
     return params

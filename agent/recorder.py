@@ -16,6 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from agent import bus
+from agent.connections import release_connection
 from agent.core.events import (
     AnswerSource,
     BreakerTripped,
@@ -98,6 +99,7 @@ class RunRecorder:
             self.seq -= len(events)
             raise RunLost(f"Run {self.run.pk}: the database stopped answering: {error}") from error
         self.finished = isinstance(events[-1], RunFinished)
+        release_connection()  # not held across the model call or tool call that comes next
         self.announce()
         for event in events:
             if self.then is not None:

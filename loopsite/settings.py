@@ -11,7 +11,7 @@ from pathlib import Path
 from csp.constants import NONE, SELF
 from django.core.management.utils import get_random_secret_key
 
-from loopsite.database import database_settings
+from loopsite.database import Pool, database_settings
 from loopsite.env import (
     env_bool,
     env_choice,
@@ -108,7 +108,16 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {"default": database_settings(env_str("DATABASE_URL"), VAR_DIR)}
+# Each process (daphne, a worker, a manage.py command) borrows its connections from a pool of at
+# most LOOP_DB_POOL_SIZE sessions (0: no pool, a connection per thread); a thread waits at most
+# LOOP_DB_POOL_TIMEOUT seconds for one, then fails saying so. docs/deploy.md sizes them.
+LOOP_DB_POOL_SIZE = env_int("LOOP_DB_POOL_SIZE", 10)
+LOOP_DB_POOL_TIMEOUT = env_float("LOOP_DB_POOL_TIMEOUT", 60.0) or 60.0
+DATABASES = {
+    "default": database_settings(
+        env_str("DATABASE_URL"), VAR_DIR, Pool(LOOP_DB_POOL_SIZE, LOOP_DB_POOL_TIMEOUT)
+    )
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")

@@ -58,7 +58,7 @@ def test_production_values_are_used(monkeypatch, tmp_path):
     assert settings["SESSION_COOKIE_SECURE"]
     assert settings["CSRF_COOKIE_SECURE"]
     database = settings["DATABASES"]["default"]
-    assert database["ENGINE"] == "django.db.backends.postgresql"
+    assert database["ENGINE"] == "loopsite.postgres"  # Django's, saying when its pool is exhausted
     assert (database["HOST"], database["NAME"], database["USER"]) == (
         "db.example.com",
         "loop",
@@ -98,7 +98,7 @@ def test_database_url_query_parameters_become_connection_options(monkeypatch, tm
     database = settings["DATABASES"]["default"]
     assert database["PASSWORD"] == "secret"
     assert database["PORT"] == "5432"
-    assert database["OPTIONS"] == {"sslmode": "require"}
+    assert database["OPTIONS"]["sslmode"] == "require"
 
 
 def test_production_start_without_secret_key_fails_with_its_name(manage):

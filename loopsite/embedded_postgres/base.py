@@ -3,14 +3,21 @@ when a connection finds it gone."""
 
 import logging
 import time
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
-from django.db.backends.postgresql import base
 
-from loopsite.database import database_unreachable
-from loopsite.embedded_postgres.server import SUPERUSER, revive, socket_dir
+from loopsite.database import PoolExhausted, database_unreachable
+from loopsite.embedded_postgres.server import (
+    SUPERUSER,
+    await_start,
+    revive,
+    socket_dir,
+    starting,
+)
+from loopsite.postgres import base
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +30,27 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def pgdata(self) -> Path:
         return Path(self.settings_dict["EMBEDDED"]["DATA_DIR"])
 
+    def pool_connection_class(self) -> type[base.WatchedConnection]:
+        """The pool's connections start the server again when it is gone."""
+        embedded = self.settings_dict["EMBEDDED"]
+        return reviving(Path(embedded["DATA_DIR"]), embedded["DATABASE"])
+
+    def connect(self) -> None:
+        """Borrow from the pool, or connect. A borrow skips the look at the server (a file read
+        and a process lookup, at each of a run's events): the pool's connections make it when
+        they connect (`RevivingConnection`)."""
+        self.borrowing = self.pool is not None and self.alias in self._connection_pools
+        try:
+            super().connect()
+        finally:
+            self.borrowing = False
+
     def get_connection_params(self) -> dict[str, Any]:
         params = super().get_connection_params()
+        if getattr(self, "borrowing", False):  # unused: the pool has its own
+            params["host"] = self._connection_pools[self.alias].kwargs["host"]
+            params["user"] = SUPERUSER
+            return params
         try:
             directory = socket_dir(self.pgdata, self.settings_dict["EMBEDDED"]["DATABASE"])
         except Exception as error:
@@ -39,7 +65,19 @@ class DatabaseWrapper(base.DatabaseWrapper):
         dead one at the next request, so the first request after an outage brings it back.
 
         A postmaster killed a moment ago can still look alive while it is torn down, and one
-        just started can still refuse: so connecting is tried again, briefly."""
+        just started can still refuse: so connecting is tried again, briefly.
+
+        With a pool, the pool's own connections do that (`reviving`), in the pool's threads;
+        a borrow whose wait ran out while one of them was still starting the server (a slow
+        start on a busy machine) waits for that start, then borrows once more."""
+        if self.pool is not None:
+            try:
+                return super().get_new_connection(conn_params)
+            except PoolExhausted:
+                if not starting():
+                    raise
+            await_start()
+            return super().get_new_connection(conn_params)
         deadline = time.monotonic() + CONNECT_SECONDS
         revived = False
         while True:
@@ -57,6 +95,28 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 raise not_started(self.pgdata, error) from failed
             conn_params = {**conn_params, "host": str(directory)}
             revived = True
+
+
+class RevivingConnection(base.WatchedConnection):
+    """A pooled connection to the embedded server: before each new session, the server is
+    started again if it is no longer running (a look at its postmaster.pid)."""
+
+    pgdata: ClassVar[Path]
+    database: ClassVar[str]
+
+    @classmethod
+    def before_connecting(cls) -> None:
+        try:
+            socket_dir(cls.pgdata, cls.database)
+        except Exception as error:
+            raise not_started(cls.pgdata, error) from error
+
+
+@cache
+def reviving(pgdata: Path, database: str) -> type[RevivingConnection]:
+    """The connection class of one embedded server's pool (one class per server)."""
+    attributes = {"pgdata": pgdata, "database": database}
+    return type("RevivingConnection", (RevivingConnection,), attributes)
 
 
 def not_started(pgdata: Path, error: Exception) -> psycopg.OperationalError:

@@ -66,6 +66,17 @@ def socket_dir(pgdata: Path, database: str) -> Path:
         return _joined[pgdata]
 
 
+def starting() -> bool:
+    """Whether a thread of this process is starting or joining a server now."""
+    return _lock.locked()
+
+
+def await_start() -> None:
+    """Wait until no thread of this process is starting or joining a server."""
+    with _lock:
+        pass
+
+
 def revive(pgdata: Path) -> Path:
     """After a connection failed: start the server again if it is not running (it died), and
     return its socket directory. If another process started it meanwhile, this only joins."""
@@ -141,10 +152,11 @@ def _start(pgdata: Path) -> Path:
     return directory
 
 
-# Sessions the embedded server allows. Each running run holds one, each worker six more, and the
-# web one per request in flight (Django's ASGI handler runs each request in a thread of its own):
-# 50 people at once took the web to about 100, PostgreSQL's default, alone (bench/load.py).
-MAX_CONNECTIONS = 300
+# Sessions the embedded server allows. Each process borrows from a pool of LOOP_DB_POOL_SIZE (10)
+# whatever its load, and each worker has six more of Procrastinate's (docs/deploy.md): `make run`
+# (a web and a worker) needs at most 10 + 10 + 6 + 1 (the web's LISTEN), so this leaves room for
+# more workers and for manage.py commands. Before the pools, 200 people at once took 300.
+MAX_CONNECTIONS = 100
 _CONFIGURED = f"max_connections = {MAX_CONNECTIONS}  # set by Loop: docs/engine.md"
 
 
