@@ -26,8 +26,9 @@ Figures per concurrency:
 - worker RSS: idle (after the warm-up), peak during the load, and (peak - idle) per run at the
   most runs at once the log shows;
 - database sessions at the most (counted by PGAPPNAME: web, workers, all) beside max_connections;
-- CPU per run of the web and of the workers (with their sandboxes), and how busy the whole
-  machine was meanwhile (other helpers' tests included: the machine is shared).
+- CPU per run of the web, the workers (their own processes, and their sandboxes: the rest of
+  their process trees), the database and the bench's clients, and how busy the whole machine was
+  meanwhile (other work included: the machine may be shared).
 Each concurrency gets a fresh daphne, so connections left from an earlier one do not count.
 Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; pickup p99 under
 100 ms when a slot is free.
@@ -70,6 +71,15 @@ def cpu_seconds(pid: int) -> float:
     except (FileNotFoundError, ProcessLookupError):
         return 0.0
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds(pid: int) -> float:
+    """CPU time of the process itself, without its children's."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return sum(int(value) for value in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
 def descendants(root: int) -> list[int]:
@@ -120,17 +130,25 @@ class CpuMeter:
             "database": [stack.postmaster()],
         }
         self.used: dict[str, float] = {}
+        self.worker_processes = 0.0
         self.busy = self.machine_busy = float("nan")
 
     def start(self) -> None:
         self.before = {name: tree_cpu(roots) for name, roots in self.roots.items()}
         self.before["clients"] = own_cpu()
+        self.before["worker processes"] = self.workers_own()
         self.machine = machine_times()
 
     def stop(self) -> None:
         for name, roots in self.roots.items():
             self.used[name] = tree_cpu(roots) - self.before[name]
         self.used["clients"] = own_cpu() - self.before["clients"]
+        # The workers' own processes; the rest of their trees is their sandboxes (and the
+        # embedded server's keeper, which idles).
+        self.worker_processes = self.workers_own() - self.before["worker processes"]
+
+    def workers_own(self) -> float:
+        return sum(own_cpu_seconds(pid) for pid in self.roots["workers"])
         busy, total = (now - then for now, then in zip(machine_times(), self.machine, strict=True))
         self.machine_busy = busy
         self.busy = busy / total if total else float("nan")
@@ -206,7 +224,12 @@ class Figures:
             return []
         used = self.cpu.used
         ours = sum(used.values()) / self.cpu.machine_busy if self.cpu.machine_busy else 0
-        each = ", ".join(f"{name} {seconds / self.runs:.2f} s" for name, seconds in used.items())
+        each = ", ".join(f"{name} {seconds / self.runs:.3f} s" for name, seconds in used.items())
+        sandboxes = used["workers"] - self.cpu.worker_processes
+        each += (
+            f" (workers: their processes {self.cpu.worker_processes / self.runs:.3f} s, "
+            f"sandboxes {sandboxes / self.runs:.3f} s)"
+        )
         return [
             f"  CPU per run: {each}; the machine ({os.cpu_count()} cores) was "
             f"{self.cpu.busy:.0%} busy meanwhile, {ours:.0%} of that this bench's stack"
