@@ -146,12 +146,12 @@ class CpuMeter:
         # The workers' own processes; the rest of their trees is their sandboxes (and the
         # embedded server's keeper, which idles).
         self.worker_processes = self.workers_own() - self.before["worker processes"]
-
-    def workers_own(self) -> float:
-        return sum(own_cpu_seconds(pid) for pid in self.roots["workers"])
         busy, total = (now - then for now, then in zip(machine_times(), self.machine, strict=True))
         self.machine_busy = busy
         self.busy = busy / total if total else float("nan")
+
+    def workers_own(self) -> float:
+        return sum(own_cpu_seconds(pid) for pid in self.roots["workers"])
 
 
 @dataclass

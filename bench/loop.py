@@ -159,7 +159,7 @@ def persisted(steps: int) -> float:
 def one_insert(steps: int) -> float:
     """The floor a persisted step is held to: one INSERT of an event-sized row, committed on its
     own (autocommit), into a table like the event log, indexes and all; per INSERT."""
-    data = json.dumps({"text": "ok", "tool_calls": [], "prompt_tokens": 1}).encode()
+    data = json.dumps({"text": "ok", "tool_calls": [], "prompt_tokens": 1})
     with connection.cursor() as cursor:
         cursor.execute(
             f"CREATE TABLE IF NOT EXISTS {FLOOR_TABLE} (LIKE agent_runevent INCLUDING ALL)"
@@ -168,7 +168,7 @@ def one_insert(steps: int) -> float:
         for seq in range(steps):
             cursor.execute(
                 f"INSERT INTO {FLOOR_TABLE} (run_id, seq, kind, step, data, created_at) "  # noqa: S608
-                "VALUES (%s, %s, 'model_replied', %s, %s, now())",
+                "VALUES (%s, %s, 'model_replied', %s, %s::jsonb, now())",
                 [0, seq, seq, data],
             )
         elapsed = time.perf_counter() - started
