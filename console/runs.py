@@ -65,6 +65,8 @@ USAGE_ROWS_PER_PAGE = 100
 USAGE_DEFAULT_DAYS = 7
 # How much of a task the run list shows.
 TASK_WIDTH = 60
+# A search that matches at most this many runs lists them by id (AgentRunAdmin.get_search_results).
+SEARCH_IDS_UP_TO = 5000
 
 
 def seconds(value: float) -> str:
@@ -180,12 +182,22 @@ class AgentRunAdmin(AuditAdmin):
         """Words and word starts in the task, answer or error (`search_fields`), found through
         the full-text index on them (agent_run_search_idx, migration agent.0012): Django's own
         search is `UPPER(col) LIKE '%term%'`, which no index on the embedded server serves, a
-        scan of every run (seconds at 100,000). The list keeps its order and pages."""
+        scan of every run (seconds at 100,000). The list keeps its order, filters and pages.
+
+        The matches are counted first, through the index. A few (a run's number, a rare word)
+        are listed by id: otherwise the page's newest-first query, and the date bar's first and
+        last run, walk the runs by id testing each one's words, and finding none among 100,000
+        runs that way takes seconds (PostgreSQL guesses how many match a word start from its
+        statistics, and for rare words it guesses many). Many are left to the words' filter:
+        they come along the id order soon."""
         query = prefix_query(search_term)
         if not query:
             return queryset, False
         words = SearchQuery(query, search_type="raw", config="simple")
-        return queryset.alias(words=run_search_vector()).filter(words=words), False
+        matching = AgentRun.objects.alias(words=run_search_vector()).filter(words=words)
+        if matching.count() > SEARCH_IDS_UP_TO:
+            return queryset.alias(words=run_search_vector()).filter(words=words), False
+        return queryset.filter(pk__in=list(matching.values_list("pk", flat=True))), False
 
     @admin.display(description="task")
     def short_task(self, run: AgentRun) -> str:
