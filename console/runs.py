@@ -66,7 +66,7 @@ USAGE_DEFAULT_DAYS = 7
 # How much of a task the run list shows.
 TASK_WIDTH = 60
 # A search that matches at most this many runs lists them by id (AgentRunAdmin.get_search_results).
-SEARCH_IDS_UP_TO = 5000
+SEARCH_IDS_UP_TO = 1000
 
 
 def seconds(value: float) -> str:
