@@ -6,6 +6,8 @@ from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector
 from django.db import connections, models
 from django.utils import timezone
 
@@ -62,6 +64,13 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
+
+
+def run_search_vector() -> SearchVector:
+    """The words of a run's task, answer and error, as the console's search matches them
+    (console/runs.py). The index below is on this very expression, so a query must use it too.
+    'simple': words as written, lowercased, no stemming and no stop words, whatever the language."""
+    return SearchVector("task", "answer", "error", config="simple")
 
 
 class AgentRun(models.Model):
@@ -121,6 +130,8 @@ class AgentRun(models.Model):
                 condition=models.Q(log_pruned_at__isnull=True),
                 name="agent_run_unpruned_end_idx",
             ),
+            # The console's run search (console/runs.py), on PostgreSQL's own full-text search.
+            GinIndex(run_search_vector(), name="agent_run_search_idx"),
         )
 
     def __str__(self) -> str:

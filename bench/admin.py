@@ -283,6 +283,7 @@ def growth_pages() -> list[tuple[str, str, float | None]]:
     found = [
         ("runs: search, one run", f"{runs}?q=Task+{last}%3A", SEARCH_FLOOR_MS),
         ("runs: search, an error", f"{runs}?q=answered+503", SEARCH_FLOOR_MS),
+        ("runs: search, a word start", f"{runs}?q=answ", SEARCH_FLOOR_MS),
         ("runs: search, no run", f"{runs}?q=zebra", SEARCH_FLOOR_MS),
         ("runs: search, every run", f"{runs}?q=milk", SEARCH_FLOOR_MS),
         ("usage, last year", f"{usage}?since={year_ago}", USAGE_YEAR_FLOOR_MS),
