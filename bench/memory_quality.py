@@ -22,9 +22,10 @@ fresh or important distractor outranking the right memory).
 
 Both embedders run: hashed n-grams (memory.embedders.HashedNgramEmbedder) and all-MiniLM-L6-v2 in
 numpy (memory.neural.MiniLMEmbedder, the default), plus sentence-transformers' torch model of the
-same name where it is installed. "MiniLM, by task" is MiniLM as Loop stores a run's
-outcome: under its task's embedding, which the run's recall already made (one text embedded a run,
-not two). Everything is deterministic.
+same name where it is installed. "MiniLM, by task" stores a run's outcome under its task's
+embedding instead of its whole text's (a run would embed one text, not two): a comparison only,
+since a question about what a run did ("what did the file I saved contain?") then misses it
+(tests/test_neural.py). Everything is deterministic.
 """
 
 import argparse
@@ -705,8 +706,8 @@ def available_embedders() -> tuple[list[Embedder], list[str]]:
 
 
 class OutcomesByTask(MiniLMEmbedder):
-    """MiniLM as Loop stores a run's outcome: found by its task's embedding (the one its recall
-    made), not by the whole account of the run; every other text by its own."""
+    """MiniLM with a run's outcome found by its task's embedding, not by the whole account of
+    the run (a comparison: Loop embeds the whole account); every other text by its own."""
 
     name = "MiniLM, by task"
 

@@ -45,9 +45,8 @@ from agent.recorder import RunRecorder
 from agent.runs import reopen
 from agent.selectors import conversation_context
 from agent.toolset import default_registry
-from memory.embedders import Vector
 from memory.hygiene import carries_nothing, files_written, outcome_text
-from memory.store import embed, recall, remember
+from memory.store import recall, remember
 from tools.context import context_for
 from tools.fence import raise_fence
 from tools.files import WRITE_FILE
@@ -309,7 +308,6 @@ def work(
     run = claimed.run
     interrupt = interrupt or Interrupt()
     recorder = RunRecorder(run, then=on_event, batched=True)
-    task = TaskMeaning(run.task)
     try:
         llm = llm or taking_turns(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
@@ -336,7 +334,7 @@ def work(
             tools=tools,
             sink=recorder,
             limits=limits,
-            recall=partial(recall_for, run.user, task),
+            recall=partial(recall_for, run.user),
             history=conversation_context(run),
             interrupt=interrupt,
             resume=resume,
@@ -357,7 +355,7 @@ def work(
         recorder.write_end(end_of(result))
     run.refresh_from_db()
     if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
-        remember_outcome(run, result, task)
+        remember_outcome(run, result)
     return run
 
 
@@ -549,29 +547,11 @@ def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools
     return default_registry().bind(context)
 
 
-class TaskMeaning:
-    """A run's task and its embedding, made once: its recall looks for memories by it, and its
-    outcome is remembered under it (found by what was asked, not by the whole account of the
-    run), so a run embeds one text, not two."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self._vector: Vector | None = None
-
-    @property
-    def vector(self) -> Vector:
-        if self._vector is None:
-            self._vector = embed(self.text)
-        return self._vector
+def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
+    return recall(user, task)
 
 
-def recall_for(user: AbstractBaseUser, task: TaskMeaning, query: str) -> list[RecalledMemory]:
-    if query != task.text:
-        return recall(user, query)
-    return recall(user, query, vector=task.vector)
-
-
-def remember_outcome(run: AgentRun, result: RunResult, task: TaskMeaning) -> None:
+def remember_outcome(run: AgentRun, result: RunResult) -> None:
     """Store what was asked, how it ended and the answer, for the run's user, unless it carries
     nothing (memory.hygiene's rule, told whose account the answer is and how many tool calls
     worked); the run is over whatever happens here."""
@@ -586,7 +566,7 @@ def remember_outcome(run: AgentRun, result: RunResult, task: TaskMeaning) -> Non
     text = outcome_text(run.task, outcome, run.answer, files)
     importance = 0.5 if run.status == RunStatus.SUCCEEDED else 0.3
     try:
-        remember(run.user, text, importance=importance, source_run_id=run.pk, vector=task.vector)
+        remember(run.user, text, importance=importance, source_run_id=run.pk)
     except Exception:
         logger.exception("Run %s: its outcome could not be remembered", run.pk)
 

@@ -61,14 +61,12 @@ def remember(
     importance: float = 0.5,
     origin: str = Origin.RUN,
     source_run_id: int | None = None,
-    vector: Vector | None = None,
 ) -> Remembered:
-    """Store `text` for `owner`; an exact or near duplicate updates what is there instead.
-    `vector`: what the memory is to be found by, when not its text's own meaning (a run's
-    outcome is found by what was asked)."""
+    """Store `text` for `owner`; an exact or near duplicate (of the same origin) updates what is
+    there instead."""
     text = text.strip()[:MAX_MEMORY_CHARS]
     digest = content_hash(text)
-    vector = embed(text) if vector is None else vector
+    vector = embed(text)
     importance = min(max(importance, 0.0), 1.0)
     with transaction.atomic():
         # One remember at a time per owner, so two runs ending together cannot both miss a
@@ -89,13 +87,10 @@ def remember(
     return Remembered(memory, MemoryOutcome.STORED)
 
 
-def recall(
-    owner: AbstractBaseUser, query: str, k: int | None = None, *, vector: Vector | None = None
-) -> list[RecalledMemory]:
-    """The owner's memories most relevant to `query` (whose embedding `vector` is, when the
-    caller has it already), best first, each with its score parts."""
+def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:
+    """The owner's memories most relevant to `query`, best first, each with its score parts."""
     k = k or settings.LOOP_MEMORY_RECALL_K
-    vector = embed(query) if vector is None else vector
+    vector = embed(query)
     if not any(vector):
         return []
     now = timezone.now()
