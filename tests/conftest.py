@@ -336,7 +336,8 @@ def others_gone() -> None:
             cursor.execute(
                 "SELECT pid, state, wait_event_type, wait_event, left(query, 200) "
                 "FROM pg_stat_activity "
-                "WHERE datname = current_database() AND application_name = %s",
+                "WHERE datname = current_database() AND application_name = %s "
+                "AND pid <> pg_backend_pid()",  # never this test's own session
                 [CHILD_APPLICATION_NAME],
             )
             return cursor.fetchall()
