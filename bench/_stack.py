@@ -18,6 +18,7 @@ import asyncio
 import fcntl
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -38,6 +39,7 @@ from typing import Any
 import httpx
 import psycopg
 import websockets
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidHandshake
 
 MAIN_PROJECT = Path(__file__).resolve().parent.parent
 DEMO_TASK = "Compute the sum of 1..100 and save it to a file"
@@ -334,7 +336,20 @@ class Watched:
     seen_seq: int = 0  # the last event covered by the page and the socket's markers
     frames: int = 0
     out_of_order: int = 0  # a marker for fewer events than one before it
+    reconnects: int = 0  # sockets the site dropped that the page opened again (page_reconnect)
     error: str = ""
+
+
+# What the page's socket does when the site drops it (static/chat/chat.js, htmx's ws extension):
+# it reconnects after an abnormal close (1006: no close frame, which is also what a handshake the
+# site never answered looks like to a browser) or the site's "try again" codes; any other close
+# is final. The delay is htmx's default, "full-jitter": random up to 2^n s, n capped at 6.
+RECONNECT_CODES = (1006, 1011, 1012, 1013)
+RECONNECTED = (InvalidHandshake, ConnectionClosed, OSError)
+
+
+def reconnect_delay(attempt: int) -> float:
+    return random.random() * 2 ** min(attempt, 6)
 
 
 class Person:
@@ -397,24 +412,41 @@ class Person:
         await self.watch(seen)
 
     async def watch(self, seen: Watched) -> None:
+        """Watch the run on the page's socket to its end; a socket the site drops (a handshake
+        it never answered, a close the page's script reconnects after) is opened again as the
+        page does, asking for the events after the last one seen."""
         cookie = "; ".join(f"{name}={value}" for name, value in self.client.cookies.items())
         url = f"ws://127.0.0.1:{self.stack.port}/ws/runs/"
-        async with websockets.connect(
-            url, origin=self.stack.url, additional_headers={"Cookie": cookie}, max_size=2**20
-        ) as socket_:
-            await socket_.send(json.dumps({"watch": seen.run_id, "after": seen.page_seq}))
-            while True:
-                message = await socket_.recv()
-                seen.frames += 1
-                for run, seq, watching in SEQ_MARKER.findall(message):
-                    if int(run) != seen.run_id:
-                        continue
-                    if int(seq) < seen.seen_seq:
-                        seen.out_of_order += 1
-                    seen.seen_seq = max(seen.seen_seq, int(seq))
-                    if not watching:
-                        seen.finished_at = time.time()
+        while True:
+            try:
+                async with websockets.connect(
+                    url, origin=self.stack.url, additional_headers={"Cookie": cookie},
+                    max_size=2**20,
+                ) as socket_:  # fmt: skip
+                    await socket_.send(json.dumps({"watch": seen.run_id, "after": seen.seen_seq}))
+                    if await self.follow(socket_, seen):
                         return
+            except RECONNECTED as error:
+                closed = error.rcvd if isinstance(error, ConnectionClosed) else None
+                if closed is not None and closed.code not in RECONNECT_CODES:
+                    raise
+            seen.reconnects += 1
+            await asyncio.sleep(reconnect_delay(seen.reconnects))
+
+    async def follow(self, socket_: Any, seen: Watched) -> bool:
+        """Read the socket's frames until the run's end (True) or the socket closes."""
+        async for message in socket_:
+            seen.frames += 1
+            for run, seq, watching in SEQ_MARKER.findall(str(message)):
+                if int(run) != seen.run_id:
+                    continue
+                if int(seq) < seen.seen_seq:
+                    seen.out_of_order += 1
+                seen.seen_seq = max(seen.seen_seq, int(seq))
+                if not watching:
+                    seen.finished_at = time.time()
+                    return True
+        raise ConnectionClosedError(socket_.close_rcvd, socket_.close_sent)
 
     async def close(self) -> None:
         await self.client.aclose()

@@ -21,6 +21,8 @@ Figures per concurrency:
 - end to end (send -> the socket's marker that the run finished) p50/p99, and how long a run
   holds its slot (started_at -> finished_at), of which before its first step (-> RunStarted: the
   claim and the memory recall);
+- sockets dropped: a socket the site closes abnormally, or whose handshake it never answers,
+  is opened again as the page's script does (htmx's backoff) and counted, not failed;
 - events lost: per run, the events in the log beyond what the page and the socket's seq markers
   covered (must be 0); runs failed: not `succeeded`, or not seen to finish (must be 0);
 - worker RSS: idle (after the warm-up), peak during the load, and (peak - idle) per run at the
@@ -171,6 +173,7 @@ class Figures:
     slot_p50: float  # started_at -> finished_at: how long a run holds its slot
     lost: int
     failed: int
+    reconnects: int  # sockets the site dropped, opened again as the page's script does
     rss_idle: float
     rss_peak: float
     most_at_once: int
@@ -203,7 +206,8 @@ class Figures:
             f"  end to end p50 {self.e2e_p50:.2f} s, p99 {self.e2e_p99:.2f} s; a run holds its "
             f"slot p50 {self.slot_p50:.2f} s, of which {self.before_step_p50:.2f} s before its "
             f"first step",
-            f"  events lost {self.lost}, runs failed {self.failed}",
+            f"  events lost {self.lost}, runs failed {self.failed}; sockets dropped and opened "
+            f"again by the page {self.reconnects}",
             f"  worker RSS idle {self.rss_idle:.0f} MB, peak {self.rss_peak:.0f} MB, "
             f"{per_run:.1f} MB per run at {self.most_at_once} at once",
             f"  database sessions at most: web {self.sessions[0]}, workers {self.sessions[1]}, "
@@ -421,6 +425,7 @@ def figures(
         slot_p50=percentile([r.finished_at - r.started_at for r in worked], 0.5),
         lost=lost,
         failed=failed,
+        reconnects=sum(seen.reconnects for seen in watched),
         rss_idle=idle,
         rss_peak=peak,
         most_at_once=most_at_once(done),

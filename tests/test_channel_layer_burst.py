@@ -1,0 +1,71 @@
+"""Many sockets opening at one moment each join their groups at once: the site's channel layer
+takes that many calls together on the real Redis (redis-py 8's own pool fails every call past
+100 at once, which showed 200 people opening their pages together that live updates were
+delayed)."""
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+REDIS_URL = os.environ.get("LOOP_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+BURST = """
+import asyncio, django
+django.setup()
+from channels.layers import get_channel_layer
+
+async def burst(count):
+    layer = get_channel_layer()
+    names = [await layer.new_channel() for _ in range(count)]
+    group = "burst-" + names[0].rsplit("!", 1)[-1]
+    await asyncio.gather(*(layer.group_add(group, name) for name in names))
+    await asyncio.gather(*(layer.group_discard(group, name) for name in names))
+    await layer.flush()
+    print("joined", count)
+
+asyncio.run(burst({count}))
+"""
+
+
+def joined_at_once(count: int, **environment: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "loopsite.settings",
+        "REDIS_URL": REDIS_URL,
+        "LOOP_CHANNEL_PREFIX": f"test-burst-{uuid.uuid4().hex[:8]}",
+        **environment,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", BURST.format(count=count)],
+        cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def redis_answers() -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(REDIS_URL, socket_timeout=2).ping())
+    except redis.RedisError:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not redis_answers(), reason=f"no Redis at {REDIS_URL}")
+
+
+def test_three_hundred_sockets_join_their_groups_at_once():
+    done = joined_at_once(300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "joined 300" in done.stdout
+
+
+def test_past_the_setting_a_join_fails_rather_than_waits():
+    """The bound is real: LOOP_REDIS_CONNECTIONS is what the pool allows."""
+    done = joined_at_once(300, LOOP_REDIS_CONNECTIONS="50")
+    assert done.returncode != 0
+    assert "Too many connections" in done.stderr
