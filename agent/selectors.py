@@ -21,7 +21,7 @@ from agent.llm.factory import (
     resolve,
 )
 from agent.llm.tokens import count_tokens
-from agent.models import FINISHED, AgentRun, Conversation
+from agent.models import FINISHED, AgentRun, Conversation, RunEvent
 from memory.forgetting import remembered_by
 from memory.models import Memory
 
@@ -134,6 +134,23 @@ class Logged(NamedTuple):
 def events_of(run: AgentRun, *, after: int = 0, limit: int | None = None) -> list[Logged]:
     """The run's events after seq `after`, in order (at most `limit` of them)."""
     rows = run.events.filter(seq__gt=after).order_by("seq").values_list("seq", "kind", "data")
+    if limit is not None:
+        rows = rows[:limit]
+    return [Logged(seq, loaded(kind, data)) for seq, kind, data in rows]
+
+
+def events_of_run_of(
+    user: AbstractBaseUser, run_id: int, *, after: int = 0, limit: int | None = None
+) -> list[Logged]:
+    """The events after seq `after` of the user's run of that id, in order (at most `limit`),
+    in one query that also checks the run is theirs: none if it is not (another person's, of a
+    deleted conversation), as if it had no events."""
+    theirs = runs_for(user).filter(pk=run_id).values("pk")
+    rows = (
+        RunEvent.objects.filter(run__in=theirs, seq__gt=after)
+        .order_by("seq")
+        .values_list("seq", "kind", "data")
+    )
     if limit is not None:
         rows = rows[:limit]
     return [Logged(seq, loaded(kind, data)) for seq, kind, data in rows]

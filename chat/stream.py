@@ -54,23 +54,33 @@ async def unsent(user: Any, run_id: int, after: int) -> Unsent:
 def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
     """The next page of the run's events after `after` as frames of out-of-band fragments (or
     only its seq marker). Nothing if the run is no longer the user's to see (say, its
-    conversation was deleted)."""
-    run = selectors.run_of(user, run_id)
-    if run is None:
-        return Unsent(frames=[], last=after, replied=0, more=False)
-    events = selectors.events_of(run, after=after, limit=EVENTS_PER_READ + 1)
+    conversation was deleted). Most reads, a step's events, are one query, which checks whose
+    the run is; the run's row is read only when the page needs it (no event, or the run started
+    or ended), after the events, so it is at least as new as they are."""
+    events = selectors.events_of_run_of(user, run_id, after=after, limit=EVENTS_PER_READ + 1)
     more = len(events) > EVENTS_PER_READ
     events = events[:EVENTS_PER_READ]
+    run = selectors.run_of(user, run_id) if not events or lifecycle(events) else None
     if not events:
-        frames = [seq_marker(run, after, finished=run.is_finished)]
+        if run is None:
+            return Unsent(frames=[], last=after, replied=0, more=False)
+        frames = [seq_marker(run_id, after, finished=run.is_finished)]
         return Unsent(frames=frames, last=after, replied=0, more=False)
+    if run is None and lifecycle(events):  # the run went away between the two reads
+        return Unsent(frames=[], last=after, replied=0, more=False)
     return Unsent(
-        frames=framed(run, events, more),
+        frames=framed(run_id, events, more, run),
         last=events[-1].seq,
         replied=settled(events),
         more=more,
         resumed=resumes(events),
     )
+
+
+def lifecycle(events: list[Logged]) -> bool:
+    """Whether the run started, ended or went on again within these events: the page's status
+    and the sidebar's icon change with them."""
+    return any(isinstance(event, RunStarted | RunFinished | RunResumed) for _, event in events)
 
 
 def settled(events: list[Logged]) -> int:
@@ -95,43 +105,42 @@ def resumes(events: list[Logged]) -> bool:
     return any(isinstance(event, RunResumed) for _, event in events)
 
 
-def framed(run: AgentRun, events: list[Logged], more: bool) -> list[str]:
+def framed(run_id: int, events: list[Logged], more: bool, run: AgentRun | None) -> list[str]:
     """Out-of-band swaps in frames of at most FRAME_BYTES: new cards at the end of the run's
     steps; a card with the id of one already there replaces it. Each frame ends with the seq
-    marker of its last event, so a page cut off mid-way asks for the rest; the last frame also
-    carries the run's status and the sidebar's icon."""
+    marker of its last event, so a page cut off mid-way asks for the rest; when the run started
+    or ended within them, the last frame also carries the run's status and the sidebar's icon,
+    from `run`, the run's row read after these events."""
     frames: list[str] = []
     frame: list[str] = []
     size = 0
     for index, (seq, event) in enumerate(events):
-        card = card_for(run.pk, seq, event)
+        card = card_for(run_id, seq, event)
         if card is not None:
-            part = render_card(card) if card.replaces else in_steps(run.pk, render_card(card))
+            part = render_card(card) if card.replaces else in_steps(run_id, render_card(card))
             part_size = len(part.encode())
             if frame and size + part_size > FRAME_BYTES - FRAME_TAIL_BYTES:
-                frames.append("".join(frame) + seq_marker(run, events[index - 1].seq))
+                frames.append("".join(frame) + seq_marker(run_id, events[index - 1].seq))
                 frame, size = [], 0
             frame.append(part)
             size += part_size
     finished = ends(events) and not more
     tail = []
-    if any(isinstance(event, RunStarted | RunFinished | RunResumed) for _, event in events):
-        # The run's row as of these events at least: it was read before them, and the run may
-        # have finished in between (its status and its last event are stored together), or
-        # been continued since (then it is not finished, and the page keeps watching).
-        run.refresh_from_db()
+    if run is not None and lifecycle(events):
+        # The run may have been continued since (then it is not finished, and the page keeps
+        # watching).
         finished = finished and run.is_finished
         offered = selectors.model_offered(run)
         tail.append(draw("run_status", run=run, oob=True, model_offered=offered))
         if run.conversation_id is not None:
             tail.append(sidebar_status(run.conversation_id))
-    frame.append(seq_marker(run, events[-1].seq, finished=finished))
+    frame.append(seq_marker(run_id, events[-1].seq, finished=finished))
     frames.append("".join(frame + tail))
     return frames
 
 
-def seq_marker(run: AgentRun, seq: int, *, finished: bool = False) -> str:
-    return draw("seq_marker", run=run, seq=seq, finished=finished, oob=True)
+def seq_marker(run_id: int, seq: int, *, finished: bool = False) -> str:
+    return draw("seq_marker", run_id=run_id, seq=seq, finished=finished, oob=True)
 
 
 def sidebar_status(conversation_id: int) -> str:
