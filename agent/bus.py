@@ -3,7 +3,10 @@
 A run's events are appended to its log by the worker (agent/recorder.py). Each page's socket
 (chat/consumers.py) joins its run's channel-layer group; a message to that group says only "run R
 has event S", and the socket reads what it has not sent yet from the log. So a message lost, late
-or doubled never loses or doubles a step: the log is the truth, the message a wake-up call.
+or doubled never loses or doubles a step: the log is the truth, the message a wake-up call. Over
+Redis the message also carries the events it announces, as they were stored (it is sent only
+once they are): a socket that has every event before them sends them at once, any other reads
+the log.
 
 What carries the messages is one `Transport`, chosen once from the settings (`transport()`):
 
@@ -41,6 +44,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -68,6 +72,9 @@ EXIT_SECONDS = 1.0  # how long a process that exits waits for what it has queued
 STREAM_SECONDS = 0.05  # streamed text gathers this long between two messages of one reply
 # PostgreSQL refuses a NOTIFY payload of 8000 bytes or more.
 NOTIFY_PAYLOAD_BYTES = 7900
+# The most event data (as JSON) one wake-up carries over Redis; beyond it, the socket reads the
+# log. A step's events are a few kB; a tool's result is capped at 16,000 characters.
+PUSHED_EVENTS_CHARS = 48_000
 # A streamed message over Redis becomes one websocket frame, escaped as HTML (up to 6 bytes a
 # character): well under daphne's 1 MiB.
 REDIS_DELTA_CHARS = 64_000
@@ -88,8 +95,18 @@ def group_for(run_id: int) -> str:
     return f"{site_prefix()}.run-{run_id}"
 
 
-def wake_up(run_id: int, seq: int) -> dict[str, Any]:
-    return {"type": "run.event", "run": run_id, "seq": seq}
+# An event as a wake-up carries it: its seq, kind and data, as the log stores them.
+EventRow = tuple[int, str, dict[str, Any]]
+
+
+def wake_up(run_id: int, seq: int, events: Sequence[EventRow] = ()) -> dict[str, Any]:
+    """The message that event `seq` of the run is stored; with `events` (those it announces,
+    when they are small), a socket that has every event before them sends them without reading
+    the log. Any other socket (one behind, one that missed a message) reads the log as ever."""
+    message: dict[str, Any] = {"type": "run.event", "run": run_id, "seq": seq}
+    if events and sum(len(json.dumps(data)) for _, _, data in events) <= PUSHED_EVENTS_CHARS:
+        message["events"] = [[seq, kind, data] for seq, kind, data in events]
+    return message
 
 
 def delta(run_id: int, step: int, text: str) -> dict[str, Any]:
@@ -145,9 +162,10 @@ class Transport(ABC):
         """The statement that appends events: `insert`, which returns their run_id and seq."""
         return insert
 
-    def publish(self, run_id: int, seq: int) -> None:
-        """Tell the pages watching the run that event `seq` is stored."""
-        _publisher.put(Outgoing(run_id, group_for(run_id), wake_up(run_id, seq)))
+    def publish(self, run_id: int, seq: int, events: Sequence[EventRow] = ()) -> None:
+        """Tell the pages watching the run that event `seq` is stored, with the `events` the
+        message announces (see wake_up)."""
+        _publisher.put(Outgoing(run_id, group_for(run_id), wake_up(run_id, seq, events)))
 
     def stream(self, run_id: int, step: int, text: str) -> None:
         _publisher.stream(run_id, step, text, self.message_chars)
@@ -181,7 +199,7 @@ class NotifyTransport(Transport):
             f"SELECT pg_notify('{NOTIFY_CHANNEL}', run_id || ':' || seq) FROM event"
         )
 
-    def publish(self, run_id: int, seq: int) -> None:
+    def publish(self, run_id: int, seq: int, events: Sequence[EventRow] = ()) -> None:
         """Nothing to send: the event's INSERT carried its wake-up."""
 
     def finish(self, run_id: int) -> None:
@@ -255,9 +273,10 @@ def _choose_again(*, setting: str, **kwargs: Any) -> None:
         _chosen = None
 
 
-def publish(run_id: int, seq: int) -> None:
-    """Tell the pages watching the run that event `seq` is stored (queued, never waited for)."""
-    transport().publish(run_id, seq)
+def publish(run_id: int, seq: int, events: Sequence[EventRow] = ()) -> None:
+    """Tell the pages watching the run that event `seq` is stored (queued, never waited for),
+    with the `events` stored last (their seq, kind and data), which the message may carry."""
+    transport().publish(run_id, seq, events)
 
 
 def publish_delta(run_id: int, step: int, text: str) -> None:

@@ -94,37 +94,40 @@ class RunRecorder:
             return
         events, self.held = self.held, []
         try:
-            self.record(events)
+            rows = self.record(events)
         except (OperationalError, InterfaceError) as error:
             self.seq -= len(events)
             raise RunLost(f"Run {self.run.pk}: the database stopped answering: {error}") from error
         self.finished = isinstance(events[-1], RunFinished)
         release_connection()  # not held across the model call or tool call that comes next
-        self.announce()
+        self.announce(rows)
         for event in events:
             if self.then is not None:
                 self.publish(event)
 
-    def record(self, events: list[Event]) -> None:
+    def record(self, events: list[Event]) -> list[bus.EventRow]:
         """The events and their audit rows in one statement; the run's row, when it changes,
-        in the same transaction."""
+        in the same transaction. The events as stored: seq, kind, data."""
         first = self.seq + 1
         self.seq += len(events)
         writes = [write for event in events for write in self.writes_for(event)]
         audit = [row for event in events for row in self.audit_rows(event)]
-        if writes:
-            with transaction.atomic():
-                self.append(first, events, audit)
-                for write in writes:
-                    write()
-        else:  # one statement needs no transaction of its own
-            self.append(first, events, audit)
-
-    def append(self, first: int, events: list[Event], audit: list[models.Model]) -> None:
         rows = [
             (seq, event.kind, getattr(event, "step", 0), event.as_dict())
             for seq, event in enumerate(events, start=first)
         ]
+        if writes:
+            with transaction.atomic():
+                self.append(rows, audit)
+                for write in writes:
+                    write()
+        else:  # one statement needs no transaction of its own
+            self.append(rows, audit)
+        return [(seq, kind, data) for seq, kind, _, data in rows]
+
+    def append(
+        self, rows: list[tuple[int, str, int, dict[str, object]]], audit: list[models.Model]
+    ) -> None:
         appended = RunEvent.objects.append_all(
             self.run.pk, rows, self.announced, attempt=self.attempt, alongside=audit
         )
@@ -139,10 +142,11 @@ class RunRecorder:
         around it), never stored; the stored reply replaces it."""
         bus.publish_delta(self.run.pk, self.iterations + 1, text)
 
-    def announce(self) -> None:
-        """Wake the pages watching this run (through Redis; a NOTIFY went with the INSERT).
-        Queued, never waited for: a page that misses it catches up from the log."""
-        bus.publish(self.run.pk, self.seq)
+    def announce(self, rows: list[bus.EventRow]) -> None:
+        """Wake the pages watching this run (through Redis, with the events just stored; a
+        NOTIFY went with the INSERT). Queued, never waited for: a page that misses it catches
+        up from the log."""
+        bus.publish(self.run.pk, self.seq, rows)
 
     def publish(self, event: Event) -> None:
         """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""

@@ -247,8 +247,8 @@ def end_queued(run_id: int, now: datetime) -> bool:
             status=RunStatus.CANCELLED, answer=note, answer_source=AnswerSource.PROGRESS
         )
         recorder = RunRecorder(run)
-        recorder.record([ended])
-    recorder.announce()  # once committed: a page woken by it reads the end
+        rows = recorder.record([ended])
+    recorder.announce(rows)  # once committed: a page woken by it reads the end
     return True
 
 

@@ -35,7 +35,7 @@ from django.db import InterfaceError, OperationalError
 
 from agent import bus, selectors
 from chat.rendering import draw, streamed_removal, streamed_text, streaming_card
-from chat.stream import ALL_STEPS, read_unsent, unsent
+from chat.stream import ALL_STEPS, Unsent, pushed, read_unsent, unsent
 
 logger = logging.getLogger(__name__)
 
@@ -317,10 +317,23 @@ class RunConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=streaming_card(run_id, step, message["text"]))
 
     async def run_event(self, message: dict[str, Any]) -> None:
-        """A wake-up: event `seq` of the run is stored."""
+        """A wake-up: event `seq` of the run is stored. The events it carries, if it does, go
+        out as they are when the page has every one before them; else the log is read."""
         run_id = message["run"]
         if run_id in self.sent and (message["seq"] == 0 or message["seq"] > self.sent[run_id]):
+            if "events" in message and await self.send_pushed(run_id, message["events"]):
+                return
             await self.catch_up(run_id, wanted=message["seq"])
+
+    async def send_pushed(self, run_id: int, rows: list[list[Any]]) -> bool:
+        """Send the events a wake-up carried; False if they do not follow what was sent."""
+        async with self.sending:
+            read = pushed(run_id, rows, self.sent[run_id])
+            if read is None:
+                return False
+            if await self.still_signed_in():
+                await self.deliver(run_id, read)
+            return True
 
     async def catch_up(self, run_id: int, *, wanted: int = 0, acknowledge: bool = False) -> None:
         """Send what the page lacks (at least up to event `wanted`), a page of the log at a
@@ -342,19 +355,23 @@ class RunConsumer(AsyncWebsocketConsumer):
                 read = await read_unsent(self.user, run_id, after)
             if not read.frames or (read.last <= after and not acknowledge):
                 return
-            self.sent[run_id] = read.last
-            # A run that went on again streams its steps again (its old end settled them all);
-            # a reply cut off by a lost worker is asked again, so its streamed card goes.
-            earlier = 0 if read.resumed else self.replied.get(run_id, 0)
-            self.replied[run_id] = max(earlier, read.replied)
-            removed = ALL_STEPS if read.resumed else read.replied
-            *frames, last = read.frames
-            for frame in frames:
-                await self.send(text_data=frame)
-            await self.send(text_data=last + self.streamed_removals(run_id, removed))
+            await self.deliver(run_id, read)
             if not read.more:
                 return
             acknowledge = False
+
+    async def deliver(self, run_id: int, read: Unsent) -> None:
+        """Send what was read (or pushed) for the run, and settle its streamed cards."""
+        self.sent[run_id] = read.last
+        # A run that went on again streams its steps again (its old end settled them all);
+        # a reply cut off by a lost worker is asked again, so its streamed card goes.
+        earlier = 0 if read.resumed else self.replied.get(run_id, 0)
+        self.replied[run_id] = max(earlier, read.replied)
+        removed = ALL_STEPS if read.resumed else read.replied
+        *frames, last = read.frames
+        for frame in frames:
+            await self.send(text_data=frame)
+        await self.send(text_data=last + self.streamed_removals(run_id, removed))
 
     def streamed_removals(self, run_id: int, replied: int) -> str:
         """A streamed card gives way to the stored reply of its step, in the same frame."""

@@ -11,7 +11,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from agent import selectors
-from agent.core.events import ModelReplied, RunFinished, RunResumed, RunStarted
+from agent.core.events import ModelReplied, RunFinished, RunResumed, RunStarted, loaded
 from agent.models import AgentRun
 from agent.selectors import Logged
 from chat.rendering import card_for, draw, in_steps, labelled, render_card
@@ -74,6 +74,22 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
         replied=settled(events),
         more=more,
         resumed=resumes(events),
+    )
+
+
+def pushed(run_id: int, rows: list[list[Any]], after: int) -> Unsent | None:
+    """The frames of the events a wake-up carried (chat/consumers.py), when they follow `after`
+    with no gap and need nothing else from the database: none of them starts, ends or resumes
+    the run (the page's status and the sidebar's icon are read with those). None: the socket
+    reads the log instead. Those already sent (a message that came twice) are skipped."""
+    events = [Logged(seq, loaded(kind, data)) for seq, kind, data in rows if seq > after]
+    if not events or events[0].seq != after + 1 or lifecycle(events):
+        return None
+    return Unsent(
+        frames=framed(run_id, events, False, None),
+        last=events[-1].seq,
+        replied=settled(events),
+        more=False,
     )
 
 

@@ -4,10 +4,14 @@ live updates are delayed, keeps reading the log for the page, and the log says w
 
 import re
 import subprocess
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels_redis.core import RedisChannelLayer
 
+from agent import bus
 from agent.core.events import ToolCallStarted
 from agent.recorder import RunRecorder
 from agent.runs import start_run
@@ -92,4 +96,55 @@ def test_the_page_is_live_again_once_redis_answers(start_daphne, alice, redis_la
         while f"call-{run.pk}-1-c1" not in frames[-1]:
             frames.append(page.recv(timeout=WAIT))
     assert "channel layer answers again" in site.stderr()
+    no_traceback(site)
+
+
+REAL_REDIS = "redis://127.0.0.1:6379/0"
+
+
+def started(call_id: str, step: int = 1) -> ToolCallStarted:
+    return ToolCallStarted(step=step, call_id=call_id, tool="run_code", arguments='{"code": "1"}')
+
+
+def push(prefix: str, run_id: int, seq: int, events: list[tuple[int, ToolCallStarted]]) -> None:
+    """A worker's wake-up through Redis, carrying `events` (seq, event) whatever the log holds."""
+    layer = RedisChannelLayer(hosts=[REAL_REDIS], prefix=prefix)
+    rows = [(number, event.kind, event.as_dict()) for number, event in events]
+    message = bus.wake_up(run_id, seq, rows)
+    assert "events" in message
+    async_to_sync(layer.group_send)(f"{prefix}.run-{run_id}", message)
+
+
+def frames_until(page, text: str) -> list[str]:
+    frames = [page.recv(timeout=WAIT)]
+    while text not in frames[-1]:
+        frames.append(page.recv(timeout=WAIT))
+    return frames
+
+
+def test_a_wake_up_brings_the_next_events_and_a_gap_is_read_from_the_log(start_daphne, alice):
+    """Over Redis, a wake-up carries the events it announces: the page that has every event
+    before them gets them as they are (an event the log does not hold shows it was not read),
+    and a page that lacks one reads the log instead (so what the message says of a later event
+    is not what it shows)."""
+    prefix = f"test-push-{uuid.uuid4().hex[:8]}"
+    site = start_daphne(REDIS_URL=REAL_REDIS, LOOP_CHANNEL_PREFIX=prefix)
+    run = start_run(alice, "Count slowly to 3", model="mock")
+    record = RunRecorder(run)  # this process has no REDIS_URL: its wake-ups never reach daphne
+    record(started("c1"))
+    with open_socket(site, session_cookie(alice)) as page:
+        watch(page, run.pk)
+        frames_until(page, f"call-{run.pk}-1-c1")
+        record(started("c2", step=2))
+        record(started("c3", step=3))
+        # Seq 3 announced, but the page has only seq 1: it reads 2 and 3 from the log.
+        push(prefix, run.pk, 3, [(3, started("told", step=3))])
+        frames = frames_until(page, f"call-{run.pk}-3-c3")
+        assert any(f"call-{run.pk}-2-c2" in frame for frame in frames)
+        assert not any("told" in frame for frame in frames)
+        # Seq 4 follows what the page has: sent as the message carries it.
+        push(prefix, run.pk, 4, [(4, started("pushed", step=4))])
+        frames = frames_until(page, f"call-{run.pk}-4-pushed")
+        assert 'data-seq="4"' in frames[-1]
+    assert not run.events.filter(seq=4).exists()
     no_traceback(site)
