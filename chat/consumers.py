@@ -24,6 +24,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -158,11 +159,19 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As channels dispatches, but an unforeseen error closes this socket with a code the
-        page understands, and its cleanup still runs, rather than taking daphne's 1011."""
+        page understands, and its cleanup still runs, rather than taking daphne's 1011.
+
+        Unlike channels, it does not first close the database connections that are too old in
+        the process's one thread for sync code, at every message: every read here already does
+        so, in that thread, before and after (database_sync_to_async), and the hop per message
+        queued each wake-up of every socket behind the others' reads."""
         if self.closing and message["type"] != "websocket.disconnect":
             return
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
         try:
-            await super().dispatch(message)
+            await handler(message)
         except StopConsumer:
             raise
         except Exception:
