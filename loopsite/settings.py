@@ -88,6 +88,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "axes.middleware.AxesMiddleware",
+    "loopsite.middleware.OneThreadMiddleware",  # last: keeps the chain above in one thread
 ]
 
 ROOT_URLCONF = "loopsite.urls"
