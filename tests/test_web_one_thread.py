@@ -10,6 +10,8 @@ from django.utils.deprecation import MiddlewareMixin
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+HOST = [(b"host", b"localhost")]
+
 
 async def hops_of_a_page(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The middleware that ran async (each hook a hop) while the login page was served."""
@@ -22,7 +24,7 @@ async def hops_of_a_page(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(MiddlewareMixin, "__acall__", counted)
     application = get_asgi_application()  # builds the middleware chain anew, as daphne does
-    page = HttpCommunicator(application, "GET", "/accounts/login/", [(b"host", b"localhost")])
+    page = HttpCommunicator(application, "GET", "/accounts/login/", headers=HOST)
     assert (await page.get_response())["status"] == 200
     return hops
 
