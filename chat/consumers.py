@@ -137,6 +137,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         if self.user is None or not self.user.is_authenticated or not self.user.is_active:
             await self.close()
             return
+        seen_signed_in(self.session_key, self.user.pk)
         await self.accept()
         self.accepted = True
         if self.degraded:
@@ -402,6 +403,19 @@ async def checked_session(session_key: str | None, user_id: int) -> bool:
         _checks[key] = check
         asyncio.get_running_loop().call_later(SESSION_CHECK_SECONDS, forget_check, key, check)
     return await asyncio.shield(check)
+
+
+def seen_signed_in(session_key: str | None, user_id: int) -> None:
+    """The socket's authentication read the session and its user just now, by the same rule as
+    `signed_in`: that counts as the session's check for the period (two queries fewer a socket)."""
+    key = (session_key, user_id)
+    if key in _checks:
+        return
+    loop = asyncio.get_running_loop()
+    check: asyncio.Future[bool] = loop.create_future()
+    check.set_result(True)
+    _checks[key] = check
+    loop.call_later(SESSION_CHECK_SECONDS, forget_check, key, check)
 
 
 def forget_check(key: tuple[str | None, int], check: asyncio.Future[bool]) -> None:
