@@ -209,8 +209,12 @@ class RunEventManager(models.Manager["RunEvent"]):
         shape = tuple(type(record) for record in alongside)
         statement = appending(self.db, len(rows), attempt is not None, announced, shape)
         now = timezone.now()
-        events = fields_of(RunEvent, EVENT_FIELDS)
-        params = prepared(events, [[run_id, *row, now] for row in rows], connection)
+        data = fields_of(RunEvent, ("data",))[0]  # the rest are saved as they are
+        params = [
+            value
+            for seq, kind, step, payload in rows
+            for value in (run_id, seq, kind, step, data.get_db_prep_save(payload, connection), now)
+        ]
         if attempt is not None:
             params += [run_id, attempt]
         for record in alongside:

@@ -2,7 +2,7 @@
 its audit row: two statements a step, each its own commit, with the fence on every row."""
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agent.core.events import (
@@ -82,3 +82,40 @@ def test_a_run_let_go_keeps_the_reply_its_recorder_held(alice):
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
     assert list(run.events.values_list("kind", flat=True)) == ["model_replied"]
+
+
+def test_a_session_prepares_the_append_once_and_uses_it_at_every_step(alice):
+    """The append is parsed and planned once per session, not at each step: the session that
+    wrote a run's steps holds one prepared statement per shape of append, whatever the steps."""
+    run = start_run(alice, "a task", model="mock")
+    mine = claim(run.pk, job_id=None, worker="w")
+    with transaction.atomic():  # one session for the run's writes and for the look after
+        recorder = RunRecorder(mine.run, batched=True)
+        for step in range(1, 4):
+            recorder(
+                ModelReplied(
+                    step=step, text="", tool_calls=[], prompt_tokens=1, completion_tokens=1
+                )
+            )
+            recorder(ToolCallStarted(step=step, call_id=f"c{step}", tool="t", arguments="{}"))
+            recorder(finished_call(f"c{step}", step))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+                ["%agent_runevent%"],
+            )
+            prepared = cursor.fetchone()[0]
+    assert run.events.count() == 9
+    assert prepared == 2  # a reply with its call's start; a call's end with its audit row
+
+
+def finished_call(call_id: str, step: int) -> ToolCallFinished:
+    return ToolCallFinished(
+        step=step,
+        call_id=call_id,
+        tool="t",
+        arguments="{}",
+        status=ToolStatus.OK,
+        text="ok",
+        duration=0.1,
+    )
