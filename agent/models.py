@@ -218,7 +218,7 @@ class RunEventManager(models.Manager["RunEvent"]):
         if attempt is not None:
             params += [run_id, attempt]
         for record in alongside:
-            fields = inserted_fields(type(record))
+            fields = inserted_fields(type(record))  # type: ignore[arg-type]  # a class hashes
             values = [field.pre_save(record, add=True) for field in fields]
             params += prepared(fields, [values], connection)
         return prepared_execute(connection, statement, params) == len(rows)
@@ -314,7 +314,8 @@ def with_alongside(statement: str, models_: Sequence[type[models.Model]], connec
         return statement
     parts = []
     for index, model in enumerate(models_):
-        insert = values_insert(model, inserted_fields(model), 1, connection)
+        fields = inserted_fields(model)  # type: ignore[arg-type]  # a class hashes
+        insert = values_insert(model, fields, 1, connection)
         # Names and SQL of our own making; every value is a parameter.
         parts.append(f"alongside_{index} AS ({insert} WHERE EXISTS (SELECT 1 FROM event))")  # noqa: S608
     if statement.startswith("WITH event AS ("):

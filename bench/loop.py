@@ -253,8 +253,8 @@ def round_trips(steps: int) -> str:
         sent[(sql.decode() if isinstance(sql, bytes) else str(sql)).split(None, 1)[0]] += 1
         return command(connection, sql, *args, **kwargs)
 
-    psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign]
-    BaseConnection._exec_command = counted_command  # type: ignore[method-assign]
+    psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign,assignment]
+    BaseConnection._exec_command = counted_command  # type: ignore[method-assign,assignment]
     try:
         persisted(steps)
     finally:

@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -95,7 +96,7 @@ def test_the_embedded_server_s_pool_starts_the_server_again_when_it_connects(set
 
 
 @contextmanager
-def pool_of_one() -> Iterator[ConnectionPool]:
+def pool_of_one() -> Iterator[ConnectionPool[Any]]:
     """A pool of one session to the test database, checked as Loop's pools are."""
     kwargs = {**connection.get_connection_params(), "autocommit": True}
     with ConnectionPool(
@@ -110,21 +111,23 @@ def pool_of_one() -> Iterator[ConnectionPool]:
         yield pool
 
 
-def lend(pool: ConnectionPool) -> int:
+def lend(pool: ConnectionPool[Any]) -> int:
     """Borrow the pool's session, use it, give it back: its server process's id."""
     session = pool.getconn()
     try:
         session.execute("SELECT 1")
-        return session.info.backend_pid
+        return int(session.info.backend_pid)
     finally:
         pool.putconn(session)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_session_lent_again_soon_costs_no_round_trip_one_left_quiet_does(monkeypatch):
+def test_a_session_lent_again_soon_costs_no_round_trip_one_left_quiet_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The pool's check asked the server at every borrow, two round trips a run's step: now only
     a session left unlent for QUIET_SECONDS is asked."""
-    asked = []
+    asked: list[None] = []
     ask = ConnectionPool.check_connection
     monkeypatch.setattr(
         ConnectionPool, "check_connection", staticmethod(lambda session: asked.append(ask(session)))
@@ -139,7 +142,7 @@ def test_a_session_lent_again_soon_costs_no_round_trip_one_left_quiet_does(monke
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_session_the_server_ended_is_not_lent_a_fresh_one_is():
+def test_a_session_the_server_ended_is_not_lent_a_fresh_one_is() -> None:
     """What the check costs no round trip for still finds a dead session: the server that ends
     a session (a restart, pg_terminate_backend) says so on its socket."""
     with pool_of_one() as pool:
@@ -154,7 +157,7 @@ def test_a_session_the_server_ended_is_not_lent_a_fresh_one_is():
 def sessions_of_pid(pid: int) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
-        return cursor.fetchone()[0]
+        return int(cursor.fetchone()[0])
 
 
 def run_in_child(code: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,8 @@
 """A worker records a model's reply together with what follows it, a tool call's end together with
 its audit row: two statements a step, each its own commit, with the fence on every row."""
 
+from typing import Any
+
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -84,7 +86,7 @@ def test_a_run_let_go_keeps_the_reply_its_recorder_held(alice):
     assert list(run.events.values_list("kind", flat=True)) == ["model_replied"]
 
 
-def test_a_session_prepares_the_append_once_and_uses_it_at_every_step(alice):
+def test_a_session_prepares_the_append_once_and_uses_it_at_every_step(alice: Any) -> None:
     """The append is parsed and planned once per session, not at each step: the session that
     wrote a run's steps holds one prepared statement per shape of append, whatever the steps."""
     run = start_run(alice, "a task", model="mock")
