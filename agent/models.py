@@ -227,13 +227,22 @@ class RunEventManager(models.Manager["RunEvent"]):
 EVENT_FIELDS = ("run", "seq", "kind", "step", "data", "created_at")
 
 
+# A prepare_threshold psycopg never reaches: while the append runs, its session prepares what
+# asks to be prepared, and only that.
+PREPARED_WHEN_ASKED = 2**31 - 1
+
+
 def prepared_execute(connection: Any, statement: str, params: list[Any]) -> int:
     """Execute `statement` as a statement its session prepared (parsed and planned once per
-    session, not at each step: loopsite/postgres prepares what asks to be), its parameters sent
-    apart from it; how many rows it returned. Django's cursor merges parameters into the text,
-    which can be neither prepared nor kept: this statement goes through psycopg's own cursor,
-    on the session `statement_session` gives, with Django's translation of its errors, and
-    logged as Django's cursor would for whoever is logging queries (DEBUG, a test)."""
+    session, not at each step), its parameters sent apart from it; how many rows it returned.
+
+    Django's cursor merges parameters into the text, which can be neither prepared nor kept:
+    this statement goes through psycopg's own cursor, on the session `statement_session` gives,
+    with Django's translation of its errors, and logged as Django's cursor would for whoever
+    logs queries (DEBUG, a test). Django's prepare_threshold (None) refuses even a statement
+    that asks to be prepared; it is lifted for this statement alone, so the session's other
+    queries are neither prepared nor counted (psycopg would keep the text of the last hundred,
+    their values in it, to count them)."""
     connection.validate_no_broken_transaction()
     started = time.monotonic()
     with (
@@ -241,7 +250,11 @@ def prepared_execute(connection: Any, statement: str, params: list[Any]) -> int:
         statement_session(connection.alias) as session,
         psycopg.Cursor(session) as cursor,
     ):
-        cursor.execute(statement, params, prepare=True)
+        threshold, session.prepare_threshold = session.prepare_threshold, PREPARED_WHEN_ASKED
+        try:
+            cursor.execute(statement, params, prepare=True)
+        finally:
+            session.prepare_threshold = threshold
         returned = cursor.rowcount
     if connection.queries_logged:
         spent = time.monotonic() - started

@@ -88,27 +88,39 @@ def test_a_run_let_go_keeps_the_reply_its_recorder_held(alice):
 
 def test_a_session_prepares_the_append_once_and_uses_it_at_every_step(alice: Any) -> None:
     """The append is parsed and planned once per session, not at each step: the session that
-    wrote a run's steps holds one prepared statement per shape of append, whatever the steps."""
+    writes a run's steps prepares each shape of append once and uses it at every step after."""
     run = start_run(alice, "a task", model="mock")
     mine = claim(run.pk, job_id=None, worker="w")
-    with transaction.atomic():  # one session for the run's writes and for the look after
+    with transaction.atomic():  # one session for the run's writes and for the looks at it
         recorder = RunRecorder(mine.run, batched=True)
-        for step in range(1, 4):
-            recorder(
-                ModelReplied(
-                    step=step, text="", tool_calls=[], prompt_tokens=1, completion_tokens=1
-                )
-            )
-            recorder(ToolCallStarted(step=step, call_id=f"c{step}", tool="t", arguments="{}"))
-            recorder(finished_call(f"c{step}", step))
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
-                ["%agent_runevent%"],
-            )
-            prepared = cursor.fetchone()[0]
-    assert run.events.count() == 9
-    assert prepared == 2  # a reply with its call's start; a call's end with its audit row
+        record_steps(recorder, range(1, 3))
+        first = prepared_appends()
+        record_steps(recorder, range(3, 6))
+        after = prepared_appends()
+    assert run.events.count() == 15
+    assert after == first  # used again, never prepared again
+    shapes = [statement for statement in first.values() if "WHERE id = $" in statement]
+    assert any("alongside_0" in shape for shape in shapes)  # a call's end with its audit row
+    assert any("), ($" in shape.split("AS appended")[0] for shape in shapes)  # reply and start
+
+
+def record_steps(recorder: RunRecorder, steps: range) -> None:
+    for step in steps:
+        recorder(
+            ModelReplied(step=step, text="", tool_calls=[], prompt_tokens=1, completion_tokens=1)
+        )
+        recorder(ToolCallStarted(step=step, call_id=f"c{step}", tool="t", arguments="{}"))
+        recorder(finished_call(f"c{step}", step))
+
+
+def prepared_appends() -> dict[str, str]:
+    """The statements this session prepared that append to the event log, by name."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, statement FROM pg_prepared_statements WHERE statement LIKE %s",
+            ['%INSERT INTO "agent_runevent"%'],
+        )
+        return dict(cursor.fetchall())
 
 
 def finished_call(call_id: str, step: int) -> ToolCallFinished:

@@ -23,12 +23,6 @@ PROBE_SECONDS = 2  # libpq's connect_timeout: whole seconds
 # look puts it back at the end of the pool's queue: not too often).
 WAIT_SLICE_SECONDS = 5.0
 DEFAULT_LEVEL = IsolationLevel.READ_COMMITTED  # Django's when OPTIONS names none
-# Django's default prepare_threshold (None) keeps psycopg from preparing any statement, even one
-# that asks (execute(..., prepare=True)): for PgBouncer in transaction mode before 1.21, whose
-# sessions change under a client. Loop's pool is Django's own, whose sessions keep what they
-# prepared; so a statement is prepared when it asks (the event log's append, each step of each
-# run: agent.models.prepared_execute), and never on its own (a threshold never reached).
-PREPARED_WHEN_ASKED = 2**31 - 1
 # A connection not lent for this long gets a round trip before it is lent again: a server whose
 # host went away without closing its sockets leaves nothing on them to see.
 QUIET_SECONDS = 10.0
@@ -118,12 +112,6 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def pool_connection_class(self) -> type[WatchedConnection]:
         return watched(self.alias)
-
-    def get_connection_params(self) -> dict[str, Any]:
-        params = super().get_connection_params()
-        if "prepare_threshold" not in self.settings_dict["OPTIONS"]:
-            params["prepare_threshold"] = PREPARED_WHEN_ASKED
-        return params
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         pool = self.pool
