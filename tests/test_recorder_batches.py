@@ -91,6 +91,7 @@ def test_a_session_prepares_the_append_once_and_uses_it_at_every_step(alice: Any
     writes a run's steps prepares each shape of append once and uses it at every step after."""
     run = start_run(alice, "a task", model="mock")
     mine = claim(run.pk, job_id=None, worker="w")
+    assert mine is not None
     with transaction.atomic():  # one session for the run's writes and for the looks at it
         recorder = RunRecorder(mine.run, batched=True)
         record_steps(recorder, range(1, 3))
