@@ -2,6 +2,11 @@
 one for the run's life: with a pool (loopsite/database.py), the sessions a worker holds stay
 under its pool's size however many runs it works at once."""
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
@@ -17,6 +22,30 @@ def release_connection(alias: str = DEFAULT_DB_ALIAS) -> None:
     if getattr(connection, "pool", None) is None:
         return
     connection.close()
+
+
+@contextmanager
+def statement_session(alias: str = DEFAULT_DB_ALIAS) -> Iterator[psycopg.Connection[Any]]:
+    """The session one statement runs on: this thread's own connection when it has one open (in
+    a transaction, say, or in a test's), else one the pool lends for this statement alone and
+    takes back at once. The second is the way of a run's every write (its thread holds nothing
+    between them): it borrows as Django's connect does (its wait, its refusal, the embedded
+    server started again) but skips what Django does around a borrow (its settings read again,
+    its autocommit and session state set again, its signals), which cost a run's step as much
+    again as the borrow itself."""
+    connection = connections[alias]
+    pool = getattr(connection, "pool", None)
+    if pool is None or connection.connection is not None or connection.in_atomic_block:
+        connection.ensure_connection()
+        yield connection.connection
+        return
+    lent = connection.get_new_connection({})
+    try:
+        if not lent.autocommit:  # given back so by a thread that closed it in a transaction
+            lent.autocommit = True
+        yield lent
+    finally:
+        pool.putconn(lent)  # one the statement broke is replaced by the pool
 
 
 def connection_of_its_own(alias: str = DEFAULT_DB_ALIAS) -> BaseDatabaseWrapper:

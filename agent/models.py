@@ -1,16 +1,20 @@
 """A run's records: the run itself, its append-only event log, its tool executions and breaker
 trips, its resumes, and the conversation (a thread of runs) it belongs to."""
 
+import time
 from collections.abc import Callable, Sequence
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVector
 from django.db import connections, models
 from django.utils import timezone
 
+from agent.connections import statement_session
 from agent.core.events import (
     BREAKER_REASONS,
     EVENT_TYPES,
@@ -195,77 +199,142 @@ class RunEventManager(models.Manager["RunEvent"]):
         atomically; False if `attempt` is given and the run is no longer at that attempt (another
         worker took it over), in which case nothing is written.
 
-        Every step of every run appends its events here, so this is the hot path. With
+        Every step of every run appends its events here, so this is the hot path: the statement
+        is made once for each shape (`appending`), and only its parameters each time. With
         `announced` (the event transport's event_insert, agent.bus), the statement, which returns
         each event's run_id and seq, also announces them: a NOTIFY is delivered only when the
         rows are committed, so whoever hears it can read them.
         """
         connection = connections[self.db]
+        shape = tuple(type(record) for record in alongside)
+        statement = appending(self.db, len(rows), attempt is not None, announced, shape)
         now = timezone.now()
-        values: list[list[Any]] = [[run_id, *row, now] for row in rows]
-        fields = [self.model._meta.get_field(name) for name in EVENT_FIELDS]
-        insert, params = values_insert(self.model, fields, values, connection)
+        data = fields_of(RunEvent, ("data",))[0]  # the rest are saved as they are
+        params = [
+            value
+            for seq, kind, step, payload in rows
+            for value in (run_id, seq, kind, step, data.get_db_prep_save(payload, connection), now)
+        ]
         if attempt is not None:
-            runs = connection.ops.quote_name(AgentRun._meta.db_table)
-            insert += f" WHERE EXISTS (SELECT 1 FROM {runs} WHERE id = %s AND attempt = %s)"  # noqa: S608
             params += [run_id, attempt]
-        insert += " RETURNING run_id, seq"
-        statement = announced(insert) if announced is not None else insert
-        statement, params = with_alongside(statement, params, alongside, connection)
-        with connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            return cursor.rowcount == len(rows)
+        for record in alongside:
+            fields = inserted_fields(type(record))  # type: ignore[arg-type]  # a class hashes
+            values = [field.pre_save(record, add=True) for field in fields]
+            params += prepared(fields, [values], connection)
+        return prepared_execute(connection, statement, params) == len(rows)
 
 
 EVENT_FIELDS = ("run", "seq", "kind", "step", "data", "created_at")
 
 
-def values_insert(
-    model: type[models.Model],
-    fields: Sequence[Any],
-    rows: Sequence[Sequence[Any]],
-    connection: Any,
-) -> tuple[str, list[Any]]:
-    """`INSERT INTO model (fields) SELECT * FROM (VALUES …)`, each value prepared and cast as its
-    field wants, so a WHERE can follow."""
-    quote = connection.ops.quote_name
-    columns = [field.column for field in fields]
-    row = "(" + ", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields) + ")"
-    params = [
+# A prepare_threshold psycopg never reaches: while the append runs, its session prepares what
+# asks to be prepared, and only that.
+PREPARED_WHEN_ASKED = 2**31 - 1
+
+
+def prepared_execute(connection: Any, statement: str, params: list[Any]) -> int:
+    """Execute `statement` as a statement its session prepared (parsed and planned once per
+    session, not at each step), its parameters sent apart from it; how many rows it returned.
+
+    Django's cursor merges parameters into the text, which can be neither prepared nor kept:
+    this statement goes through psycopg's own cursor, on the session `statement_session` gives,
+    with Django's translation of its errors, and logged as Django's cursor would for whoever
+    logs queries (DEBUG, a test). Django's prepare_threshold (None) refuses even a statement
+    that asks to be prepared; it is lifted for this statement alone, so the session's other
+    queries are neither prepared nor counted (psycopg would keep the text of the last hundred,
+    their values in it, to count them)."""
+    connection.validate_no_broken_transaction()
+    started = time.monotonic()
+    with (
+        connection.wrap_database_errors,
+        statement_session(connection.alias) as session,
+        psycopg.Cursor(session) as cursor,
+    ):
+        threshold, session.prepare_threshold = session.prepare_threshold, PREPARED_WHEN_ASKED
+        try:
+            cursor.execute(statement, params, prepare=True)
+        finally:
+            session.prepare_threshold = threshold
+        returned = cursor.rowcount
+    if connection.queries_logged:
+        spent = time.monotonic() - started
+        connection.queries_log.append({"sql": statement, "time": f"{spent:.3f}"})
+    return returned
+
+
+@lru_cache(maxsize=64)
+def appending(
+    alias: str,
+    events: int,
+    fenced: bool,
+    announced: Callable[[str], str] | None,
+    alongside: tuple[type[models.Model], ...],
+) -> str:
+    """The statement that appends `events` events (fenced on the run's attempt or not, announced
+    by the transport's `announced` or not) with one record of each model in `alongside`, its
+    parameters in `append_all`'s order. Made once per shape: building it (each field's cast, the
+    parts joined) cost as much of a step as the round trip."""
+    connection = connections[alias]
+    insert = values_insert(RunEvent, fields_of(RunEvent, EVENT_FIELDS), events, connection)
+    if fenced:
+        runs = connection.ops.quote_name(AgentRun._meta.db_table)
+        insert += f" WHERE EXISTS (SELECT 1 FROM {runs} WHERE id = %s AND attempt = %s)"  # noqa: S608
+    insert += " RETURNING run_id, seq"
+    statement = announced(insert) if announced is not None else insert
+    return with_alongside(statement, alongside, connection)
+
+
+@lru_cache(maxsize=16)
+def fields_of(model: type[models.Model], names: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(model._meta.get_field(name) for name in names)
+
+
+@lru_cache(maxsize=16)
+def inserted_fields(model: type[models.Model]) -> tuple[Any, ...]:
+    """The fields an INSERT of a `model` record writes: all but its generated primary key."""
+    return tuple(field for field in model._meta.concrete_fields if not field.primary_key)
+
+
+def prepared(fields: Sequence[Any], rows: Sequence[Sequence[Any]], connection: Any) -> list[Any]:
+    """Each row's values prepared as its field wants them saved, row after row."""
+    return [
         field.get_db_prep_save(value, connection)
         for values in rows
         for field, value in zip(fields, values, strict=True)
     ]
-    insert = (
+
+
+def values_insert(
+    model: type[models.Model], fields: Sequence[Any], rows: int, connection: Any
+) -> str:
+    """`INSERT INTO model (fields) SELECT * FROM (VALUES …)` for `rows` rows, each value a
+    parameter cast as its field wants, so a WHERE can follow."""
+    quote = connection.ops.quote_name
+    columns = [field.column for field in fields]
+    row = "(" + ", ".join(f"%s::{field.cast_db_type(connection)}" for field in fields) + ")"
+    return (
         f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(map(quote, columns))}) "  # noqa: S608
-        f"SELECT * FROM (VALUES {', '.join([row] * len(rows))}) AS appended"
+        f"SELECT * FROM (VALUES {', '.join([row] * rows)}) AS appended"
     )
-    return insert, params
 
 
-def with_alongside(
-    statement: str, params: list[Any], records: Sequence[models.Model], connection: Any
-) -> tuple[str, list[Any]]:
-    """`statement` (an INSERT, or a WITH whose first part is the INSERT of the events) with the
-    inserts of `records` put in front as data-modifying WITH parts of their own, each written
-    only if the events are (so the run's fence holds for them too)."""
-    if not records:
-        return statement, params
-    parts, before = [], []
-    for index, record in enumerate(records):
-        fields = [field for field in record._meta.concrete_fields if not field.primary_key]
-        values = [field.pre_save(record, add=True) for field in fields]
-        insert, inserted = values_insert(type(record), fields, [values], connection)
+def with_alongside(statement: str, models_: Sequence[type[models.Model]], connection: Any) -> str:
+    """`statement` (an INSERT, or a WITH whose first part is the INSERT of the events) with an
+    insert of a record of each of `models_` put in front as data-modifying WITH parts of their
+    own, each written only if the events are (so the run's fence holds for them too); their
+    parameters come after the statement's."""
+    if not models_:
+        return statement
+    parts = []
+    for index, model in enumerate(models_):
+        fields = inserted_fields(model)  # type: ignore[arg-type]  # a class hashes
+        insert = values_insert(model, fields, 1, connection)
         # Names and SQL of our own making; every value is a parameter.
         parts.append(f"alongside_{index} AS ({insert} WHERE EXISTS (SELECT 1 FROM event))")  # noqa: S608
-        before += inserted
     if statement.startswith("WITH event AS ("):
         head, _, tail = statement.rpartition(") SELECT ")
-        return f"{head}), {', '.join(parts)} SELECT {tail}", params + before
-    return (
-        f"WITH event AS ({statement}), {', '.join(parts)} SELECT run_id, seq FROM event",  # noqa: S608
-        params + before,
-    )
+        return f"{head}), {', '.join(parts)} SELECT {tail}"
+    return f"WITH event AS ({statement}), {', '.join(parts)} SELECT run_id, seq FROM event"  # noqa: S608
 
 
 class RunEvent(models.Model):

@@ -34,6 +34,7 @@ issue asks it to be well under a millisecond.
 """
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import json
@@ -55,8 +56,10 @@ import django
 django.setup()
 
 import httpx  # noqa: E402
+import psycopg  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
+from psycopg._connection_base import BaseConnection  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from agent.core.events import Event, RunStatus  # noqa: E402
@@ -232,6 +235,34 @@ def persisted_rounds(repeats: int) -> None:
         f"{'PostgreSQL':<12}{short * 1e6:>11.1f} µs{long * 1e6:>11.1f} µs{ratio:>8.2f}x  "
         f"<= 3x one INSERT ({one * 1e6:.1f} µs): {worst:.1f}x, <= 1.3x: {verdict}"
     )
+    print(f"{'':<12}a step's round trips: {round_trips(200)}")
+
+
+def round_trips(steps: int) -> str:
+    """What a persisted step sends the server, counted where psycopg sends it (every statement,
+    the pool's checks and Django's BEGIN and COMMIT among them), per step of a run of `steps`."""
+    sent: collections.Counter[str] = collections.Counter()
+    execute, command = psycopg.Cursor.execute, BaseConnection._exec_command
+
+    def counted_execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        text = query if isinstance(query, str) else str(query)
+        sent[text.split(None, 1)[0].upper() if text.strip() else "an empty query"] += 1
+        return execute(cursor, query, *args, **kwargs)
+
+    def counted_command(connection: Any, sql: Any, *args: Any, **kwargs: Any) -> Any:
+        sent[(sql.decode() if isinstance(sql, bytes) else str(sql)).split(None, 1)[0]] += 1
+        return command(connection, sql, *args, **kwargs)
+
+    psycopg.Cursor.execute = counted_execute  # type: ignore[method-assign,assignment]
+    BaseConnection._exec_command = counted_command  # type: ignore[method-assign,assignment]
+    try:
+        persisted(steps)
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        BaseConnection._exec_command = command  # type: ignore[method-assign]
+    total = sum(sent.values()) / steps
+    each = ", ".join(f"{kind} {count / steps:.2f}" for kind, count in sent.most_common())
+    return f"{total:.2f} ({each})"
 
 
 # --- the model client's own cost per turn -----------------------------------------------------

@@ -10,16 +10,20 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from django.db import connection
 from django.test import Client
+from psycopg_pool import ConnectionPool
 
 from agent.core.events import RunStatus
 from agent.models import AgentRun
 from agent.runs import new_conversation, submit_run
 from loopsite.database import Pool, database_settings
 from loopsite.embedded_postgres.base import RevivingConnection
+from loopsite.postgres import base as backend
 from tests.conftest import PROJECT_DIR, child_environment, wait_for
 from tests.test_settings import PRODUCTION, load_settings
 
@@ -89,6 +93,71 @@ def test_the_embedded_server_s_pool_starts_the_server_again_when_it_connects(set
     assert pool.max_size == settings.LOOP_DB_POOL_SIZE
     assert issubclass(pool.connection_class, RevivingConnection)
     assert pool.connection_class.pgdata.name == "postgres"
+
+
+@contextmanager
+def pool_of_one() -> Iterator[ConnectionPool[Any]]:
+    """A pool of one session to the test database, checked as Loop's pools are."""
+    kwargs = {**connection.get_connection_params(), "autocommit": True}
+    with ConnectionPool(
+        kwargs=kwargs,
+        min_size=1,
+        max_size=1,
+        timeout=30,
+        check=backend.check_cheaply,
+        connection_class=backend.WatchedConnection,
+        open=True,
+    ) as pool:
+        yield pool
+
+
+def lend(pool: ConnectionPool[Any]) -> int:
+    """Borrow the pool's session, use it, give it back: its server process's id."""
+    session = pool.getconn()
+    try:
+        session.execute("SELECT 1")
+        return int(session.info.backend_pid)
+    finally:
+        pool.putconn(session)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_lent_again_soon_costs_no_round_trip_one_left_quiet_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool's check asked the server at every borrow, two round trips a run's step: now only
+    a session left unlent for QUIET_SECONDS is asked."""
+    asked: list[None] = []
+    ask = ConnectionPool.check_connection
+    monkeypatch.setattr(
+        ConnectionPool, "check_connection", staticmethod(lambda session: asked.append(ask(session)))
+    )
+    with pool_of_one() as pool:
+        first = [lend(pool) for _ in range(5)]
+        assert len(set(first)) == 1  # one session, lent five times
+        assert len(asked) == 1  # when it was lent first: never before
+        monkeypatch.setattr(backend, "QUIET_SECONDS", 0.0)
+        lend(pool)
+        assert len(asked) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_the_server_ended_is_not_lent_a_fresh_one_is() -> None:
+    """What the check costs no round trip for still finds a dead session: the server that ends
+    a session (a restart, pg_terminate_backend) says so on its socket."""
+    with pool_of_one() as pool:
+        ended = lend(pool)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [ended])
+        wait_for(lambda: sessions_of_pid(ended) == 0, "the session to end")
+        fresh = lend(pool)  # a dead one would fail here
+    assert fresh != ended
+
+
+def sessions_of_pid(pid: int) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+        return int(cursor.fetchone()[0])
 
 
 def run_in_child(code: str, **env: str) -> subprocess.CompletedProcess[str]:

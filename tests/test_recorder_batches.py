@@ -1,8 +1,10 @@
 """A worker records a model's reply together with what follows it, a tool call's end together with
 its audit row: two statements a step, each its own commit, with the fence on every row."""
 
+from typing import Any
+
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agent.core.events import (
@@ -82,3 +84,53 @@ def test_a_run_let_go_keeps_the_reply_its_recorder_held(alice):
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
     assert list(run.events.values_list("kind", flat=True)) == ["model_replied"]
+
+
+def test_a_session_prepares_the_append_once_and_uses_it_at_every_step(alice: Any) -> None:
+    """The append is parsed and planned once per session, not at each step: the session that
+    writes a run's steps prepares each shape of append once and uses it at every step after."""
+    run = start_run(alice, "a task", model="mock")
+    mine = claim(run.pk, job_id=None, worker="w")
+    assert mine is not None
+    with transaction.atomic():  # one session for the run's writes and for the looks at it
+        recorder = RunRecorder(mine.run, batched=True)
+        record_steps(recorder, range(1, 3))
+        first = prepared_appends()
+        record_steps(recorder, range(3, 6))
+        after = prepared_appends()
+    assert run.events.count() == 15
+    assert after == first  # used again, never prepared again
+    shapes = [statement for statement in first.values() if "WHERE id = $" in statement]
+    assert any("alongside_0" in shape for shape in shapes)  # a call's end with its audit row
+    assert any("), ($" in shape.split("AS appended")[0] for shape in shapes)  # reply and start
+
+
+def record_steps(recorder: RunRecorder, steps: range) -> None:
+    for step in steps:
+        recorder(
+            ModelReplied(step=step, text="", tool_calls=[], prompt_tokens=1, completion_tokens=1)
+        )
+        recorder(ToolCallStarted(step=step, call_id=f"c{step}", tool="t", arguments="{}"))
+        recorder(finished_call(f"c{step}", step))
+
+
+def prepared_appends() -> dict[str, str]:
+    """The statements this session prepared that append to the event log, by name."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, statement FROM pg_prepared_statements WHERE statement LIKE %s",
+            ['%INSERT INTO "agent_runevent"%'],
+        )
+        return dict(cursor.fetchall())
+
+
+def finished_call(call_id: str, step: int) -> ToolCallFinished:
+    return ToolCallFinished(
+        step=step,
+        call_id=call_id,
+        tool="t",
+        arguments="{}",
+        status=ToolStatus.OK,
+        text="ok",
+        duration=0.1,
+    )

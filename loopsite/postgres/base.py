@@ -1,12 +1,16 @@
 """Django's PostgreSQL backend with Loop's rules for its pool: a thread that waits for a pooled
 connection past LOOP_DB_POOL_TIMEOUT fails saying why, and while the database refuses new
-sessions a thread with nothing idle to borrow fails at once, as it would without a pool."""
+sessions a thread with nothing idle to borrow fails at once, as it would without a pool; and
+a connection it lends is checked by a look at its socket, not a round trip to the server."""
 
+import select
 import time
 from functools import cache
 from typing import Any, ClassVar, Self
 
 import psycopg
+from django.core.exceptions import ImproperlyConfigured
+from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.postgresql import base
 from psycopg import IsolationLevel
 from psycopg.rows import TupleRow
@@ -19,6 +23,9 @@ PROBE_SECONDS = 2  # libpq's connect_timeout: whole seconds
 # look puts it back at the end of the pool's queue: not too often).
 WAIT_SLICE_SECONDS = 5.0
 DEFAULT_LEVEL = IsolationLevel.READ_COMMITTED  # Django's when OPTIONS names none
+# A connection not lent for this long gets a round trip before it is lent again: a server whose
+# host went away without closing its sockets leaves nothing on them to see.
+QUIET_SECONDS = 10.0
 
 
 class WatchedConnection(psycopg.Connection[TupleRow]):
@@ -26,6 +33,7 @@ class WatchedConnection(psycopg.Connection[TupleRow]):
     pool, whether its last try to connect failed and how, until one works again."""
 
     failed: ClassVar[tuple[float, Exception] | None] = None
+    lent_at = float("-inf")  # when the pool last lent it (`check_cheaply`)
 
     @classmethod
     def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
@@ -49,14 +57,58 @@ def watched(alias: str) -> type[WatchedConnection]:
     return type("WatchedConnection", (WatchedConnection,), {})
 
 
+def check_cheaply(connection: WatchedConnection) -> None:
+    """The pool's check of a connection before it lends it: raises if the session is dead, and
+    the pool lends another (a fresh one once none is left).
+
+    psycopg_pool's own check, which Django gives its pool with CONN_HEALTH_CHECKS, is a round
+    trip to the server at every borrow, and a run borrows at each write it makes: two of a
+    step's four round trips, a third of its time. A session the server ended (a restart, a
+    crash, pg_terminate_backend) says so on its socket: the server sends why and closes it, or
+    its process dies and the kernel closes it, and either makes the socket readable, where an
+    idle session's has nothing to read. So the round trip is made only when the socket has
+    something to read, psycopg already knows the connection is broken, or it was not lent for
+    QUIET_SECONDS (a server host gone without closing its sockets says nothing)."""
+    now = time.monotonic()
+    quiet = now - connection.lent_at > QUIET_SECONDS
+    if quiet or connection.broken or connection.closed or readable(connection.fileno()):
+        ConnectionPool.check_connection(connection)
+    connection.lent_at = now
+
+
+def readable(descriptor: int) -> bool:
+    """Whether a socket has something to read, or was closed or failed (without waiting)."""
+    poller = select.poll()
+    poller.register(descriptor, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     @property
     def pool(self) -> ConnectionPool | None:
-        """Django's pool, whose connections are of `pool_connection_class`."""
+        """Django 5.2's pool (base.DatabaseWrapper.pool, made the same way), whose connections
+        are of `pool_connection_class` and, with CONN_HEALTH_CHECKS, checked by
+        `check_cheaply`."""
         options = self.settings_dict["OPTIONS"].get("pool")
-        if isinstance(options, dict) and self.alias not in self._connection_pools:
-            options.setdefault("connection_class", self.pool_connection_class())
-        return super().pool
+        if self.alias == NO_DB_ALIAS or not options:
+            return None
+        if self.alias not in self._connection_pools:
+            if self.settings_dict.get("CONN_MAX_AGE", 0) != 0:
+                raise ImproperlyConfigured("Pooling doesn't support persistent connections.")
+            checks = self.settings_dict["CONN_HEALTH_CHECKS"]
+            pool = ConnectionPool(
+                kwargs={**self.get_connection_params(), "autocommit": True},
+                open=False,  # opened at the first borrow
+                configure=self._configure_connection,
+                check=check_cheaply if checks else None,
+                **{
+                    "connection_class": self.pool_connection_class(),
+                    **(options if isinstance(options, dict) else {}),
+                },
+            )
+            # Threads that made a pool at the same moment: the first one set is everyone's.
+            self._connection_pools.setdefault(self.alias, pool)
+        return self._connection_pools[self.alias]
 
     def pool_connection_class(self) -> type[WatchedConnection]:
         return watched(self.alias)
