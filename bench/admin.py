@@ -245,12 +245,13 @@ def sum_usage_again() -> None:
 
 
 def a_minute_of_runs_end() -> None:
-    """RUNS_A_MINUTE runs of the year end now, as if the site worked at its capacity and the
-    usage page were read once a minute: the page sums their days and users again."""
+    """The newest RUNS_A_MINUTE runs end now, as if the site worked at its capacity and the
+    usage page were read once a minute: the page sums their days and users again (the runs
+    that end now were made lately: here, over the last day or two)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE agent_agentrun SET finished_at = now() WHERE id IN ("
-            "SELECT id FROM agent_agentrun TABLESAMPLE SYSTEM (1) LIMIT %s)",
+            "SELECT id FROM agent_agentrun ORDER BY id DESC LIMIT %s)",
             [RUNS_A_MINUTE],
         )
 

@@ -60,8 +60,8 @@ MARGIN = timedelta(seconds=60)
 RECENT = timedelta(hours=1)
 FIGURES: tuple[str, ...] = ("runs", "succeeded", "halted", "failed", "cancelled", "tool_calls")
 FIGURES += ("tool_failures", "breaker_trips", "prompt_tokens", "completion_tokens")
-# What each figure of a group sums over the group's runs `r`, joined to their failed calls `f`
-# and trips `t`, counted per run.
+# What each figure of a group sums over the group's runs `r`, each with its failed calls and
+# breaker trips counted.
 SUMS = {
     "runs": "count(*)",
     "succeeded": "count(*) FILTER (WHERE r.status = 'succeeded')",
@@ -69,8 +69,8 @@ SUMS = {
     "failed": "count(*) FILTER (WHERE r.status = 'failed')",
     "cancelled": "count(*) FILTER (WHERE r.status = 'cancelled')",
     "tool_calls": "coalesce(sum(r.tool_calls), 0)",
-    "tool_failures": "coalesce(sum(f.n), 0)",
-    "breaker_trips": "coalesce(sum(t.n), 0)",
+    "tool_failures": "coalesce(sum(r.failures), 0)",
+    "breaker_trips": "coalesce(sum(r.trips), 0)",
     "prompt_tokens": "coalesce(sum(r.prompt_tokens), 0)",
     "completion_tokens": "coalesce(sum(r.completion_tokens), 0)",
 }
@@ -90,27 +90,41 @@ def day_of_run() -> tuple[str, list[Any]]:
     return sql, list(params)
 
 
-def sum_groups(runs_sql: str, runs_params: Sequence[Any]) -> tuple[str, list[Any]]:
+def sum_groups(runs_sql: str, runs_params: Sequence[Any], few: bool) -> tuple[str, list[Any]]:
     """The statement that sums, per day and user, the runs `runs_sql` selects (their id, user_id,
     status, tool_calls, tokens and day, from `agent_agentrun`), with their failed tool calls and
     breaker trips, into the rollup: every group they touch is replaced whole, so `runs_sql` must
-    select all the runs of each group it touches."""
+    select all the runs of each group it touches. The calls and trips of `few` runs are counted
+    by an index lookup a run (the planner cannot size the runs, and a join it sized wrong took
+    seconds); of whole days, in one pass over those of the runs."""
     columns = ", ".join(FIGURES)
     sums = ", ".join(SUMS[name] for name in FIGURES)
     updates = ", ".join(f"{name} = EXCLUDED.{name}" for name in FIGURES)
+    if few:
+        counted = """
+          SELECT runs.*,
+            (SELECT count(*) FROM tools_toolexecution e
+             WHERE e.run_id = runs.id AND e.status = ANY(%s)) AS failures,
+            (SELECT count(*) FROM agent_breakertrip b WHERE b.run_id = runs.id) AS trips
+          FROM runs
+        """
+    else:
+        counted = """
+          SELECT runs.*, f.n AS failures, t.n AS trips FROM runs
+          LEFT JOIN (
+            SELECT run_id, count(*) AS n FROM tools_toolexecution
+            WHERE status = ANY(%s) AND run_id IN (SELECT id FROM runs) GROUP BY run_id
+          ) f ON f.run_id = runs.id
+          LEFT JOIN (
+            SELECT run_id, count(*) AS n FROM agent_breakertrip
+            WHERE run_id IN (SELECT id FROM runs) GROUP BY run_id
+          ) t ON t.run_id = runs.id
+        """
     sql = f"""
         WITH runs AS MATERIALIZED ({runs_sql})
         INSERT INTO {GROUPS} (zone, day, user_id, {columns})
         SELECT %s, r.day, r.user_id, {sums}
-        FROM runs r
-        LEFT JOIN (
-          SELECT run_id, count(*) AS n FROM tools_toolexecution
-          WHERE status = ANY(%s) AND run_id IN (SELECT id FROM runs) GROUP BY run_id
-        ) f ON f.run_id = r.id
-        LEFT JOIN (
-          SELECT run_id, count(*) AS n FROM agent_breakertrip
-          WHERE run_id IN (SELECT id FROM runs) GROUP BY run_id
-        ) t ON t.run_id = r.id
+        FROM ({counted}) r
         GROUP BY r.day, r.user_id
         ON CONFLICT (zone, day, user_id) DO UPDATE SET {updates}
         RETURNING day
@@ -139,7 +153,7 @@ def sum_days(days: Sequence[date], cursor: Any) -> None:
         f"DELETE FROM {GROUPS} WHERE zone = %s AND day = ANY(%s::date[])",  # noqa: S608
         [zone(), list(days)],
     )
-    cursor.execute(*sum_groups(runs_sql, params))
+    cursor.execute(*sum_groups(runs_sql, params, few=False))
     sum_users(days, cursor)
 
 
@@ -181,7 +195,7 @@ def sum_changed_groups(since: datetime, now: datetime, cursor: Any) -> None:
     """  # noqa: S608
     after = since - MARGIN
     params = [*day_params, list(map(str, LIVE_STATUSES)), after, after, zone(), *day_params]
-    cursor.execute(*sum_groups(runs_sql, params))
+    cursor.execute(*sum_groups(runs_sql, params, few=True))
     sum_users([row[0] for row in cursor.fetchall()], cursor)
 
 
