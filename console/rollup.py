@@ -15,14 +15,15 @@ trips change only while it is live, and a run that is continued is live again, s
 every change the engine makes. Each day also keeps its groups' sums, all users together, so a
 year's per-day figures are a few hundred rows. Deleting runs is the one change these do not
 see: the console's own delete forgets those days (`forget_days`: summed again at the next
-read); a deleted user's groups go with them (a foreign key ON DELETE CASCADE), and a trigger
+read); a deleted user's groups go with them (a foreign key, on_delete CASCADE), and a trigger
 forgets their days likewise; a run deleted by other means (a shell) leaves its day's figures
 until `rebuild()`.
 
 Days are the site's days as TruncDate computes them in the current time zone; the rollup is
 kept per time zone (`zone`), so a site that changes TIME_ZONE sums its days again, once.
 
-The tables are made by migration agent.0013_usage_rollup, which fills them for TIME_ZONE.
+The tables are agent/usage.py's, made by migration agent.0013_usage_rollup, which fills them for
+TIME_ZONE.
 """
 
 from collections.abc import Iterable, Sequence

@@ -1,12 +1,29 @@
-# The usage page's rollup (console/rollup.py): per time zone, day and user, what that user's
-# runs of that day did, so that the page over a year reads the sums instead of every run, failed
-# tool call and breaker trip of the year. Plain tables, made in SQL: only console/rollup.py reads
-# and writes them, and no model needs them. A day's own row sums its users' rows; when users' rows
-# are deleted (with their user, by the foreign key's cascade), a trigger forgets their days, which
-# the page then sums again from the runs. Filled here for the site's TIME_ZONE from the runs
-# already recorded (at 100,000 runs, a few seconds); the page keeps it up to date from then on.
+# The usage page's rollup (console/rollup.py, tables in agent/usage.py): per time zone, day and
+# user, what that user's runs of that day did, and per day the sum of its users, so that the page
+# over a year reads those sums instead of every run, failed tool call and breaker trip of the
+# year. When users' rows are deleted (with their user), a trigger forgets their days, which the
+# page then sums again from the runs. Filled here for the site's TIME_ZONE from the runs already
+# recorded (at 100,000 runs, about 3 s on a quiet machine); the page keeps it up to date.
 
-from django.db import migrations
+import django.db.models.deletion
+from django.conf import settings
+from django.db import migrations, models
+
+FORGET_DAYS = """
+CREATE FUNCTION agent_usage_rollup_forget_days() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM agent_usage_rollup_day d USING (SELECT DISTINCT zone, day FROM gone) g
+  WHERE d.zone = g.zone AND d.day = g.day;
+  RETURN NULL;
+END $$;
+CREATE TRIGGER agent_usage_rollup_forget_days AFTER DELETE ON agent_usage_rollup
+  REFERENCING OLD TABLE AS gone FOR EACH STATEMENT
+  EXECUTE FUNCTION agent_usage_rollup_forget_days();
+"""
+FORGET_NOT = """
+DROP TRIGGER IF EXISTS agent_usage_rollup_forget_days ON agent_usage_rollup;
+DROP FUNCTION IF EXISTS agent_usage_rollup_forget_days();
+"""
 
 
 def fill(apps: object, schema_editor: object) -> None:
@@ -18,45 +35,100 @@ def fill(apps: object, schema_editor: object) -> None:
 class Migration(migrations.Migration):
     dependencies = [
         ("agent", "0012_run_full_text_search"),
-        ("auth", "0012_alter_user_first_name_max_length"),
+        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
-        migrations.RunSQL(
-            "CREATE TABLE agent_usage_rollup (\n"
-            "  zone text NOT NULL,\n"
-            "  day date NOT NULL,\n"
-            "  user_id integer NOT NULL REFERENCES auth_user (id) ON DELETE CASCADE,\n"
-            "  runs integer NOT NULL, succeeded integer NOT NULL, halted integer NOT NULL,\n"
-            "  failed integer NOT NULL, cancelled integer NOT NULL, tool_calls bigint NOT NULL,\n"
-            "  tool_failures integer NOT NULL, breaker_trips integer NOT NULL,\n"
-            "  prompt_tokens bigint NOT NULL, completion_tokens bigint NOT NULL,\n"
-            "  PRIMARY KEY (zone, day, user_id)\n"
-            ");\n"
-            "CREATE INDEX agent_usage_rollup_user_idx ON agent_usage_rollup (zone, user_id, day);\n"
-            "CREATE TABLE agent_usage_rollup_day (\n"
-            "  zone text NOT NULL, day date NOT NULL, users integer NOT NULL,\n"
-            "  runs integer NOT NULL, succeeded integer NOT NULL, halted integer NOT NULL,\n"
-            "  failed integer NOT NULL, cancelled integer NOT NULL, tool_calls bigint NOT NULL,\n"
-            "  tool_failures integer NOT NULL, breaker_trips integer NOT NULL,\n"
-            "  prompt_tokens bigint NOT NULL, completion_tokens bigint NOT NULL,\n"
-            "  PRIMARY KEY (zone, day)\n"
-            ");\n"
-            "CREATE FUNCTION agent_usage_rollup_forget_days() RETURNS trigger\n"
-            "LANGUAGE plpgsql AS $$\n"
-            "BEGIN\n"
-            "  DELETE FROM agent_usage_rollup_day d USING (SELECT DISTINCT zone, day FROM gone) g\n"
-            "  WHERE d.zone = g.zone AND d.day = g.day;\n"
-            "  RETURN NULL;\n"
-            "END $$;\n"
-            "CREATE TRIGGER agent_usage_rollup_forget_days AFTER DELETE ON agent_usage_rollup\n"
-            "  REFERENCING OLD TABLE AS gone FOR EACH STATEMENT\n"
-            "  EXECUTE FUNCTION agent_usage_rollup_forget_days();\n"
-            "CREATE TABLE agent_usage_rollup_mark (\n"
-            "  zone text PRIMARY KEY, refreshed_at timestamptz NOT NULL\n"
-            ");",
-            "DROP TABLE IF EXISTS agent_usage_rollup_mark, agent_usage_rollup_day,"
-            " agent_usage_rollup; DROP FUNCTION IF EXISTS agent_usage_rollup_forget_days();",
+        migrations.CreateModel(
+            name="UsageMark",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("zone", models.TextField(unique=True)),
+                ("refreshed_at", models.DateTimeField()),
+            ],
+            options={
+                "db_table": "agent_usage_rollup_mark",
+            },
         ),
+        migrations.CreateModel(
+            name="UsageDay",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("runs", models.IntegerField()),
+                ("succeeded", models.IntegerField()),
+                ("halted", models.IntegerField()),
+                ("failed", models.IntegerField()),
+                ("cancelled", models.IntegerField()),
+                ("tool_calls", models.BigIntegerField()),
+                ("tool_failures", models.IntegerField()),
+                ("breaker_trips", models.IntegerField()),
+                ("prompt_tokens", models.BigIntegerField()),
+                ("completion_tokens", models.BigIntegerField()),
+                ("zone", models.TextField()),
+                ("day", models.DateField()),
+                ("users", models.IntegerField()),
+            ],
+            options={
+                "db_table": "agent_usage_rollup_day",
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("zone", "day"), name="agent_usage_rollup_day_key"
+                    )
+                ],
+            },
+        ),
+        migrations.CreateModel(
+            name="UsageGroup",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("runs", models.IntegerField()),
+                ("succeeded", models.IntegerField()),
+                ("halted", models.IntegerField()),
+                ("failed", models.IntegerField()),
+                ("cancelled", models.IntegerField()),
+                ("tool_calls", models.BigIntegerField()),
+                ("tool_failures", models.IntegerField()),
+                ("breaker_trips", models.IntegerField()),
+                ("prompt_tokens", models.BigIntegerField()),
+                ("completion_tokens", models.BigIntegerField()),
+                ("zone", models.TextField()),
+                ("day", models.DateField()),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+            ],
+            options={
+                "db_table": "agent_usage_rollup",
+                "indexes": [
+                    models.Index(fields=["zone", "user", "day"], name="agent_usage_rollup_user_idx")
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("zone", "day", "user"), name="agent_usage_rollup_key"
+                    )
+                ],
+            },
+        ),
+        migrations.RunSQL(FORGET_DAYS, FORGET_NOT),
         migrations.RunPython(fill, migrations.RunPython.noop, elidable=True),
     ]
