@@ -441,3 +441,7 @@ class RunResume(models.Model):
         if self.requested_by_id == self.run.user_id:
             return ContinuedBy.OWNER
         return ContinuedBy.OPERATOR
+
+
+# The usage page's rollup tables (console/rollup.py), registered with the agent's models.
+from agent.usage import UsageDay, UsageGroup, UsageMark  # noqa: E402, F401

@@ -41,7 +41,7 @@ from agent.runs import (
     continue_run_as_operator,
 )
 from agent.transcripts import transcripts
-from console import selectors, storage
+from console import rollup, selectors, storage
 from console.widgets import (
     AuditAdmin,
     RunUserFilter,
@@ -319,6 +319,16 @@ class AgentRunAdmin(AuditAdmin):
             ),
             *super().get_urls(),
         ]
+
+    def delete_model(self, request: HttpRequest, obj: AgentRun) -> None:
+        """A superuser's delete: the usage rollup sums the run's day again at its next read."""
+        super().delete_model(request, obj)
+        rollup.forget_days([obj.created_at])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
+        made = list(queryset.values_list("created_at", flat=True))
+        super().delete_queryset(request, queryset)
+        rollup.forget_days(made)
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return can_cancel_any_run(request.user)

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
-from django.db import connection, transaction
 from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
@@ -32,16 +31,11 @@ from agent.core.results import ToolStatus
 from agent.core.text import excerpt
 from agent.core.wording import resumed_text
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
+from console import rollup
 from memory.models import Memory
 
-# A tool call that ran and did not work. A skipped call never ran: the run stopped first.
-# An interrupted call's worker stopped under it: as far as anyone knows, it did not work.
-FAILED_TOOL_STATUSES = (
-    ToolStatus.ERROR,
-    ToolStatus.TIMEOUT,
-    ToolStatus.DENIED,
-    ToolStatus.INTERRUPTED,
-)
+# A tool call that ran and did not work (the rollup counts the same).
+FAILED_TOOL_STATUSES = rollup.FAILED_TOOL_STATUSES
 # How much of a text a one-line gist shows.
 GIST_WIDTH = 80
 
@@ -205,12 +199,6 @@ class UsageRow:
 
 
 COUNTED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.HALTED, RunStatus.FAILED, RunStatus.CANCELLED)
-# The memory usage_per_day's query may sort and hash in (PostgreSQL's work_mem, for it alone).
-USAGE_WORK_MEM = "64MB"
-# What usage_per_day's query returns after the day and its users, in order.
-PER_DAY_FIGURES = ("runs", "tool_calls", "prompt_tokens", "completion_tokens")
-PER_DAY_FIGURES += tuple(str(status) for status in COUNTED_STATUSES)
-PER_DAY_FIGURES += ("tool_failures", "breaker_trips")
 COUNTED = ("runs", "succeeded", "halted", "failed", "cancelled", "tool_calls", "tool_failures")
 COUNTED += ("breaker_trips", "prompt_tokens", "completion_tokens")
 
@@ -280,13 +268,14 @@ def usage(since: date, until: date, user_id: int | None = None) -> list[UsageRow
 
 
 class UsagePages(Sequence[UsageRow]):
-    """The usage rows of a range, newest day first, as a sequence the page's Paginator slices:
-    a long range (a year of a thousand users is a hundred thousand rows) is summed per day in
-    SQL, and only the days a page shows are read per user (`usage` over those days). So a page
-    costs the same over a year as over a week, bar the per-day sums."""
+    """The usage rows of a range, newest day first, as a sequence the page's Paginator slices.
+    Read from the rollup (console/rollup.py), brought up to date first: the per-day sums of a
+    year are a few hundred thousand small rows at most, and only the days a page shows are read
+    per user. `usage` reads the same figures from the runs themselves."""
 
     def __init__(self, since: date, until: date, user_id: int | None = None) -> None:
         self.since, self.until, self.user_id = since, until, user_id
+        rollup.refresh(since, until)
         self.days = usage_per_day(since, until, user_id)  # newest first
 
     def __len__(self) -> int:
@@ -312,57 +301,29 @@ class UsagePages(Sequence[UsageRow]):
         first_skipped = sum(
             day.rows for day in self.days if day.day > max(wanted)
         )  # the rows of the days before the first one shown
-        rows = usage(min(wanted), max(wanted), self.user_id)
+        rows = rolled_up_usage(min(wanted), max(wanted), self.user_id)
         return rows[start - first_skipped : stop - first_skipped]
 
 
+def rolled_up_usage(since: date, until: date, user_id: int | None = None) -> list[UsageRow]:
+    """`usage`'s rows, from the rollup as the last refresh left it."""
+    rows = []
+    for day, user, username, *figures in rollup.per_user(since, until, user_id):
+        row = UsageRow(day, user, username)
+        for name, value in zip(rollup.FIGURES, figures, strict=True):
+            setattr(row, name, value)
+        rows.append(row)
+    return sorted(rows, key=lambda r: (-r.day.toordinal(), r.username))
+
+
 def usage_per_day(since: date, until: date, user_id: int | None = None) -> list[UsageRow]:
-    """Per day, newest first: what that day's runs did, all users together; each day's `rows` is
-    how many users ran something that day (its rows on the usage page). One query, which reads
-    the range's runs once (a year is most of the table) and the failed calls and trips of those
-    runs only."""
-    start, end = day_bounds(since, until)
-    runs = AgentRun.objects.filter(created_at__gte=start, created_at__lt=end)
-    if user_id is not None:
-        runs = runs.filter(user_id=user_id)
-    # The runs' days as Django computes them (TruncDate in the current time zone), as usage does.
-    runs_sql, runs_params = (
-        runs.annotate(day=TruncDate("created_at"))
-        .values(
-            "id", "user_id", "status", "tool_calls", "prompt_tokens", "completion_tokens", "day"
-        )
-        .order_by()
-        .query.sql_with_params()
-    )
-    by_status = ", ".join("count(*) FILTER (WHERE r.status = %s)" for _ in COUNTED_STATUSES)
-    sql = f"""
-        WITH runs AS MATERIALIZED ({runs_sql})
-        SELECT r.day, count(DISTINCT r.user_id), count(*), coalesce(sum(r.tool_calls), 0),
-          coalesce(sum(r.prompt_tokens), 0), coalesce(sum(r.completion_tokens), 0), {by_status},
-          coalesce(sum(f.n), 0), coalesce(sum(t.n), 0)
-        FROM runs r
-        LEFT JOIN (
-          SELECT run_id, count(*) AS n FROM {ToolExecution._meta.db_table}
-          WHERE status = ANY(%s) AND run_id IN (SELECT id FROM runs) GROUP BY run_id
-        ) f ON f.run_id = r.id
-        LEFT JOIN (
-          SELECT run_id, count(*) AS n FROM {BreakerTrip._meta.db_table}
-          WHERE run_id IN (SELECT id FROM runs) GROUP BY run_id
-        ) t ON t.run_id = r.id
-        GROUP BY r.day
-        ORDER BY r.day DESC
-    """  # noqa: S608  (names from the models, values as parameters)
-    params = [*runs_params, *map(str, COUNTED_STATUSES), list(map(str, FAILED_TOOL_STATUSES))]
-    with transaction.atomic(), connection.cursor() as cursor:
-        # A year's runs sorted by day and user, and held for the joins, fit in memory with
-        # room: with the server's default (4 MB) both spill to disk, twice as slow.
-        cursor.execute(f"SET LOCAL work_mem = '{USAGE_WORK_MEM}'")
-        cursor.execute(sql, params)
-        found = cursor.fetchall()
+    """Per day, newest first: what that day's runs did, all users together (or `user_id`'s);
+    each day's `rows` is how many users ran something that day (its rows on the usage page).
+    From the rollup as the last refresh left it: one query over its rows of the range."""
     days = []
-    for day, users, *figures in found:
+    for day, users, *figures in rollup.per_day(since, until, user_id):
         row = UsageRow(day, 0, rows=users)
-        for name, value in zip(PER_DAY_FIGURES, figures, strict=True):
+        for name, value in zip(rollup.FIGURES, figures, strict=True):
             setattr(row, name, value)
         days.append(row)
     return days
