@@ -33,10 +33,11 @@ MAX_MEMORY_CHARS = 2000
 CANDIDATES_PER_RESULT = 4
 # The HNSW search's candidate list (pgvector's default is 40): what keeps recall@10 at 0.95 or
 # more on a store of 100,000 memories (bench/memory.py); above that, the same candidate list finds
-# less of the true nearest in a larger graph (0.94 at a million), so it grows by
-# EF_SEARCH_PER_DECADE for each tenfold of the store beyond 100,000: 500 at a million (0.96).
+# less of the true nearest in a larger graph (0.936 at a million), so it grows by
+# EF_SEARCH_PER_DECADE for each tenfold of the store beyond 100,000: 400 at a million (0.956;
+# 500 gave 0.958 for a quarter more work).
 EF_SEARCH = 300
-EF_SEARCH_PER_DECADE = 200
+EF_SEARCH_PER_DECADE = 100
 EF_SEARCH_FROM_ROWS = 100_000
 # How much each part weighs in the final score, as tuned on bench/memory_quality.py's tuning half:
 # similarity first, recency enough that a correction outranks what it corrects.
