@@ -1,17 +1,19 @@
 """Recall latency and quality at scale: pgvector's HNSW index, exact search and the naive way.
 
     .venv/bin/python bench/memory.py [--n 100000] [--queries 50] [--naive-queries 3]
-        [--ef-search 40,100,200] [--real 3000] [--only 1|2] [--keep]
-    nice -n 10 .venv/bin/python bench/memory.py --n 1000000 --only 1 --naive-queries 0 --keep \\
+        [--ef-search 40,100,200] [--real N] [--m 16] [--ef-construction 64] [--only 1|2] [--keep]
+    nice -n 19 .venv/bin/python bench/memory.py --n 1000000 --only 1 --naive-queries 0 --keep \\
         --database loop_bench_1m
 
 Runs in its own database (`loop_bench` on the same server), filled with deterministic memories.
-Their vectors: the first --real texts (synthetic, from MiniLM's own vocabulary) embedded by the
-configured embedder (all-MiniLM-L6-v2 by default), kept in var/bench/ for later runs; the rest,
-when --n is larger, are made around those real embeddings (each a mix of two of them with some
-noise, normalised), since MiniLM embeds only some 20 to 100 texts a second on this machine's
-CPUs. The output says how many vectors are which. Questions are always real embeddings of
-questions reworded from stored texts. Two scenarios:
+Their vectors: the first --real texts (synthetic, from MiniLM's own vocabulary; by default one for
+every 40 memories, at least 3,000) embedded by the configured embedder (all-MiniLM-L6-v2 by
+default), kept in var/bench/ for later runs; the rest, when --n is larger, are made around those
+real embeddings (each a mix of two of them with some noise, normalised), since MiniLM embeds only
+some 20 to 100 texts a second on this machine's CPUs. The output says how many vectors are which.
+bench/memory_vectors.py checks that made vectors are as hard for a graph index as real ones: with
+333 made around each real one (3,000 at a million, before) they were twice as hard (docs/memory.md).
+Questions are always real embeddings of questions reworded from stored texts. Two scenarios:
 (1) one user with n memories: recall through the HNSW index (what Loop does), by exact scan, and
     the naive way (fetch the user's rows, cosine in Python);
 (2) n memories over 1,000 users, queries by random users: the filtered case, where an HNSW scan
@@ -62,8 +64,12 @@ K = 10
 # (about three significant digits), and Python and PostgreSQL round differently.
 TIE = 1e-3
 USERS_IN_SCENARIO_2 = 1000
-# Texts the embedder embeds (cached in var/bench/); more memories are made around them.
+# Texts the embedder embeds (cached in var/bench/); more memories are made around them: at least
+# REAL, and one for every MADE_PER_REAL memories, so that a real vector never has more made ones
+# around it than at 100,000. With 3,000 at a million (333 around each), the made vectors were
+# far harder for a graph index than MiniLM's own (see NOISE).
 REAL = 3000
+MADE_PER_REAL = 40
 
 
 def vocabulary(size: int = 5000) -> list[str]:
@@ -125,7 +131,8 @@ def embedded(embedder: Embedder, texts: list[str]) -> "np.ndarray":
 # How far a made vector strays from its mix of two real ones (the norm of the noise added to a
 # unit vector), chosen so that made vectors lie from one another as MiniLM's do: among 3,000, the
 # nearest and the 10th nearest at cosine distance 0.24 and 0.37 on average, any two at 0.55
-# (MiniLM's own: 0.30, 0.35 and 0.58).
+# (MiniLM's own: 0.30, 0.35 and 0.58). Too many made around one real vector and that noise alone
+# orders a question's nearest (MADE_PER_REAL).
 NOISE = 0.35
 
 
@@ -335,6 +342,27 @@ def plan(owner: int, vector: Vector) -> str:
     return "HNSW index" if "memory_embedding_hnsw" in explained else "owner index, then sort"
 
 
+def explained(owner: int, vector: Vector) -> list[str]:
+    """EXPLAIN ANALYZE of Loop's recall query, with Loop's settings: the plan it really runs."""
+    with transaction.atomic():
+        store.set_search(K)
+        queryset = (
+            Memory.objects.filter(owner_id=owner)
+            .annotate(distance=CosineDistance("embedding", vector))
+            .order_by("distance")
+            .defer("embedding")[:K]
+        )
+        return str(queryset.explain(analyze=True, buffers=True)).splitlines()
+
+
+def loop_ef_search() -> str:
+    """The ef_search Loop's recall sets on this store (it grows with the store's size)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        store.set_search(K)
+        cursor.execute("SHOW hnsw.ef_search")
+        return str(cursor.fetchone()[0])
+
+
 def timed(search: Search, cases: list[Case]) -> Timed:
     latencies: list[float] = []
     results: list[Found] = []
@@ -391,7 +419,9 @@ def scenario_one(data: Data, options: argparse.Namespace, rng: random.Random) ->
     whole = end_to_end(cases)
     slow = timed(naive, cases[: options.naive_queries])
     print(f"(1) one user with {n:,} memories; recall plan: {plan(owner, cases[0][1])}; {load()}")
-    hnsw_p50 = report(f"HNSW search (Loop's query, ef {store.EF_SEARCH})", *index, truth[1])
+    for line in explained(owner, cases[-1][1]):
+        print(f"  | {line}")
+    hnsw_p50 = report(f"HNSW search (Loop's query, ef {loop_ef_search()})", *index, truth[1])
     report("HNSW search, today's query (ef 300)", *before, truth[1])
     for ef, measured in sweep.items():
         report(f"HNSW search, ef_search {ef}", *measured, truth[1])
@@ -412,11 +442,12 @@ def scenario_one(data: Data, options: argparse.Namespace, rng: random.Random) ->
 
 def with_ef_search(ef: int) -> Search:
     def search(owner: int, vector: Vector) -> Found:
-        was, store.EF_SEARCH = store.EF_SEARCH, ef
+        was = store.EF_SEARCH, store.EF_SEARCH_PER_DECADE
+        store.EF_SEARCH, store.EF_SEARCH_PER_DECADE = ef, 0  # this ef_search whatever the size
         try:
             return through_index(owner, vector)
         finally:
-            store.EF_SEARCH = was
+            store.EF_SEARCH, store.EF_SEARCH_PER_DECADE = was
 
     return search
 
@@ -520,7 +551,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--naive-queries", type=int, default=3)
     parser.add_argument("--ef-search", type=whole_numbers, default=[])
-    parser.add_argument("--real", type=int, default=REAL, help="vectors the embedder makes")
+    parser.add_argument(
+        "--real", type=int, default=0, help=f"vectors the embedder makes (max({REAL}, n / 40))"
+    )
     parser.add_argument("--m", type=int, default=0, help="HNSW m other than Loop's")
     parser.add_argument("--ef-construction", type=int, default=0)
     parser.add_argument("--only", type=int, choices=(1, 2), default=0)
@@ -534,7 +567,7 @@ def main() -> None:
     )
     try:
         unniced_backend()
-        data = dataset(options.n, options.real)
+        data = dataset(options.n, options.real or max(REAL, options.n // MADE_PER_REAL))
         print(f"embedder: {get_embedder().name}; vectors: {data.describe()}")
         print(f"server: {sizing_shown()}")
         if options.only in (0, 1):

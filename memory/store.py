@@ -32,8 +32,13 @@ MAX_MEMORY_CHARS = 2000
 # How far the index scan reaches: more candidates than k, so re-ranking has room to work.
 CANDIDATES_PER_RESULT = 4
 # The HNSW search's candidate list (pgvector's default is 40): what keeps recall@10 at 0.95 or
-# more on a store of 100,000 memories (bench/memory.py).
+# more on a store of 100,000 memories (bench/memory.py); above that, the same candidate list finds
+# less of the true nearest in a larger graph (0.936 at a million), so it grows by
+# EF_SEARCH_PER_DECADE for each tenfold of the store beyond 100,000: 400 at a million (0.956;
+# 500 gave 0.958 for a quarter more work).
 EF_SEARCH = 300
+EF_SEARCH_PER_DECADE = 100
+EF_SEARCH_FROM_ROWS = 100_000
 # How much each part weighs in the final score, as tuned on bench/memory_quality.py's tuning half:
 # similarity first, recency enough that a correction outranks what it corrects.
 WEIGHTS = {"similarity": 0.7, "recency": 0.225, "importance": 0.075}
@@ -119,16 +124,8 @@ def nearest(
     `strict` keeps the scan's results in exact distance order, for when the single nearest one
     matters; recall re-ranks its candidates anyway and takes the faster relaxed order.
     """
-    order = "strict_order" if strict else "relaxed_order"
-    with transaction.atomic(), connection.cursor() as cursor:
-        # Filtering by owner after an index scan would leave too few rows for a user with few
-        # memories among many; the iterative scan keeps going until it has `limit` of theirs.
-        # Both settings last until the transaction ends (is_local), set in one round trip.
-        cursor.execute(
-            "SELECT set_config('hnsw.iterative_scan', %s, true),"
-            " set_config('hnsw.ef_search', %s, true)",
-            [order, str(max(EF_SEARCH, limit))],
-        )
+    with transaction.atomic():
+        set_search(limit, strict=strict)
         mine = Memory.objects.filter(owner=owner)
         if origin is not None:
             mine = mine.filter(origin=origin)
@@ -136,6 +133,32 @@ def nearest(
             mine.annotate(distance=CosineDistance("embedding", vector))
             .order_by("distance")
             .defer("embedding")[:limit]
+        )
+
+
+def set_search(limit: int, *, strict: bool = False) -> None:
+    """The HNSW search's settings for the rest of the current transaction.
+
+    Filtering by owner after an index scan would leave too few rows for a user with few memories
+    among many; the iterative scan keeps going until it has `limit` of theirs. Both settings last
+    until the transaction ends (is_local), set in one round trip.
+    The candidate list grows with the store's size as PostgreSQL last counted it (reltuples,
+    kept by autovacuum's ANALYZE; -1 before the first), read in the same statement.
+    """
+    order = "strict_order" if strict else "relaxed_order"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('hnsw.iterative_scan', %s, true),"
+            " set_config('hnsw.ef_search', greatest(%s, %s + %s * log(greatest(reltuples::numeric"
+            " / %s, 1)))::int::text, true) FROM pg_class WHERE oid = %s::regclass",
+            [
+                order,
+                limit,
+                EF_SEARCH,
+                EF_SEARCH_PER_DECADE,
+                EF_SEARCH_FROM_ROWS,
+                Memory._meta.db_table,
+            ],
         )
 
 

@@ -121,6 +121,32 @@ def test_a_user_with_few_memories_among_many_still_gets_theirs(alice, bob, monke
         transaction.set_rollback(True)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_larger_store_is_searched_with_more_candidates(alice, monkeypatch):
+    """At a fixed ef_search a larger graph finds less of the true nearest (bench/memory.py:
+    recall@10 0.94 at a million with 300), so the search keeps EF_SEARCH_PER_DECADE more
+    candidates for each tenfold of the store beyond EF_SEARCH_FROM_ROWS, as ANALYZE counted it."""
+    for n in range(10):
+        vector = [0.0] * 384
+        vector[n] = 1.0
+        Memory.objects.create(owner=alice, text=f"m{n}", embedding=vector, content_hash=str(n))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE memory_memory")
+
+    def ef_search() -> int:
+        with transaction.atomic(), connection.cursor() as cursor:
+            store.set_search(10)
+            cursor.execute("SHOW hnsw.ef_search")
+            return int(cursor.fetchone()[0])
+
+    assert ef_search() == store.EF_SEARCH
+    monkeypatch.setattr(store, "EF_SEARCH_FROM_ROWS", 1)  # 10 rows: a tenfold beyond it
+    assert ef_search() == store.EF_SEARCH + store.EF_SEARCH_PER_DECADE
+    monkeypatch.setattr(store, "EF_SEARCH", 4)  # never fewer candidates than rows asked for
+    monkeypatch.setattr(store, "EF_SEARCH_PER_DECADE", 0)
+    assert ef_search() == 10
+
+
 def test_an_exact_duplicate_is_stored_once(alice):
     first = remember(alice, PORT, importance=0.2)
     again = remember(alice, "  the STAGING database listens on port 6543  ", importance=0.6)
