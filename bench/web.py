@@ -26,6 +26,7 @@ from typing import Any
 
 import websockets
 from channels_redis.core import RedisChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -79,7 +80,7 @@ async def socket_costs(
     and one carrying its event."""
     assert stack.web is not None
     prefix = stack.env["LOOP_CHANNEL_PREFIX"]
-    layer = RedisChannelLayer(hosts=[REDIS_URL], prefix=prefix)
+    layer = layer_of(stack, prefix)
     group = f"{prefix}.run-{run_id}"
     cookie = "; ".join(f"{name}={value}" for name, value in person.client.cookies.items())
     url = f"ws://127.0.0.1:{stack.port}/ws/runs/"
@@ -109,6 +110,15 @@ async def socket_costs(
 async def drain(socket_: Any) -> None:
     async for _ in socket_:
         pass
+
+
+def layer_of(stack: Stack, prefix: str) -> Any:
+    """A channel layer of the kind the site's settings choose (a worker's wake-ups must reach
+    its sockets): Redis pub/sub, or the older lists of channels_redis.core."""
+    settings = (stack.project / "loopsite" / "settings.py").read_text()
+    if "PubSubChannelLayer" in settings:
+        return RedisPubSubChannelLayer(hosts=[REDIS_URL], prefix=prefix)
+    return RedisChannelLayer(hosts=[REDIS_URL], prefix=prefix)
 
 
 async def per_message(

@@ -125,25 +125,15 @@ REDIS_URL = env_str("REDIS_URL")
 # Every group name starts with this (agent.bus.group_for), so sites sharing a Redis database do not
 # hear each other; empty: the database's name, read at use. Set, it also prefixes Redis's keys.
 LOOP_CHANNEL_PREFIX = env_str("LOOP_CHANNEL_PREFIX")
-# A process's connections to Redis at most. redis-py 8 allows 100 and then fails a call at once
-# ("Too many connections") rather than wait: 200 sockets opening together each join their groups
-# at the same moment, and the ones past 100 were told live updates were delayed.
-LOOP_REDIS_CONNECTIONS = env_int("LOOP_REDIS_CONNECTIONS", 1000)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # Redis pub/sub, a socket's own channel made even while Redis is away (see there).
+            "BACKEND": "loopsite.channel_layer.PubSubChannelLayer",
             "CONFIG": {
-                # redis-py 8 gives up on a read after 5 s by default, as long as channels_redis's
-                # blocking receive waits, so every idle socket's receive failed (channels_redis
-                # issue 422); a longer bound still gives up on a Redis that never answers.
-                "hosts": [
-                    {
-                        "address": REDIS_URL,
-                        "socket_timeout": 10,
-                        "max_connections": LOOP_REDIS_CONNECTIONS,
-                    }
-                ],
+                # A bound on each Redis call, so one that never answers fails (redis-py has none
+                # by default).
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 10}],
                 "prefix": LOOP_CHANNEL_PREFIX or "asgi",
             },
         }

@@ -26,6 +26,8 @@ from loopsite.asgi import application
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
+PUBSUB = "loopsite.channel_layer.PubSubChannelLayer"  # as loopsite.settings chooses
+
 CARD_ID = re.compile(r'<(?:article|div) class="card [^"]*" id="([^"]+)"')
 RUNNING_CARD_ID = re.compile(r'<article class="card tool status-running" id="([^"]+)"')
 SEQ_MARKER = re.compile(r'id="run-\d+-seq" data-run="\d+" data-seq="(\d+)"')
@@ -137,11 +139,8 @@ def bus(request, settings) -> dict[str, str]:
         return {}
     url = "redis://127.0.0.1:6379/0"
     settings.REDIS_URL = url
-    # As loopsite.settings builds it: redis-py's own 5 s read bound would cut a blocking receive.
-    hosts = [{"address": url, "socket_timeout": 10}]
-    settings.CHANNEL_LAYERS = {
-        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": hosts}}
-    }
+    hosts = [{"address": url, "socket_timeout": 10}]  # as loopsite.settings builds it
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": PUBSUB, "CONFIG": {"hosts": hosts}}}
     return {"REDIS_URL": url}
 
 

@@ -65,7 +65,7 @@ def test_production_values_are_used(monkeypatch, tmp_path):
         "loop",
     )
     layer = settings["CHANNEL_LAYERS"]["default"]
-    assert layer["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+    assert layer["BACKEND"] == "loopsite.channel_layer.PubSubChannelLayer"
     assert layer["CONFIG"]["hosts"] == [{"address": "redis://cache:6379/1", "socket_timeout": 10}]
 
 

@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from asgiref.sync import async_to_sync
-from channels_redis.core import RedisChannelLayer
 
 from agent import bus
 from agent.core.events import ToolCallStarted
 from agent.recorder import RunRecorder
 from agent.runs import start_run
+from loopsite.channel_layer import PubSubChannelLayer
 from tests.socket_harness import (
     WAIT,
     free_port,
@@ -86,7 +86,7 @@ def test_the_page_is_live_again_once_redis_answers(start_daphne, alice, redis_la
         settings.REDIS_URL = url
         settings.CHANNEL_LAYERS = {
             "default": {
-                "BACKEND": "channels_redis.core.RedisChannelLayer",
+                "BACKEND": "loopsite.channel_layer.PubSubChannelLayer",
                 "CONFIG": {"hosts": [url], "prefix": "asgi"},
             }
         }
@@ -108,7 +108,7 @@ def started(call_id: str, step: int = 1) -> ToolCallStarted:
 
 def push(prefix: str, run_id: int, seq: int, events: list[tuple[int, ToolCallStarted]]) -> None:
     """A worker's wake-up through Redis, carrying `events` (seq, event) whatever the log holds."""
-    layer = RedisChannelLayer(hosts=[REAL_REDIS], prefix=prefix)
+    layer = PubSubChannelLayer(hosts=[REAL_REDIS], prefix=prefix)
     rows = [(number, event.kind, event.as_dict()) for number, event in events]
     message = bus.wake_up(run_id, seq, rows)
     assert "events" in message
