@@ -97,8 +97,12 @@ class Event:
                 object.__setattr__(self, name, loaded)
 
     def as_dict(self) -> dict[str, Any]:
-        """The stored JSON: enums as their values, an absent enum as "" (as stored always)."""
-        return {name: _stored(value) for name, value in dataclasses.asdict(self).items()}
+        """The stored JSON: enums as their values, an absent enum as "" (as stored always).
+        Containers are copied, as `dataclasses.asdict` copies them, so what is stored or sent
+        never changes with the loop's own lists; their strings and numbers, which cannot
+        change, are not (asdict's deep copy of each was a third of the recorder's work a step)."""
+        fields = _field_names(type(self))  # type: ignore[arg-type]  # (as in __post_init__)
+        return {name: _stored(_plain(getattr(self, name))) for name in fields}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,6 +301,26 @@ def _items(cls: type, values: list[Any]) -> list[Any]:
     if all(isinstance(value, cls) for value in values):
         return values
     return [value if isinstance(value, cls) else cls(**value) for value in values]
+
+
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(cls))
+
+
+def _plain(value: Any) -> Any:
+    """The value with its dataclasses as dicts and its lists, tuples and dicts copied."""
+    if isinstance(value, str | int | float | bool | None):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    return value
 
 
 def _stored(value: Any) -> Any:
