@@ -228,7 +228,8 @@ def refresh(since: date, until: date) -> None:
 
 def rebuild() -> None:
     """Forget the rollup of the current time zone and sum every day from the first run's to
-    today's again (migration 0013 fills it so; after runs were deleted outside the console)."""
+    today's again (after runs were deleted outside the console, or to sum a site's old runs ahead
+    of the page's first read)."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"DELETE FROM {DAYS} WHERE zone = %s", [zone()])  # noqa: S608
         cursor.execute(f"DELETE FROM {GROUPS} WHERE zone = %s", [zone()])  # noqa: S608

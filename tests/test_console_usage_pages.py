@@ -217,7 +217,7 @@ def test_the_rollup_summed_again_from_nothing_is_the_same(a_month_of_runs):
     until = timezone.localdate()
     since = until - timedelta(days=40)
     assert_pages_are_every_row(since, until)
-    rollup.rebuild()  # what migration agent.0013 does to the runs a site already has
+    rollup.rebuild()  # what an operator may do after deleting runs outside the console
     assert_pages_are_every_row(since, until)
     assert_pages_are_every_row(since, until, a_month_of_runs[3].pk)
 

@@ -2,8 +2,8 @@
 # user, what that user's runs of that day did, and per day the sum of its users, so that the page
 # over a year reads those sums instead of every run, failed tool call and breaker trip of the
 # year. When users' rows are deleted (with their user), a trigger forgets their days, which the
-# page then sums again from the runs. Filled here for the site's TIME_ZONE from the runs already
-# recorded (at 100,000 runs, about 3 s on a quiet machine); the page keeps it up to date.
+# page then sums again from the runs. Not filled here (console.rollup is a higher layer than this
+# app): the page sums a day it never summed at its first read of it, and keeps it up to date.
 
 import django.db.models.deletion
 from django.conf import settings
@@ -24,12 +24,6 @@ FORGET_NOT = """
 DROP TRIGGER IF EXISTS agent_usage_rollup_forget_days ON agent_usage_rollup;
 DROP FUNCTION IF EXISTS agent_usage_rollup_forget_days();
 """
-
-
-def fill(apps: object, schema_editor: object) -> None:
-    from console import rollup
-
-    rollup.rebuild()
 
 
 class Migration(migrations.Migration):
@@ -130,5 +124,4 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunSQL(FORGET_DAYS, FORGET_NOT),
-        migrations.RunPython(fill, migrations.RunPython.noop, elidable=True),
     ]
