@@ -115,7 +115,7 @@ class Stack:
         self.port = free_port()
         self.web = subprocess.Popen(  # noqa: S603
             [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(self.port),
-             "loopsite.asgi:application"],
+             "--websocket_connect_timeout", "30", "loopsite.asgi:application"],  # as the Procfile
             cwd=self.project, env={**self.env, "PGAPPNAME": WEB_APP},
             stdout=subprocess.DEVNULL, stderr=self.log("daphne"),
         )  # fmt: skip
