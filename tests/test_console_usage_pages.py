@@ -49,15 +49,7 @@ def a_month_of_runs():
             )
             AgentRun.objects.filter(pk=run.pk).update(created_at=now - timedelta(days=day))
             for step, status in enumerate(("ok", "error" if day % 2 else "timeout")):
-                ToolExecution.objects.create(
-                    run=run,
-                    step=step,
-                    call_id=f"c{step}",
-                    tool="run_code",
-                    arguments="{}",
-                    status=status,
-                    duration=0.1,
-                )
+                tool_call(run, step, status)
             if day % 5 == 0:
                 BreakerTrip.objects.create(run=run, step=1, tool="run_code", reason="tool_failures")
     return people
@@ -124,14 +116,15 @@ def end(run, status=RunStatus.SUCCEEDED, finished_at=None, **figures):
     )
 
 
-def failed_call(run, step=1):
+def tool_call(run, step=1, status="error"):
+    """A tool call the run made, as its audit row (a failed one unless `status` says)."""
     ToolExecution.objects.create(
         run=run,
         step=step,
         call_id=f"c{step}",
         tool="run_code",
         arguments="{}",
-        status="error",
+        status=status,
         duration=0.1,
     )
 
@@ -144,7 +137,7 @@ def test_a_run_of_a_past_day_that_ends_between_two_reads_shows_its_end(a_month_o
     with timezone.override(zone):
         run = a_run(person, days_ago=3, status=RunStatus.RUNNING)
         before = assert_pages_are_every_row(since, until)
-        failed_call(run)
+        tool_call(run)
         BreakerTrip.objects.create(run=run, step=1, tool="run_code", reason="tool_failures")
         end(run, RunStatus.HALTED, tool_calls=1, prompt_tokens=500, completion_tokens=7)
         after = assert_pages_are_every_row(since, until)
@@ -176,7 +169,7 @@ def test_a_continued_run_counts_as_live_again_then_with_its_new_end(a_month_of_r
     AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED, finished_at=None)
     live = assert_pages_are_every_row(since, until)
     assert usage_totals(live)["runs"] > sum(usage_totals(live)[s] for s in STATUSES)
-    failed_call(run, step=3)
+    tool_call(run, step=3)
     end(run, RunStatus.SUCCEEDED, tool_calls=5, prompt_tokens=900)
     assert_pages_are_every_row(since, until)
 
