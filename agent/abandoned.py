@@ -67,7 +67,8 @@ def runs_of_gone_processes_here() -> list[tuple[int, int, str]]:
     (`worker_process_gone`). Found at once, where its heartbeat would take LOOP_STALE_SECONDS
     to say so: a worker of this host that starts, and the recovery on one, hand them over
     (engine/tasks.py). A worker given a `--name` of its own names no pid, and is left to its
-    heartbeat."""
+    heartbeat. A run handed over and not claimed since has no claim time: its new job, `doing`
+    once a live worker has fetched it, is that worker's, not the dead one's."""
     doing = ProcrastinateJob.objects.filter(status="doing").values("id")
     here = AgentRun.objects.filter(
         status=RunStatus.RUNNING, job_id__in=doing, worker__startswith=f"{socket.gethostname()}:"

@@ -198,7 +198,10 @@ def give_a_new_job(run_id: int, old_job: int, why: str) -> int:
         if live.filter(status__in=LIVE).values_list("pk").first() is None:
             return 0
         new_job = defer_on_django(run_id)
-        AgentRun.objects.filter(pk=run_id).update(job_id=new_job)
+        # Claimed by nobody until a worker takes it up: a live worker may fetch the new job
+        # before it claims the run, and the run, still naming its dead worker, must not look
+        # like that worker's own again (agent/abandoned.runs_of_gone_processes_here).
+        AgentRun.objects.filter(pk=run_id).update(job_id=new_job, heartbeat_at=None)
     logger.warning("Run %s: %s; job %s takes it up", run_id, why, new_job)
     return 1
 

@@ -26,6 +26,7 @@ from agent.abandoned import PID_REUSE_MARGIN, worker_process_gone
 from agent.core.events import ResumeReason, RunStatus
 from agent.models import AgentRun, RunResume
 from agent.runs import new_conversation, submit_run
+from engine.tasks import reclaim_runs_of_dead_workers_here
 from tests.conftest import OutputLines, wait_for
 from tests.groq_server import (  # noqa: F401 (the fixture)
     FakeGroqServer,
@@ -185,13 +186,7 @@ def running_with_a_live_job(run: AgentRun, worker: str, claimed_at: Any) -> None
     """Leave `run` as a worker named `worker` that claimed it at `claimed_at` would have: running,
     its job `doing` under a Procrastinate worker whose heartbeat is fresh (with LOOP_STALE_SECONDS
     at 120, the stale-worker recovery leaves it alone for the whole test)."""
-    with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO procrastinate_workers DEFAULT VALUES RETURNING id")
-        [worker_id] = cursor.fetchone()
-        cursor.execute(
-            "UPDATE procrastinate_jobs SET status = 'doing', worker_id = %s WHERE id = %s",
-            [worker_id, run.job_id],
-        )
+    fetched_by_a_live_worker(run)
     AgentRun.objects.filter(pk=run.pk).update(
         status=RunStatus.RUNNING,
         attempt=1,
@@ -232,6 +227,39 @@ def test_a_pid_taken_over_by_a_newer_process_does_not_pass_for_its_worker(
         here(os.getpid()),
     )
     assert resumes(alive) == []
+
+
+def test_a_run_handed_over_is_not_handed_over_again_once_a_live_worker_fetched_its_job(alice):
+    """The race CI once lost: the dead worker's run was handed a new job, a live worker fetched
+    it (`doing`) and was about to claim the run, which still named the dead worker; the
+    recovery then took the live worker's job away as if it were the dead one's, and the run was
+    handed over twice."""
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    run = submit_run(alice, "What is 17 * 23?", new_conversation(alice), model="mock")
+    running_with_a_live_job(run, here(ended.pid), timezone.now())
+    first_job = run.job_id
+
+    assert reclaim_runs_of_dead_workers_here() == 1
+    run.refresh_from_db()
+    assert run.job_id != first_job
+    fetched_by_a_live_worker(run)  # a live worker fetched the new job, not yet claimed
+
+    assert reclaim_runs_of_dead_workers_here() == 0
+    handed = run.job_id
+    run.refresh_from_db()
+    assert (run.job_id, run.worker) == (handed, here(ended.pid))  # left to the live worker
+
+
+def fetched_by_a_live_worker(run: AgentRun) -> None:
+    """The run's job `doing` under a Procrastinate worker whose heartbeat is fresh."""
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO procrastinate_workers DEFAULT VALUES RETURNING id")
+        [worker_id] = cursor.fetchone()
+        cursor.execute(
+            "UPDATE procrastinate_jobs SET status = 'doing', worker_id = %s WHERE id = %s",
+            [worker_id, run.job_id],
+        )
 
 
 def test_a_process_is_gone_when_it_has_ended_or_another_started_at_its_pid():
