@@ -95,6 +95,8 @@ def remember(
 def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:
     """The owner's memories most relevant to `query`, best first, each with its score parts."""
     k = k or settings.LOOP_MEMORY_RECALL_K
+    if not Memory.objects.filter(owner=owner).exists():
+        return []  # a newcomer's first runs: no embedding of the task (tens of ms of CPU)
     vector = embed(query)
     if not any(vector):
         return []

@@ -63,6 +63,18 @@ def test_an_unrelated_query_returns_nothing(alice):
     assert recall(alice, "???") == []  # nothing to embed
 
 
+def test_a_person_with_nothing_to_recall_costs_no_embedding(alice, bob, monkeypatch):
+    remember(bob, SUM)
+    embedded: list[str] = []
+    real_embed = store.embed
+    monkeypatch.setattr(store, "embed", lambda text: embedded.append(text) or real_embed(text))
+    assert recall(alice, SUM) == []
+    assert embedded == []  # bob's memories are no reason to embed alice's query
+    remember(alice, PORT)  # embedded as it is stored
+    assert recall(alice, "Which port does the staging database listen on?")
+    assert embedded == [PORT, "Which port does the staging database listen on?"]
+
+
 def test_a_recalled_memory_carries_its_score_parts_and_is_counted(alice):
     remember(alice, SUM, importance=0.8)
     [found] = recall(alice, "the sum of 1..100")
