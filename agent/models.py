@@ -445,3 +445,26 @@ class RunResume(models.Model):
 
 # The usage page's rollup tables (console/rollup.py), registered with the agent's models.
 from agent.usage import UsageDay, UsageGroup, UsageMark  # noqa: E402, F401
+
+
+class QueuedTask(models.Model):
+    """A task its person sent while a run was going in the conversation. It waits its turn: when
+    the conversation's live run ends, the oldest one waiting becomes its next run (in the same
+    transaction as that end: agent.runs.start_next_queued). Sent "now" (`sent_to`), it goes to
+    the live run instead, whose model reads it before its next turn (PersonSaid in the run's
+    log); one the run ended without reading waits its turn like the others."""
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="queued_tasks"
+    )
+    text = models.TextField()
+    sent_to = models.ForeignKey(
+        AgentRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("pk",)
+
+    def __str__(self) -> str:
+        return self.text[:60]

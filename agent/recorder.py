@@ -63,12 +63,20 @@ class RunRecorder:
     (it was thought dead, say after a network partition), every write from this one is refused."""
 
     def __init__(
-        self, run: AgentRun, then: EventSink | None = None, *, batched: bool = False
+        self,
+        run: AgentRun,
+        then: EventSink | None = None,
+        *,
+        batched: bool = False,
+        on_end: Callable[[AgentRun], object] | None = None,
     ) -> None:
         """`batched`: hold a model's reply to record it with what follows it (HELD), as a
         worker does; whoever records a run's events one at a time (its end, a resume, a test)
-        leaves it off. A batched recorder's owner calls `flush` when it lets the run go."""
+        leaves it off. A batched recorder's owner calls `flush` when it lets the run go.
+        `on_end` is done in the transaction that records the run's end (what follows it in its
+        conversation: agent.runs.start_next_queued); should it fail, the end stands."""
         self.run = run
+        self.on_end = on_end
         self.batched = batched
         self.attempt = run.attempt
         self.then = then
@@ -188,8 +196,17 @@ class RunRecorder:
                     )
                 ]
             case RunFinished():
-                return [partial(self.write_end, event)]
+                return [partial(self.write_end, event), self.after_end]
         return []
+
+    def after_end(self) -> None:
+        if self.on_end is None:
+            return
+        try:
+            with transaction.atomic():  # a savepoint: a failure here undoes only its own work
+                self.on_end(self.run)
+        except Exception:
+            logger.exception("Run %s: what follows its end could not be done", self.run.pk)
 
     def write_end(self, end: RunFinished) -> None:
         """The one write of a run's end to its row, whoever ends it (the loop, Loop on its

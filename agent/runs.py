@@ -3,6 +3,7 @@ change to a run outside its worker is here; the reads are agent/selectors.py and
 is engine/execution.py."""
 
 import dataclasses
+import logging
 from datetime import datetime
 
 from django.conf import settings
@@ -14,14 +15,16 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from agent.abandoned import end_if_abandoned, without_a_process
-from agent.core.events import AnswerSource, RunFinished, RunStatus
+from agent.core.events import AnswerSource, PersonSaid, RunFinished, RunStatus
 from agent.core.loop import Limits
 from agent.core.text import excerpt
 from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
-from agent.models import FINISHED, AgentRun, Conversation
+from agent.models import FINISHED, AgentRun, Conversation, QueuedTask
 from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
 from agent.selectors import conversation_model, conversations_for, model_offered, runs_for
+
+logger = logging.getLogger(__name__)
 
 
 class InvalidTask(ValueError):
@@ -246,10 +249,57 @@ def end_queued(run_id: int, now: datetime) -> bool:
         ended = RunFinished(
             status=RunStatus.CANCELLED, answer=note, answer_source=AnswerSource.PROGRESS
         )
-        recorder = RunRecorder(run)
+        recorder = RunRecorder(run, on_end=start_next_queued)
         rows = recorder.record([ended])
     recorder.announce(rows)  # once committed: a page woken by it reads the end
     return True
+
+
+def start_next_queued(run: AgentRun) -> AgentRun | None:
+    """In the transaction that ends `run`: what its person sent it and it never read waits its
+    turn again (what it read is in its log), and the oldest task waiting in its conversation
+    becomes the conversation's next run. The page that sees the end finds the new run there."""
+    if run.conversation_id is None:
+        return None
+    sent = QueuedTask.objects.filter(sent_to=run)
+    if sent.exists():
+        heard = run.events.filter(kind=PersonSaid.kind).values_list("data__message", flat=True)
+        sent.filter(pk__in=list(heard)).delete()
+        sent.update(sent_to=None)
+    return start_waiting(run.conversation_id)
+
+
+def start_waiting(conversation_id: int) -> AgentRun | None:
+    """The oldest task waiting in the conversation, started as its next run if no run of it is
+    live. None if nothing starts; a task refused (its person has too many runs going, the
+    model is gone) keeps waiting, and the recovery tries again (engine/tasks.py)."""
+    owner = Conversation.objects.filter(pk=conversation_id).values_list("owner_id", flat=True)
+    lock_owner(owner.first())  # first the person, then the conversation, as start_run locks
+    Conversation.objects.select_for_update().filter(pk=conversation_id).first()
+    waiting = QueuedTask.objects.filter(conversation_id=conversation_id, sent_to__isnull=True)
+    task = waiting.select_related("conversation__owner").first()
+    if (
+        task is None
+        or AgentRun.objects.filter(
+            conversation_id=conversation_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
+        ).exists()
+    ):
+        return None
+    conversation = task.conversation
+    if conversation.deleted_at is not None:
+        waiting.delete()
+        return None
+    try:
+        with transaction.atomic():
+            run = start_run(
+                conversation.owner, task.text, model=conversation.model, conversation=conversation
+            )
+            queue(run)
+    except (InvalidTask, ModelUnavailable) as refusal:
+        logger.info("Conversation %s: its queued task waits: %s", conversation_id, refusal)
+        return None
+    task.delete()
+    return run
 
 
 def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:

@@ -41,8 +41,9 @@ from agent.core.results import ToolStatus
 from agent.llm.factory import OPENAI, ModelChoice, llm_for
 from agent.llm.gate import TakingTurns
 from agent.models import FINISHED, AgentRun, RunResume
+from agent.queued import messages_for
 from agent.recorder import RunRecorder
-from agent.runs import reopen
+from agent.runs import reopen, start_next_queued
 from agent.selectors import conversation_context
 from agent.toolset import default_registry
 from memory.hygiene import carries_nothing, files_written, outcome_text
@@ -307,7 +308,7 @@ def work(
     as this worker left it: not finished, and back in the queue if the database still answers."""
     run = claimed.run
     interrupt = interrupt or Interrupt()
-    recorder = RunRecorder(run, then=on_event, batched=True)
+    recorder = RunRecorder(run, then=on_event, batched=True, on_end=start_next_queued)
     try:
         llm = llm or taking_turns(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
@@ -339,6 +340,7 @@ def work(
             interrupt=interrupt,
             resume=resume,
             worked_seconds=worked,
+            inbox=partial(messages_for, run.pk),
         )
     except RunReleased:  # its recorder was fenced off before the loop ran
         release(run, recorder)

@@ -25,7 +25,9 @@ from agent.core.events import RunStatus
 from agent.core.interrupt import StopReason
 from agent.models import AgentRun
 from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
+from agent.queued import conversations_waiting
 from agent.retention import prune
+from agent.runs import start_waiting
 from engine.execution import JobOutcome, work_job
 from memory.forgetting import purge_forgotten_texts
 
@@ -115,7 +117,20 @@ async def recover_runs(timestamp: int) -> int:
         recovered += await sync_to_async(give_a_new_job)(
             run_id, job_id, f"its job {job_id} ended before it"
         )
-    return recovered + await sync_to_async(end_jobless_runs_without_a_process)()
+    recovered += await sync_to_async(end_jobless_runs_without_a_process)()
+    await sync_to_async(start_stalled_queues)()
+    return recovered
+
+
+def start_stalled_queues() -> int:
+    """Start the next task of each conversation where tasks wait and no run goes: its last run's
+    end is where that happens (agent.runs.start_next_queued), but a worker that died as it
+    recorded it, or a task refused then (too many runs going), leaves the queue standing."""
+    started = 0
+    for conversation_id in conversations_waiting():
+        with transaction.atomic():
+            started += start_waiting(conversation_id) is not None
+    return started
 
 
 @app.periodic(cron="17 * * * *", periodic_id="purge_forgotten_texts")

@@ -213,6 +213,18 @@ class RunResumed(Event):
     by: ContinuedBy | None = None  # who asked a continued run to go on (stored "" when None)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PersonSaid(Event):
+    """A message the run's person sent while it worked ("Send now"), heard before the model's
+    turn after `step`: the model reads it as the person's words. `message` is its id (a
+    QueuedTask's), so it is heard once however often the run is resumed."""
+
+    kind = "person_said"
+    step: int
+    message: int
+    text: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -225,6 +237,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunHalted,
         RunFinished,
         RunResumed,
+        PersonSaid,
     )
 }
 

@@ -20,6 +20,7 @@ from agent.core.events import (
     BreakerTripped,
     Event,
     ModelReplied,
+    PersonSaid,
     ResumeReason,
     RunFinished,
     RunHalted,
@@ -173,7 +174,8 @@ class RunState:
     `tripped`: a BreakerTripped with no RunHalted after it; `finished`: the RunFinished the log
     ends with (None once a Continue follows it); `limits`: the latest RunStarted or RunResumed
     limits; `breaker_since`: the observations since the last Continue, which rebuild the breaker;
-    `interrupted_steps`: the steps whose calls a resume answered as interrupted.
+    `interrupted_steps`: the steps whose calls a resume answered as interrupted; `heard`: the
+    ids of the messages the person sent while it worked that the model has read (PersonSaid).
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -193,6 +195,7 @@ class RunState:
     limits: dict[str, Any] = field(default_factory=dict)
     breaker_since: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
     interrupted_steps: set[int] = field(default_factory=set)
+    heard: set[int] = field(default_factory=set)
 
 
 def counted_turns(step: int, interrupted_steps: set[int]) -> int:
@@ -240,6 +243,9 @@ def _apply(state: RunState, event: Event) -> None:
             state.finished, state.halted, state.tripped, state.final = event, None, None, None
         case RunResumed():
             _resumed(state, event)
+        case PersonSaid():
+            state.messages.append({"role": "user", "content": event.text})
+            state.heard.add(event.message)
 
 
 def _replied(state: RunState, event: ModelReplied) -> None:

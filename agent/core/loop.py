@@ -31,6 +31,7 @@ from agent.core.events import (
     HaltReason,
     MemoriesRecalled,
     ModelReplied,
+    PersonSaid,
     RunFinished,
     RunHalted,
     RunStarted,
@@ -166,6 +167,22 @@ def recall_nothing(task: str) -> Sequence[RecalledMemory]:
     return ()
 
 
+@dataclass(frozen=True)
+class PersonMessage:
+    """What the run's person sent it while it worked ("Send now"), by its id."""
+
+    id: int
+    text: str
+
+
+# The messages sent to the run so far, heard or not (the loop keeps which it has heard).
+Inbox = Callable[[], Sequence[PersonMessage]]
+
+
+def no_messages() -> Sequence[PersonMessage]:
+    return ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunResult:
     """How the run ended. `answer_source`: whose account the answer is (None: a log from before
@@ -201,6 +218,7 @@ def run_agent(
     interrupt: Interrupt | None = None,
     resume: RunState | None = None,
     worked_seconds: float = 0.0,
+    inbox: Inbox = no_messages,
 ) -> RunResult:
     """`history` is what came before the task in its conversation, placed ahead of it.
 
@@ -210,12 +228,13 @@ def run_agent(
     replayed by history.replay (no recall, no RunStarted; the log's latest limits apply, if
     it has any); `worked_seconds` is how long the run was already worked: its deadline counts it.
     A log that has the run's end (its worker stopped right after recording it) is only read back.
+    `inbox` is read before each model turn: what the person sent meanwhile, the model reads.
     """
     if resume is not None and resume.finished is not None:
         return finished_result(resume.finished, resume)
     if resume is not None and resume.limits:
         limits = Limits(**resume.limits)
-    loop = AgentLoop(task, llm, tools, sink, limits, recall, history, interrupt)
+    loop = AgentLoop(task, llm, tools, sink, limits, recall, history, interrupt, inbox)
     if resume is not None:
         loop.restore(resume, worked_seconds)
     return loop.run()
@@ -234,8 +253,10 @@ class AgentLoop:
         recall: Recall,
         history: Sequence[Message] = (),
         interrupt: Interrupt | None = None,
+        inbox: Inbox = no_messages,
     ) -> None:
         self.task, self.llm, self.tools, self.sink = task, llm, tools, sink
+        self.inbox, self.heard = inbox, set[int]()
         self.limits, self.recall = limits, recall
         self.history = list(history)
         self.interrupt = interrupt
@@ -259,6 +280,7 @@ class AgentLoop:
         self.interrupted_steps = set(state.interrupted_steps)
         self.observations = list(state.observations)
         self.last_text = state.last_text
+        self.heard = set(state.heard)
         self.started = time.monotonic() - worked_seconds
 
     def run(self) -> RunResult:
@@ -360,6 +382,16 @@ class AgentLoop:
             self.run_tools(state.pending)
         return None
 
+    def hear(self) -> None:
+        """What the person sent while the run worked and the model has not read: it goes into
+        the history as the person's words, in the order sent, and into the log (PersonSaid)."""
+        for message in self.inbox():
+            if message.id in self.heard:
+                continue
+            self.heard.add(message.id)
+            self.messages.append({"role": "user", "content": message.text})
+            self.emit(PersonSaid(step=self.step, message=message.id, text=message.text))
+
     def interrupted(self, call: ToolCall) -> tuple[ToolCall, ToolResult]:
         """A call whose worker stopped in the middle of it: never run again; the model judges."""
         result = ToolResult(ToolStatus.INTERRUPTED, INTERRUPTED_CALL, 0.0)
@@ -400,6 +432,8 @@ class AgentLoop:
                 f"it reached its cap of {self.limits.max_iterations} iterations.",
                 summarise=True,
             )
+        if tools is not None:
+            self.hear()
         try:
             reply = ask_correcting(lambda messages: self.chat(messages, tools), self.messages)
         except Interrupted as interrupted:  # the turn is abandoned, its reply never heard

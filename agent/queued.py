@@ -1,0 +1,96 @@
+"""Tasks a person sends while a run is going in their conversation. Each waits its turn and
+becomes the conversation's next run when the live one ends (agent.runs.start_next_queued), or,
+sent "now", goes to the live run, whose model reads it before its next turn (the loop's inbox:
+`messages_for`). A person sees and changes only their own."""
+
+from collections.abc import Sequence
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import DatabaseError, transaction
+from django.db.models import Exists, OuterRef, QuerySet
+
+from agent.core.events import RunStatus
+from agent.core.loop import PersonMessage
+from agent.models import AgentRun, Conversation, QueuedTask
+from agent.runs import InvalidTask, clean_task, start_waiting
+from agent.selectors import conversations_for
+
+# Tasks one conversation may hold waiting: a queue, not a backlog.
+MAX_WAITING = 10
+
+LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+class NotWaiting(InvalidTask):
+    """The task no longer waits: it started, was sent to the run, or was removed."""
+
+
+def live_run_in(conversation: Conversation) -> AgentRun | None:
+    """The conversation's run going now (its latest, if several: a Continue of an older one)."""
+    return (
+        AgentRun.objects.filter(conversation=conversation, status__in=LIVE).order_by("-pk").first()
+    )
+
+
+def queue_task(user: AbstractBaseUser, conversation: Conversation, text: str) -> QueuedTask:
+    """Keep `text` as the conversation's next task, after those already waiting; it starts at
+    once if no run is going any more (the one that was may have ended meanwhile)."""
+    text = clean_task(text)
+    with transaction.atomic():
+        conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
+        if conversation.queued_tasks.count() >= MAX_WAITING:
+            raise InvalidTask(
+                f"{MAX_WAITING} tasks already wait in this conversation. Remove one, or wait "
+                "for them to start."
+            )
+        task = QueuedTask.objects.create(conversation=conversation, text=text)
+        start_waiting(conversation.pk)
+    return task
+
+
+def owned_waiting(user: AbstractBaseUser, task_id: int) -> QuerySet[QueuedTask]:
+    mine = QueuedTask.objects.filter(conversation__in=conversations_for(user))
+    return mine.filter(pk=task_id, sent_to__isnull=True)
+
+
+def send_now(user: AbstractBaseUser, task_id: int) -> QueuedTask:
+    """Hand a waiting task to the conversation's live run: its model reads it before its next
+    turn. With no run going, the conversation's queue just moves on."""
+    with transaction.atomic():
+        task = owned_waiting(user, task_id).select_for_update().first()
+        if task is None:
+            raise NotWaiting("That task no longer waits: it has started or was removed.")
+        live = live_run_in(task.conversation)
+        if live is None:
+            start_waiting(task.conversation_id)
+        else:
+            task.sent_to = live
+            task.save(update_fields=["sent_to"])
+    return task
+
+
+def remove(user: AbstractBaseUser, task_id: int) -> None:
+    """Take back a task that waits; one sent to the run may have been read: it stays."""
+    if not owned_waiting(user, task_id).delete()[0]:
+        raise NotWaiting("That task no longer waits: it has started or was sent to the run.")
+
+
+def waiting_in(conversation: Conversation) -> list[QueuedTask]:
+    return list(conversation.queued_tasks.order_by("pk"))
+
+
+def messages_for(run_id: int) -> Sequence[PersonMessage]:
+    """The run's inbox: the tasks its person sent it now, in order. A database that does not
+    answer gives nothing this turn; the next turn asks again."""
+    try:
+        sent = QueuedTask.objects.filter(sent_to_id=run_id).order_by("pk")
+        return [PersonMessage(pk, text) for pk, text in sent.values_list("pk", "text")]
+    except DatabaseError:
+        return ()
+
+
+def conversations_waiting() -> list[int]:
+    """The conversations where a task waits and no run goes (the recovery starts them)."""
+    live = AgentRun.objects.filter(status__in=LIVE, conversation_id=OuterRef("conversation_id"))
+    waiting = QueuedTask.objects.filter(sent_to__isnull=True).exclude(Exists(live))
+    return sorted(set(waiting.values_list("conversation_id", flat=True)))
