@@ -458,6 +458,9 @@ class QueuedTask(models.Model):
         Conversation, on_delete=models.CASCADE, related_name="queued_tasks"
     )
     text = models.TextField()
+    # The model it runs on (factory.ModelChoice.name), picked when it was sent; "" for the one
+    # the conversation goes on with when it starts.
+    model = models.CharField(max_length=200, blank=True, default="")
     sent_to = models.ForeignKey(
         AgentRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
     )

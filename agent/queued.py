@@ -32,9 +32,12 @@ def live_run_in(conversation: Conversation) -> AgentRun | None:
     )
 
 
-def queue_task(user: AbstractBaseUser, conversation: Conversation, text: str) -> QueuedTask:
-    """Keep `text` as the conversation's next task, after those already waiting; it starts at
-    once if no run is going any more (the one that was may have ended meanwhile)."""
+def queue_task(
+    user: AbstractBaseUser, conversation: Conversation, text: str, *, model: str = ""
+) -> QueuedTask:
+    """Keep `text` as the conversation's next task, after those already waiting, to run on
+    `model` (a qualified name; "": the conversation's when it starts); it starts at once if no
+    run is going any more (the one that was may have ended meanwhile)."""
     text = clean_task(text)
     with transaction.atomic():
         conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
@@ -43,7 +46,7 @@ def queue_task(user: AbstractBaseUser, conversation: Conversation, text: str) ->
                 f"{MAX_WAITING} tasks already wait in this conversation. Remove one, or wait "
                 "for them to start."
             )
-        task = QueuedTask.objects.create(conversation=conversation, text=text)
+        task = QueuedTask.objects.create(conversation=conversation, text=text, model=model)
         start_waiting(conversation.pk)
     return task
 

@@ -291,9 +291,8 @@ def start_waiting(conversation_id: int) -> AgentRun | None:
         return None
     try:
         with transaction.atomic():
-            run = start_run(
-                conversation.owner, task.text, model=conversation.model, conversation=conversation
-            )
+            model = task.model or conversation.model
+            run = start_run(conversation.owner, task.text, model=model, conversation=conversation)
             queue(run)
     except (InvalidTask, ModelUnavailable) as refusal:
         logger.info("Conversation %s: its queued task waits: %s", conversation_id, refusal)

@@ -28,6 +28,7 @@ from agent.core.events import (
     HaltReason,
     MemoriesRecalled,
     ModelReplied,
+    PersonSaid,
     RunFinished,
     RunHalted,
     RunResumed,
@@ -228,6 +229,8 @@ def event_card(run_id: int, seq: int, event: Event | Unreadable, texts: Texts) -
             detail = event.detail[:1].upper() + event.detail[1:]
             text = f"Halted: {reason_text(event.reason)}. {detail}"
             return Card("banner", card_id, {"text": text, "tone": "warn"})
+        case PersonSaid():
+            return Card("said", card_id, {"text": texts.shown("text", event.text)})
         case RunResumed():
             # The person reading the chat owns the run: a continue is theirs.
             text = resumed_text(event.reason, event.by, who=OWNERS_WHO)

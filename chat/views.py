@@ -1,6 +1,7 @@
 """The chat's pages and actions: thin adapters over agent.runs and agent.selectors (nothing here
 decides)."""
 
+import contextlib
 from typing import Any
 
 from django import forms
@@ -12,7 +13,7 @@ from django.urls import reverse
 from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_POST
 
-from agent import runs, selectors
+from agent import queued, runs, selectors
 from agent.forgotten import take_back
 from agent.llm.factory import (
     GROQ,
@@ -131,6 +132,7 @@ def chat_page(
         "quota": quota_or_none(request.user),
         "error": error,
         "task": task,
+        "waiting": queued.waiting_in(conversation) if conversation else [],
         # What deleting the conversation offers to forget.
         "remembered": selectors.remembered_in(request.user, conversation).count()
         if conversation
@@ -178,6 +180,9 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
     offered = offered_models()  # once: the pick's check, the new turn and the header share it
     try:
         model = runs.chat_model(conversation, picked, offered)
+        if queued.live_run_in(conversation) is not None:  # it waits its turn
+            queued.queue_task(request.user, conversation, task, model=model.name)
+            return queue_answer(request, conversation, oob=True)
         run = runs.submit_run(request.user, task, conversation, model=model)
     except runs.InvalidTask as error:
         if not request.htmx:
@@ -191,6 +196,57 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
         return redirect("chat:conversation", conversation.pk)
     response = render(request, "chat/cards.html#turn", {"turn": turn(run, offered)})
     response.content += model_header(request, conversation, offered)
+    return response
+
+
+def queue_answer(request: HttpRequest, conversation: Conversation, *, oob: bool) -> HttpResponse:
+    """The conversation's waiting tasks as they stand: in place (`oob`: out of band, beside a
+    send's empty answer), or, without htmx, the conversation's page."""
+    if not request.htmx:
+        return redirect("chat:conversation", conversation.pk)
+    context = {"conversation": conversation, "waiting": queued.waiting_in(conversation)}
+    return render(request, "chat/cards.html#queue", {**context, "oob": oob})
+
+
+@require_POST
+def queued_now(request: HttpRequest, task_id: int) -> HttpResponse:
+    """Hand a waiting task to the conversation's running task, which reads it at its next step."""
+    return queued_change(request, task_id, queued.send_now)
+
+
+@require_POST
+def queued_remove(request: HttpRequest, task_id: int) -> HttpResponse:
+    return queued_change(request, task_id, queued.remove)
+
+
+def queued_change(request: HttpRequest, task_id: int, change: Any) -> HttpResponse:
+    """A change to one of the person's waiting tasks; one that no longer waits is shown as the
+    queue is now (it started, or was sent), whoever asks: another person's is never found."""
+    conversation_id = (
+        queued.QueuedTask.objects.filter(
+            pk=task_id, conversation__in=selectors.conversations_for(request.user)
+        )
+        .values_list("conversation_id", flat=True)
+        .first()
+    )
+    if conversation_id is None:
+        raise Http404("No such task.")
+    with contextlib.suppress(queued.NotWaiting):
+        change(request.user, task_id)
+    return queue_answer(request, owned_conversation(request, conversation_id), oob=False)
+
+
+@require_GET
+def turns_after(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """The turns of the conversation after run `?run=` (the page's last), and its waiting tasks:
+    what a page adds when a queued task became the next run."""
+    conversation = owned_conversation(request, conversation_id)
+    after = request.GET.get("run", "")
+    later = selectors.runs_of(conversation).filter(pk__gt=int(after) if after.isdigit() else 0)
+    offered = offered_models()
+    response = render(request, "chat/turns.html", {"turns": [turn(run, offered) for run in later]})
+    context = {"conversation": conversation, "waiting": queued.waiting_in(conversation)}
+    response.content += draw("queue", **context, oob=True).encode()
     return response
 
 

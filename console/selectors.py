@@ -17,6 +17,7 @@ from agent.core.events import (
     Event,
     MemoriesRecalled,
     ModelReplied,
+    PersonSaid,
     RunFinished,
     RunHalted,
     RunResumed,
@@ -170,6 +171,8 @@ def gist(event: Event | Unreadable) -> str:
             reason = f" ({event.halt_reason})" if event.halt_reason else ""
             said = excerpt(event.answer or event.error, GIST_WIDTH)
             return f"{event.status}{reason}: {said}"
+        case PersonSaid():
+            return f"the person sent: {excerpt(event.text, GIST_WIDTH)}"
         case RunResumed():
             lost = f", lost {event.lost_worker}" if event.lost_worker else ""
             return f"{resumed_text(event.reason, event.by)} (attempt {event.attempt}{lost})"

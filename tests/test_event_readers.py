@@ -16,6 +16,7 @@ from agent.core.events import (
     HaltReason,
     MemoriesRecalled,
     ModelReplied,
+    PersonSaid,
     ResumeReason,
     RunFinished,
     RunHalted,
@@ -84,6 +85,7 @@ SAMPLES: list[Event] = [
     RunResumed(
         attempt=4, reason=ResumeReason.CONTINUED, note="Go on.", limits={"max_iterations": 4}
     ),
+    PersonSaid(step=2, message=11, text="Save it as total.txt instead."),
 ]
 INTERRUPTED = ToolCallFinished(
     **CALL,

@@ -229,11 +229,15 @@ class MockLLM:
 
 def task_index(messages: list[Message]) -> int:
     """Where the task is: the last message from the user (earlier ones are the conversation's
-    earlier turns; Loop's own notes are not the user's)."""
+    earlier turns; Loop's own notes are not the user's) that starts a turn. One that follows a
+    tool's result or the task itself is what the person sent the run while it worked: the mock
+    reads it and goes on with its task."""
     return max(
         index
         for index, message in enumerate(messages)
-        if message["role"] == "user" and not is_loop_note(message["content"])
+        if message["role"] == "user"
+        and not is_loop_note(message["content"])
+        and (index == 0 or messages[index - 1]["role"] not in ("tool", "user"))
     )
 
 

@@ -12,6 +12,7 @@ from agent.core.events import (
     BreakerTripped,
     MemoriesRecalled,
     ModelReplied,
+    PersonSaid,
     RunFinished,
     RunHalted,
     RunResumed,
@@ -65,6 +66,7 @@ TIMELINE_PARTIALS: dict[type, str] = {
     RunHalted: "run_halted",
     RunFinished: "run_finished",
     RunResumed: "run_resumed",
+    PersonSaid: "person_said",
 }
 TIMELINE = "admin/agent/agentrun/timeline.html"
 

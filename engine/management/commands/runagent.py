@@ -22,6 +22,7 @@ from agent.core.events import (
     Event,
     MemoriesRecalled,
     ModelReplied,
+    PersonSaid,
     RunFinished,
     RunHalted,
     RunResumed,
@@ -230,6 +231,8 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             return [f"Circuit breaker tripped on {event.tool} ({event.reason})."]
         case RunHalted():
             return [f"Halted: {event.detail}"]
+        case PersonSaid():
+            return [f"You sent it: {excerpt(event.text, LINE_CHARS)}"]
         case RunResumed():
             # Whoever typed `runagent --resume` asked for a continue.
             text = resumed_text(event.reason, event.by, who=OWNERS_WHO)
