@@ -471,3 +471,23 @@ class QueuedTask(models.Model):
 
     def __str__(self) -> str:
         return self.text[:60]
+
+
+class Rating(models.TextChoices):
+    UP = "up", "Good answer"
+    DOWN = "down", "Bad answer"
+
+
+class RunFeedback(models.Model):
+    """What a run's person thought of its answer: a thumb up or down and, if they say, why. One
+    per run, changed as often as they like; operators read it on the run's page in the console
+    and filter the runs by it."""
+
+    run = models.OneToOneField(AgentRun, on_delete=models.CASCADE, related_name="feedback")
+    rating = models.CharField(max_length=8, choices=Rating.choices)
+    comment = models.TextField(blank=True, max_length=2000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.get_rating_display()} on run {self.run_id}"

@@ -19,7 +19,7 @@ from agent.core.events import AnswerSource, PersonSaid, RunFinished, RunStatus
 from agent.core.loop import Limits
 from agent.core.text import excerpt
 from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
-from agent.models import FINISHED, AgentRun, Conversation, QueuedTask
+from agent.models import FINISHED, AgentRun, Conversation, QueuedTask, Rating, RunFeedback
 from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
 from agent.selectors import conversation_model, conversations_for, model_offered, runs_for
@@ -299,6 +299,26 @@ def start_waiting(conversation_id: int) -> AgentRun | None:
         return None
     task.delete()
     return run
+
+
+FEEDBACK_CHARS = 2000
+
+
+def rate_run(user: AbstractBaseUser, run_id: int, rating: str, comment: str = "") -> RunFeedback:
+    """Keep what `user` thinks of their run's answer (a rating, and why if they say), replacing
+    what they thought before. Only a finished run of theirs; another's does not exist here."""
+    if rating not in Rating.values:
+        raise InvalidTask("Rate the answer up or down.")
+    comment = comment.replace("\x00", "").strip()
+    if len(comment) > FEEDBACK_CHARS:
+        raise InvalidTask(f"Say it in at most {FEEDBACK_CHARS:,} characters.")
+    run = runs_for(user).get(pk=run_id)
+    if run.status not in FINISHED:
+        raise InvalidTask("Rate the answer once the run has ended.")
+    feedback, _ = RunFeedback.objects.update_or_create(
+        run=run, defaults={"rating": rating, "comment": comment}
+    )
+    return feedback
 
 
 def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:

@@ -21,7 +21,7 @@ from agent.llm.factory import (
     resolve,
 )
 from agent.llm.tokens import count_tokens
-from agent.models import FINISHED, AgentRun, Conversation, RunEvent
+from agent.models import FINISHED, AgentRun, Conversation, RunEvent, RunFeedback
 from memory.forgetting import remembered_by
 from memory.models import Memory
 
@@ -66,6 +66,11 @@ def recalled_in(run: AgentRun) -> list[RecalledMemory]:
                 for memory in memories:
                     recalled.setdefault(memory.id, memory)
     return list(recalled.values())
+
+
+def feedback_on(run: AgentRun) -> RunFeedback | None:
+    """What the run's person thought of its answer, if they said."""
+    return RunFeedback.objects.filter(run=run).first()
 
 
 def runs_of(conversation: Conversation) -> QuerySet[AgentRun]:

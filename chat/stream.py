@@ -148,6 +148,9 @@ def framed(run_id: int, events: list[Logged], more: bool, run: AgentRun | None) 
         finished = finished and run.is_finished
         offered = selectors.model_offered(run)
         tail.append(draw("run_status", run=run, oob=True, model_offered=offered))
+        if run.is_finished:
+            feedback = selectors.feedback_on(run)
+            tail.append(draw("feedback", run=run, feedback=feedback, oob=True))
         if run.conversation_id is not None:
             tail.append(sidebar_status(run.conversation_id))
     frame.append(seq_marker(run_id, events[-1].seq, finished=finished))

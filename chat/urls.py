@@ -16,5 +16,6 @@ urlpatterns = [
     path("runs/<int:run_id>/", views.run_fragment, name="run"),
     path("runs/<int:run_id>/stop/", views.stop, name="stop"),
     path("runs/<int:run_id>/continue/", views.continue_run, name="continue"),
+    path("runs/<int:run_id>/feedback/", views.feedback, name="feedback"),
     path("runs/<int:run_id>/events/<int:seq>/<slug:key>/", views.event_text, name="event_text"),
 ]

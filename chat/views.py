@@ -45,6 +45,7 @@ def turn(run: AgentRun, offered: list[ModelChoice]) -> dict[str, Any]:
     events = [] if run.log_pruned else selectors.events_of(run)
     return {
         "run": run,
+        "feedback": getattr(run, "feedback", None),
         "cards": pruned_cards(run) if run.log_pruned else page_cards(run.pk, events),
         "seq": events[-1].seq if events else 0,
         "model_offered": selectors.model_offered(run, offered),
@@ -118,6 +119,7 @@ def chat_page(
     page computes the offered models once, for its header and every turn's Continue."""
     offered = offered_models() if offered is None else offered
     runs = selectors.runs_of(conversation) if conversation else AgentRun.objects.none()
+    runs = runs.select_related("feedback")
     send_url = (
         reverse("chat:send", args=[conversation.pk]) if conversation else reverse("chat:start")
     )
@@ -288,6 +290,23 @@ def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
             "conversation_status", conversation=conversation, oob=True
         ).encode()
     return response
+
+
+@require_POST
+def feedback(request: HttpRequest, run_id: int) -> HttpResponse:
+    """A thumb up or down on a run's answer, and why if the person says: the feedback as it
+    stands now, in place (the comment box opens once a thumb is chosen)."""
+    rating, comment = request.POST.get("rating", ""), request.POST.get("comment", "")
+    try:
+        saved = runs.rate_run(request.user, run_id, rating, comment)
+    except AgentRun.DoesNotExist:
+        return HttpResponse("No such run.", status=404)
+    except runs.InvalidTask as error:
+        return refused(request, run_id, str(error))
+    if not request.htmx:
+        return redirect_to_run(saved.run)
+    context = {"run": saved.run, "feedback": saved, "saved": True}
+    return render(request, "chat/cards.html#feedback", context)
 
 
 def refused(request: HttpRequest, run_id: int, error: str) -> HttpResponse:

@@ -29,6 +29,7 @@ from agent.models import (
     FINISHED,
     AgentRun,
     BreakerTrip,
+    Rating,
     RunEvent,
     ToolExecution,
     run_search_vector,
@@ -99,6 +100,23 @@ def transcript_response(transcript: object, filename: str) -> HttpResponse:
     return response
 
 
+class FeedbackFilter(admin.SimpleListFilter):
+    """The runs whose person rated the answer up, down, or not at all."""
+
+    title = "feedback"
+    parameter_name = "feedback"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [*Rating.choices, ("none", "None given")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "none":
+            return queryset.filter(feedback__isnull=True)
+        if self.value() in Rating.values:
+            return queryset.filter(feedback__rating=self.value())
+        return queryset
+
+
 class AgentRunAdmin(AuditAdmin):
     list_display = (
         "id",
@@ -116,7 +134,7 @@ class AgentRunAdmin(AuditAdmin):
     )
     list_display_links = ("id", "short_task")
     list_select_related = ("user",)
-    list_filter = ("status", "halt_reason", "model", UserFilter)
+    list_filter = ("status", "halt_reason", "model", FeedbackFilter, UserFilter)
     date_hierarchy = "created_at"
     search_fields = ("task", "answer", "error")
     # Newest first by id: ids follow creation, and the primary key index serves the order.
@@ -138,6 +156,7 @@ class AgentRunAdmin(AuditAdmin):
             },
         ),
         ("Error", {"fields": ("error",), "classes": ("collapse",)}),
+        ("Feedback", {"fields": ("feedback_given",)}),
         (
             "Work",
             {
@@ -171,6 +190,7 @@ class AgentRunAdmin(AuditAdmin):
         "limits_json",
         "records",
         "resume_rows",
+        "feedback_given",
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
@@ -198,6 +218,16 @@ class AgentRunAdmin(AuditAdmin):
         if matching.count() > SEARCH_IDS_UP_TO:
             return queryset.alias(words=run_search_vector()).filter(words=words), False
         return queryset.filter(pk__in=list(matching.values_list("pk", flat=True))), False
+
+    @admin.display(description="the person's feedback")
+    def feedback_given(self, run: AgentRun) -> SafeString:
+        feedback = getattr(run, "feedback", None)
+        if feedback is None:
+            return format_html('<span class="loop-none">None given.</span>')
+        symbol = "👍" if feedback.rating == Rating.UP else "👎"
+        said = feedback.comment or "(no comment)"
+        when = feedback.updated_at.strftime("%Y-%m-%d %H:%M")
+        return format_html("{} {} · {}<br>{}", symbol, feedback.get_rating_display(), when, said)
 
     @admin.display(description="task")
     def short_task(self, run: AgentRun) -> str:

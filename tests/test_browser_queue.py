@@ -61,6 +61,18 @@ def test_a_task_typed_during_a_run_waits_and_one_sent_now_reaches_the_run(live_s
         kind="person_said").count())  # fmt: skip
     assert heard == 1
 
+    # The answer that arrived live is rated, and the person says why.
+    rated = last_turn(page).locator(".feedback")
+    rated.get_by_role("button", name="Good answer").click()
+    expect(rated.get_by_role("button", name="Good answer")).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    rated.get_by_label("Why? (optional)").fill("Quick and right")
+    rated.get_by_role("button", name="Save").click()
+    expect(rated.get_by_role("status")).to_have_text("Thanks: saved.")
+    feedback = db(lambda: AgentRun.objects.get(task="What is 17 * 23?").feedback)
+    assert (feedback.rating, feedback.comment) == ("up", "Quick and right")
+
     # The composer's Stop stops the run going.
     send(page, "Count slowly to 8")
     stopping = page.locator("#" + last_turn(page).get_attribute("id"))
