@@ -86,6 +86,13 @@ class AgentRun(models.Model):
         Conversation, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
     )
     task = models.TextField()
+    # The turn before it in its branch of the conversation (None: its first turn). A regenerated
+    # or edited turn is a sibling: the same parent. Of siblings, the one chosen last
+    # (`chosen_at`) is shown, and its branch is what the conversation goes on from.
+    parent = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children"
+    )
+    chosen_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=choices(RunStatus), default=RunStatus.QUEUED)
     halt_reason = models.CharField(max_length=32, choices=choices(HaltReason), blank=True)
     answer = models.TextField(blank=True)

@@ -22,7 +22,13 @@ from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, par
 from agent.models import FINISHED, AgentRun, Conversation, QueuedTask, Rating, RunFeedback
 from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
-from agent.selectors import conversation_model, conversations_for, model_offered, runs_for
+from agent.selectors import (
+    conversation_model,
+    conversations_for,
+    last_turn_id,
+    model_offered,
+    runs_for,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +85,13 @@ def start_run(
     model: str | ModelChoice = "",
     limits: Limits | None = None,
     conversation: Conversation | None = None,
+    version_of: AgentRun | None = None,
 ) -> AgentRun:
     """Record a new run for `user`, queued, in `conversation` if given (it must be the user's):
     the run records the provider and model it uses, and the conversation goes on with that model.
+    In a conversation it follows the last turn of the branch shown, or, as another version of
+    turn `version_of` (regenerated, edited), the turn that one follows; either way it is the
+    version shown from now on.
     `model` is a name, resolved here, or a ModelChoice resolved already (chat_model's, one of the
     offered models): a send resolves its model once.
 
@@ -91,14 +101,18 @@ def start_run(
     choice = recordable(model if isinstance(model, ModelChoice) else resolve(model))
     with transaction.atomic():
         check_room_for_a_run(user.pk)
+        parent = None
         if conversation is not None:
             conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
             conversation.title = conversation.title or title_from(task)
             conversation.model = choice.name
             conversation.save(update_fields=["title", "model", "updated_at"])
+            parent = version_of.parent_id if version_of else last_turn_id(conversation.pk)
         return AgentRun.objects.create(
             user=user,
             conversation=conversation,
+            parent_id=parent,
+            chosen_at=timezone.now(),
             task=task,
             provider=choice.provider,
             model=choice.model,
@@ -298,6 +312,39 @@ def start_waiting(conversation_id: int) -> AgentRun | None:
         logger.info("Conversation %s: its queued task waits: %s", conversation_id, refusal)
         return None
     task.delete()
+    return run
+
+
+def new_version(
+    user: AbstractBaseUser, run_id: int, *, task: str = "", model: str | ModelChoice = ""
+) -> AgentRun:
+    """Another version of one of `user`'s turns, queued: its task asked again (regenerate), or
+    `task` instead (an edit), following the same turn as it, and shown from now on; the turns
+    that followed the old version stay with it, a branch a person can go back to. Only a turn
+    that ended, while no run goes in its conversation: a fork is made between whole turns,
+    never at a tool call waiting for its result."""
+    with transaction.atomic():
+        run = runs_for(user).select_for_update(of=("self",)).get(pk=run_id)
+        if run.conversation is None:
+            raise InvalidTask("Only a conversation's turns have versions.")
+        live = AgentRun.objects.filter(
+            conversation_id=run.conversation_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
+        )
+        if live.exists():
+            raise InvalidTask(
+                "A task is going in this conversation: wait for it to end, or stop it, first."
+            )
+        new = start_run(
+            user, task or run.task, model=model, conversation=run.conversation, version_of=run
+        )
+        queue(new)
+    return new
+
+
+def show_version(user: AbstractBaseUser, run_id: int) -> AgentRun:
+    """Show this version of its turn, and the branch that follows it, from now on."""
+    run = runs_for(user).exclude(conversation=None).get(pk=run_id)
+    AgentRun.objects.filter(pk=run.pk).update(chosen_at=timezone.now())
     return run
 
 

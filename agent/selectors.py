@@ -3,6 +3,7 @@ conversation does not exist here. The chat's pages and socket read through these
 log comes out as typed events (`Logged`), converted once where it is read."""
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from django.conf import settings
@@ -73,9 +74,75 @@ def feedback_on(run: AgentRun) -> RunFeedback | None:
     return RunFeedback.objects.filter(run=run).first()
 
 
-def runs_of(conversation: Conversation) -> QuerySet[AgentRun]:
-    """A conversation's runs, its turns, oldest first."""
-    return conversation.runs.order_by("pk")
+class Branching(NamedTuple):
+    """Where a turn stands among its versions (its siblings: regenerated or edited turns):
+    which one of how many it is, and the versions before and after it."""
+
+    index: int
+    count: int
+    previous: int | None
+    next: int | None
+
+
+class Turn(NamedTuple):
+    id: int
+    parent: int | None
+    chosen_at: datetime | None
+
+
+class ConversationPath(NamedTuple):
+    """The turns shown, oldest first: from its first turn on, the version chosen last of each."""
+
+    runs: list[AgentRun]
+    branching: dict[int, Branching]
+
+
+def turns_of(conversation_id: int) -> list[Turn]:
+    """Every turn of the conversation, of every branch, oldest first."""
+    rows = AgentRun.objects.filter(conversation_id=conversation_id).order_by("pk")
+    return [Turn(*row) for row in rows.values_list("pk", "parent_id", "chosen_at")]
+
+
+def chosen_path(turns: list[Turn]) -> list[tuple[int, Branching]]:
+    """From the first turn on, the version of each turn chosen last, with its branching."""
+    versions: dict[int | None, list[Turn]] = {}
+    for turn in turns:
+        versions.setdefault(turn.parent, []).append(turn)
+    path: list[tuple[int, Branching]] = []
+    parent: int | None = None
+    while siblings := versions.get(parent):
+        chosen = max(
+            siblings, key=lambda turn: (turn.chosen_at or datetime.min.replace(tzinfo=UTC), turn.id)
+        )
+        index = siblings.index(chosen)
+        before = siblings[index - 1].id if index else None
+        after = siblings[index + 1].id if index + 1 < len(siblings) else None
+        path.append((chosen.id, Branching(index + 1, len(siblings), before, after)))
+        parent = chosen.id
+    return path
+
+
+def runs_of(conversation: Conversation) -> ConversationPath:
+    """The conversation's turns as shown: its chosen branch, oldest first."""
+    path = chosen_path(turns_of(conversation.pk))
+    by_id = AgentRun.objects.select_related("feedback").in_bulk([pk for pk, _ in path])
+    return ConversationPath([by_id[pk] for pk, _ in path], dict(path))
+
+
+def branching_of(run: AgentRun) -> Branching:
+    """Where the run stands among the versions of its turn."""
+    siblings = AgentRun.objects.filter(conversation_id=run.conversation_id, parent_id=run.parent_id)
+    ids = list(siblings.order_by("pk").values_list("pk", flat=True))
+    index = ids.index(run.pk) if run.pk in ids else 0
+    before = ids[index - 1] if index else None
+    after = ids[index + 1] if index + 1 < len(ids) else None
+    return Branching(index + 1, max(len(ids), 1), before, after)
+
+
+def last_turn_id(conversation_id: int) -> int | None:
+    """The last turn of the chosen branch: what a new task in the conversation follows."""
+    path = chosen_path(turns_of(conversation_id))
+    return path[-1][0] if path else None
 
 
 def new_conversation_model(offered: list[ModelChoice]) -> ModelChoice:
@@ -172,13 +239,7 @@ def conversation_context(run: AgentRun) -> list[Message]:
     LOOP_CONVERSATION_TOKENS; older turns are left out, and a one-line note says how many."""
     if run.conversation_id is None:
         return []
-    earlier = (
-        AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)
-        .filter(status__in=FINISHED)
-        .exclude(answer="")
-        .order_by("-pk")
-        .values_list("task", "answer")
-    )
+    earlier = [(task, answer) for task, answer in ancestors(run) if answer]
     budget = settings.LOOP_CONVERSATION_TOKENS
     turns: list[Message] = []
     dropped = 0
@@ -196,6 +257,24 @@ def conversation_context(run: AgentRun) -> list[Message]:
         )
         turns.insert(0, {"role": "system", "content": note})
     return turns
+
+
+def ancestors(run: AgentRun) -> list[tuple[str, str]]:
+    """(task, answer) of the turns the run follows in its branch, newest first; the answer of
+    one that did not finish is "" (it is no context)."""
+    rows = AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)
+    turns = {
+        pk: (parent, task, answer if status in FINISHED else "")
+        for pk, parent, status, task, answer in rows.values_list(
+            "pk", "parent_id", "status", "task", "answer"
+        )
+    }
+    chain: list[tuple[str, str]] = []
+    at = run.parent_id
+    while at in turns:
+        at, task, answer = turns.pop(at)  # popped: no loop, whatever the rows say
+        chain.append((task, answer))
+    return chain
 
 
 def history_of(run: AgentRun) -> list[Message]:

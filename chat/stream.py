@@ -151,6 +151,7 @@ def framed(run_id: int, events: list[Logged], more: bool, run: AgentRun | None) 
         if run.is_finished:
             feedback = selectors.feedback_on(run)
             tail.append(draw("feedback", run=run, feedback=feedback, oob=True))
+            tail.append(draw("turn_actions", run=run, oob=True))
         if run.conversation_id is not None:
             tail.append(sidebar_status(run.conversation_id))
     frame.append(seq_marker(run_id, events[-1].seq, finished=finished))

@@ -17,5 +17,8 @@ urlpatterns = [
     path("runs/<int:run_id>/stop/", views.stop, name="stop"),
     path("runs/<int:run_id>/continue/", views.continue_run, name="continue"),
     path("runs/<int:run_id>/feedback/", views.feedback, name="feedback"),
+    path("runs/<int:run_id>/regenerate/", views.regenerate, name="regenerate"),
+    path("runs/<int:run_id>/edit/", views.edit, name="edit"),
+    path("runs/<int:run_id>/show/", views.show, name="show"),
     path("runs/<int:run_id>/events/<int:seq>/<slug:key>/", views.event_text, name="event_text"),
 ]

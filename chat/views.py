@@ -12,6 +12,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from agent import queued, runs, selectors
 from agent.forgotten import take_back
@@ -39,12 +40,18 @@ SUGGESTIONS = (
 )
 
 
-def turn(run: AgentRun, offered: list[ModelChoice]) -> dict[str, Any]:
-    """A run as the page draws it; `offered` is the request's offered_models() (computed once).
+def turn(
+    run: AgentRun, offered: list[ModelChoice], branching: selectors.Branching | None = None
+) -> dict[str, Any]:
+    """A run as the page draws it; `offered` is the request's offered_models() (computed once),
+    `branching` where it stands among the versions of its turn (read here if not given).
     A run whose log was pruned shows a note and its end instead of its steps."""
     events = [] if run.log_pruned else selectors.events_of(run)
+    if branching is None and run.conversation_id is not None:
+        branching = selectors.branching_of(run)
     return {
         "run": run,
+        "branching": branching,
         "feedback": getattr(run, "feedback", None),
         "cards": pruned_cards(run) if run.log_pruned else page_cards(run.pk, events),
         "seq": events[-1].seq if events else 0,
@@ -118,8 +125,7 @@ def chat_page(
     """The chat's page. `offered` is the request's offered_models(), if it has it already: a
     page computes the offered models once, for its header and every turn's Continue."""
     offered = offered_models() if offered is None else offered
-    runs = selectors.runs_of(conversation) if conversation else AgentRun.objects.none()
-    runs = runs.select_related("feedback")
+    path = selectors.runs_of(conversation) if conversation else selectors.ConversationPath([], {})
     send_url = (
         reverse("chat:send", args=[conversation.pk]) if conversation else reverse("chat:start")
     )
@@ -127,7 +133,7 @@ def chat_page(
         "conversation": conversation,
         "conversations": [labelled(c) for c in selectors.conversations_with_status(request.user)],
         "current": conversation,
-        "turns": [turn(run, offered) for run in runs],
+        "turns": [turn(run, offered, path.branching[run.pk]) for run in path.runs],
         "suggestions": SUGGESTIONS,
         "send_url": send_url,
         "model": model_context(conversation, offered, picked),
@@ -244,9 +250,11 @@ def turns_after(request: HttpRequest, conversation_id: int) -> HttpResponse:
     what a page adds when a queued task became the next run."""
     conversation = owned_conversation(request, conversation_id)
     after = request.GET.get("run", "")
-    later = selectors.runs_of(conversation).filter(pk__gt=int(after) if after.isdigit() else 0)
+    path = selectors.runs_of(conversation)
+    later = [run for run in path.runs if run.pk > (int(after) if after.isdigit() else 0)]
     offered = offered_models()
-    response = render(request, "chat/turns.html", {"turns": [turn(run, offered) for run in later]})
+    turns = [turn(run, offered, path.branching[run.pk]) for run in later]
+    response = render(request, "chat/turns.html", {"turns": turns})
     context = {"conversation": conversation, "waiting": queued.waiting_in(conversation)}
     response.content += draw("queue", **context, oob=True).encode()
     return response
@@ -307,6 +315,53 @@ def feedback(request: HttpRequest, run_id: int) -> HttpResponse:
         return redirect_to_run(saved.run)
     context = {"run": saved.run, "feedback": saved, "saved": True}
     return render(request, "chat/cards.html#feedback", context)
+
+
+@require_POST
+def regenerate(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The turn's task asked again, as another version of it, on the conversation's model."""
+    return new_version(request, run_id, "")
+
+
+@require_POST
+def edit(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The turn's task as the person rewrote it, as another version of it."""
+    return new_version(request, run_id, request.POST.get("edited", "") or " ")
+
+
+def new_version(request: HttpRequest, run_id: int, task: str) -> HttpResponse:
+    """Another version of a turn: the page is drawn again, on the new branch, the new run live.
+    `task` "" asks the turn's own task again; an edit that leaves nothing is refused."""
+    run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
+    if run.conversation_id is None:
+        raise Http404("No such turn.")
+    conversation = owned_conversation(request, run.conversation_id)
+    try:
+        if task and not task.strip():
+            raise runs.InvalidTask("The task is empty. Say what the agent should do.")
+        model = runs.chat_model(conversation, "", offered_models())
+        runs.new_version(request.user, run_id, task=task, model=model)
+    except runs.InvalidTask as error:
+        if request.htmx:
+            return refused(request, run_id, str(error))
+        return chat_page(request, conversation, error=str(error), status=400)
+    return to_conversation(request, conversation.pk)
+
+
+def to_conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """The conversation's page drawn anew: its turns changed, not just one of them."""
+    url = reverse("chat:conversation", args=[conversation_id])
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
+@require_POST
+def show(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Show this version of its turn, and what followed it."""
+    try:
+        run = runs.show_version(request.user, run_id)
+    except AgentRun.DoesNotExist:
+        raise Http404("No such turn.") from None
+    return to_conversation(request, run.conversation_id)
 
 
 def refused(request: HttpRequest, run_id: int, error: str) -> HttpResponse:
