@@ -56,15 +56,19 @@ def test_a_run_in_another_conversation_does_not_see_the_turn(alice, workspaces):
 
 def test_the_budget_drops_the_oldest_turns_with_a_note(alice, settings):
     conversation = new_conversation(alice)
+    before = None
     for n in range(1, 4):
-        AgentRun.objects.create(
+        before = AgentRun.objects.create(
             user=alice,
             conversation=conversation,
+            parent=before,
             task=f"task {n} " + "word " * 20,
             answer=f"answer {n} " + "word " * 20,
             status=RunStatus.SUCCEEDED,
         )
-    current = AgentRun.objects.create(user=alice, conversation=conversation, task="now")
+    current = AgentRun.objects.create(
+        user=alice, conversation=conversation, parent=before, task="now"
+    )
     settings.LOOP_CONVERSATION_TOKENS = 100  # room for two turns of about 46 tokens
     context = conversation_context(current)
     assert context[0] == {
