@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from workspace import browse
+from workspace import browse, previews
 from workspace.directory import workspace_of
 from workspace.quota import Quota, usage
 from workspace.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
@@ -49,6 +49,9 @@ TEXT_SUFFIXES = frozenset(
 )
 TEXT_TYPE = "text/plain; charset=utf-8"
 BINARY_TYPE = "application/octet-stream"
+# An image opened on its own (its URL in the address bar) is a document: it may load nothing and
+# run nothing.
+IMAGE_POLICY = "default-src 'none'; sandbox"
 
 
 def quota_context(user: AbstractBaseUser) -> dict[str, Any]:
@@ -108,14 +111,38 @@ def files(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def view(request: HttpRequest, path: str) -> HttpResponse:
-    """A text file shown inline, as escaped text, its start only when it is large."""
+    """A file previewed by its kind (workspace.previews): never served as a page."""
     try:
-        part = browse.open_text(workspace_of(request.user), path)
+        shown = previews.preview(workspace_of(request.user), path)
     except browse.BrowseError as refused:
-        context = {"error": refused.message, "path": path, "folder": parent_of(path)}
+        context = {
+            "error": refused.message,
+            "path": path,
+            "folder": parent_of(path),
+            "downloadable": not isinstance(refused, browse.NotFound),
+        }
         return render(request, "workspace/file_view.html", context, status=refused.status)
-    context = {"part": part, "path": part.path, "folder": parent_of(part.path)}
+    context = {"preview": shown, "path": shown.path, "folder": parent_of(shown.path)}
     return render(request, "workspace/file_view.html", context)
+
+
+@require_GET
+def image(request: HttpRequest, path: str) -> HttpResponse:
+    """An image for a preview's <img>: served as what its first bytes prove it is, in a sandbox
+    of its own, so that even opened on its own it can run nothing."""
+    try:
+        found = previews.open_image(workspace_of(request.user), path)
+    except browse.BrowseError as refused:
+        return HttpResponse(refused.message, status=refused.status, content_type=TEXT_TYPE)
+    if found is None:
+        return HttpResponse("Not an image.", status=404, content_type=TEXT_TYPE)
+    head = found.file.read(previews.SIGNATURE_BYTES)
+    found.file.seek(0)
+    response = FileResponse(found.file, content_type=previews.image_type(found.name, head))
+    response["Content-Length"] = str(found.size)
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = IMAGE_POLICY
+    return response
 
 
 @require_GET
