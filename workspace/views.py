@@ -195,13 +195,18 @@ def answer(
     done: list[str] | None = None,
     refused: list[str] | None = None,
     status: int = 400,
+    stored: list[str] | None = None,
 ) -> HttpResponse:
     """What a change answers: JSON when asked, the panel fragment for htmx, else a redirect
-    back to the folder with a message per file. `status` is for when something was refused."""
+    back to the folder with a message per file. `status` is for when something was refused;
+    `stored`, the paths an upload stored (in JSON, for the chat's attach to name them)."""
     done, refused = done or [], refused or []
     notes = [("success", note) for note in done] + [("error", note) for note in refused]
     if "application/json" in request.headers.get("Accept", ""):
-        return JsonResponse({"done": done, "refused": refused}, status=status if refused else 200)
+        body = {"done": done, "refused": refused}
+        if stored is not None:
+            body["stored"] = stored
+        return JsonResponse(body, status=status if refused else 200)
     if request.htmx:
         return panel(request, folder, notes=notes)
     for level, note in notes:
@@ -235,11 +240,13 @@ def upload(request: HttpRequest) -> HttpResponse:
 def store(request: HttpRequest, handler: WorkspaceUploadHandler) -> HttpResponse:
     folder = request.POST.get("dir", "")
     on_clash = request.POST.get("on_clash", "")
-    done, refused = [], list(handler.refusals)
+    done, refused, paths = [], list(handler.refusals), []
     statuses = {400} if refused else set()
     for streamed in handler.complete:
         try:
-            done.append(browse.store_upload(streamed.incoming, folder, streamed.name, on_clash))
+            stored = browse.store_upload(streamed.incoming, folder, streamed.name, on_clash)
+            done.append(stored.note)
+            paths.append(stored.path)
         except browse.BrowseError as refusal:
             ask = (
                 " Choose which below, and upload it again."
@@ -252,4 +259,4 @@ def store(request: HttpRequest, handler: WorkspaceUploadHandler) -> HttpResponse
         refused.append(f"No file was sent: choose one, or send parts named {FIELD!r}.")
     # One status when every refusal had the same (409: all clashes, 404: no such folder).
     status = statuses.pop() if len(statuses) == 1 else 400
-    return answer(request, folder, done=done, refused=refused, status=status)
+    return answer(request, folder, done=done, refused=refused, status=status, stored=paths)
