@@ -96,10 +96,17 @@ def _aligned(token: Token) -> None:
         token.attrSet("align", style.removeprefix("text-align:"))
 
 
+def lexer_for(name: str) -> Lexer | None:
+    """The language a file's name says it is in ("Makefile", "page.HTML"), None for plain text."""
+    for spelling in (name, name.lower()):
+        try:
+            lexer = get_lexer_for_filename(spelling, stripnl=False)
+        except ClassNotFound:
+            continue
+        return None if isinstance(lexer, TextLexer) else lexer
+    return None
+
+
 def highlighted_file(text: str, name: str) -> str:
     """A file's text, highlighted by what its name says it is (plain text if nothing)."""
-    try:
-        lexer = get_lexer_for_filename(name, stripnl=False)
-    except ClassNotFound:
-        lexer = TextLexer(stripnl=False)
-    return sanitised(code_block(text, lexer))
+    return sanitised(code_block(text, lexer_for(name) or TextLexer(stripnl=False)))

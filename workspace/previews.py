@@ -11,11 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
-from pygments.lexers import get_lexer_for_filename
-from pygments.util import ClassNotFound
-
 from workspace import browse
-from workspace.markup import highlighted_file, markdown
+from workspace.markup import highlighted_file, lexer_for, markdown
 
 TABLE_ROWS = 50  # a table's first rows: enough to see what it holds, the rest is a download
 TABLE_COLUMNS = 30
@@ -67,11 +64,7 @@ def kind_of(name: str) -> PreviewKind:
         return PreviewKind.IMAGE
     if suffix == ".pdf":
         return PreviewKind.PDF
-    try:
-        get_lexer_for_filename(name)
-    except ClassNotFound:
-        return PreviewKind.TEXT
-    return PreviewKind.CODE
+    return PreviewKind.TEXT if lexer_for(name) is None else PreviewKind.CODE
 
 
 def preview(workspace: Path, path: str) -> Preview:
