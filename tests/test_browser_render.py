@@ -108,7 +108,11 @@ def test_an_answer_shows_its_table_and_code_and_copies_them(live_site, browser, 
     assert "return width * height" in copied
     assert "Copy" not in copied
 
-    # The read_file card leads to the file's preview: the same renderer.
+    # The read_file card previews its file in place, and leads to its page: the same renderer.
+    card = last_turn(page).locator(".card.tool")
+    card.get_by_text("Preview report.md").click()
+    expect(card.locator(".file-preview-body th")).to_have_text(["room", "width", "height", "area"])
+    expect(card.locator(".file-preview-body pre.highlight .k").first).to_have_text("def")
     last_turn(page).get_by_role("link", name="Open report.md").click()
     page.wait_for_url(f"{live_site}/files/view/report.md")
     preview = page.locator(".preview-markdown")

@@ -197,3 +197,16 @@ def test_a_stranger_is_asked_to_log_in(client):
         response = client.get(url)
         assert response.status_code == 302
         assert "/accounts/login/" in response["Location"]
+
+
+def test_htmx_gets_the_preview_alone_for_a_tool_card(client, workspace):
+    put(workspace, "notes.md", "| a |\n|---|\n| 1 |\n")
+    fragment = client.get("/files/view/notes.md", headers={"HX-Request": "true"})
+    body = fragment.content.decode()
+    assert fragment.status_code == 200
+    assert "<html" not in body
+    assert body.strip().startswith('<p class="file-actions">')
+    assert "<td>1</td>" in body
+    missing = client.get("/files/view/gone.md", headers={"HX-Request": "true"})
+    assert missing.status_code == 404
+    assert "<html" not in missing.content.decode()

@@ -111,7 +111,8 @@ def files(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def view(request: HttpRequest, path: str) -> HttpResponse:
-    """A file previewed by its kind (workspace.previews): never served as a page."""
+    """A file previewed by its kind (workspace.previews), on its page or, for htmx, alone (in
+    the tool card that wrote or read it): never served as a page of its own."""
     try:
         shown = previews.preview(workspace_of(request.user), path)
     except browse.BrowseError as refused:
@@ -121,9 +122,14 @@ def view(request: HttpRequest, path: str) -> HttpResponse:
             "folder": parent_of(path),
             "downloadable": not isinstance(refused, browse.NotFound),
         }
-        return render(request, "workspace/file_view.html", context, status=refused.status)
+        return render(request, preview_template(request), context, status=refused.status)
     context = {"preview": shown, "path": shown.path, "folder": parent_of(shown.path)}
-    return render(request, "workspace/file_view.html", context)
+    return render(request, preview_template(request), context)
+
+
+def preview_template(request: HttpRequest) -> str:
+    """The page, or for htmx (a tool card's preview) the preview alone."""
+    return "workspace/file_view.html#preview" if request.htmx else "workspace/file_view.html"
 
 
 @require_GET
