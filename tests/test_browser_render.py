@@ -16,6 +16,7 @@ from tests.test_browser import (
     ARTIFACTS,
     LAPTOP,
     PASSWORD,
+    PHONE,
     WAIT_MS,
     browser,  # noqa: F401 (a fixture)
     db,
@@ -198,6 +199,14 @@ def test_files_attached_by_button_drop_and_paste_reach_the_workspace_and_the_tas
     page.evaluate(DROP, [".timeline", "../escape.txt", "x"])
     expect(page.locator("#send-error")).to_contain_text("escape.txt", timeout=WAIT_MS)
     expect(attachments(page)).to_have_count(0)
+
+    # On a phone, a drop on the sidebar is taken too, and the button sits beside the task box.
+    page.set_viewport_size(PHONE)
+    page.evaluate(DROP, [".sidebar", "phone.txt", "from a phone\n"])
+    expect(attachments(page)).to_have_text(["phone.txt"], timeout=WAIT_MS)
+    expect(page.locator("label[for=attach-file]")).to_be_in_viewport(ratio=1)
+    expect(page.locator("#task-form button[type=submit]")).to_be_in_viewport(ratio=1)
+    page.locator("#task-form").screenshot(path=ARTIFACTS / "composer-phone.png")
     assert violations == []
 
 

@@ -4,6 +4,7 @@ is one (and then in a sandbox of its own), a PDF offered as a download; and none
 outside the person's own workspace."""
 
 import html
+import json
 import re
 import struct
 import zlib
@@ -11,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.core.events import ToolCallFinished
+from agent.core.results import ToolStatus
+from chat.rendering import card_for, render_card
 from tests.test_chat_views import ActiveParts
 from tests.test_files_panel import put
 from tools.context import context_for
@@ -210,3 +214,21 @@ def test_htmx_gets_the_preview_alone_for_a_tool_card(client, workspace):
     missing = client.get("/files/view/gone.md", headers={"HX-Request": "true"})
     assert missing.status_code == 404
     assert "<html" not in missing.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("status", "previewed"), [(ToolStatus.OK, True), (ToolStatus.ERROR, False)]
+)
+def test_a_file_tools_card_previews_its_file_only_when_the_call_worked(status, previewed):
+    event = ToolCallFinished(
+        step=1,
+        call_id="c1",
+        tool="write_file",
+        arguments=json.dumps({"path": "my notes/plan.md", "content": "# Plan"}),
+        status=status,
+        text="Wrote it.",
+        duration=0.01,
+    )
+    html = render_card(card_for(7, 3, event))
+    preview = 'hx-get="/files/view/my%20notes/plan.md" hx-trigger="toggle once"'
+    assert (preview in html) is previewed

@@ -1,4 +1,4 @@
-// Attach in the composer: files chosen with its button, dropped on the conversation or pasted
+// Attach in the composer: files chosen with its button, dropped on the page or pasted
 // into the task go to the person's workspace through the Files panel's own upload (the same
 // rules, limits and quota), and the task, when sent, names them. A name taken keeps both, and the
 // task names the copy the upload stored.
@@ -81,9 +81,9 @@
     document.getElementById("task").focus();
   });
 
-  // Dropped anywhere on the conversation.
+  // Dropped anywhere on the page (a file dropped where nothing takes it would replace the page).
   function zone(event) {
-    return composer() && hasFiles(event.dataTransfer) && event.target.closest && event.target.closest(".conversation");
+    return composer() && hasFiles(event.dataTransfer);
   }
   document.addEventListener("dragover", function (event) {
     if (!zone(event)) return;
@@ -92,9 +92,7 @@
     composer().classList.add("dropping");
   });
   document.addEventListener("dragleave", function (event) {
-    if (composer() && (event.relatedTarget === null || !event.relatedTarget.closest(".conversation"))) {
-      composer().classList.remove("dropping");
-    }
+    if (composer() && event.relatedTarget === null) composer().classList.remove("dropping");
   });
   document.addEventListener("drop", function (event) {
     if (!zone(event)) return;
