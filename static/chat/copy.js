@@ -1,6 +1,7 @@
 // Copy buttons: one on every answer (its text as shown) and one on every code block (its code,
-// exactly). Added here rather than drawn by the server, so answers and previews, however they
-// arrive (the page, a send, the socket), get them the same way. No inline handler: the CSP.
+// exactly); and a scroller around every table. Added here rather than drawn by the server, so
+// answers and previews, however they arrive (the page, a send, the socket), get them the same
+// way. No inline handler: the CSP.
 (function () {
   "use strict";
   const ANSWERS = ".card.answer";
@@ -17,8 +18,19 @@
     return copy;
   }
 
+  // A wide table scrolls on its own rather than widening the card (a table whose display is
+  // changed instead loses its table semantics in some screen readers).
+  function scrolling(table) {
+    if (table.parentElement.classList.contains("table-scroll")) return;
+    const frame = document.createElement("div");
+    frame.className = "table-scroll";
+    table.parentElement.insertBefore(frame, table);
+    frame.appendChild(table);
+  }
+
   function equip(root) {
     if (!root.querySelectorAll) return;
+    root.querySelectorAll(".prose table").forEach(scrolling);
     const answers = Array.from(root.querySelectorAll(ANSWERS));
     if (root.matches && root.matches(ANSWERS)) answers.push(root);
     answers.forEach(function (answer) {
