@@ -232,3 +232,16 @@ def test_a_file_tools_card_previews_its_file_only_when_the_call_worked(status, p
     html = render_card(card_for(7, 3, event))
     preview = 'hx-get="/files/view/my%20notes/plan.md" hx-trigger="toggle once"'
     assert (preview in html) is previewed
+
+
+def test_a_quoted_field_may_hold_a_line_break(client, workspace):
+    put(workspace, "notes.csv", 'who,said\nann,"two\nlines"\n')
+    shown = preview_of(client, "notes.csv")
+    assert "<td>ann</td><td>two\nlines</td>" in shown
+
+
+def test_a_csv_that_is_no_table_is_shown_as_its_text(client, workspace):
+    put(workspace, "odd.csv", "a,b\n" + "x" * 200_000)  # a field past csv's own limit
+    shown = preview_of(client, "odd.csv")
+    assert 'data-preview="text"' in shown
+    assert "a,b\nxxx" in shown

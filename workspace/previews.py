@@ -7,6 +7,7 @@ their scripts would run as the person.
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
@@ -78,8 +79,9 @@ def preview(workspace: Path, path: str) -> Preview:
             raise browse.BrowseError(
                 f"{path} is not the image its name says, so it is not shown here: download it."
             )
-        image.file.close()
-        return Preview(kind, path, image.size)
+        download, _ = image
+        download.file.close()
+        return Preview(kind, path, download.size)
     if kind is PreviewKind.PDF:
         download = browse.open_download(workspace, path)
         download.file.close()
@@ -91,7 +93,10 @@ def preview(workspace: Path, path: str) -> Preview:
     if kind is PreviewKind.CODE:
         return Preview(**shown, html=highlighted_file(part.text, part.path))
     if kind is PreviewKind.TABLE:
-        rows, more = first_rows(part.text, TABLE_DELIMITERS[PurePosixPath(path).suffix.lower()])
+        try:
+            rows, more = first_rows(part.text, TABLE_DELIMITERS[PurePosixPath(path).suffix.lower()])
+        except csv.Error:  # not a table after all (a NUL, a field past csv's limit): its text
+            return Preview(**shown | {"kind": PreviewKind.TEXT})
         return Preview(**shown, rows=rows, more_rows=more or part.cut)
     return Preview(**shown)
 
@@ -99,7 +104,7 @@ def preview(workspace: Path, path: str) -> Preview:
 def first_rows(text: str, delimiter: str) -> tuple[list[list[str]], bool]:
     """The first TABLE_ROWS rows (the header among them), each of its first TABLE_COLUMNS
     cells, and whether there are more rows."""
-    reader = csv.reader(text.splitlines(), delimiter=delimiter)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     rows: list[list[str]] = []
     for row in reader:
         if len(rows) == TABLE_ROWS:
@@ -115,13 +120,13 @@ def image_type(name: str, head: bytes) -> str | None:
     return content_type if webp and any(head.startswith(s) for s in signatures) else None
 
 
-def open_image(workspace: Path, path: str) -> browse.Download | None:
-    """The file opened for serving as an image, if it is one (its name and first bytes agree);
-    None if it is not. The caller closes the file."""
+def open_image(workspace: Path, path: str) -> tuple[browse.Download, str] | None:
+    """The file opened for serving as an image, with its content type, if it is one (its name
+    and first bytes agree); None if it is not. The caller closes the file."""
     download = browse.open_download(workspace, path)
-    head = download.file.read(SIGNATURE_BYTES)
-    if image_type(download.name, head) is None:
+    content_type = image_type(download.name, download.file.read(SIGNATURE_BYTES))
+    if content_type is None:
         download.file.close()
         return None
     download.file.seek(0)
-    return download
+    return download, content_type

@@ -142,10 +142,9 @@ def image(request: HttpRequest, path: str) -> HttpResponse:
         return HttpResponse(refused.message, status=refused.status, content_type=TEXT_TYPE)
     if found is None:
         return HttpResponse("Not an image.", status=404, content_type=TEXT_TYPE)
-    head = found.file.read(previews.SIGNATURE_BYTES)
-    found.file.seek(0)
-    response = FileResponse(found.file, content_type=previews.image_type(found.name, head))
-    response["Content-Length"] = str(found.size)
+    download, content_type = found
+    response = FileResponse(download.file, content_type=content_type)
+    response["Content-Length"] = str(download.size)
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = IMAGE_POLICY
     return response
