@@ -97,6 +97,11 @@ def test_an_answer_shows_its_table_and_code_and_copies_them(live_site, browser, 
     assert keyword.evaluate("span => getComputedStyle(span).fontWeight") == "700"
 
     last_turn(page).screenshot(path=IMAGES / "chat-answer-rendered.png")
+    light = keyword.evaluate("span => getComputedStyle(span).color")
+    page.emulate_media(color_scheme="dark")
+    assert keyword.evaluate("span => getComputedStyle(span).color") != light
+    last_turn(page).screenshot(path=ARTIFACTS / "chat-answer-rendered-dark.png")
+    page.emulate_media(color_scheme="light")
 
     # Copy the code block: its code exactly; copy the answer: its text, none of the buttons.
     answer.get_by_role("button", name="Copy code").click()
