@@ -133,6 +133,7 @@ def test_a_write_the_disk_refuses_loses_that_file_alone(client, workspace, monke
     assert response.json() == {
         "done": ["Uploaded ok.txt (2 bytes)."],
         "refused": ["full.bin was not stored: No space left on device."],
+        "stored": ["ok.txt"],
     }
     assert os.listdir(workspace) == ["ok.txt"]
 
