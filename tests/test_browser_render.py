@@ -1,8 +1,9 @@
 """Answers and previews in a real browser (Debian's Chromium through Playwright), against a live
 daphne and a real worker, under the site's CSP: an answer's table and highlighted code, copied to
 the clipboard; files attached in the composer by its button, by a drop and by a paste, and named
-in the task; each kind of preview. docs/images/chat-answer-rendered.png and files-preview.png are
-taken here."""
+in the task; each kind of preview. Screenshots land in var/test-artifacts/
+(docs/images/chat-answer-rendered.png and files-preview.png are copies of two, made by hand like
+the chat's)."""
 
 import re
 from pathlib import Path
@@ -11,7 +12,6 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Locator, Page, expect
 
-from tests.conftest import PROJECT_DIR
 from tests.test_browser import (
     ARTIFACTS,
     LAPTOP,
@@ -30,7 +30,6 @@ from tools.context import context_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-IMAGES = PROJECT_DIR / "docs" / "images"
 CODE = 'def area(width, height):\n    return width * height  # "<b>" stays text\n'
 REPORT = f"""Sizes
 kept on their own lines
@@ -96,7 +95,7 @@ def test_an_answer_shows_its_table_and_code_and_copies_them(live_site, browser, 
     expect(keyword).to_have_text("def")
     assert keyword.evaluate("span => getComputedStyle(span).fontWeight") == "700"
 
-    last_turn(page).screenshot(path=IMAGES / "chat-answer-rendered.png")
+    last_turn(page).screenshot(path=ARTIFACTS / "chat-answer-rendered.png")
     light = keyword.evaluate("span => getComputedStyle(span).color")
     page.emulate_media(color_scheme="dark")
     assert keyword.evaluate("span => getComputedStyle(span).color") != light
@@ -236,7 +235,7 @@ def test_each_kind_of_preview_renders(live_site, browser):  # noqa: F811
     shown = open_preview("notes.md")
     expect(shown.locator("th")).to_have_count(4)
     assert border_width(shown.locator("td").first) == "1px"
-    page.locator(".files-layout").screenshot(path=IMAGES / "files-preview.png")
+    page.locator(".files-layout").screenshot(path=ARTIFACTS / "files-preview.png")
 
     shown = open_preview("area.py")
     expect(shown.locator("pre.highlight .k").first).to_have_text("def")
