@@ -14,12 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
-import nh3
 from django.template.backends.django import Template
 from django.template.loader import get_template
 from django.urls import reverse
 from django.utils import timezone
-from markdown_it import MarkdownIt
 
 from agent.core.events import (
     BreakerTripped,
@@ -42,19 +40,12 @@ from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_te
 from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
 from workspace.browse import BrowseError, file_components
+from workspace.markup import markdown
 
-# Raw HTML in Markdown is shown as text; nh3 then keeps only these tags and link schemes, so a
-# <script>, an onerror= or a javascript: link in model output can never run.
-_markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
-ALLOWED_TAGS = {
-    "p", "br", "strong", "em", "code", "pre", "blockquote", "ul", "ol", "li", "a", "h1", "h2",
-    "h3", "h4", "h5", "h6", "hr", "table", "thead", "tbody", "tr", "th", "td", "del",
-}  # fmt: skip
-ALLOWED_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"align"}, "td": {"align"}}
 LONG_OUTPUT_LINES = 12
 LONG_OUTPUT_CHARS = 1200
-# Even Markdown's most expanding input (a list item per line) renders 10 000 characters as some
-# 200 KB of HTML: under the socket's frame bound (chat/stream.py's FRAME_BYTES).
+# The most expanding input, a fenced block of one-character tokens, renders 10 000 characters as
+# some 270 KB of highlighted HTML: a frame of its own, far under daphne's 1 MiB (chat/stream.py).
 SHORT_TEXT_CHARS = 10_000
 # The texts of an event a card may shorten: a field of the event, and what the note calls it.
 EVENT_TEXTS = {
@@ -117,17 +108,6 @@ def next_step(end: RunFinished) -> str:
     if end.cause is EndCause.MODEL_DOWN:
         return MODEL_DOWN_STEP  # such a run may be continued (AgentRun.can_continue)
     return NEXT_STEPS.get(end.status, "")
-
-
-def markdown(text: str) -> str:
-    html = _markdown.render(text)
-    return nh3.clean(
-        html,
-        tags=ALLOWED_TAGS,
-        attributes=ALLOWED_ATTRIBUTES,
-        url_schemes={"http", "https", "mailto"},
-        link_rel="noopener noreferrer nofollow",
-    )
 
 
 def status_label(status: str | None) -> dict[str, str]:

@@ -108,7 +108,8 @@ def test_an_upload_being_written_has_no_name_a_snippet_or_a_listing_could_meet(w
         incoming.write(b"a,b\n")
         incoming.finish()
         assert os.listdir(workspace) == []
-        assert browse.store_upload(incoming, "", "data.csv") == "Uploaded data.csv (4 bytes)."
+        stored = browse.store_upload(incoming, "", "data.csv")
+        assert stored == browse.Stored("data.csv", "Uploaded data.csv (4 bytes).")
         incoming.discard()
     finally:
         os.close(root)
@@ -132,6 +133,7 @@ def test_a_write_the_disk_refuses_loses_that_file_alone(client, workspace, monke
     assert response.json() == {
         "done": ["Uploaded ok.txt (2 bytes)."],
         "refused": ["full.bin was not stored: No space left on device."],
+        "stored": ["ok.txt"],
     }
     assert os.listdir(workspace) == ["ok.txt"]
 

@@ -96,7 +96,11 @@ def test_an_upload_by_htmx_answers_the_panel_with_a_message_per_file(client, wor
 def test_a_script_gets_json(client, workspace):
     response = ask_json(client, ("file", "x.txt", b"x"))
     assert response.status_code == 200
-    assert response.json() == {"done": ["Uploaded x.txt (1 bytes)."], "refused": []}
+    assert response.json() == {
+        "done": ["Uploaded x.txt (1 bytes)."],
+        "refused": [],
+        "stored": ["x.txt"],
+    }
 
 
 def test_a_folder_that_does_not_exist_is_refused_and_nothing_is_left(client, workspace):
@@ -123,6 +127,7 @@ def test_a_file_over_the_per_file_limit_is_refused_and_the_others_are_stored(
     assert response.json() == {
         "done": ["Uploaded ok.txt (100 bytes)."],
         "refused": ["big.bin was not stored: it is over the 100-byte limit per file."],
+        "stored": ["ok.txt"],
     }
     assert sorted(os.listdir(workspace)) == ["ok.txt"]
 
@@ -389,7 +394,7 @@ def test_each_chunk_is_on_disk_before_the_next_is_read_never_the_whole_file(
     (streamed,) = files.getlist("file")
     assert streamed.size == len(data)
     assert (
-        browse.store_upload(streamed.incoming, "", "big.bin")
+        browse.store_upload(streamed.incoming, "", "big.bin").note
         == f"Uploaded big.bin ({len(data):,} bytes)."
     )
     handler.discard()

@@ -534,7 +534,16 @@ def room(root: int) -> tuple[int, int]:
         )
 
 
-def store_upload(incoming: Incoming, folder: str, name: str, on_clash: str = "") -> str:
+@dataclass(frozen=True)
+class Stored:
+    """An upload with its name: where it is (what the chat's attach names in the task, which
+    may be "name (2).ext" on a clash) and the sentence the person reads."""
+
+    path: str
+    note: str
+
+
+def store_upload(incoming: Incoming, folder: str, name: str, on_clash: str = "") -> Stored:
     """Give a complete upload its name in folder (in NFC, unless a file has the name as sent),
     under the workspace's lock and quota: the workspace with the upload must be within its quota
     (a run may have written meanwhile)."""
@@ -555,7 +564,8 @@ def store_upload(incoming: Incoming, folder: str, name: str, on_clash: str = "")
             raise BrowseError(_over_quota(name, quota, used.bytes))
         _link(incoming, directory, target, name, replacing=replaced is not None)
     verb = "Uploaded" if replaced is None else "Replaced"
-    return f"{verb} {_shown([*names, target])} ({incoming.written:,} bytes)."
+    path = _shown([*names, target])
+    return Stored(path, f"{verb} {path} ({incoming.written:,} bytes).")
 
 
 def _link(incoming: Incoming, directory: int, target: str, name: str, *, replacing: bool) -> None:

@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
-from workspace import browse
+from workspace import browse, previews
 from workspace.directory import workspace_of
 from workspace.quota import Quota, usage
 from workspace.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
@@ -49,6 +49,9 @@ TEXT_SUFFIXES = frozenset(
 )
 TEXT_TYPE = "text/plain; charset=utf-8"
 BINARY_TYPE = "application/octet-stream"
+# An image opened on its own (its URL in the address bar) is a document: it may load nothing and
+# run nothing.
+IMAGE_POLICY = "default-src 'none'; sandbox"
 
 
 def quota_context(user: AbstractBaseUser) -> dict[str, Any]:
@@ -108,14 +111,43 @@ def files(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def view(request: HttpRequest, path: str) -> HttpResponse:
-    """A text file shown inline, as escaped text, its start only when it is large."""
+    """A file previewed by its kind (workspace.previews), on its page or, for htmx, alone (in
+    the tool card that wrote or read it): never served as a page of its own."""
     try:
-        part = browse.open_text(workspace_of(request.user), path)
+        shown = previews.preview(workspace_of(request.user), path)
     except browse.BrowseError as refused:
-        context = {"error": refused.message, "path": path, "folder": parent_of(path)}
-        return render(request, "workspace/file_view.html", context, status=refused.status)
-    context = {"part": part, "path": part.path, "folder": parent_of(part.path)}
-    return render(request, "workspace/file_view.html", context)
+        context = {
+            "error": refused.message,
+            "path": path,
+            "folder": parent_of(path),
+            "downloadable": not isinstance(refused, browse.NotFound),
+        }
+        return render(request, preview_template(request), context, status=refused.status)
+    context = {"preview": shown, "path": shown.path, "folder": parent_of(shown.path)}
+    return render(request, preview_template(request), context)
+
+
+def preview_template(request: HttpRequest) -> str:
+    """The page, or for htmx (a tool card's preview) the preview alone."""
+    return "workspace/file_view.html#preview" if request.htmx else "workspace/file_view.html"
+
+
+@require_GET
+def image(request: HttpRequest, path: str) -> HttpResponse:
+    """An image for a preview's <img>: served as what its first bytes prove it is, in a sandbox
+    of its own, so that even opened on its own it can run nothing."""
+    try:
+        found = previews.open_image(workspace_of(request.user), path)
+    except browse.BrowseError as refused:
+        return HttpResponse(refused.message, status=refused.status, content_type=TEXT_TYPE)
+    if found is None:
+        return HttpResponse("Not an image.", status=404, content_type=TEXT_TYPE)
+    download, content_type = found
+    response = FileResponse(download.file, content_type=content_type)
+    response["Content-Length"] = str(download.size)
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = IMAGE_POLICY
+    return response
 
 
 @require_GET
@@ -168,13 +200,18 @@ def answer(
     done: list[str] | None = None,
     refused: list[str] | None = None,
     status: int = 400,
+    stored: list[str] | None = None,
 ) -> HttpResponse:
     """What a change answers: JSON when asked, the panel fragment for htmx, else a redirect
-    back to the folder with a message per file. `status` is for when something was refused."""
+    back to the folder with a message per file. `status` is for when something was refused;
+    `stored`, the paths an upload stored (in JSON, for the chat's attach to name them)."""
     done, refused = done or [], refused or []
     notes = [("success", note) for note in done] + [("error", note) for note in refused]
     if "application/json" in request.headers.get("Accept", ""):
-        return JsonResponse({"done": done, "refused": refused}, status=status if refused else 200)
+        body = {"done": done, "refused": refused}
+        if stored is not None:
+            body["stored"] = stored
+        return JsonResponse(body, status=status if refused else 200)
     if request.htmx:
         return panel(request, folder, notes=notes)
     for level, note in notes:
@@ -208,11 +245,13 @@ def upload(request: HttpRequest) -> HttpResponse:
 def store(request: HttpRequest, handler: WorkspaceUploadHandler) -> HttpResponse:
     folder = request.POST.get("dir", "")
     on_clash = request.POST.get("on_clash", "")
-    done, refused = [], list(handler.refusals)
+    done, refused, paths = [], list(handler.refusals), []
     statuses = {400} if refused else set()
     for streamed in handler.complete:
         try:
-            done.append(browse.store_upload(streamed.incoming, folder, streamed.name, on_clash))
+            stored = browse.store_upload(streamed.incoming, folder, streamed.name, on_clash)
+            done.append(stored.note)
+            paths.append(stored.path)
         except browse.BrowseError as refusal:
             ask = (
                 " Choose which below, and upload it again."
@@ -225,4 +264,4 @@ def store(request: HttpRequest, handler: WorkspaceUploadHandler) -> HttpResponse
         refused.append(f"No file was sent: choose one, or send parts named {FIELD!r}.")
     # One status when every refusal had the same (409: all clashes, 404: no such folder).
     status = statuses.pop() if len(statuses) == 1 else 400
-    return answer(request, folder, done=done, refused=refused, status=status)
+    return answer(request, folder, done=done, refused=refused, status=status, stored=paths)
