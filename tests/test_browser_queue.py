@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from agent.models import AgentRun
+from tests.conftest import wait_for
 from tests.test_browser import (  # noqa: F401 (fixtures)
     ARTIFACTS,
     LAPTOP,
@@ -69,9 +70,13 @@ def test_a_task_typed_during_a_run_waits_and_one_sent_now_reaches_the_run(live_s
     )
     rated.get_by_label("Why? (optional)").fill("Quick and right")
     rated.get_by_role("button", name="Save").click()
-    expect(rated.get_by_role("status")).to_have_text("Thanks: saved.")
-    feedback = db(lambda: AgentRun.objects.get(task="What is 17 * 23?").feedback)
-    assert (feedback.rating, feedback.comment) == ("up", "Quick and right")
+
+    def feedback():
+        return db(lambda: AgentRun.objects.get(task="What is 17 * 23?").feedback)
+
+    wait_for(lambda: feedback().comment == "Quick and right", "the comment to be saved")
+    assert feedback().rating == "up"
+    expect(rated.get_by_label("Why? (optional)")).to_have_value("Quick and right")
 
     # The composer's Stop stops the run going.
     send(page, "Count slowly to 8")
