@@ -59,6 +59,10 @@ run: migrate
 	@echo "Loop is starting on http://$(HOST):$(PORT)/  (Ctrl-C stops it; data stays in var/)"
 	@echo "No login yet? Create one with:  $(BIN)/python manage.py createsuperuser"
 	@echo "Operators' admin: http://$(HOST):$(PORT)/admin/"
+	@if [ -z "$$LOOP_OPENAI_BASE_URL$$GROQ_API_KEY" ]; then \
+	  echo "Model: the built-in mock. For your own model server set LOOP_OPENAI_BASE_URL and"; \
+	  echo "LOOP_OPENAI_MODEL, or GROQ_API_KEY for Groq (docs/models.md)."; \
+	fi
 	@echo
 	HOST=$(HOST) $(BIN)/honcho start --procfile Procfile --port $(PORT)
 

@@ -44,6 +44,9 @@ class Approves:
 
     @admin.action(description="Approve selected sign-ups", permissions=["approve_signup"])
     def approve(self, request: HttpRequest, queryset: QuerySet) -> None:
+        # Counted before the update: the sign-ups page's queryset holds only accounts waiting,
+        # so counted after it, the approved ones were gone and "-1 selected were not waiting".
+        selected = queryset.count()
         # As User rows, whichever page asked: each approval is then in the account's history.
         waiting = list(User.objects.filter(WAITING_FOR_APPROVAL, pk__in=queryset.values("pk")))
         # Filtered again as it is written: an account given privileges meanwhile stays out.
@@ -52,7 +55,7 @@ class Approves:
         )
         for user in waiting:
             self.log_change(request, user, "Approved the sign-up.")
-        skipped = queryset.count() - len(waiting)
+        skipped = selected - len(waiting)
         message = f"Approved {len(waiting)} sign-up{'s' if len(waiting) != 1 else ''}."
         if skipped:
             message += f" {skipped} selected were not waiting for approval and stay as they were."
