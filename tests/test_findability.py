@@ -5,7 +5,9 @@ the console and not in the people's header, a waiting sign-up told so at login, 
 message's count, My data's checkbox with its label. The browser's side is
 tests/test_browser_access.py."""
 
+import os
 import re
+import subprocess
 from datetime import timedelta
 
 import pytest
@@ -18,7 +20,7 @@ from agent.core.events import RunStatus
 from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, start_run
 from chat.sidebar import groups_for, span_of
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, PROJECT_DIR
 from workspace.templatetags.sizes import size
 
 pytestmark = pytest.mark.django_db
@@ -230,3 +232,22 @@ def test_my_datas_checkbox_is_labelled_and_sits_with_its_label(as_alice):
     html = as_alice.get("/accounts/data/").text
     assert '<input type="checkbox" id="understood" name="understood" required>' in html
     assert '<label for="understood">I understand this cannot be undone.</label>' in html
+
+
+def model_note(**env: str) -> str:
+    """What `make run`'s banner says of the model, with these settings in the environment."""
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("LOOP_OPENAI_BASE_URL", "GROQ_API_KEY")
+    }
+    done = subprocess.run(
+        ["make", "-s", "model-note"], cwd=PROJECT_DIR, env={**clean, **env},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def test_make_runs_banner_tells_the_operator_about_the_mock():
+    assert "Model: the built-in mock" in model_note()
+    assert "LOOP_OPENAI_BASE_URL" in model_note()
+    assert model_note(LOOP_OPENAI_BASE_URL="http://127.0.0.1:11434/v1") == ""
+    assert model_note(GROQ_API_KEY="gsk_test") == ""
