@@ -240,7 +240,7 @@ def model_note(**env: str) -> str:
         k: v for k, v in os.environ.items() if k not in ("LOOP_OPENAI_BASE_URL", "GROQ_API_KEY")
     }
     done = subprocess.run(
-        ["make", "-s", "model-note"], cwd=PROJECT_DIR, env={**clean, **env},
+        ["make", "-s", "model-note"], cwd=PROJECT_DIR, env={**clean, **env},  # noqa: S607
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return done.stdout
