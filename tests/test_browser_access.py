@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, Page, expect
 from agent.core.events import RunStatus
 from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, start_run
+from memory.models import Memory
 from tests.test_browser import (
     ARTIFACTS,
     CHROMIUM_ARGS,  # noqa: F401 (the launch flags the browser fixture uses)
@@ -243,6 +244,17 @@ def test_search_date_groups_full_titles_and_a_fresh_quota(live_site, browser):  
     page.locator("#conversation-search").fill("plan")
     expect(page.locator(".conversations .title")).to_have_count(1)
 
+    # My data's checkbox sits on its label's line, just before it, and the label ticks it.
+    page.goto(f"{live_site}/accounts/data/")
+    box = page.locator("#understood").bounding_box()
+    label = page.locator("label[for=understood]").bounding_box()
+    assert box is not None
+    assert label is not None
+    assert abs((box["y"] + box["height"] / 2) - (label["y"] + label["height"] / 2)) < 4
+    assert 0 <= label["x"] - (box["x"] + box["width"]) < 16
+    page.locator("label[for=understood]").click()
+    expect(page.locator("#understood")).to_be_checked()
+
 
 def axe_violations(page: Page) -> list[str]:
     """axe-core's violations on the page as it stands, one line each: rule, help, where."""
@@ -270,8 +282,17 @@ def chat_with_several_turns(page: Page, site: str) -> str:
 
 
 def console_pages(run: AgentRun) -> list[str]:
+    """The console's pages an operator reads: its front page, each list, a run, a memory, a
+    person."""
+    memory = Memory.objects.order_by("pk").first()
+    assert memory is not None
     return [
         "/admin/",
+        reverse("admin:memory_memory_change", args=[memory.pk]),
+        reverse("admin:memory_forgottenmemory_changelist"),
+        reverse("admin:auth_user_change", args=[run.user_id]),
+        reverse("admin:auth_group_changelist"),
+        reverse("admin:auth_group_add"),
         reverse("admin:agent_agentrun_changelist"),
         reverse("admin:agent_agentrun_change", args=[run.pk]),
         reverse("admin:agent_agentrun_usage"),
