@@ -110,10 +110,15 @@ def test_the_phone_drawer_closes_every_way_and_a_tap_beside_it_starts_nothing(
     expect(drawer).to_be_in_viewport(ratio=1)
     expect(toggle).to_have_attribute("aria-expanded", "true")
     assert toggle_is_on_top(page)
+    # What it covers is out of the keyboard's reach while it is open.
+    assert page.evaluate(
+        "document.getElementById('timeline').inert && document.getElementById('task-form').inert"
+    )
     page.screenshot(path=IMAGES / "drawer-phone.png", scale="css")
     toggle.click()
     expect(drawer).not_to_be_in_viewport()
     expect(toggle).to_have_attribute("aria-expanded", "false")
+    assert not page.evaluate("document.getElementById('task-form').inert")
 
     # Esc closes it, and the focus goes back to its button.
     toggle.click()

@@ -6,10 +6,16 @@
   function toggle() { return document.querySelector(".sidebar-toggle"); }
   function isOpen() { return document.body.classList.contains("sidebar-open"); }
 
+  // What the open drawer covers: out of reach of Tab and of screen readers until it closes.
+  function behind() {
+    return document.querySelectorAll("#timeline, #task-form, .conversation-head > :not(.sidebar-toggle)");
+  }
+
   // The drawer opens over the page with a backdrop; the toggle stays above both, as ✕.
   function setOpen(open, returnFocus) {
     const button = toggle();
     document.body.classList.toggle("sidebar-open", open);
+    behind().forEach(function (element) { element.inert = open && PHONE.matches; });
     if (!button) return;
     button.setAttribute("aria-expanded", String(open));
     button.querySelector(".glyph").textContent = open ? "✕" : "☰";
