@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8095
 
-.PHONY: run worker test test-fast lint format migrate system-deps browser-deps
+.PHONY: model-note run worker test test-fast lint format migrate system-deps browser-deps
 
 # run_code's sandbox needs bubblewrap and a system Python under /usr (a root worker runs each
 # user's snippets as a numeric uid of their own, so no account needs creating). As root on Debian
@@ -52,6 +52,14 @@ migrate: $(VENV)/.installed
 # one here when it is small; a large one is left for the operator, who is told how.
 MEMORY_REEMBED_LIMIT ?= 10000
 
+# The operator's note, in `make run`'s banner (and the console's front page), not on the
+# people's pages: with no model server configured, runs use the built-in mock.
+model-note:
+	@if [ -z "$$LOOP_OPENAI_BASE_URL$$GROQ_API_KEY" ]; then \
+	  echo "Model: the built-in mock. For your own model server set LOOP_OPENAI_BASE_URL and"; \
+	  echo "LOOP_OPENAI_MODEL, or GROQ_API_KEY for Groq (docs/models.md)."; \
+	fi
+
 run: migrate
 	-@$(MAKE) --no-print-directory system-deps
 	$(BIN)/python manage.py reembed --if-stale --max-memories $(MEMORY_REEMBED_LIMIT)
@@ -59,6 +67,7 @@ run: migrate
 	@echo "Loop is starting on http://$(HOST):$(PORT)/  (Ctrl-C stops it; data stays in var/)"
 	@echo "No login yet? Create one with:  $(BIN)/python manage.py createsuperuser"
 	@echo "Operators' admin: http://$(HOST):$(PORT)/admin/"
+	@$(MAKE) --no-print-directory model-note
 	@echo
 	HOST=$(HOST) $(BIN)/honcho start --procfile Procfile --port $(PORT)
 

@@ -9,6 +9,7 @@ own included, since a password or an email changed there is a way into its privi
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.widgets import AdminSplitDateTime
 from django.contrib.auth import admin as auth_admin
 from django.contrib.auth.models import Group, User
 from django.db.models import Model, QuerySet
@@ -16,6 +17,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 
 from accounts.forms import PersonChangeForm, PersonCreationForm
 from accounts.models import PRIVILEGED, WAITING_FOR_APPROVAL, SignUp
@@ -44,6 +46,9 @@ class Approves:
 
     @admin.action(description="Approve selected sign-ups", permissions=["approve_signup"])
     def approve(self, request: HttpRequest, queryset: QuerySet) -> None:
+        # Counted before the update: the sign-ups page's queryset holds only accounts waiting,
+        # so counted after it, the approved ones were gone and "-1 selected were not waiting".
+        selected = queryset.count()
         # As User rows, whichever page asked: each approval is then in the account's history.
         waiting = list(User.objects.filter(WAITING_FOR_APPROVAL, pk__in=queryset.values("pk")))
         # Filtered again as it is written: an account given privileges meanwhile stays out.
@@ -52,7 +57,7 @@ class Approves:
         )
         for user in waiting:
             self.log_change(request, user, "Approved the sign-up.")
-        skipped = queryset.count() - len(waiting)
+        skipped = selected - len(waiting)
         message = f"Approved {len(waiting)} sign-up{'s' if len(waiting) != 1 else ''}."
         if skipped:
             message += f" {skipped} selected were not waiting for approval and stay as they were."
@@ -112,6 +117,18 @@ class PeopleAdmin(Approves, MalformedFiltersSaid, auth_admin.UserAdmin):
     fieldsets = (*auth_admin.UserAdmin.fieldsets, ("Activity", {"fields": ("activity",)}))
     readonly_fields = ("activity",)
 
+    class Media:
+        js = ("accounts/admin_labels.js",)
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        """A date and time field is two inputs under one label, which names neither: each says
+        which it is ("Last login: date"), for a screen reader and axe alike."""
+        field = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if field is not None and isinstance(field.widget, AdminSplitDateTime):
+            for part, widget in zip(("date", "time"), field.widget.widgets, strict=True):
+                widget.attrs["aria-label"] = f"{capfirst(db_field.verbose_name)}: {part}"
+        return field
+
     def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> Any:
         fields = super().get_readonly_fields(request, obj)
         # Read-only fields are left out of the form, so whatever is posted for them is ignored.
@@ -153,6 +170,9 @@ admin.site.unregister(Group)
 @admin.register(Group)
 class GroupAdmin(MalformedFiltersSaid, auth_admin.GroupAdmin):
     """A group's permissions are its members' privileges: only a superuser makes or edits one."""
+
+    class Media:
+        js = ("accounts/admin_labels.js",)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return is_superuser(request)

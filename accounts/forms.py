@@ -2,9 +2,10 @@
 
 from typing import Any
 
-from django.contrib.auth import authenticate
+from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.forms import (
     AdminUserCreationForm,
+    AuthenticationForm,
     PasswordChangeForm,
     UserChangeForm,
     UserCreationForm,
@@ -13,9 +14,38 @@ from django.contrib.auth.validators import ASCIIUsernameValidator
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
+from accounts.models import WAITING_FOR_APPROVAL
 from accounts.names import refuse_placeholder_look_alike
 
 NAME_HELP = "Letters a-z and A-Z, digits and @ . + - _ only; 150 characters or fewer."
+
+
+WAITING_MESSAGE = (
+    "Your sign-up is waiting for approval: staff approve each new account, and you can log in "
+    "once they have."
+)
+
+
+class LoginForm(AuthenticationForm):
+    """Django's login form, which says "enter a correct username and password" also to a person
+    whose sign-up waits for approval, who then tries again and again. Here that person, and only
+    with the right password (so nobody else learns the account exists), is told it waits."""
+
+    def clean(self) -> dict[str, Any]:
+        try:
+            return super().clean()
+        except ValidationError as refused:
+            if refused.code == "invalid_login" and self.waits_for_approval():
+                raise ValidationError(WAITING_MESSAGE, code="waiting_for_approval") from None
+            raise
+
+    def waits_for_approval(self) -> bool:
+        username = self.cleaned_data.get("username") or ""
+        password = self.cleaned_data.get("password") or ""
+        people = get_user_model()._default_manager
+        waiting = people.filter(WAITING_FOR_APPROVAL, **{people.model.USERNAME_FIELD: username})
+        person = waiting.first()
+        return person is not None and person.check_password(password)
 
 
 class SignUpForm(UserCreationForm):

@@ -5,6 +5,7 @@ from chat import views
 app_name = "chat"
 urlpatterns = [
     path("", views.home, name="home"),
+    path("search/", views.search, name="search"),
     path("send/", views.start, name="start"),
     path("c/<int:conversation_id>/", views.conversation, name="conversation"),
     path("c/<int:conversation_id>/send/", views.send, name="send"),

@@ -27,6 +27,7 @@ from agent.llm.factory import (
     parse,
 )
 from agent.models import AgentRun, Conversation
+from chat import sidebar
 from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards, pruned_cards
 from tools.base import ToolError
 from workspace.views import quota_context
@@ -131,7 +132,8 @@ def chat_page(
     )
     context = {
         "conversation": conversation,
-        "conversations": [labelled(c) for c in selectors.conversations_with_status(request.user)],
+        "groups": sidebar.groups_for(request.user, request.GET.get("q", "")),
+        "query": request.GET.get("q", ""),
         "current": conversation,
         "turns": [turn(run, offered, path.branching[run.pk]) for run in path.runs],
         "suggestions": SUGGESTIONS,
@@ -162,6 +164,21 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_GET
 def conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
     return chat_page(request, owned_conversation(request, conversation_id))
+
+
+@require_GET
+def search(request: HttpRequest) -> HttpResponse:
+    """The sidebar's conversations matching `q` (titles and tasks), grouped by day: the list
+    alone for htmx as the person types, else the whole page with the list filtered."""
+    if not request.htmx:
+        return chat_page(request, None)
+    query, current = request.GET.get("q", ""), request.GET.get("current", "")
+    context = {
+        "groups": sidebar.groups_for(request.user, query),
+        "query": query,
+        "current": {"pk": int(current)} if current.isdigit() else None,
+    }
+    return render(request, "chat/page.html#conversation_list", context)
 
 
 @require_POST

@@ -7,6 +7,7 @@ from workspace import views
 
 urlpatterns = [
     path("", views.files, name="files"),
+    path("quota/", views.quota, name="files_quota"),
     path("upload/", views.upload, name="files_upload"),
     path("raw/<path:path>", views.raw, name="files_raw"),
     path("view/<path:path>", views.view, name="files_view"),

@@ -110,6 +110,13 @@ def files(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
+def quota(request: HttpRequest) -> HttpResponse:
+    """The quota line alone: the chat's sidebar asks for it again when a run ends, since a run
+    may have written files."""
+    return render(request, "workspace/quota.html", {"quota": quota_context(request.user)})
+
+
+@require_GET
 def view(request: HttpRequest, path: str) -> HttpResponse:
     """A file previewed by its kind (workspace.previews), on its page or, for htmx, alone (in
     the tool card that wrote or read it): never served as a page of its own."""

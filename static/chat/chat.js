@@ -80,14 +80,6 @@
     if (timeline && pinned) timeline.scrollTop = timeline.scrollHeight;
   });
 
-  // The sidebar folds away on a phone.
-  document.addEventListener("click", function (event) {
-    const toggle = event.target.closest && event.target.closest(".sidebar-toggle");
-    if (!toggle) return;
-    const open = document.body.classList.toggle("sidebar-open");
-    toggle.setAttribute("aria-expanded", String(open));
-  });
-
   document.addEventListener("DOMContentLoaded", function () {
     const timeline = document.getElementById("timeline");
     if (timeline) timeline.scrollTop = timeline.scrollHeight;
