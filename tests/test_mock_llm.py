@@ -449,9 +449,11 @@ def test_the_summary_lists_each_tool_call_made_with_its_outcome() -> None:
     run.failed(ToolStatus.ERROR, not_found("sum.txt"))
     text = run.stop().text
     assert CAP in text
-    assert f"1. run_code ok: {flat(ran('5050'))}" in text
-    assert f"2. read_file failed: {flat(read(ToolStatus.ERROR, not_found('sum.txt')))}" in text
-    assert f"3. write_file failed: {read(ToolStatus.SKIPPED, 'halted')}" in text
+    # In words, what worked and what failed and why: no tool's output (the cards keep those).
+    assert "What worked: run_code." in text
+    assert f"What failed: read_file — {not_found('sum.txt')}" in text
+    assert "Not finished: write_file (the run ended first)." in text
+    assert "--- stdout ---" not in text
 
 
 def test_the_summary_of_a_run_with_no_tool_calls_still_says_why_it_stopped() -> None:

@@ -173,7 +173,9 @@ class RunState:
     `tripped`: a BreakerTripped with no RunHalted after it; `finished`: the RunFinished the log
     ends with (None once a Continue follows it); `limits`: the latest RunStarted or RunResumed
     limits; `breaker_since`: the observations since the last Continue, which rebuild the breaker;
-    `interrupted_steps`: the steps whose calls a resume answered as interrupted.
+    `interrupted_steps`: the steps whose calls a resume answered as interrupted; `last_trip`: the
+    latest BreakerTripped with no call that worked after it, and `trip_before_continue` that trip
+    as the latest Continue found it (the breaker remembers its errors: they trip it at once).
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -193,6 +195,8 @@ class RunState:
     limits: dict[str, Any] = field(default_factory=dict)
     breaker_since: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
     interrupted_steps: set[int] = field(default_factory=set)
+    last_trip: BreakerTripped | None = None
+    trip_before_continue: BreakerTripped | None = None
 
 
 def counted_turns(step: int, interrupted_steps: set[int]) -> int:
@@ -230,7 +234,7 @@ def _apply(state: RunState, event: Event) -> None:
         case ToolCallFinished():
             _finished_call(state, event)
         case BreakerTripped():
-            state.tripped = event
+            state.tripped = state.last_trip = event
         case RunHalted():
             state.halted, state.tripped, state.final = event, None, None
             if event.summary_prompt:
@@ -256,12 +260,19 @@ def _replied(state: RunState, event: ModelReplied) -> None:
 def _finished_call(state: RunState, event: ToolCallFinished) -> None:
     call = ToolCall(event.call_id, event.tool, event.arguments)
     result = ToolResult(
-        ToolStatus(event.status), event.text, event.duration, event.policy, event.truncated
+        ToolStatus(event.status),
+        event.text,
+        event.duration,
+        event.policy,
+        event.truncated,
+        stopped=event.stopped,
     )
     state.pending = [c for c in state.pending if c.id != call.id]
     state.dangling = [c for c in state.dangling if c.id != call.id]
     if result.status is ToolStatus.INTERRUPTED:
         state.interrupted_steps.add(event.step)
+    if result.ok:  # as the breaker forgets a trip once a call works
+        state.last_trip = state.trip_before_continue = None
     _observe(state, call, result)
 
 
@@ -285,6 +296,7 @@ def _resumed(state: RunState, event: RunResumed) -> None:
     if event.limits:
         state.limits = dict(event.limits)
     if event.reason == ResumeReason.CONTINUED:
+        state.trip_before_continue = state.last_trip
         state.finished, state.breaker_since = None, []
         state.halted, state.tripped, state.final = None, None, None
     if event.note:

@@ -25,8 +25,8 @@ from agent.core.history import (
 )
 from agent.core.interrupt import Interrupt
 from agent.core.llm import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
+from agent.core.progress import Outcome, progress_in_words
 from agent.core.results import ToolStatus
-from agent.core.text import excerpt
 from agent.llm.tokens import count_prompt_tokens, count_tokens
 from memory.hygiene import outcome_answer
 from tools.code import parse_report
@@ -444,14 +444,14 @@ def one_call(tool: str, arguments: Callable[[re.Match[str]], dict[str, Any]]) ->
 
 
 def summary(seen: list[Observation], request: str) -> str:
-    """The last turn of a halted run: what was done, from the history."""
+    """The last turn of a halted run: why it stops, and what was done, in words (what worked,
+    what failed and why), as a model would put it: no tool's output is quoted."""
     reason = summary_detail(request)
     lines = [f"I had to stop: {reason if reason is not None else 'the run was halted.'}"]
-    for number, observation in enumerate(seen, 1):
-        outcome = "ok" if observation.ok else "failed"
-        shown = excerpt(observation.text, 120)
-        lines.append(f"{number}. {observation.tool} {outcome}: {shown}")
-    return "\n".join(lines)
+    outcomes = [
+        Outcome(observation.tool, *parse_tool_message(observation.text)) for observation in seen
+    ]
+    return "\n\n".join([*lines, *progress_in_words(outcomes)])
 
 
 PLANS: list[tuple[re.Pattern[str], Plan]] = [
