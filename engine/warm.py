@@ -1,0 +1,27 @@
+"""What a worker loads before it takes its first run, so that run's first card comes as soon as
+any later run's.
+
+A cold process loads on the way of its first run what every later run finds loaded: the
+embedder (recall embeds the task of anyone with memories before the run's first step), the
+modules of the run's path (the loop, the tools, the model clients). Loaded here, at the worker's
+start and before it fetches a job, a run sent meanwhile waits in the queue, which the page says
+("Waiting for a worker…"), rather than "Working…" with nothing to show.
+"""
+
+import functools
+import logging
+import time
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def warm_up() -> float:
+    """Load what a run's first steps need, once per process; the seconds it took."""
+    began = time.monotonic()
+    import agent.llm.factory  # noqa: F401 (the model clients, the mock among them)
+    import engine.execution  # noqa: F401 (the loop, the recorder, the tools it binds)
+    from memory.embedders import get_embedder
+
+    get_embedder().embed(["What a person asks Loop."])
+    return time.monotonic() - began
