@@ -176,7 +176,8 @@ def test_the_page_shows_each_step_and_the_answer(as_alice, alice, workspaces):
 def test_a_halted_run_shows_one_banner_saying_why_and_what_to_do(as_alice, alice, workspaces):
     run = execute_run(alice_run(alice, "Keep reading missing.txt until it exists"))
     page = as_alice.get(f"/c/{run.conversation_id}/").text
-    assert page.count('role="status"><span aria-hidden="true">⚠') == 1
+    assert page.count('class="end-banner') == 1
+    assert 'class="card banner' not in page  # no card of its own for the trip or the halt
     assert "Halted: read_file failed 3 times in a row: missing.txt does not exist" in page
     assert "halts it again at once" in page  # going on unchanged would trip it again
 

@@ -451,7 +451,10 @@ def summary(seen: list[Observation], request: str) -> str:
     outcomes = [
         Outcome(observation.tool, *parse_tool_message(observation.text)) for observation in seen
     ]
-    return "\n\n".join([*lines, *progress_in_words(outcomes)])
+    said = lines[0]
+    # A failure the reason already quotes (the breaker's) is not told twice.
+    told = [line for line in progress_in_words(outcomes) if line.split(" — ")[-1] not in said]
+    return "\n\n".join([*lines, *told])
 
 
 PLANS: list[tuple[re.Pattern[str], Plan]] = [
