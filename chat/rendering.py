@@ -135,8 +135,8 @@ def what_happened(end: RunFinished) -> str:
     before the end carried it), a failure's error."""
     match end.status:
         case RunStatus.HALTED:
-            why = end.detail or f"{reason_text(end.halt_reason or '')}."
-            return f"Halted: {why}"
+            why = end.detail or (f"{reason_text(end.halt_reason)}." if end.halt_reason else "")
+            return f"Halted: {why}" if why else "Halted."
         case RunStatus.CANCELLED:
             return STOPPED_TEXT
         case RunStatus.FAILED | RunStatus.INTERRUPTED:

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agent.core.events import HaltReason, RunStatus
+from agent.core.events import HaltReason, RunFinished, RunStatus
 from agent.core.guards import Breaker
 from agent.core.llm import ToolCall
 from agent.core.progress import Outcome, failure_reason, progress_in_words
@@ -19,7 +19,7 @@ from agent.llm.scripted import ScriptedLLM, call
 from agent.models import AgentRun
 from agent.runs import cancel_run, new_conversation, start_run, submit_run
 from agent.selectors import history_of
-from chat.rendering import BREAKER_STEP, STOPPED_TEXT
+from chat.rendering import BREAKER_STEP, STOPPED_TEXT, end_banner
 from engine.execution import execute_run
 from tests.conftest import OutputLines, wait_for
 from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)
@@ -203,3 +203,16 @@ def test_the_worker_warms_up_before_it_takes_runs(start_worker):
     text = "".join(lines.lines)
     assert "warmed up (the embedder, the run's modules)" in text
     assert text.index("warmed up") < text.index("working up to")
+
+
+def test_an_end_logged_before_ends_carried_their_why_still_says_what_happened():
+    old = RunFinished(status=RunStatus.HALTED, answer="", halt_reason=HaltReason.DEADLINE)
+    assert end_banner(old)["what"] == "Halted: it ran out of time."
+    bare = RunFinished(status=RunStatus.HALTED, answer="")
+    assert end_banner(bare)["what"] == "Halted."
+    failed = RunFinished(status=RunStatus.FAILED, answer="", error="Model failed: 503")
+    assert (end_banner(failed)["what"], end_banner(failed)["tone"]) == (
+        "Failed: Model failed: 503",
+        "bad",
+    )
+    assert end_banner(RunFinished(status=RunStatus.SUCCEEDED, answer="391")) is None
