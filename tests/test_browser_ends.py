@@ -33,7 +33,9 @@ def test_each_end_shows_one_banner_and_a_stopped_run_continues(live_site, browse
     expect(halted.locator(".card.banner")).to_have_count(0)  # no trip or halt card of its own
     expect(halted.locator(".end-banner")).to_contain_text("Halted: read_file failed 3 times")
     expect(halted.locator(".end-banner")).to_contain_text("halts it again at once")
-    expect(halted.locator(".card.answer .prose")).to_contain_text("What failed: read_file")
+    expect(halted.locator(".card.answer .prose")).to_contain_text(
+        "I had to stop: read_file failed 3 times in a row"
+    )
     page.screenshot(path=ARTIFACTS / "chat-end-breaker.png")
 
     send(page, "Count slowly to 4")
@@ -54,6 +56,8 @@ def test_each_end_shows_one_banner_and_a_stopped_run_continues(live_site, browse
     expect(counting.locator(".card.marker")).to_have_text(
         "↻ Continued: you asked it to go on", timeout=WAIT_MS
     )
-    expect(counting.locator(".card.answer.status-succeeded")).to_be_visible(timeout=WAIT_MS)
+    expect(counting.locator(".card.answer.status-succeeded")).to_contain_text(
+        "I counted to 4, one step a second.", timeout=WAIT_MS
+    )
     expect(counting.get_by_role("button", name="Continue")).to_have_count(0)
     assert db(lambda: AgentRun.objects.get(pk=run.pk).status) == "succeeded"

@@ -29,7 +29,7 @@ from agent.llm import mock
 from agent.llm.factory import llm_for
 from agent.llm.mock import MockLLM
 from memory.hygiene import outcome_text
-from tools.code import describe, parse_report
+from tools.code import STOPPED, describe, parse_report
 from tools.files import empty_file_note
 from tools.sandbox import Execution
 
@@ -705,3 +705,12 @@ def test_run_codes_report_reads_back_whole() -> None:
     assert (parsed.exit_status, parsed.stdout, parsed.stderr) == (None, "half", "Killed")
     assert parse_report(report(0)).stdout == ""
     assert parse_report("no report here") is None
+
+
+def test_the_mock_counts_again_a_step_a_stop_killed_once_the_run_goes_on():
+    run = Run("Count slowly to 2")
+    run.result(ran("1"))
+    run.failed(ToolStatus.ERROR, f"{STOPPED}\nexit status: killed")  # then a Continue
+    assert "print(2)" in run.arguments["code"]  # the killed step, not an answer quoting it
+    run.result(ran("2"))
+    assert run.answer == "I counted to 2, one step a second."

@@ -29,7 +29,7 @@ from agent.core.progress import Outcome, progress_in_words
 from agent.core.results import ToolStatus
 from agent.llm.tokens import count_prompt_tokens, count_tokens
 from memory.hygiene import outcome_answer
-from tools.code import parse_report
+from tools.code import STOPPED, parse_report
 from tools.files import is_empty_file_note
 
 FILE_NAME = r"([\w\-/]+\.\w+)"
@@ -365,11 +365,13 @@ def save_sum(match: re.Match[str], seen: list[Observation]) -> Move:
 def count_slowly(match: re.Match[str], seen: list[Observation]) -> Move:
     """One run_code step a second, each printing the next number: a run long enough to watch."""
     last = int(match.group(1))
-    if seen and not seen[-1].ok:
-        return f"Counting stopped at {len(seen) - 1}: {seen[-1].text}"
-    if len(seen) >= last:
+    counted = sum(observation.ok for observation in seen)
+    # A step a Stop killed is counted again once the run goes on (a Continue).
+    if seen and not seen[-1].ok and not seen[-1].text.removeprefix("ERROR: ").startswith(STOPPED):
+        return f"Counting stopped at {counted}: {seen[-1].text}"
+    if counted >= last:
         return f"I counted to {last}, one step a second."
-    return "run_code", {"code": f"import time\ntime.sleep(1)\nprint({len(seen) + 1})"}
+    return "run_code", {"code": f"import time\ntime.sleep(1)\nprint({counted + 1})"}
 
 
 def keep_reading(match: re.Match[str], seen: list[Observation]) -> Move:
