@@ -131,7 +131,9 @@ async def warm_up(config: WorkerConfig) -> None:
 
     seconds = await asyncio.to_thread(load)
     logger.info(
-        "Worker %s: warmed up (the embedder, the run's modules) in %.2f s", config.name, seconds
+        "Worker %s: warmed up (the embedder, the tools' specs, the run's modules) in %.2f s",
+        config.name,
+        seconds,
     )
 
 

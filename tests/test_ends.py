@@ -201,7 +201,7 @@ def test_the_worker_warms_up_before_it_takes_runs(start_worker):
     lines = OutputLines(start_worker())
     wait_for(lambda: lines.count("working up to"), "the worker to take runs")
     text = "".join(lines.lines)
-    assert "warmed up (the embedder, the run's modules)" in text
+    assert "warmed up (the embedder, the tools' specs, the run's modules)" in text
     assert text.index("warmed up") < text.index("working up to")
 
 
