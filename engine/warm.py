@@ -10,16 +10,12 @@ start and before it fetches a job, a run sent meanwhile waits in the queue, whic
 ("Waiting for a worker…"), rather than "Working…" with nothing to show.
 """
 
-import functools
-import logging
 import time
 
-logger = logging.getLogger(__name__)
 
-
-@functools.cache
 def warm_up() -> float:
-    """Load what a run's first steps need, once per process; the seconds it took."""
+    """Load what a run's first steps need; the seconds it took (a few ms once loaded: the worker
+    calls it at each life's start, after the database came back too)."""
     began = time.monotonic()
     import agent.llm.factory  # noqa: F401 (the model clients, the mock among them)
     import engine.execution  # noqa: F401 (the loop, the recorder, the tools it binds)

@@ -126,7 +126,7 @@ async def work(config: WorkerConfig) -> None:
 
 async def warm_up(config: WorkerConfig) -> None:
     """Before taking any job, load what a run's first steps need (engine/warm.py): the first run
-    after a start shows its first card as soon as any other. Once per process, in a thread."""
+    after a start shows its first card as soon as any other. In a thread: it is synchronous."""
     from engine.warm import warm_up as load
 
     seconds = await asyncio.to_thread(load)
