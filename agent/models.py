@@ -168,11 +168,12 @@ class AgentRun(models.Model):
 
     @property
     def can_continue(self) -> bool:
-        """Halted by a limit, interrupted, or failed because the model did not answer: the person
-        may ask it to go on from where it stopped, while its log (where it stopped) is kept."""
+        """Halted by a limit, stopped (a Stop is not a verdict on the run: the person may change
+        their mind), interrupted, or failed because the model did not answer: the person may ask
+        it to go on from where it stopped, while its log (where it stopped) is kept."""
         if self.log_pruned:
             return False
-        if self.status in (RunStatus.HALTED, RunStatus.INTERRUPTED):
+        if self.status in (RunStatus.HALTED, RunStatus.CANCELLED, RunStatus.INTERRUPTED):
             return True
         return self.status == RunStatus.FAILED and self.cause == EndCause.MODEL_DOWN
 

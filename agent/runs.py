@@ -369,9 +369,9 @@ def rate_run(user: AbstractBaseUser, run_id: int, rating: str, comment: str = ""
 
 
 def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
-    """Queue `user`'s halted, interrupted or model-failed run to go on from its log, on the model
-    it recorded, while this Loop still offers that model (an operator may go on regardless).
-    Another user's run does not exist, as far as this is concerned."""
+    """Queue `user`'s halted, stopped, interrupted or model-failed run to go on from its log, on
+    the model it recorded, while this Loop still offers that model (an operator may go on
+    regardless). Another user's run does not exist, as far as this is concerned."""
     check_still_offered(runs_for(user).get(pk=run_id))
     return reopen(runs_for(user), run_id, by=user, queue_it=True)
 
@@ -414,8 +414,8 @@ def reopen(
         check_log_kept(run)
         if not run.can_continue:
             raise InvalidTask(
-                f"Run {run.pk} {run.status}: only a run that was halted, interrupted, or failed "
-                "because the model did not answer can be continued."
+                f"Run {run.pk} {run.status}: only a run that was halted, stopped, interrupted, or "
+                "failed because the model did not answer can be continued."
             )
         check_room_for_a_run(run.user_id)
         AgentRun.objects.filter(pk=run.pk).update(

@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agent.core.events import (
+    BREAKER_REASONS,
     BreakerTripped,
     EndCause,
     Event,
@@ -79,6 +80,7 @@ FILE_TOOLS = frozenset({"read_file", "write_file"})
 NO_RUN = {"status": "none", "icon": "○", "label": "No runs yet"}
 UNKNOWN_SYMBOL = "?"  # a status from a later version of Loop
 RUNNING_CALL = {"status": "running", "icon": "…", "label": "Running"}  # a call not yet finished
+STOPPED_CALL = {"status": "stopped", "icon": RUN_SYMBOLS[RunStatus.CANCELLED], "label": "Stopped"}
 FAILED_CALL_SYMBOL = TOOL_SYMBOLS[ToolStatus.ERROR]  # a call status from a later version of Loop
 NEXT_STEPS = {
     RunStatus.FAILED: "Send the task again; if it keeps failing, rephrase it or try a smaller "
@@ -87,7 +89,15 @@ NEXT_STEPS = {
     "stopped, or send the task again to start over.",
     RunStatus.HALTED: "Loop stopped it to protect your budget. Continue it to go on with a fresh "
     "set of limits, or refine the task and send it again.",
+    RunStatus.CANCELLED: "Continue it to go on from where it stopped, or send a new task.",
 }
+# A breaker halt: going on unchanged would fail the same way, and the breaker halts it at once.
+BREAKER_STEP = (
+    "Continuing without changing what made it fail halts it again at once: fix that first (say, "
+    "create the missing file, or tell it another way in a new task), then Continue."
+)
+# What happened, as an end's banner opens: the status's word and the run's own why.
+STOPPED_TEXT = "Stopped before it finished."
 # A run the provider was too slow for halts on its deadline: the provider's fault, not the task's.
 SLOW_PROVIDER_STEP = (
     "The model provider did not answer in time. Continue it later, or ask the operator to raise "
@@ -107,7 +117,33 @@ def next_step(end: RunFinished) -> str:
         return SLOW_PROVIDER_STEP
     if end.cause is EndCause.MODEL_DOWN:
         return MODEL_DOWN_STEP  # such a run may be continued (AgentRun.can_continue)
+    if end.status == RunStatus.HALTED and end.halt_reason in BREAKER_REASONS:
+        return BREAKER_STEP
     return NEXT_STEPS.get(end.status, "")
+
+
+def what_happened(end: RunFinished) -> str:
+    """How the run ended, in a sentence: a halt's why (its detail, or its reason for a log from
+    before the end carried it), a failure's error."""
+    match end.status:
+        case RunStatus.HALTED:
+            why = end.detail or (f"{reason_text(end.halt_reason)}." if end.halt_reason else "")
+            return f"Halted: {why}" if why else "Halted."
+        case RunStatus.CANCELLED:
+            return STOPPED_TEXT
+        case RunStatus.FAILED | RunStatus.INTERRUPTED:
+            label = STATUS_WORDS[RunStatus(end.status)]
+            return f"{label}: {end.error}" if end.error else f"{label}."
+    return ""
+
+
+def end_banner(end: RunFinished) -> dict[str, str] | None:
+    """The one banner a run's end shows: what happened and what the person can do about it.
+    None for a run that succeeded (its answer says it all)."""
+    if end.status == RunStatus.SUCCEEDED:
+        return None
+    tone = "bad" if end.status in (RunStatus.FAILED, RunStatus.INTERRUPTED) else "warn"
+    return {"what": what_happened(end), "next": next_step(end), "tone": tone}
 
 
 def status_label(status: str | None) -> dict[str, str]:
@@ -202,13 +238,8 @@ def event_card(run_id: int, seq: int, event: Event | Unreadable, texts: Texts) -
                 tool_data(event, texts),
                 replaces=finished,
             )
-        case BreakerTripped():
-            text = f"Circuit breaker: {event.tool} — {reason_text(event.reason)}."
-            return Card("banner", card_id, {"text": text, "tone": "bad"})
-        case RunHalted():
-            detail = event.detail[:1].upper() + event.detail[1:]
-            text = f"Halted: {reason_text(event.reason)}. {detail}"
-            return Card("banner", card_id, {"text": text, "tone": "warn"})
+        case BreakerTripped() | RunHalted():
+            return None  # the run's end says why it halted, in its one banner (end_banner)
         case PersonSaid():
             return Card("said", card_id, {"text": texts.shown("text", event.text)})
         case RunResumed():
@@ -221,8 +252,9 @@ def event_card(run_id: int, seq: int, event: Event | Unreadable, texts: Texts) -
                 card_id,
                 {
                     "html": markdown(texts.shown("answer", event.answer)),
-                    "error": event.error,
-                    "next_step": next_step(event),
+                    # A run that succeeded has no banner; its error is a note (a cut answer).
+                    "error": event.error if event.status == RunStatus.SUCCEEDED else "",
+                    "banner": end_banner(event),
                     **status_label(event.status),
                 },
             )
@@ -245,16 +277,29 @@ def tool_data(event: ToolCallStarted | ToolCallFinished, texts: Texts) -> dict[s
         return shown | RUNNING_CALL
     text = texts.shown("text", event.text)
     worked = event.status == ToolStatus.OK
-    return shown | {
-        "file": file_link(event.tool, event.arguments) if worked else None,
+    return (
+        shown
+        | call_status(event)
+        | {
+            "file": file_link(event.tool, event.arguments) if worked else None,
+            "text": text,
+            "long": text.count("\n") >= LONG_OUTPUT_LINES or len(text) > LONG_OUTPUT_CHARS,
+            "milliseconds": round(event.duration * 1000),
+            "policy": event.policy,
+            "truncated": event.truncated,
+        }
+    )
+
+
+def call_status(event: ToolCallFinished) -> dict[str, str]:
+    """A finished call's status as its card shows it: one the run's Stop cut short (a snippet it
+    killed) is stopped, with the symbol of a stopped run, not an error."""
+    if event.stopped:
+        return STOPPED_CALL
+    return {
         "status": event.status,
         "icon": TOOL_SYMBOLS.get(event.status, FAILED_CALL_SYMBOL),
         "label": event.status.capitalize(),
-        "text": text,
-        "long": text.count("\n") >= LONG_OUTPUT_LINES or len(text) > LONG_OUTPUT_CHARS,
-        "milliseconds": round(event.duration * 1000),
-        "policy": event.policy,
-        "truncated": event.truncated,
     }
 
 

@@ -21,9 +21,11 @@ from django.utils import timezone
 
 from agent.abandoned import ended_from_log
 from agent.core.events import (
+    BREAKER_REASONS,
     ContinuedBy,
     EndCause,
     Event,
+    HaltReason,
     ResumeReason,
     RunFinished,
     RunResumed,
@@ -31,7 +33,7 @@ from agent.core.events import (
     RunStatus,
     event_from_dict,
 )
-from agent.core.guards import RunReleased
+from agent.core.guards import RunReleased, failure_count, trip_detail
 from agent.core.history import RunState, counted_turns, loop_note, replay
 from agent.core.interrupt import Interrupt, StopReason
 from agent.core.llm import LLM
@@ -66,6 +68,22 @@ CONTINUE_NOTE = loop_note(
 
 
 logger = logging.getLogger(__name__)
+
+
+def continue_note(state: RunState | None) -> str:
+    """The Continue's note to the model; after a breaker halt it also says which failure halted
+    the run, so the model tries another way (the breaker halts the run at once if that failure
+    comes again, agent.core.guards.Breaker)."""
+    ended = state.finished if state is not None else None
+    trip = state.last_trip if state is not None else None
+    if trip is None or ended is None or ended.halt_reason not in BREAKER_REASONS:
+        return CONTINUE_NOTE
+    count = failure_count(trip.failures)
+    detail = trip_detail(HaltReason(trip.reason), trip.tool, count, trip.failures)
+    return (
+        f"{CONTINUE_NOTE} It had halted because {detail} Do not make that call again the same "
+        "way: it halts the run at once. Try another way, or say what the person must change."
+    )
 
 
 class RunNotQueued(RuntimeError):
@@ -395,9 +413,10 @@ def pick_up(claimed: Claim, recorder: RunRecorder) -> tuple[RunState | None, Lim
     worked = worked_seconds([(kind, at) for kind, _, at in rows])
     state = replay(events) if any(isinstance(e, RunStarted) for e in events) else None
     note = ""
-    if reason is ResumeReason.CONTINUED:
+    if reason is ResumeReason.CONTINUED and state is not None:
         limits = renewed_limits(events, state, worked)
-        note = CONTINUE_NOTE
+    if reason is ResumeReason.CONTINUED:  # one stopped before it started starts afresh
+        note = continue_note(state)
         AgentRun.objects.filter(pk=run.pk).update(limits=dataclasses.asdict(limits))
     resumed = RunResumed(
         attempt=run.attempt,

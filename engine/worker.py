@@ -103,6 +103,7 @@ async def work(config: WorkerConfig) -> None:
     from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE
 
     connector = await worker_connector()
+    await warm_up(config)
     await reclaim_from_dead_workers(config)
     with app.replace_connector(connector):
         async with app.open_async():
@@ -121,6 +122,19 @@ async def work(config: WorkerConfig) -> None:
                     concurrency=1,
                 ),
             )
+
+
+async def warm_up(config: WorkerConfig) -> None:
+    """Before taking any job, load what a run's first steps need (engine/warm.py): the first run
+    after a start shows its first card as soon as any other. In a thread: it is synchronous."""
+    from engine.warm import warm_up as load
+
+    seconds = await asyncio.to_thread(load)
+    logger.info(
+        "Worker %s: warmed up (the embedder, the tools' specs, the run's modules) in %.2f s",
+        config.name,
+        seconds,
+    )
 
 
 async def reclaim_from_dead_workers(config: WorkerConfig) -> None:

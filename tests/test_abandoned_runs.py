@@ -135,7 +135,7 @@ def test_the_recovery_ends_a_killed_runagents_run_interrupted(
     assert run.can_continue
     assert run.finished_at is not None
     assert run.answer.startswith("Stopped before a final answer.")
-    assert "1. run_code -> ok" in run.answer
+    assert "What worked: run_code" in run.answer
     assert "stopped before it ended" in run.error
     assert run.events.order_by("seq").last().kind == "run_finished"
 
@@ -160,7 +160,7 @@ def test_stop_on_a_dead_workers_run_ends_it_at_once_from_the_web(
     run.refresh_from_db()
     assert (run.status, run.attempt) == (RunStatus.CANCELLED, attempt + 1)
     assert run.answer.startswith("Stopped before a final answer.")
-    assert "1. run_code -> ok" in run.answer
+    assert "What worked: run_code" in run.answer
     assert run.iterations >= 1
     last = run.events.order_by("seq").last()
     assert (last.kind, last.data["status"]) == ("run_finished", RunStatus.CANCELLED)

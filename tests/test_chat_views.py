@@ -175,11 +175,13 @@ def test_the_page_shows_each_step_and_the_answer(as_alice, alice, workspaces):
     assert f'data-run="{run.pk}" data-seq="{run.events.count()}" hidden' in page  # not watched
 
 
-def test_a_halted_run_shows_the_reason_as_a_banner(as_alice, alice, workspaces):
+def test_a_halted_run_shows_one_banner_saying_why_and_what_to_do(as_alice, alice, workspaces):
     run = execute_run(alice_run(alice, "Keep reading missing.txt until it exists"))
     page = as_alice.get(f"/c/{run.conversation_id}/").text
-    assert "Circuit breaker: read_file — the same tool failed too many times in a row." in page
-    assert "Halted" in page
+    assert page.count('class="end-banner') == 1
+    assert 'class="card banner' not in page  # no card of its own for the trip or the halt
+    assert "Halted: read_file failed 3 times in a row: missing.txt does not exist" in page
+    assert "halts it again at once" in page  # going on unchanged would trip it again
 
 
 def test_model_output_and_tool_results_render_inert(as_alice, alice, workspaces):
@@ -216,15 +218,15 @@ def test_a_run_halted_because_the_provider_was_too_slow_does_not_blame_the_task(
         cause=EndCause.MODEL_TOO_SLOW,
     )
     [card] = page_cards(1, [Logged(seq=9, event=slow)])
-    assert "did not answer in time" in card.data["next_step"]
-    assert "refine the task" not in card.data["next_step"].lower()
-    assert "Continue it later" in card.data["next_step"]
+    assert "did not answer in time" in card.data["banner"]["next"]
+    assert "refine the task" not in card.data["banner"]["next"].lower()
+    assert "Continue it later" in card.data["banner"]["next"]
 
 
 def test_what_a_person_is_told_to_do_follows_the_runs_cause_not_the_words_of_its_error():
     def step(**fields: object) -> str:
         [card] = page_cards(1, [Logged(seq=9, event=finished(**fields))])
-        return card.data["next_step"]
+        return card.data["banner"]["next"]
 
     down = {"status": RunStatus.FAILED, "halt_reason": None, "error": "Groq answered 503"}
     assert "Continue it once the provider is back" in step(**down, cause=EndCause.MODEL_DOWN)
@@ -235,5 +237,5 @@ def test_what_a_person_is_told_to_do_follows_the_runs_cause_not_the_words_of_its
 
 def test_a_run_that_used_up_its_own_time_is_told_to_continue_or_refine_the_task():
     [card] = page_cards(1, [Logged(seq=9, event=finished())])
-    assert "Continue it to go on with a fresh set of limits" in card.data["next_step"]
-    assert "refine the task" in card.data["next_step"]
+    assert "Continue it to go on with a fresh set of limits" in card.data["banner"]["next"]
+    assert "refine the task" in card.data["banner"]["next"]

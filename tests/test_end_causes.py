@@ -54,7 +54,8 @@ def test_the_migration_gives_each_run_and_its_logged_end_the_cause_its_words_mea
         run.refresh_from_db()
         assert run.cause == (cause or "")
         assert run.events.get().event.cause == cause
-        assert run.can_continue == (cause is EndCause.MODEL_DOWN or run.status == "halted")
+        continues = cause is EndCause.MODEL_DOWN or run.status in ("halted", "cancelled")
+        assert run.can_continue == continues
 
 
 def test_an_end_logged_before_causes_still_loads(alice):

@@ -187,7 +187,7 @@ def test_a_run_given_up_keeps_what_it_had_done(alice, settings, workspaces):
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert run.answer.startswith("Stopped before a final answer.")
-    assert "1. run_code -> ok" in run.answer
+    assert "What worked: run_code." in run.answer
     assert run.iterations >= 1
 
 

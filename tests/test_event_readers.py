@@ -93,7 +93,9 @@ INTERRUPTED = ToolCallFinished(
     text="INTERRUPTED: the worker running this call stopped; it is unknown whether it completed",
     duration=0.0,
 )
-UNDRAWN = (RunStarted,)  # the task shows as the person's own bubble, not as a card
+# The task shows as the person's own bubble, not as a card; a trip and a halt show in the run's
+# end, its one banner (chat.rendering.end_banner).
+UNDRAWN = (RunStarted, BreakerTripped, RunHalted)
 RESUMED_IN_CHAT = {
     ResumeReason.WORKER_LOST: "Resumed: the worker running this stopped",
     ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
@@ -197,14 +199,14 @@ def test_events_a_later_loop_wrote_leave_the_chat_s_page_and_socket_standing(cli
     stored = [
         ("run_paused", {"why": "a later Loop's event"}),
         ("model_replied", reply),
-        ("run_halted", SAMPLES[6].as_dict()),
+        ("run_finished", SAMPLES[7].as_dict()),
     ]
     for seq, (kind, data) in enumerate(stored, start=1):
         RunEvent.objects.create(run=run, seq=seq, kind=kind, data=data)
     client.force_login(alice)
     page = client.get(f"/c/{run.conversation_id}/")
     assert page.status_code == 200
-    assert f'id="ev-{run.pk}-3"' in page.text  # the halt, which this version reads
+    assert f'id="ev-{run.pk}-3"' in page.text  # the end, which this version reads
     assert f'id="ev-{run.pk}-1"' not in page.text
     assert f'id="ev-{run.pk}-2"' not in page.text
     read = read_unsent.func(alice, run.pk, 0)

@@ -199,7 +199,7 @@ def test_a_tool_not_offered_twice_in_a_row_fails_the_run_with_its_progress(on_gr
     assert run.status == RunStatus.FAILED
     assert run.error.startswith("Model failed: Groq answered 400: Tool call validation failed")
     assert run.error.endswith("again, after the first was fed back")
-    assert "1. list_files -> ok" in run.answer
+    assert "What worked: list_files." in run.answer
 
 
 def test_a_tool_call_in_the_summary_turn_is_corrected_once(on_groq, alice):
@@ -226,7 +226,7 @@ def test_a_summary_turn_that_keeps_calling_tools_falls_back_to_the_recorded_prog
 
     assert (run.status, run.halt_reason) == (RunStatus.HALTED, "iteration_cap")
     assert run.answer.startswith("Stopped before a final answer.")
-    assert "1. list_files -> ok" in run.answer
+    assert "What worked: list_files." in run.answer
 
 
 # --- rate limits ---------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def test_a_provider_that_keeps_failing_ends_the_run_failed_with_its_progress(on_
     run = execute_run(start_run(alice, "List my files"))
     assert run.status == RunStatus.FAILED
     assert run.error == "Model failed: Groq answered 500: internal error"
-    assert "list_files -> ok" in run.answer
+    assert "What worked: list_files." in run.answer
     assert len(on_groq.requests) == 3  # one turn, then the failing one and its one retry
 
 
@@ -373,7 +373,7 @@ def test_a_stream_cut_on_every_attempt_fails_the_run_with_its_progress(on_groq, 
         "Model failed: Groq cut its reply short: the stream ended before its last chunk, on each "
         "of 2 attempts."
     )
-    assert "1. list_files -> ok" in run.answer
+    assert "What worked: list_files." in run.answer
     assert ANSWER[:16] not in run.answer  # the cut text is no answer
     assert remembered(run) == []
 

@@ -149,7 +149,7 @@ def test_the_breaker_stops_a_run_asking_for_six_failing_calls_at_the_third():
     # The 4th scripted reply answered the summary turn; being a tool call, it is not an answer,
     # so the run reports its progress instead.
     assert [tools is None for _, tools in run.llm.turns] == [False, False, False, True]
-    assert run.result.answer.startswith("Stopped before a final answer.\n1. fail -> error")
+    assert run.result.answer.startswith("Stopped before a final answer.\n\nWhat failed: fail —")
 
 
 def test_a_breaker_trip_ends_with_the_models_summary():
@@ -249,7 +249,7 @@ def test_a_model_failure_in_the_summary_turn_still_reports_progress():
     script = [call("echo", {"text": "a"}), LLMError("down")]
     run = Run(script, limits=Limits(max_iterations=1))
     assert run.result.status is RunStatus.HALTED
-    assert "1. echo -> ok: echo: a" in run.result.answer
+    assert "What worked: echo." in run.result.answer
 
 
 def test_the_deadline_halts_the_run_with_its_partial_progress():
@@ -258,7 +258,7 @@ def test_the_deadline_halts_the_run_with_its_partial_progress():
     assert run.result.status is RunStatus.HALTED
     assert run.result.halt_reason is HaltReason.DEADLINE
     assert len(run.llm.turns) == 1  # no summary turn: the time is up
-    assert "pause -> ok: paused first" in run.result.answer
+    assert "What worked: pause." in run.result.answer
 
 
 def test_the_token_budget_halts_the_run_and_skips_the_calls_of_the_reply_that_spent_it():
@@ -389,7 +389,7 @@ def test_cancelling_mid_batch_gives_every_remaining_call_a_cancelled_result():
     assert run.statuses() == [("echo", "ok"), ("echo", "skipped"), ("echo", "skipped")]
     assert "cancelled" in run.of(ToolCallFinished)[1].text
     assert_history_valid(run.result.messages)
-    assert "1. echo -> ok: echo: 1" in run.result.answer
+    assert "What worked: echo.\n\nNot finished: echo (2 calls)" in run.result.answer
 
 
 def test_cancellation_is_checked_before_the_next_model_call():
@@ -409,7 +409,7 @@ def test_a_provider_failure_ends_the_run_failed_with_its_progress():
     run = Run([call("echo", {"text": "1"}), LLMError("Groq answered 500: boom")])
     assert run.result.status is RunStatus.FAILED
     assert run.result.error == "Model failed: Groq answered 500: boom"
-    assert "echo -> ok" in run.result.answer
+    assert "What worked: echo." in run.result.answer
     assert run.events[-1].error == run.result.error
     assert run.result.cause is run.events[-1].cause is EndCause.MODEL_DOWN
 
@@ -537,7 +537,7 @@ def test_a_provider_out_of_time_halts_the_run_on_its_deadline_with_the_progress_
     assert (run.result.status, run.result.halt_reason) == (RunStatus.HALTED, HaltReason.DEADLINE)
     assert run.result.error == f"The model provider did not answer in time: {timed_out}"
     assert run.result.cause is run.events[-1].cause is EndCause.MODEL_TOO_SLOW
-    assert "1. echo -> ok" in run.result.answer
+    assert "What worked: echo." in run.result.answer
     assert len(run.llm.turns) == 2  # no summary turn: the time is up
 
 

@@ -29,7 +29,7 @@ from agent.llm import mock
 from agent.llm.factory import llm_for
 from agent.llm.mock import MockLLM
 from memory.hygiene import outcome_text
-from tools.code import describe, parse_report
+from tools.code import STOPPED, describe, parse_report
 from tools.files import empty_file_note
 from tools.sandbox import Execution
 
@@ -449,9 +449,11 @@ def test_the_summary_lists_each_tool_call_made_with_its_outcome() -> None:
     run.failed(ToolStatus.ERROR, not_found("sum.txt"))
     text = run.stop().text
     assert CAP in text
-    assert f"1. run_code ok: {flat(ran('5050'))}" in text
-    assert f"2. read_file failed: {flat(read(ToolStatus.ERROR, not_found('sum.txt')))}" in text
-    assert f"3. write_file failed: {read(ToolStatus.SKIPPED, 'halted')}" in text
+    # In words, what worked and what failed and why: no tool's output (the cards keep those).
+    assert "What worked: run_code." in text
+    assert f"What failed: read_file — {not_found('sum.txt')}" in text
+    assert "Not finished: write_file (the run ended first)." in text
+    assert "--- stdout ---" not in text
 
 
 def test_the_summary_of_a_run_with_no_tool_calls_still_says_why_it_stopped() -> None:
@@ -703,3 +705,12 @@ def test_run_codes_report_reads_back_whole() -> None:
     assert (parsed.exit_status, parsed.stdout, parsed.stderr) == (None, "half", "Killed")
     assert parse_report(report(0)).stdout == ""
     assert parse_report("no report here") is None
+
+
+def test_the_mock_counts_again_a_step_a_stop_killed_once_the_run_goes_on():
+    run = Run("Count slowly to 2")
+    run.result(ran("1"))
+    run.failed(ToolStatus.ERROR, f"{STOPPED}\nexit status: killed")  # then a Continue
+    assert "print(2)" in run.arguments["code"]  # the killed step, not an answer quoting it
+    run.result(ran("2"))
+    assert run.answer == "I counted to 2, one step a second."

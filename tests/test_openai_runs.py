@@ -394,7 +394,7 @@ def test_a_tool_call_written_as_text_twice_fails_the_run_naming_the_server_flags
         f"to list_files as text instead of calling it, twice, the second time after being told: "
         f"{SERVER_FLAGS_HINT}."
     )
-    assert "1. list_files -> ok" in run.answer
+    assert "What worked: list_files." in run.answer
     assert len(on_server.requests) == 3
 
 
@@ -466,7 +466,7 @@ def test_a_server_failing_on_every_attempt_ends_the_run_failed_with_its_progress
         run.error
         == f"Model failed: The model server at {on_server.base_url} answered 503: overloaded"
     )
-    assert "1. list_files -> ok" in run.answer
+    assert "What worked: list_files." in run.answer
     assert waits == [0.01]  # LOOP_OPENAI_MAX_RETRIES = 1
 
 

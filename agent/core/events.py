@@ -158,10 +158,14 @@ class ToolCallFinished(Event):
     duration: float
     policy: str = ""
     truncated: bool = False
+    stopped: bool = False  # it failed because the run was stopped while it ran (ToolResult)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BreakerTripped(Event):
+    """`failures`: each distinct error once, with the arguments it first came with and how many
+    `times` it came (a log from before the count lists each failure, without `times`)."""
+
     kind = "breaker_tripped"
     step: int
     tool: str
@@ -196,6 +200,8 @@ class RunFinished(Event):
     answer_source: AnswerSource | None = None  # None in logs from before Loop recorded it
     ok_tool_calls: int = 0  # the tool calls that worked (status ok)
     cause: EndCause | None = None  # None: the status says it all, or a log from before causes
+    # A halt's why in words (RunHalted's detail), for the run's end to say what happened.
+    detail: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

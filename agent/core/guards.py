@@ -2,11 +2,15 @@
 release of a run this process no longer works."""
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 
 from agent.core.events import EndCause, HaltReason
 from agent.core.llm import ToolCall
 from agent.core.results import ToolResult
+
+# How much of an error's first line the breaker's words quote.
+ERROR_CHARS = 200
 
 
 class Halt(Exception):
@@ -52,13 +56,38 @@ class BreakerOpen(Halt):
         self.recorded = recorded
 
 
-def trip_detail(reason: HaltReason, tool: str, count: int) -> str:
-    """Why the breaker tripped, in words; `count`: the failures, or the identical calls."""
+def trip_detail(
+    reason: HaltReason, tool: str, count: int, failures: Sequence[dict[str, str]] = ()
+) -> str:
+    """Why the breaker tripped, in words; `count`: the failures, or the identical calls;
+    `failures`: the distinct errors, which the words quote (the first line of each, shortened)."""
+    why = errors_in_words(failures)
     if reason is HaltReason.REPEATED_FAILED_CALL:
-        return f"{tool} was called again with the same arguments after that call failed."
+        return f"{tool} was called again with the same arguments after that call failed{why}"
     if reason is HaltReason.IDENTICAL_CALLS:
         return f"{tool} was called {count} times in a row with the same arguments."
-    return f"{tool} failed {count} times in a row."
+    return f"{tool} failed {count} times in a row{why}"
+
+
+def failed_again_detail(tool: str, failures: Sequence[dict[str, str]]) -> str:
+    """A Continue ran into the very failure that had tripped the breaker before it."""
+    why = errors_in_words(failures)
+    return f"{tool} failed again after the Continue, the same way as before it{why}"
+
+
+def errors_in_words(failures: Sequence[dict[str, str]]) -> str:
+    """ ": " and the distinct errors, each as its first line, shortened; "." when none."""
+    errors = list(dict.fromkeys(first_line(failure.get("error", "")) for failure in failures))
+    errors = [error for error in errors if error]
+    if not errors:
+        return "."
+    return ": " + "; ".join(errors) + ("" if errors[-1].endswith(".") else ".")
+
+
+def first_line(text: str, most: int = ERROR_CHARS) -> str:
+    """An error's first non-empty line, shortened: what a person reads of why a call failed."""
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return line if len(line) <= most else line[: most - 1].rstrip() + "…"
 
 
 class Cancelled(Exception):
@@ -94,25 +123,40 @@ class Breaker:
     Three ways: the same tool failing `max_failures` times in a row; the model asking again for a
     call identical to one that failed, with no success in between that could have changed things;
     the model asking for one identical call `max_identical` times in a row. Repeats are caught
-    before they run, failures after.
+    before they run, failures after. A failure it already holds is not listed twice: the trip's
+    list has each distinct error once, with how many `times` it came.
+
+    After a Continue it remembers the errors of the trip that halted the run (`remember_trip`):
+    the same tool failing the same way again trips it at once, rather than after another
+    `max_failures` tries, until a call works (which may have changed what failed).
     """
 
     def __init__(self, max_failures: int, max_identical: int) -> None:
         self.max_failures = max_failures
         self.max_identical = max_identical
         self.failures: defaultdict[str, list[dict[str, str]]] = defaultdict(list)
+        self.in_a_row: Counter[str] = Counter()
         self.failed: dict[tuple[str, str], str] = {}
+        self.tripped_on: dict[str, set[str]] = {}
         self.last: tuple[str, str] | None = None
         self.streak = 0
+
+    def remember_trip(self, tool: str, failures: Iterable[dict[str, str]]) -> None:
+        """The trip a Continue went on after: its errors trip the breaker at once if they come
+        again."""
+        errors = {failure["error"] for failure in failures if failure.get("error")}
+        if errors:
+            self.tripped_on[tool] = errors
 
     def before(self, call: ToolCall) -> None:
         identity = call_identity(call)
         if identity in self.failed:
+            failures = [{"arguments": call.arguments, "error": self.failed[identity]}]
             raise BreakerOpen(
                 HaltReason.REPEATED_FAILED_CALL,
-                trip_detail(HaltReason.REPEATED_FAILED_CALL, call.name, 1),
+                trip_detail(HaltReason.REPEATED_FAILED_CALL, call.name, 1, failures),
                 call.name,
-                [{"arguments": call.arguments, "error": self.failed[identity]}],
+                failures,
             )
         self.streak = self.streak + 1 if identity == self.last else 1
         self.last = identity
@@ -128,16 +172,43 @@ class Breaker:
         """The trip this result causes, if any."""
         if result.ok:
             self.failures.pop(call.name, None)
+            self.in_a_row.pop(call.name, None)
             self.failed.clear()  # a call that worked may have changed what failed before
+            self.tripped_on.clear()
             return None
         self.failed[call_identity(call)] = result.text
+        failure = {"arguments": call.arguments, "error": result.text}
+        if result.text in self.tripped_on.get(call.name, ()):
+            failures = [failure | {"times": "1"}]
+            detail = failed_again_detail(call.name, failures)
+            return BreakerOpen(HaltReason.REPEATED_FAILED_CALL, detail, call.name, failures)
         failures = self.failures[call.name]
-        failures.append({"arguments": call.arguments, "error": result.text})
-        if len(failures) < self.max_failures:
+        add_failure(failures, failure)
+        self.in_a_row[call.name] += 1
+        count = self.in_a_row[call.name]
+        if count < self.max_failures:
             return None
         return BreakerOpen(
             HaltReason.TOOL_FAILURES,
-            trip_detail(HaltReason.TOOL_FAILURES, call.name, len(failures)),
+            trip_detail(HaltReason.TOOL_FAILURES, call.name, count, failures),
             call.name,
-            list(failures),
+            [dict(failure) for failure in failures],
         )
+
+
+def add_failure(failures: list[dict[str, str]], failure: dict[str, str]) -> None:
+    """One more failure: a new error is listed (with the arguments it first came with), an
+    error already listed counts one more time."""
+    for listed in failures:
+        if listed["error"] == failure["error"]:
+            listed["times"] = str(int(listed.get("times", "1")) + 1)
+            return
+    failures.append(failure | {"times": "1"})
+
+
+def failure_count(failures: Sequence[dict[str, str]]) -> int:
+    """How many failures a trip's list stands for (a list from before the deduplication has no
+    `times`: one each)."""
+    return sum(
+        int(times) if (times := failure.get("times", "1")).isdigit() else 1 for failure in failures
+    )

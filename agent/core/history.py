@@ -174,8 +174,11 @@ class RunState:
     `tripped`: a BreakerTripped with no RunHalted after it; `finished`: the RunFinished the log
     ends with (None once a Continue follows it); `limits`: the latest RunStarted or RunResumed
     limits; `breaker_since`: the observations since the last Continue, which rebuild the breaker;
-    `interrupted_steps`: the steps whose calls a resume answered as interrupted; `heard`: the
-    ids of the messages the person sent while it worked that the model has read (PersonSaid).
+    `interrupted_steps`: the steps whose calls a resume answered as interrupted; `last_trip`: the
+    latest BreakerTripped with no call that worked after it, and `trip_before_continue` that trip
+    as the latest Continue found it (the breaker remembers its errors: they trip it at once);
+    `heard`: the ids of the messages the person sent while it worked that the model has read
+    (PersonSaid).
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -195,6 +198,8 @@ class RunState:
     limits: dict[str, Any] = field(default_factory=dict)
     breaker_since: list[tuple[ToolCall, ToolResult]] = field(default_factory=list)
     interrupted_steps: set[int] = field(default_factory=set)
+    last_trip: BreakerTripped | None = None
+    trip_before_continue: BreakerTripped | None = None
     heard: set[int] = field(default_factory=set)
 
 
@@ -233,7 +238,7 @@ def _apply(state: RunState, event: Event) -> None:
         case ToolCallFinished():
             _finished_call(state, event)
         case BreakerTripped():
-            state.tripped = event
+            state.tripped = state.last_trip = event
         case RunHalted():
             state.halted, state.tripped, state.final = event, None, None
             if event.summary_prompt:
@@ -262,12 +267,19 @@ def _replied(state: RunState, event: ModelReplied) -> None:
 def _finished_call(state: RunState, event: ToolCallFinished) -> None:
     call = ToolCall(event.call_id, event.tool, event.arguments)
     result = ToolResult(
-        ToolStatus(event.status), event.text, event.duration, event.policy, event.truncated
+        ToolStatus(event.status),
+        event.text,
+        event.duration,
+        event.policy,
+        event.truncated,
+        stopped=event.stopped,
     )
     state.pending = [c for c in state.pending if c.id != call.id]
     state.dangling = [c for c in state.dangling if c.id != call.id]
     if result.status is ToolStatus.INTERRUPTED:
         state.interrupted_steps.add(event.step)
+    if result.ok:  # as the breaker forgets a trip once a call works
+        state.last_trip = state.trip_before_continue = None
     _observe(state, call, result)
 
 
@@ -291,6 +303,7 @@ def _resumed(state: RunState, event: RunResumed) -> None:
     if event.limits:
         state.limits = dict(event.limits)
     if event.reason == ResumeReason.CONTINUED:
+        state.trip_before_continue = state.last_trip
         state.finished, state.breaker_since = None, []
         state.halted, state.tripped, state.final = None, None, None
     if event.note:

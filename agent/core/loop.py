@@ -46,6 +46,7 @@ from agent.core.guards import (
     Halt,
     HandedBack,
     RunReleased,
+    failure_count,
     trip_detail,
 )
 from agent.core.history import (
@@ -72,6 +73,7 @@ from agent.core.llm import (
     ToolSpec,
     Usage,
 )
+from agent.core.progress import Outcome, progress_in_words
 from agent.core.recalled import RecalledMemory
 from agent.core.results import ToolResult, ToolStatus
 from agent.core.text import excerpt
@@ -133,6 +135,9 @@ def bounded_call(call: ToolCall) -> ToolCall:
         call_id = f"{call_id[: CALL_ID_CHARS - len(digest) - 1]}…{digest}"
     return ToolCall(call_id, name, call.arguments)
 
+
+# How much of the model's last words a progress report quotes.
+LAST_WORDS_CHARS = 600
 
 # The run's note on an answer the model was stopped from finishing; the answer is kept, marked.
 CUT_ANSWER = (
@@ -204,6 +209,7 @@ class RunResult:
     ok_tool_calls: int = 0
     released: bool = False
     cause: EndCause | None = None
+    detail: str = ""  # a halt's why in words
 
 
 def run_agent(
@@ -371,6 +377,8 @@ class AgentLoop:
         if state.final is not None:
             return self.answered(state.final, state.final_cut, state.final_help)
         interrupted = [self.interrupted(call) for call in state.dangling]
+        if (before := state.trip_before_continue) is not None:
+            self.breaker.remember_trip(before.tool, before.failures)
         trip = self.restore_breaker([*state.breaker_since, *interrupted])
         if state.tripped is not None:
             trip = self.recorded_trip(state.tripped)
@@ -407,7 +415,7 @@ class AgentLoop:
         never reached it; an interrupted one is left out: its outcome is unknown, and asking for
         it again is no repeat."""
         for call, result in observations:
-            if result.status in (ToolStatus.SKIPPED, ToolStatus.INTERRUPTED):
+            if result.status in (ToolStatus.SKIPPED, ToolStatus.INTERRUPTED) or result.stopped:
                 continue
             with contextlib.suppress(BreakerOpen):  # such a trip stopped the call from running
                 self.breaker.before(call)
@@ -418,8 +426,8 @@ class AgentLoop:
     def recorded_trip(self, tripped: BreakerTripped) -> BreakerOpen:
         """The trip the log has (the run stopped before halting on it), not to be recorded again."""
         reason = HaltReason(tripped.reason)
-        count = len(tripped.failures) or self.limits.max_identical_calls
-        detail = trip_detail(reason, tripped.tool, count)
+        count = failure_count(tripped.failures) or self.limits.max_identical_calls
+        detail = trip_detail(reason, tripped.tool, count, tripped.failures)
         return BreakerOpen(reason, detail, tripped.tool, tripped.failures, recorded=True)
 
     def ask(self, tools: list[ToolSpec] | None) -> Reply:
@@ -496,9 +504,9 @@ class AgentLoop:
             if not running:
                 break
             call, future = running.popleft()
-            result = future.result()
+            result = self.as_stopped(future.result())
             self.observe(call, result)
-            if stop is None and result.status is not ToolStatus.INTERRUPTED:
+            if stop is None and result.status is not ToolStatus.INTERRUPTED and not result.stopped:
                 stop = self.breaker.after(call, result)
         if stop is not None:
             reason = "the run was cancelled" if isinstance(stop, Cancelled) else stop.detail
@@ -518,6 +526,13 @@ class AgentLoop:
         done: Future[ToolResult] = Future()
         done.set_result(self.tools.dispatch(call.name, call.arguments))
         return call, done
+
+    def as_stopped(self, result: ToolResult) -> ToolResult:
+        """A call that failed once the run was asked to stop failed because of the Stop (a snippet
+        killed by it, say): marked so, it shows as stopped, and the breaker does not count it."""
+        if result.ok or self.interrupt is None or self.interrupt.reason is not StopReason.CANCEL:
+            return result
+        return dataclasses.replace(result, stopped=True)
 
     def check_call(self, call: ToolCall) -> None:
         self.check_cancelled()
@@ -580,6 +595,7 @@ class AgentLoop:
                 duration=round(result.duration, 6),
                 policy=result.policy,
                 truncated=result.truncated,
+                stopped=result.stopped,
             )
         )
         self.messages.append(tool_message(call.id, result.status, result.text))
@@ -606,7 +622,7 @@ class AgentLoop:
         if prompt:
             self.messages.append(summary_request(prompt))
         summary = self.summarise() if prompt else Reply()
-        return self.end_halted(halt.reason, summary, halt.error, halt.cause)
+        return self.end_halted(halt.reason, summary, halt.error, halt.cause, halt.detail)
 
     def halted(self, halted: RunHalted, final: str | None, cut: bool) -> RunResult:
         """A halt whose end the log lacks: the summary it has, or asked for again (the request is
@@ -615,7 +631,7 @@ class AgentLoop:
             summary = Reply(text=final, cut=cut)
         else:
             summary = self.summarise() if halted.summary_prompt else Reply()
-        return self.end_halted(HaltReason(halted.reason), summary)
+        return self.end_halted(HaltReason(halted.reason), summary, detail=halted.detail)
 
     def summarise(self) -> Reply:
         """The model's last turn: its answer to the summary request last in the history."""
@@ -630,8 +646,10 @@ class AgentLoop:
         summary: Reply,
         error: str = "",
         cause: EndCause | None = None,
+        detail: str = "",
     ) -> RunResult:
-        """The summary turn's answer, or, when the model gave none, Loop's account of the run."""
+        """The summary turn's answer, or, when the model gave none, Loop's account of the run;
+        `detail`, why it halted, goes with the end for its reader to say what happened."""
         if not summary.text:
             return self.finish(
                 RunStatus.HALTED,
@@ -640,6 +658,7 @@ class AgentLoop:
                 halt_reason=reason,
                 error=error,
                 cause=cause,
+                detail=detail,
             )
         return self.finish(
             RunStatus.HALTED,
@@ -649,6 +668,7 @@ class AgentLoop:
             error=error,
             cut=summary.cut,
             cause=cause,
+            detail=detail,
         )
 
     def progress(self) -> str:
@@ -668,6 +688,7 @@ class AgentLoop:
         cut: bool = False,
         released: bool = False,
         cause: EndCause | None = None,
+        detail: str = "",
     ) -> RunResult:
         """Every end of a run comes here. `source`: whose account `answer` is; `cut`: the answer
         is the model's own, stopped at its output limit; `released`: the run is let go
@@ -687,6 +708,7 @@ class AgentLoop:
             ok_tool_calls=self.ok_tool_calls(),
             released=released,
             cause=cause,
+            detail=detail,
         )
         if not released:
             self.report_end(result)
@@ -726,6 +748,7 @@ def end_of(result: RunResult, *, duration: float = 0.0) -> RunFinished:
         answer_source=result.answer_source,
         ok_tool_calls=result.ok_tool_calls,
         cause=result.cause,
+        detail=result.detail,
     )
 
 
@@ -745,18 +768,22 @@ def finished_result(finished: RunFinished, state: RunState) -> RunResult:
         answer_source=finished.answer_source,
         ok_tool_calls=sum(result.ok for _, result in state.observations),
         cause=finished.cause,
+        detail=finished.detail,
     )
 
 
 def progress_report(last_text: str, observations: Sequence[tuple[ToolCall, ToolResult]]) -> str:
-    """What was done so far, for a run that ends without the model's own account of it."""
-    lines = [f"Stopped before a final answer. The model last said: {last_text}"]
-    if not last_text:
-        lines = ["Stopped before a final answer."]
-    for number, (call, result) in enumerate(observations, 1):
-        shown = excerpt(result.text, 160)
-        lines.append(f"{number}. {call.name} -> {result.status.value}: {shown}")
-    return "\n".join(lines)
+    """What was done so far, in words, for a run that ends without the model's own account of it:
+    the model's last words, then what worked and what failed and why (agent.core.progress). The
+    tools' outputs stay in the run's cards."""
+    lines = ["Stopped before a final answer."]
+    if last_text:
+        lines.append(f"The model last said: {excerpt(last_text, LAST_WORDS_CHARS)}")
+    outcomes = [
+        Outcome(call.name, result.status, result.text, result.stopped)
+        for call, result in observations
+    ]
+    return "\n\n".join([*lines, *progress_in_words(outcomes)])
 
 
 def stopped(reason: StopReason) -> Cancelled | HandedBack:

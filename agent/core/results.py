@@ -25,6 +25,9 @@ class ToolResult:
     duration: float
     policy: str = ""
     truncated: bool = False
+    # It failed because the run was stopped while it ran (a snippet killed by Stop): a person
+    # sees it as stopped, not as an error. The model reads it as the failure it is.
+    stopped: bool = False
 
     @property
     def ok(self) -> bool:

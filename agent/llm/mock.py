@@ -25,11 +25,11 @@ from agent.core.history import (
 )
 from agent.core.interrupt import Interrupt
 from agent.core.llm import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
+from agent.core.progress import Outcome, progress_in_words
 from agent.core.results import ToolStatus
-from agent.core.text import excerpt
 from agent.llm.tokens import count_prompt_tokens, count_tokens
 from memory.hygiene import outcome_answer
-from tools.code import parse_report
+from tools.code import STOPPED, parse_report
 from tools.files import is_empty_file_note
 
 FILE_NAME = r"([\w\-/]+\.\w+)"
@@ -369,11 +369,13 @@ def save_sum(match: re.Match[str], seen: list[Observation]) -> Move:
 def count_slowly(match: re.Match[str], seen: list[Observation]) -> Move:
     """One run_code step a second, each printing the next number: a run long enough to watch."""
     last = int(match.group(1))
-    if seen and not seen[-1].ok:
-        return f"Counting stopped at {len(seen) - 1}: {seen[-1].text}"
-    if len(seen) >= last:
+    counted = sum(observation.ok for observation in seen)
+    # A step a Stop killed is counted again once the run goes on (a Continue).
+    if seen and not seen[-1].ok and not seen[-1].text.removeprefix("ERROR: ").startswith(STOPPED):
+        return f"Counting stopped at {counted}: {seen[-1].text}"
+    if counted >= last:
         return f"I counted to {last}, one step a second."
-    return "run_code", {"code": f"import time\ntime.sleep(1)\nprint({len(seen) + 1})"}
+    return "run_code", {"code": f"import time\ntime.sleep(1)\nprint({counted + 1})"}
 
 
 def keep_reading(match: re.Match[str], seen: list[Observation]) -> Move:
@@ -448,14 +450,17 @@ def one_call(tool: str, arguments: Callable[[re.Match[str]], dict[str, Any]]) ->
 
 
 def summary(seen: list[Observation], request: str) -> str:
-    """The last turn of a halted run: what was done, from the history."""
+    """The last turn of a halted run: why it stops, and what was done, in words (what worked,
+    what failed and why), as a model would put it: no tool's output is quoted."""
     reason = summary_detail(request)
     lines = [f"I had to stop: {reason if reason is not None else 'the run was halted.'}"]
-    for number, observation in enumerate(seen, 1):
-        outcome = "ok" if observation.ok else "failed"
-        shown = excerpt(observation.text, 120)
-        lines.append(f"{number}. {observation.tool} {outcome}: {shown}")
-    return "\n".join(lines)
+    outcomes = [
+        Outcome(observation.tool, *parse_tool_message(observation.text)) for observation in seen
+    ]
+    said = lines[0]
+    # A failure the reason already quotes (the breaker's) is not told twice.
+    told = [line for line in progress_in_words(outcomes) if line.split(" — ")[-1] not in said]
+    return "\n\n".join([*lines, *told])
 
 
 PLANS: list[tuple[re.Pattern[str], Plan]] = [

@@ -59,8 +59,8 @@ class Command(BaseCommand):
         "Run one task through the agent, printing each step live. Exit status: 0 succeeded, "
         "1 failed, 2 bad usage, 3 halted (breaker, cap or budget), 4 cancelled (Ctrl-C or "
         "SIGTERM), 5 interrupted. -v 2 prints the model's reasoning whole and every library's log. "
-        "--resume RUN_ID continues a halted, interrupted or model-failed run instead, or a run "
-        "whose process is gone."
+        "--resume RUN_ID continues a halted, stopped, interrupted or model-failed run instead, or "
+        "a run whose process is gone."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
