@@ -16,6 +16,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.core.cache import cache
 from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -116,8 +117,9 @@ def memories_page(
 ) -> HttpResponse:
     query = search_of(request)
     recalled = recalled_run(request)
-    facts = listed(request, query, recalled, Origin.TOLD, "page")
-    outcomes = listed(request, query, recalled, Origin.RUN, "runs_page")
+    found = personal.memories_of(request.user, query)  # one embedding of the search, if any
+    facts = listed(request, found, recalled, Origin.TOLD, "page")
+    outcomes = listed(request, found, recalled, Origin.RUN, "runs_page")
     mine = personal.mine(request.user)
     context = {
         "query": query,
@@ -137,11 +139,18 @@ def memories_page(
 
 
 def listed(
-    request: HttpRequest, query: str, recalled: Recalled | None, origin: str, page_key: str
+    request: HttpRequest,
+    found: QuerySet[Memory] | list[Memory],
+    recalled: Recalled | None,
+    origin: str,
+    page_key: str,
 ) -> Page:
-    """One kind of the person's memories as the page shows it: searched, narrowed to what the
-    run of `?run=` recalled, one page of it (its own page number: facts and runs page apart)."""
-    found = personal.memories_of(request.user, query, origin)
+    """One kind of the memories `found` as the page shows it: narrowed to what the run of
+    `?run=` recalled, one page of it (its own page number: facts and runs page apart)."""
+    if isinstance(found, QuerySet):
+        found = found.filter(origin=origin)
+    else:
+        found = [memory for memory in found if memory.origin == origin]
     if recalled is not None:
         ids = {memory.id for memory in recalled.memories}
         found = [memory for memory in found if memory.pk in ids]
