@@ -1,6 +1,10 @@
 """The Memories page: what Loop remembers about the person, where each memory came from, and
 forgetting, adding and editing them. Thin adapters over memory.personal and agent.selectors;
-another person's memory or run is 404 here, as their conversations are."""
+another person's memory or run is 404 here, as their conversations are.
+
+Facts about the person (told on purpose) come first; what runs left is a kind of its own, folded
+under "From your runs". Forgetting a memory that other memories repeat, or editing one they
+repeat, asks first (a page of its own, no script) which of those copies to forget with it."""
 
 import re
 import time
@@ -11,7 +15,8 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.core.cache import cache
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -22,7 +27,7 @@ from agent.core.recalled import RecalledMemory
 from agent.forgotten import take_back
 from agent.models import AgentRun, Conversation
 from memory import personal
-from memory.models import Memory
+from memory.models import Memory, Origin
 from memory.store import MemoryOutcome
 
 PER_PAGE = 50
@@ -112,21 +117,44 @@ def memories_page(
 ) -> HttpResponse:
     query = search_of(request)
     recalled = recalled_run(request)
-    found = personal.memories_of(request.user, query)
-    if recalled is not None:
-        found = found.filter(pk__in=[memory.id for memory in recalled.memories])
-    page = Paginator(found, PER_PAGE).get_page(request.GET.get("page"))
+    found = personal.memories_of(request.user, query)  # one embedding of the search, if any
+    facts = listed(request, found, recalled, Origin.TOLD, "page")
+    outcomes = listed(request, found, recalled, Origin.RUN, "runs_page")
+    mine = personal.mine(request.user)
     context = {
         "query": query,
         "recalled": recalled,
-        "page": page,
-        "memories": shown(request.user, list(page.object_list)),
-        "total": personal.mine(request.user).count(),
+        "page": facts,
+        "runs_page": outcomes,
+        "memories": shown(request.user, list(facts.object_list)),
+        "outcomes": shown(request.user, list(outcomes.object_list)),
+        "facts_total": mine.filter(origin=Origin.TOLD).count(),
+        "outcomes_total": mine.filter(origin=Origin.RUN).count(),
+        "total": mine.count(),
         "here": here(query, recalled.run.pk if recalled else None),
         "error": error,
         "text": text,
     }
     return render(request, "chat/memories.html", context, status=status)
+
+
+def listed(
+    request: HttpRequest,
+    found: QuerySet[Memory] | list[Memory],
+    recalled: Recalled | None,
+    origin: str,
+    page_key: str,
+) -> Page:
+    """One kind of the memories `found` as the page shows it: narrowed to what the run of
+    `?run=` recalled, one page of it (its own page number: facts and runs page apart)."""
+    if isinstance(found, QuerySet):
+        found = found.filter(origin=origin)
+    else:
+        found = [memory for memory in found if memory.origin == origin]
+    if recalled is not None:
+        ids = {memory.id for memory in recalled.memories}
+        found = [memory for memory in found if memory.pk in ids]
+    return Paginator(found, PER_PAGE).get_page(request.GET.get(page_key))
 
 
 def here(query: str, run_id: int | None) -> dict[str, str]:
@@ -157,7 +185,8 @@ def posted_ids(request: HttpRequest) -> list[int]:
 def forget(request: HttpRequest) -> HttpResponse:
     """Forget the memories of the `id` fields, or all of them with `all=1`; each forgetting is
     recorded, and their texts are taken out of the person's runs. Ids none of which are the
-    person's memories are 404."""
+    person's memories are 404. Memories that state the same as those chosen are offered first
+    (a confirm page, each ticked); the confirmed form (`confirmed=1`) forgets what is ticked."""
     if request.POST.get("all") == "1":
         forgotten = take_back(request.user, personal.mine(request.user))
     else:
@@ -165,11 +194,32 @@ def forget(request: HttpRequest) -> HttpResponse:
         if not ids:
             messages.info(request, "Nothing was selected: nothing forgotten.")
             return back(request)
-        forgotten = take_back(request.user, personal.these(request.user, ids))
+        chosen = personal.these(request.user, ids)
+        if request.POST.get("confirmed") != "1":
+            offered = personal.copies_of(request.user, list(chosen))
+            if offered:
+                return confirm_page(request, list(chosen), offered)
+        forgotten = take_back(request.user, chosen)
         if not forgotten:
             raise Http404("No such memory.")
     messages.success(request, f"Forgot {counted(len(forgotten))}.")
     return back(request)
+
+
+def confirm_page(
+    request: HttpRequest, chosen: list[Memory], offered: list[Memory], *, edited: bool = False
+) -> HttpResponse:
+    """Which copies to forget: those `chosen` (forgotten whatever is ticked, unless it was an
+    edit, which keeps its memory) and the `offered` copies, each ticked; unticking keeps it."""
+    wanted = {key: request.POST[key] for key in ("q", "run") if request.POST.get(key)}
+    context = {
+        "chosen": shown(request.user, chosen),
+        "offered": shown(request.user, offered),
+        "edited": edited,
+        "here": wanted,
+        "back_url": reverse("memories") + (f"?{urlencode(wanted)}" if wanted else ""),
+    }
+    return render(request, "chat/memories_forget.html", context)
 
 
 def may_change(user: Any) -> bool:
@@ -210,4 +260,6 @@ def edit(request: HttpRequest, memory_id: int) -> HttpResponse:
     if done.absorbed:
         said += f" It also takes the place of {counted(len(done.absorbed))} that said the same."
     messages.success(request, said)
+    if done.stale:  # copies of what it said before: offered for forgetting
+        return confirm_page(request, [done.memory], done.stale, edited=True)
     return back(request)

@@ -143,7 +143,8 @@ def chat_page(
         "error": error,
         "task": task,
         "waiting": queued.waiting_in(conversation) if conversation else [],
-        # What deleting the conversation offers to forget.
+        # What deleting the conversation offers to forget, as things are now: the offer itself
+        # is always made, and what its runs remembered is read when the person deletes it.
         "remembered": selectors.remembered_in(request.user, conversation).count()
         if conversation
         else 0,
@@ -418,7 +419,8 @@ def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
 @require_POST
 def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
     """Delete the conversation and, if its owner asked, forget what its runs remembered (and
-    take those texts out of every run of theirs, this conversation's included)."""
+    take those texts out of every run of theirs, this conversation's included). What they
+    remembered is read now, not when the page was drawn: a run that ended since counts."""
     conversation = owned_conversation(request, conversation_id)
     with transaction.atomic():
         runs.delete_conversation(request.user, conversation.pk)

@@ -48,7 +48,7 @@ from agent.recorder import RunRecorder
 from agent.runs import reopen, start_next_queued
 from agent.selectors import conversation_context
 from agent.toolset import default_registry
-from memory.hygiene import carries_nothing, files_written, outcome_text
+from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
 from tools.context import context_for
 from tools.fence import raise_fence
@@ -574,15 +574,18 @@ def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
 
 def remember_outcome(run: AgentRun, result: RunResult) -> None:
     """Store what was asked, how it ended and the answer, for the run's user, unless it carries
-    nothing (memory.hygiene's rule, told whose account the answer is and how many tool calls
-    worked); the run is over whatever happens here."""
+    nothing or is not worth an outcome (memory.hygiene's rules, told whose account the answer
+    is and which tool calls worked); the run is over whatever happens here."""
     if run.status not in (RunStatus.SUCCEEDED, RunStatus.HALTED):
         return
     source, worked = result.answer_source, result.ok_tool_calls
     if carries_nothing(run.answer, source=source, ok_tool_calls=worked):
         return
+    ok = run.tool_executions.filter(status=ToolStatus.OK)
+    if not worth_an_outcome(set(ok.values_list("tool", flat=True))):
+        return
     outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
-    written = run.tool_executions.filter(tool=WRITE_FILE.name, status=ToolStatus.OK)
+    written = ok.filter(tool=WRITE_FILE.name)
     files = files_written(written.order_by("pk").values_list("arguments", flat=True))
     text = outcome_text(run.task, outcome, run.answer, files)
     importance = 0.5 if run.status == RunStatus.SUCCEEDED else 0.3

@@ -38,6 +38,10 @@ class Embedder(Protocol):
     relevance_floor: float
     # A new memory at least this similar to a kept one replaces it (a rewording or correction).
     merge_similarity: float
+    # Another memory at least this similar states the same thing: forgetting one offers the other
+    # (memory/personal.py). Between the two: rewordings of a fact are above it, the same sentence
+    # about something else ("... is Porto" for "... is Lisbon") below.
+    same_fact_similarity: float
 
     def embed(self, texts: Sequence[str]) -> list[Vector]:
         """One unit vector (or the zero vector, for a text with nothing to embed) per text."""
@@ -61,6 +65,7 @@ class HashedNgramEmbedder:
     # Texts sharing no word score around 0 to 0.25 (bench/memory_quality.py).
     relevance_floor = 0.25
     merge_similarity = 0.9
+    same_fact_similarity = 0.8
 
     def __init__(self, dimensions: int = 384) -> None:
         self.dimensions = dimensions

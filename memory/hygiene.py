@@ -7,13 +7,20 @@ what the run says of itself (whose answer it is: the model's, its help as its re
 Loop's own account; how many tool calls worked), never the wording of Loop's account or of the
 mock's help. Only a real model's refusal, which nothing marks, is known by how it opens.
 
+Beyond that, an outcome is stored only when the run did something a later run could neither
+redo nor find elsewhere (`worth_an_outcome`): it wrote a file, or brought findings in from the
+web. Arithmetic, counting, reading or listing files are done again in a moment; an answer made
+from what the model already had (its knowledge, the conversation, the recalled memories) is a
+copy of what is already there, and a copy outlives the forgetting of what it copies. A run that
+called `remember` stored its fact already: its outcome would be the same fact twice.
+
 The memory a run leaves is written by `outcome_text` and its answer read back only by
 `outcome_answer`.
 """
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from agent.core.events import AnswerSource
 from agent.core.text import excerpt
@@ -39,6 +46,21 @@ def carries_nothing(
     if source is AnswerSource.PROGRESS:
         return ok_tool_calls == 0
     return _NOTHING_OPENINGS.match(text) is not None
+
+
+# The tools whose work a later run can neither redo nor find elsewhere: a file written (people
+# ask about "the file I saved earlier"), what a web search found. By name, as runs record them.
+LEAVES_SOMETHING = frozenset({"write_file", "web_search"})
+# The tool that stores a fact on purpose: a run that used it has its memory already.
+REMEMBERS = "remember"
+
+
+def worth_an_outcome(ok_tools: Collection[str]) -> bool:
+    """Whether a run whose tool calls of these names worked leaves an outcome worth a memory: it
+    wrote a file or searched the web, and stored no fact with `remember`. Everything else
+    (computing, counting, reading, listing, answering from the prompt alone) leaves none."""
+    used = set(ok_tools)
+    return REMEMBERS not in used and bool(used & LEAVES_SOMETHING)
 
 
 # A run's memory names the files it wrote, with the start of each: "the file I saved earlier" is

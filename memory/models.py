@@ -82,6 +82,7 @@ class ForgottenMemory(models.Model):
     forgotten_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name_plural = "forgotten memories"
         ordering = ("-forgotten_at", "-pk")
 
     def __str__(self) -> str:

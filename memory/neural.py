@@ -309,6 +309,11 @@ class MiniLMEmbedder:
     # Higher than the hashed embedder's 0.9: MiniLM puts "17 * 23 = 391" and "17 * 24 = 408"
     # at 0.94, and merging them would lose a fact; rewordings of one memory score above 0.99.
     merge_similarity = 0.95
+    # "Lisbon is my favourite city" and "The user's favourite city is Lisbon" score 0.98 and 0.93
+    # against "My favourite city is Lisbon", "I love Lisbon more than any other city" 0.91; "My
+    # favourite city is Porto" 0.80, "I moved to Lisbon in 2020" 0.68. A run's outcome quoting the
+    # fact (0.72) is found by its words instead (memory.personal.copies_of).
+    same_fact_similarity = 0.85
 
     def __init__(self) -> None:
         model_directory()  # fail at start, naming the fix, if the model is not installed

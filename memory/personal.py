@@ -6,22 +6,37 @@ re-embeds the memory and keeps the same rules: a memory the edit makes the same 
 the same as, another of the person's absorbs that other one, so no two say the same thing.
 Forgetting picks the memories here (`these`, `mine`); the layer above forgets them through
 memory.forgetting, recorded as an operator's is, and takes their texts out of the owner's runs.
+
+Forgetting a fact forgets the fact, not one sentence of it: `copies_of` finds the person's other
+memories that state the same thing (by meaning, at the embedder's same-fact similarity, or by
+the words: every content word of it), which the page offers to forget with it; an edit offers
+the copies of what the memory said before (`Edited.stale`). Search is by meaning, as recall is,
+with the memories holding every word typed first (`memories_of`).
 """
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import and_
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from memory import store
-from memory.embedders import Vector
+from memory.embedders import Vector, words
 from memory.models import Memory, Origin
 
 # A memory written by hand matters as much as one the model stores on purpose (memory/tools.py).
 BY_HAND_IMPORTANCE = 0.7
+# How many of the nearest memories a search, or a look for copies, weighs by meaning.
+SEARCH_CANDIDATES = 100
+COPY_CANDIDATES = 50
+# A text of more content words than this is found by meaning only: a copy in other words rarely
+# keeps every one of them, and each word is one more clause of the query.
+MAX_COPY_WORDS = 12
 
 
 class InvalidMemory(ValueError):
@@ -33,6 +48,9 @@ class Edited:
     memory: Memory
     # The ids of the person's other memories the edit made redundant, now part of this one.
     absorbed: list[int] = field(default_factory=list)
+    # The person's other memories that still state what it said before the edit (and not what
+    # it says now): offered for forgetting.
+    stale: list[Memory] = field(default_factory=list)
 
 
 def mine(owner: AbstractBaseUser) -> QuerySet[Memory]:
@@ -40,13 +58,83 @@ def mine(owner: AbstractBaseUser) -> QuerySet[Memory]:
     return Memory.objects.filter(owner=owner).defer("embedding")
 
 
-def memories_of(owner: AbstractBaseUser, query: str = "") -> QuerySet[Memory]:
-    """The owner's memories, newest first; with a query, those whose text holds each of its
-    words (case aside)."""
-    found = mine(owner)
+def memories_of(
+    owner: AbstractBaseUser, query: str = "", origin: str | None = None
+) -> QuerySet[Memory] | list[Memory]:
+    """The owner's memories (of one origin, if given), newest first. With a query: those whose
+    text holds each of its words (case aside), newest first, then those that mean what it
+    asks (`by_meaning`), most similar first."""
+    found = mine(owner) if origin is None else mine(owner).filter(origin=origin)
+    found = found.order_by("-created_at", "-pk")
+    if not query.split():
+        return found
     for word in query.split():
         found = found.filter(text__icontains=word)
-    return found.order_by("-created_at", "-pk")
+    by_words = list(found)
+    seen = {memory.pk for memory in by_words}
+    return by_words + [m for m in by_meaning(owner, query, origin) if m.pk not in seen]
+
+
+def by_meaning(owner: AbstractBaseUser, query: str, origin: str | None = None) -> list[Memory]:
+    """What recall would find for `query`, with the same embedder and relevance floor, most
+    similar first: "which colour do I like" finds "My favourite colour is green"."""
+    if not mine(owner).exists():
+        return []  # no embedding for a person with nothing to find
+    vector = store.embed(query)
+    if not any(vector):
+        return []
+    floor = store.relevance_floor()
+    near = store.nearest(owner, vector, SEARCH_CANDIDATES, strict=True, origin=origin)
+    return [memory for memory in near if 1.0 - memory.distance >= floor]
+
+
+def copies_of(
+    owner: AbstractBaseUser, memories: Iterable[Memory], *, besides: Iterable[int] = ()
+) -> list[Memory]:
+    """The owner's other memories that state what any of `memories` states (facts and runs'
+    outcomes alike), oldest first; none of `memories` nor of `besides`. Each memory's stored
+    vector and text are what is compared, so this embeds nothing."""
+    chosen = list(memories)
+    left_out = {memory.pk for memory in chosen} | set(besides)
+    found: dict[int, Memory] = {}
+    vectors = dict(mine(owner).filter(pk__in=left_out).values_list("pk", "embedding"))
+    for memory in chosen:
+        vector = vectors.get(memory.pk)
+        if vector is None:
+            continue
+        for copy in stating(owner, memory.text, as_vector(vector)):
+            if copy.pk not in left_out:
+                found.setdefault(copy.pk, copy)
+    return sorted(found.values(), key=lambda memory: (memory.created_at, memory.pk))
+
+
+def stating(owner: AbstractBaseUser, text: str, vector: Vector) -> list[Memory]:
+    """The owner's memories that state what `text` (of that vector) states: by meaning, at
+    least the same-fact similarity, or by the words, holding every content word of it ("My
+    favourite city is Lisbon": favourite, city and lisbon, which a run's answer quoting it
+    holds, and "My favourite city is Porto" does not)."""
+    threshold = store.same_fact_similarity()
+    near = store.nearest(owner, vector, COPY_CANDIDATES, strict=True) if any(vector) else []
+    found = {memory.pk: memory for memory in near if 1.0 - memory.distance >= threshold}
+    for memory in holding_words_of(owner, text):
+        found.setdefault(memory.pk, memory)
+    return list(found.values())
+
+
+def as_vector(stored: Any) -> Vector:
+    """A stored embedding (pgvector's HalfVector, as the database gives it) as a plain list."""
+    values = stored.to_list() if hasattr(stored, "to_list") else stored
+    return [float(value) for value in values]
+
+
+def holding_words_of(owner: AbstractBaseUser, text: str) -> list[Memory]:
+    """The owner's memories holding every content word of `text` as a word (not inside
+    another: "city" is not in "velocity"); nothing for a text of none or of too many."""
+    wanted = set(words(text))
+    if not wanted or len(wanted) > MAX_COPY_WORDS:
+        return []
+    holding = reduce(and_, (Q(text__icontains=word) for word in wanted))
+    return [memory for memory in mine(owner).filter(holding) if wanted <= set(words(memory.text))]
 
 
 def memory_of(owner: AbstractBaseUser, memory_id: int) -> Memory:
@@ -88,13 +176,19 @@ def edit(owner: AbstractBaseUser, memory_id: int, text: str) -> Edited:
         # a duplicate of the new text beside it.
         get_user_model().objects.select_for_update(no_key=True).filter(pk=owner.pk).first()
         memory = Memory.objects.select_for_update().get(owner=owner, pk=memory_id)
+        before = stating(owner, memory.text, as_vector(memory.embedding))
         redundant = _redundant_with(owner, memory, digest, vector)
         for other in redundant:
             _absorb(memory, other)
         Memory.objects.filter(pk__in=[other.pk for other in redundant]).delete()
         memory.text, memory.content_hash, memory.embedding = text, digest, vector
         memory.save()
-    return Edited(memory, [other.pk for other in redundant])
+        now = {copy.pk for copy in stating(owner, text, vector)}
+        gone = {memory.pk} | {other.pk for other in redundant} | now
+        stale = sorted(
+            (copy for copy in before if copy.pk not in gone), key=lambda m: (m.created_at, m.pk)
+        )
+    return Edited(memory, [other.pk for other in redundant], stale)
 
 
 def _redundant_with(

@@ -102,9 +102,7 @@ def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[Re
         return []
     now = timezone.now()
     scored = [_score(memory, now) for memory in nearest(owner, vector, k * CANDIDATES_PER_RESULT)]
-    floor = settings.LOOP_MEMORY_MIN_SIMILARITY
-    if floor is None:
-        floor = get_embedder().relevance_floor
+    floor = relevance_floor()
     kept = sorted((s for s in scored if s.parts["similarity"] >= floor), key=lambda s: -s.score)
     kept = kept[:k]
     Memory.objects.filter(pk__in=[memory.id for memory in kept]).update(
@@ -257,6 +255,17 @@ def embed(text: str) -> Vector:
     embedder = get_embedder()
     check_embedder(embedder)
     return embedder.embed([text])[0]
+
+
+def relevance_floor() -> float:
+    """The similarity under which a memory is not worth recalling (nor finding by a search)."""
+    configured = settings.LOOP_MEMORY_MIN_SIMILARITY
+    return get_embedder().relevance_floor if configured is None else configured
+
+
+def same_fact_similarity() -> float:
+    """The similarity at which two memories state the same thing (the embedder's own)."""
+    return get_embedder().same_fact_similarity
 
 
 def merge_similarity() -> float:

@@ -46,7 +46,10 @@ def listed(response) -> set[int]:
 def make_runs(alice: User, bob: User) -> dict[str, AgentRun]:
     """One run of every ending, by two users, made the way the site makes them."""
     made = {
-        "success": execute_run(start_run(alice, "What is 17 * 23?", model="mock")),
+        # The demo writes a file, so its outcome is remembered (arithmetic alone is not).
+        "success": execute_run(
+            start_run(alice, "Compute the sum of 1..100 and save it to a file", model="mock")
+        ),
         "breaker": execute_run(
             start_run(alice, "Keep reading missing.txt until it exists", model="mock")
         ),
@@ -65,7 +68,7 @@ def make_runs(alice: User, bob: User) -> dict[str, AgentRun]:
     made["cancel"] = cancel_run(alice, start_run(alice, "List my files", model="mock").pk)
     # Asked about earlier work, the mock answers from the memory the first run left.
     made["recall"] = execute_run(
-        start_run(alice, "What is 17 * 23 that I computed before?", model="mock")
+        start_run(alice, "What was the sum of 1..100 that I computed before?", model="mock")
     )
     return made
 
@@ -153,7 +156,7 @@ def test_the_console_badges_a_status_with_the_symbol_the_chat_shows():
         ("halt_reason__exact=tool_failures", {"breaker"}),
         ("halt_reason__exact=iteration_cap", {"cap"}),
         ("model=mock", {"success", "breaker", "cap", "failure", "reasoning", "cancel", "recall"}),
-        ("q=391", {"success", "recall"}),  # in the answers
+        ("q=5050", {"success", "recall"}),  # in the answers
         ("q=missing.txt", {"breaker"}),  # in a task
         ("q=503", {"failure"}),  # in an error
     ],
@@ -327,7 +330,7 @@ def test_the_tool_execution_list_links_each_call_to_its_run_and_step(client, ope
         ("policy=bubblewrap", {"run_code"}),
         ("q=does+not+exist", {"read_file"}),  # in errors
         ("q=buy+milk", {"write_file"}),  # in arguments
-        ("q=391", {"run_code"}),  # in results
+        ("q=5050", {"run_code", "write_file"}),  # in results, and in what the demo wrote
     ],
 )
 def test_each_tool_execution_filter_returns_the_right_calls(
@@ -410,7 +413,7 @@ def test_usage_counts_each_users_runs_outcomes_calls_failures_trips_and_tokens(
     assert mine.day == timezone.localdate()
     assert (mine.runs, mine.succeeded, mine.halted, mine.cancelled, mine.failed) == (4, 2, 1, 1, 0)
     assert mine.tool_calls == sum(run.tool_calls for run in alice_runs)
-    assert mine.tool_failures == 3
+    assert mine.tool_failures == 4  # the breaker's three, and the demo's look for its file
     assert mine.breaker_trips == 1
     assert mine.tokens == sum(run.total_tokens for run in alice_runs)
     theirs = rows["bob"]

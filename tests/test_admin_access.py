@@ -31,11 +31,15 @@ def admin_url(model, action: str, *args) -> str:
 def make_records(alice: User, root: User) -> dict[type[Model], int]:
     """The id of one record of each model, from a run that tripped the breaker and a forgetting."""
     run = execute_run(start_run(alice, "Keep reading missing.txt until it exists", model="mock"))
+    # Runs that write a file leave an outcome: one to forget, one to keep.
     told = execute_run(
         start_run(alice, "Say hello", model="mock"),
-        llm=ScriptedLLM([call("list_files", {}), answer("Hello.")]),
+        llm=ScriptedLLM(
+            [call("write_file", {"path": "hello.txt", "content": "Hello"}), answer("Hello.")]
+        ),
     )
     forget(Memory.objects.filter(source_run_id=told.pk), root)
+    saved = execute_run(start_run(alice, "Save 'buy milk' to notes.txt", model="mock"))
     WARM.drain()
     return {
         AgentRun: run.pk,
@@ -43,7 +47,7 @@ def make_records(alice: User, root: User) -> dict[type[Model], int]:
         ToolExecution: run.tool_executions.first().pk,
         BreakerTrip: run.breaker_trips.get().pk,
         ForgottenMemory: ForgottenMemory.objects.get().pk,
-        Memory: Memory.objects.get(source_run_id=run.pk).pk,
+        Memory: Memory.objects.get(source_run_id=saved.pk).pk,
     }
 
 

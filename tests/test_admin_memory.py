@@ -25,6 +25,9 @@ def memory_page(memory: Memory) -> str:
     return reverse("admin:memory_memory_change", args=[memory.pk])
 
 
+DEMO = "Compute the sum of 1..100 and save it to a file"
+
+
 def run(user, task):
     return execute_run(start_run(user, task, model="mock"))
 
@@ -32,10 +35,10 @@ def run(user, task):
 @pytest.fixture
 def memories(alice, bob, workspaces):
     """Memories left by real runs: outcomes, a fact told on purpose, and a recall of one."""
-    product = run(alice, "What is 17 * 23?")
+    product = run(alice, DEMO)  # it writes a file: its outcome is kept
     run(alice, "Remember that my staging server is staging.example.com")
-    recall = run(alice, "What is 17 * 23 that I computed before?")
-    theirs = run(bob, "What is 17 * 23?")
+    recall = run(alice, "What was the sum of 1..100 that I computed before?")
+    theirs = run(bob, DEMO)
     return {
         "product": Memory.objects.get(source_run_id=product.pk),
         "told": Memory.objects.get(owner=alice, origin=Origin.TOLD),
@@ -69,7 +72,7 @@ def test_a_memorys_page_shows_its_text_recalls_source_neighbours_and_the_runs_th
     memory.refresh_from_db()
     assert memory.recall_count == 1
     page = client.get(memory_page(memory)).content.decode()
-    assert "What is 17 * 23?" in page
+    assert DEMO in page
     assert memory.last_recalled_at is not None
     recall = memories["recall_run"]
     recalls = page[page.index("Recalled by") :]

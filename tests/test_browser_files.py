@@ -35,6 +35,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DATA_CSV = b"name,count\nalpha,1\nbeta,2\ngamma,3 and more words\n"
 QUESTION = "How many lines are in data.csv?"
 ANSWER = "data.csv has 4 lines and 7 words."
+SAVE_COUNT = "Save that to count.txt"
 
 
 def upload_by_the_button(page: Page, path: Path) -> None:
@@ -108,12 +109,17 @@ def test_a_person_uploads_works_on_downloads_and_forgets(live_site, browser, tmp
     assert download.value.suggested_filename == "data.csv"
     assert Path(download.value.path()).read_bytes() == DATA_CSV
 
-    # The run left a memory; the same question asked again recalls it.
+    # Counting leaves no memory (a run that only read and counted is redone in a moment);
+    # saving the count to a file does, and the same question asked again recalls it.
+    first = db(lambda: run_of(QUESTION, 1))
+    assert not db(lambda: Memory.objects.filter(source_run_id=first.pk).exists())
+    page.goto(conversation)
+    send(page, SAVE_COUNT)
+    expect(last_turn(page).locator(".card.answer")).to_contain_text("count.txt", timeout=WAIT_MS)
     remembered = wait_for(
         lambda: db(lambda: Memory.objects.filter(owner=alice, text__contains=ANSWER).first()),
         "the run's memory to be stored",
     )
-    page.goto(conversation)
     send(page, QUESTION)
     turn = last_turn(page)
     expect(turn.locator(".card.answer")).to_contain_text(ANSWER, timeout=WAIT_MS)
@@ -134,6 +140,7 @@ def test_a_person_uploads_works_on_downloads_and_forgets(live_site, browser, tmp
     phone.screenshot(path=ARTIFACTS / "chat-places-phone.png")
     phone.locator(".places").get_by_role("link", name="Memories").click()
     phone.wait_for_url(f"{live_site}/memories/")
+    phone.get_by_text("From your runs").click()  # what runs left is folded under the facts
     expect(phone.locator(f"#memory-{remembered.pk}")).to_be_visible()
     phone.screenshot(path=ARTIFACTS / "memories-phone.png")
     entry.get_by_role("button", name="Forget", exact=True).click()

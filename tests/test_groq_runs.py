@@ -348,15 +348,21 @@ def remembered(run: AgentRun) -> list[str]:
     return list(Memory.objects.filter(source_run_id=run.pk).values_list("text", flat=True))
 
 
+# A run that writes a file leaves an outcome worth remembering (one that only answers, none).
+SAVE = tool_call("write_file", {"path": "sum.txt", "content": "5050\n"})
+SAVE_TASK = "Save the sum of 1..100 to sum.txt"
+
+
 def test_a_stream_cut_before_its_last_chunk_is_asked_for_again_and_the_run_succeeds(on_groq, alice):
+    on_groq.reply(tool_calls=[SAVE])
     on_groq.reply(ANSWER, cut_after=3)
     on_groq.reply(ANSWER)
 
-    run = execute_run(start_run(alice, "What is the sum of 1..100?"))
+    run = execute_run(start_run(alice, SAVE_TASK))
 
     assert (run.status, run.answer, run.error) == (RunStatus.SUCCEEDED, ANSWER, "")
-    assert len(on_groq.requests) == 2
-    [reply] = model_replies(run)
+    assert len(on_groq.requests) == 3
+    [_, reply] = model_replies(run)
     assert reply["retried"] == ["Groq cut its reply short: the stream ended before its last chunk."]
     [memory] = remembered(run)
     assert f"Answer: {ANSWER}" in memory
@@ -382,16 +388,17 @@ def test_a_stream_cut_on_every_attempt_fails_the_run_with_its_progress(on_groq, 
 def test_an_answer_stopped_at_the_output_limit_is_kept_marked_cut_and_not_remembered(
     on_groq, alice, finish_reason
 ):
+    on_groq.reply(tool_calls=[SAVE])
     on_groq.reply(ANSWER, finish_reason=finish_reason)
 
-    run = execute_run(start_run(alice, "What is the sum of 1..100?"))
+    run = execute_run(start_run(alice, SAVE_TASK))
 
     cut = finish_reason == "length"
     assert (run.status, run.answer) == (RunStatus.SUCCEEDED, ANSWER)
     assert run.error == (CUT_ANSWER if cut else "")
     finished = run.events.get(kind="run_finished").data
     assert (finished["cut"], finished["error"]) == (cut, run.error)
-    assert [reply["cut"] for reply in model_replies(run)] == [cut]
+    assert [reply["cut"] for reply in model_replies(run)] == [False, cut]
     assert len(remembered(run)) == (0 if cut else 1)
 
 

@@ -45,11 +45,31 @@ def test_memories_are_listed_newest_first_with_what_the_page_shows(alice, bob):
 
 def test_search_matches_the_text_by_each_word_case_aside(alice, bob):
     port = remember(alice, PORT).memory
-    remember(alice, CAT)
+    cat = remember(alice, CAT).memory
     remember(bob, "The staging server of bob")
     assert [m.pk for m in personal.memories_of(alice, "STAGING")] == [port.pk]
     assert [m.pk for m in personal.memories_of(alice, "port staging")] == [port.pk]
-    assert list(personal.memories_of(alice, "staging cat")) == []
+    # No memory holds both words: what comes back is what they mean, most similar first.
+    meant = personal.memories_of(alice, "staging cat")
+    assert [m.pk for m in meant] == [m.pk for m in personal.by_meaning(alice, "staging cat")]
+    assert {m.pk for m in meant} <= {port.pk, cat.pk}
+
+
+def test_search_finds_by_meaning_after_the_memories_holding_the_words(alice, bob):
+    """ "which colour do I like" holds none of "My favourite colour is green"'s words but one;
+    recall's embedder finds it, above the relevance floor, before what means less."""
+    green = personal.add_by_hand(alice, "My favourite colour is green.").memory
+    lisbon = personal.add_by_hand(alice, "My favourite city is Lisbon.").memory
+    server = remember(alice, "My staging server is staging.example.com").memory
+    remember(bob, "My favourite colour is blue.")
+    found = [m.pk for m in personal.memories_of(alice, "which colour do I like")]
+    assert found[0] == green.pk
+    assert server.pk not in found
+    assert lisbon.pk not in found
+    # The words typed first, then what the words mean.
+    by_words = personal.memories_of(alice, "staging")
+    assert by_words[0].pk == server.pk
+    assert [m.pk for m in personal.memories_of(alice, "Which colour do I like?", Origin.RUN)] == []
 
 
 def test_a_memory_added_by_hand_is_told_and_recalled(alice):

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.django_db
 TEAL = "My favourite colour is teal."
 CAT = "My cat is called Miso."
 PORT = "The staging database listens on port 6543."
+DEMO = "Compute the sum of 1..100 and save it to a file"
 
 
 @pytest.fixture
@@ -50,7 +51,7 @@ def test_the_page_needs_a_login(client):
 def test_the_page_lists_each_memory_with_its_run_conversation_and_recalls(
     as_alice, alice, workspaces
 ):
-    run = run_in_conversation(alice, "What is 17 * 23?")
+    run = run_in_conversation(alice, DEMO)  # it writes a file: its outcome is kept
     stored = Memory.objects.get(owner=alice, source_run_id=run.pk)
     told = personal.add_by_hand(alice, TEAL).memory
     recall(alice, "What is my favourite colour?")
@@ -60,7 +61,8 @@ def test_the_page_lists_each_memory_with_its_run_conversation_and_recalls(
     assert f'id="memory-{told.pk}"' in shown
     assert shown.index(f'id="memory-{told.pk}"') < shown.index(f'id="memory-{stored.pk}"')
     item = shown[shown.index(f'id="memory-{stored.pk}"') :]
-    assert f'by run {run.pk} in <a href="/c/{run.conversation_id}/">Arithmetic</a>' in item
+    link = f'<a class="run-link" href="/c/{run.conversation_id}/#run-{run.pk}">run {run.pk}</a>'
+    assert f'by {link} in <a href="/c/{run.conversation_id}/">Arithmetic</a>' in item
     assert "outcome of a run" in item
     assert "never recalled" in item
     told_item = shown[shown.index(f'id="memory-{told.pk}"') : shown.index(f"memory-{stored.pk}")]

@@ -8,10 +8,21 @@ from agent.core.llm import ToolCall, Usage
 from agent.core.loop import progress_report
 from agent.core.results import ToolResult, ToolStatus
 from agent.llm.scripted import ScriptedLLM, call
+from agent.models import AgentRun
 from agent.runs import default_limits, start_run
 from engine.execution import execute_run
-from memory.hygiene import carries_nothing, outcome_answer, outcome_text
-from memory.models import Memory
+from memory.hygiene import (
+    LEAVES_SOMETHING,
+    REMEMBERS,
+    carries_nothing,
+    outcome_answer,
+    outcome_text,
+    worth_an_outcome,
+)
+from memory.models import Memory, Origin
+from memory.tools import REMEMBER
+from tools.files import WRITE_FILE
+from tools.search import WEB_SEARCH
 
 
 @pytest.mark.parametrize(
@@ -83,8 +94,8 @@ def test_the_mocks_help_text_is_not_remembered_but_a_result_is(alice, workspaces
     assert helped.answer.startswith("I am Loop's mock model")
     finished = helped.events.get(kind="run_finished").data
     assert finished["answer_source"] == AnswerSource.HELP
-    computed = execute_run(start_run(alice, "What is 17 * 23?"))
-    assert list(Memory.objects.values_list("source_run_id", flat=True)) == [computed.pk]
+    saved = execute_run(start_run(alice, "Compute the sum of 1..100 and save it to a file"))
+    assert list(Memory.objects.values_list("source_run_id", flat=True)) == [saved.pk]
 
 
 @pytest.mark.django_db
@@ -100,8 +111,9 @@ def test_a_run_halted_with_nothing_done_is_not_remembered(alice, workspaces):
 @pytest.mark.django_db
 def test_a_halted_run_whose_account_has_a_call_that_worked_is_remembered(alice, workspaces):
     spent = Usage(prompt_tokens=200, completion_tokens=0)
-    script = [call("list_files", {}), call("list_files", {}, usage=spent)]
-    run = start_run(alice, "List my files", limits=default_limits(max_tokens=100))
+    wrote = call("write_file", {"path": "notes.txt", "content": "buy milk"})
+    script = [wrote, call("list_files", {}, usage=spent)]
+    run = start_run(alice, "Save my notes", limits=default_limits(max_tokens=100))
     halted = execute_run(run, llm=ScriptedLLM(script))  # the token budget: no summary turn
     assert (halted.status, halted.halt_reason) == (RunStatus.HALTED, "token_budget")
     assert halted.answer.startswith("Stopped before a final answer.")
@@ -122,3 +134,47 @@ def test_an_outcome_memory_gives_its_answer_back(answer, files):
 
 def test_a_memory_that_is_no_outcome_has_no_answer():
     assert outcome_answer("my favourite colour is teal") is None
+
+
+def test_an_outcome_is_worth_a_memory_only_for_a_file_written_or_a_web_search():
+    assert worth_an_outcome({"run_code", "read_file", "write_file"})
+    assert worth_an_outcome({"web_search"})
+    for nothing_left in [set(), {"run_code"}, {"read_file", "run_code"}, {"list_files"}]:
+        assert not worth_an_outcome(nothing_left)
+    # A run that stored a fact on purpose has its memory: no outcome beside it.
+    assert not worth_an_outcome({"remember"})
+    assert not worth_an_outcome({"remember", "write_file"})
+    # The rule names tools as runs record them.
+    assert {WRITE_FILE.name, WEB_SEARCH.name} == LEAVES_SOMETHING
+    assert REMEMBER.name == REMEMBERS
+
+
+@pytest.mark.django_db(transaction=True)  # `remember` works in a thread of its own
+def test_arithmetic_counting_reading_and_remembering_runs_store_no_outcome(alice, workspaces):
+    """Issue 28: after twelve runs a person had nine memories, one or two about her. Runs that
+    computed, counted, read a file or answered from what was recalled leave none; a run that
+    called `remember` leaves its fact only; the demo, which writes a file, leaves its outcome."""
+    for task in (
+        "What is 17 * 23?",
+        "Add 3, 4 and 5",
+        "Count slowly to 2",
+        "Save 'buy milk' to notes.txt",  # writes a file: kept
+        "Read notes.txt",
+        "Remember that my favourite city is Lisbon",
+        "What is my favourite city?",  # answered from the fact recalled
+        "Compute the sum of 1..100 and save it to a file",  # writes a file: kept
+    ):
+        run = execute_run(start_run(alice, task))
+        assert run.status == RunStatus.SUCCEEDED, (task, run.answer)
+    kept = Memory.objects.filter(owner=alice)
+    told = kept.filter(origin=Origin.TOLD)
+    assert [memory.text for memory in told] == ["my favourite city is Lisbon"]
+    outcomes = sorted(
+        AgentRun.objects.get(pk=memory.source_run_id).task
+        for memory in kept.filter(origin=Origin.RUN)
+    )
+    assert outcomes == [
+        "Compute the sum of 1..100 and save it to a file",
+        "Save 'buy milk' to notes.txt",
+    ]
+    assert all("Files written:" in memory.text for memory in kept.filter(origin=Origin.RUN))
