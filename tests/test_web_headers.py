@@ -51,8 +51,8 @@ def operator() -> User:
 def run(alice, workspaces) -> AgentRun:
     """A finished run in a conversation, which remembered its outcome: every part of the page
     drawn, the delete form's offer to forget included."""
-    run = execute_run(start_run(alice, "What is 17 * 23?", model="mock",
-                                conversation=new_conversation(alice)))  # fmt: skip
+    run = execute_run(start_run(alice, "Compute the sum of 1..100 and save it to a file",
+                                model="mock", conversation=new_conversation(alice)))  # fmt: skip
     return run
 
 
