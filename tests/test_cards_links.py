@@ -225,7 +225,8 @@ def test_the_sidebar_shows_the_quota_used(client, alice, workspaces):
     (workspaces / str(alice.pk) / "data.csv").write_bytes(b"x" * 2048)
     client.force_login(alice)
     page = client.get("/").text
-    assert '<p class="quota" id="quota" data-refresh="/files/quota/"><span><a href="/files/">Files</a>:</span>' in page
+    quota = '<p class="quota" id="quota" data-refresh="/files/quota/">'
+    assert quota + '<span><a href="/files/">Files</a>:</span>' in page
     assert "2\xa0kB of" in page  # decimal units, as the quota's settings are written
 
 

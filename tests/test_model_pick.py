@@ -92,7 +92,9 @@ def options(page: str) -> list[tuple[str, bool]]:
     return ModelHeader(page).options
 
 
-def test_the_header_names_the_mock_and_leaves_the_operators_note_to_the_console(as_alice, nothing_configured):
+def test_the_header_names_the_mock_and_leaves_the_operators_note_to_the_console(
+    as_alice, nothing_configured
+):
     page = as_alice.get("/").text
     text = header_text(page)
     assert text == "model: mock · built in (a mock)"  # the operators' note is in the console
