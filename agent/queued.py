@@ -5,10 +5,12 @@ sent "now", goes to the live run, whose model reads it before its next turn (the
 
 from collections.abc import Sequence
 
+import psycopg
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import DatabaseError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
+from agent.connections import statement_session
 from agent.core.events import RunStatus
 from agent.core.loop import PersonMessage
 from agent.models import AgentRun, Conversation, QueuedTask
@@ -82,14 +84,20 @@ def waiting_in(conversation: Conversation) -> list[QueuedTask]:
     return list(conversation.queued_tasks.order_by("pk"))
 
 
+# The table name is the model's own, never input.
+INBOX = f"SELECT id, text FROM {QueuedTask._meta.db_table} WHERE sent_to_id = %s ORDER BY id"  # noqa: S608
+
+
 def messages_for(run_id: int) -> Sequence[PersonMessage]:
-    """The run's inbox: the tasks its person sent it now, in order. A database that does not
-    answer gives nothing this turn; the next turn asks again."""
+    """The run's inbox: the tasks its person sent it now, in order. Read on a session borrowed
+    for this statement alone (agent.connections): the run's thread goes on to its model call
+    holding none. A database that does not answer gives nothing this turn; the next asks again."""
     try:
-        sent = QueuedTask.objects.filter(sent_to_id=run_id).order_by("pk")
-        return [PersonMessage(pk, text) for pk, text in sent.values_list("pk", "text")]
-    except DatabaseError:
+        with statement_session() as session:
+            rows = session.execute(INBOX, [run_id]).fetchall()
+    except (DatabaseError, psycopg.Error):
         return ()
+    return [PersonMessage(pk, text) for pk, text in rows]
 
 
 def conversations_waiting() -> list[int]:

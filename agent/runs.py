@@ -275,6 +275,8 @@ def start_next_queued(run: AgentRun) -> AgentRun | None:
     becomes the conversation's next run. The page that sees the end finds the new run there."""
     if run.conversation_id is None:
         return None
+    if not QueuedTask.objects.filter(conversation_id=run.conversation_id).exists():
+        return None  # most ends: one indexed look, no lock
     sent = QueuedTask.objects.filter(sent_to=run)
     if sent.exists():
         heard = run.events.filter(kind=PersonSaid.kind).values_list("data__message", flat=True)

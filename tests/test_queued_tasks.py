@@ -162,3 +162,22 @@ def test_a_queued_task_is_checked_like_any_task_and_the_queue_is_bounded(alice):
         queued.queue_task(alice, run.conversation, f"task {n}")
     with pytest.raises(InvalidTask, match="already wait"):
         queued.queue_task(alice, run.conversation, "one too many")
+
+
+def test_the_inbox_is_read_on_a_borrowed_session_the_run_s_thread_does_not_keep(alice):
+    """Read before each model turn: a session held from there through the model's turn would
+    keep it from every other run of the worker for as long as the model thinks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    run = going(alice)
+
+    def read_then_look() -> tuple[list, bool]:
+        messages = list(queued.messages_for(run.pk))
+        return messages, connection.connection is not None
+
+    assert getattr(connection, "pool", None) is not None  # the site's pool, as in a worker
+    with ThreadPoolExecutor(1) as thread:
+        messages, holds = thread.submit(read_then_look).result()
+    assert (messages, holds) == ([], False)
