@@ -2,11 +2,14 @@
 person's memory or of a run of a conversation they deleted, repeated ids, and an edit into the
 words of another person's memory. Each is refused or harmless, never a server error."""
 
+from types import SimpleNamespace
+
 import pytest
 from django.test import Client
 
 from agent.forgotten import take_back
 from agent.runs import delete_conversation, new_conversation, start_run
+from chat import memories as memories_views
 from engine.execution import execute_run
 from memory import personal
 from memory.embedders import get_embedder
@@ -140,9 +143,12 @@ def test_editing_another_s_or_no_memory_is_404_before_any_embedding(
 
 
 def test_adds_and_edits_past_the_minute_s_share_are_refused_unembedded(
-    as_alice, alice, settings, embeddings
+    as_alice, alice, settings, embeddings, monkeypatch
 ):
     settings.LOOP_MEMORY_CHANGES_PER_MINUTE = 2
+    # One minute for the whole test: the share is counted per clock minute, and a test that
+    # crossed into the next one would find its count renewed.
+    monkeypatch.setattr(memories_views, "time", SimpleNamespace(time=lambda: 1_800_000_000.0))
     mine = remember(alice, CAT).memory
     embeddings.clear()
     assert as_alice.post("/memories/add/", {"text": TEAL}).status_code == 302
