@@ -318,13 +318,13 @@ def start_waiting(conversation_id: int) -> AgentRun | None:
 
 
 def new_version(
-    user: AbstractBaseUser, run_id: int, *, task: str = "", model: str | ModelChoice = ""
+    user: AbstractBaseUser, run_id: int, *, task: str | None = None, model: str | ModelChoice = ""
 ) -> AgentRun:
-    """Another version of one of `user`'s turns, queued: its task asked again (regenerate), or
-    `task` instead (an edit), following the same turn as it, and shown from now on; the turns
-    that followed the old version stay with it, a branch a person can go back to. Only a turn
-    that ended, while no run goes in its conversation: a fork is made between whole turns,
-    never at a tool call waiting for its result."""
+    """Another version of one of `user`'s turns, queued: its task asked again (regenerate,
+    `task` None), or `task` instead (an edit, checked as any task is), following the same turn
+    as it, and shown from now on; the turns that followed the old version stay with it, a branch
+    a person can go back to. Only a turn that ended, while no run goes in its conversation: a
+    fork is made between whole turns, never at a tool call waiting for its result."""
     with transaction.atomic():
         run = runs_for(user).select_for_update(of=("self",)).get(pk=run_id)
         if run.conversation is None:
@@ -337,7 +337,11 @@ def new_version(
                 "A task is going in this conversation: wait for it to end, or stop it, first."
             )
         new = start_run(
-            user, task or run.task, model=model, conversation=run.conversation, version_of=run
+            user,
+            run.task if task is None else task,
+            model=model,
+            conversation=run.conversation,
+            version_of=run,
         )
         queue(new)
     return new

@@ -114,10 +114,7 @@ def chosen_path(turns: list[Turn]) -> list[tuple[int, Branching]]:
         chosen = max(
             siblings, key=lambda turn: (turn.chosen_at or datetime.min.replace(tzinfo=UTC), turn.id)
         )
-        index = siblings.index(chosen)
-        before = siblings[index - 1].id if index else None
-        after = siblings[index + 1].id if index + 1 < len(siblings) else None
-        path.append((chosen.id, Branching(index + 1, len(siblings), before, after)))
+        path.append((chosen.id, branching_among([turn.id for turn in siblings], chosen.id)))
         parent = chosen.id
     return path
 
@@ -132,11 +129,15 @@ def runs_of(conversation: Conversation) -> ConversationPath:
 def branching_of(run: AgentRun) -> Branching:
     """Where the run stands among the versions of its turn."""
     siblings = AgentRun.objects.filter(conversation_id=run.conversation_id, parent_id=run.parent_id)
-    ids = list(siblings.order_by("pk").values_list("pk", flat=True))
-    index = ids.index(run.pk) if run.pk in ids else 0
-    before = ids[index - 1] if index else None
-    after = ids[index + 1] if index + 1 < len(ids) else None
-    return Branching(index + 1, max(len(ids), 1), before, after)
+    return branching_among(list(siblings.order_by("pk").values_list("pk", flat=True)), run.pk)
+
+
+def branching_among(versions: list[int], shown: int) -> Branching:
+    """Where version `shown` stands among `versions` of its turn, oldest first."""
+    index = versions.index(shown) if shown in versions else 0
+    before = versions[index - 1] if index else None
+    after = versions[index + 1] if index + 1 < len(versions) else None
+    return Branching(index + 1, max(len(versions), 1), before, after)
 
 
 def last_turn_id(conversation_id: int) -> int | None:

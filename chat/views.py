@@ -338,25 +338,23 @@ def feedback(request: HttpRequest, run_id: int) -> HttpResponse:
 @require_POST
 def regenerate(request: HttpRequest, run_id: int) -> HttpResponse:
     """The turn's task asked again, as another version of it, on the conversation's model."""
-    return new_version(request, run_id, "")
+    return new_version(request, run_id, None)
 
 
 @require_POST
 def edit(request: HttpRequest, run_id: int) -> HttpResponse:
     """The turn's task as the person rewrote it, as another version of it."""
-    return new_version(request, run_id, request.POST.get("edited", "") or " ")
+    return new_version(request, run_id, request.POST.get("edited", ""))
 
 
-def new_version(request: HttpRequest, run_id: int, task: str) -> HttpResponse:
+def new_version(request: HttpRequest, run_id: int, task: str | None) -> HttpResponse:
     """Another version of a turn: the page is drawn again, on the new branch, the new run live.
-    `task` "" asks the turn's own task again; an edit that leaves nothing is refused."""
+    `task` None asks the turn's own task again; an edit is checked as any task is."""
     run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
     if run.conversation_id is None:
         raise Http404("No such turn.")
     conversation = owned_conversation(request, run.conversation_id)
     try:
-        if task and not task.strip():
-            raise runs.InvalidTask("The task is empty. Say what the agent should do.")
         model = runs.chat_model(conversation, "", offered_models())
         runs.new_version(request.user, run_id, task=task, model=model)
     except runs.InvalidTask as error:
