@@ -223,7 +223,7 @@ class AgentRunAdmin(AuditAdmin):
     def feedback_given(self, run: AgentRun) -> SafeString:
         feedback = getattr(run, "feedback", None)
         if feedback is None:
-            return format_html('<span class="loop-none">None given.</span>')
+            return format_html('<span class="loop-none">{}</span>', "None given.")
         symbol = "👍" if feedback.rating == Rating.UP else "👎"
         said = feedback.comment or "(no comment)"
         when = feedback.updated_at.strftime("%Y-%m-%d %H:%M")
