@@ -1,8 +1,11 @@
 """A run's records: the run itself, its append-only event log, its tool executions and breaker
 trips, its resumes, and the conversation (a thread of runs) it belongs to."""
 
+import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
@@ -200,36 +203,87 @@ class RunEventManager(models.Manager["RunEvent"]):
         announced: Callable[[str], str] | None = None,
         *,
         attempt: int | None = None,
-        alongside: Sequence[models.Model] = (),
+        alongside: Sequence["Alongside"] = (),
     ) -> bool:
-        """Append events, each `(seq, kind, step, data)`, and insert the unsaved `alongside`
-        records (a tool call's audit row, say), all in one statement, so in one round trip and
-        atomically; False if `attempt` is given and the run is no longer at that attempt (another
-        worker took it over), in which case nothing is written.
+        """Append events, each `(seq, kind, step, data)`, and insert the `alongside` records (a
+        tool call's audit row, say), all in one statement, so in one round trip and atomically;
+        False if `attempt` is given and the run is no longer at that attempt (another worker
+        took it over), in which case nothing is written.
 
         Every step of every run appends its events here, so this is the hot path: the statement
-        is made once for each shape (`appending`), and only its parameters each time. With
-        `announced` (the event transport's event_insert, agent.bus), the statement, which returns
-        each event's run_id and seq, also announces them: a NOTIFY is delivered only when the
-        rows are committed, so whoever hears it can read them.
+        is made once for each shape (`appending`), and only its parameters each time, each
+        value as psycopg sends it without a Django field's preparing (the statement casts each
+        to its column's type), each JSON encoded once, to text. With `announced` (the event
+        transport's event_insert, agent.bus), the statement, which returns each event's run_id
+        and seq, also announces them: a NOTIFY is delivered only when the rows are committed,
+        so whoever hears it can read them.
         """
-        connection = connections[self.db]
-        shape = tuple(type(record) for record in alongside)
+        shape = tuple(record.model for record in alongside)
         statement = appending(self.db, len(rows), attempt is not None, announced, shape)
         now = timezone.now()
-        data = fields_of(RunEvent, ("data",))[0]  # the rest are saved as they are
         params = [
             value
             for seq, kind, step, payload in rows
-            for value in (run_id, seq, kind, step, data.get_db_prep_save(payload, connection), now)
+            for value in (run_id, seq, kind, step, json.dumps(payload), now)
         ]
         if attempt is not None:
             params += [run_id, attempt]
         for record in alongside:
-            fields = inserted_fields(type(record))  # type: ignore[arg-type]  # a class hashes
-            values = [field.pre_save(record, add=True) for field in fields]
-            params += prepared(fields, [values], connection)
-        return prepared_execute(connection, statement, params) == len(rows)
+            params += record.inserted(now)
+        return prepared_execute(connections[self.db], statement, params) == len(rows)
+
+
+@dataclass(frozen=True)
+class Alongside:
+    """A row inserted with a run's events, in their statement (a tool call's audit row, a
+    breaker trip): its model and its fields' values by attribute name (`run_id`); a field left
+    out takes its default, an `auto_now_add` one the events' time. The values go to psycopg as
+    they are: a model instance, each of its fields prepared by Django, cost a step as much as
+    the rest of its recording."""
+
+    model: type[models.Model]
+    values: Mapping[str, Any]
+
+    def inserted(self, now: datetime) -> list[Any]:
+        """The values in the order of its INSERT's columns (`inserted_fields`)."""
+        return [
+            column.value(self.values, now)
+            for column in inserted_columns(self.model)  # type: ignore[arg-type]  # a class hashes
+        ]
+
+
+@dataclass(frozen=True)
+class InsertedColumn:
+    """How one field of an `Alongside` record gets its value."""
+
+    attname: str
+    field: Any
+    stamped: bool  # auto_now_add or auto_now: the events' time
+    json: bool  # a JSONField: encoded by its encoder, as Django would, to text
+
+    def value(self, values: Mapping[str, Any], now: datetime) -> Any:
+        if self.attname in values:
+            value = values[self.attname]
+        elif self.stamped:
+            return now
+        else:
+            value = self.field.get_default()
+        return json.dumps(value, cls=self.field.encoder) if self.json else value
+
+
+@lru_cache(maxsize=16)
+def inserted_columns(model: type[models.Model]) -> tuple[InsertedColumn, ...]:
+    return tuple(
+        InsertedColumn(
+            attname=field.attname,
+            field=field,
+            stamped=bool(
+                getattr(field, "auto_now_add", False) or getattr(field, "auto_now", False)
+            ),
+            json=isinstance(field, models.JSONField),
+        )
+        for field in inserted_fields(model)  # type: ignore[arg-type]  # a class hashes
+    )
 
 
 EVENT_FIELDS = ("run", "seq", "kind", "step", "data", "created_at")
@@ -253,11 +307,8 @@ def prepared_execute(connection: Any, statement: str, params: list[Any]) -> int:
     their values in it, to count them)."""
     connection.validate_no_broken_transaction()
     started = time.monotonic()
-    with (
-        connection.wrap_database_errors,
-        statement_session(connection.alias) as session,
-        psycopg.Cursor(session) as cursor,
-    ):
+    with connection.wrap_database_errors, statement_session(connection.alias) as session:
+        cursor = appending_cursor(session)
         threshold, session.prepare_threshold = session.prepare_threshold, PREPARED_WHEN_ASKED
         try:
             cursor.execute(statement, params, prepare=True)
@@ -268,6 +319,17 @@ def prepared_execute(connection: Any, statement: str, params: list[Any]) -> int:
         spent = time.monotonic() - started
         connection.queries_log.append({"sql": statement, "time": f"{spent:.3f}"})
     return returned
+
+
+def appending_cursor(session: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """The cursor a session's appends go through, kept with the session: a new cursor finds
+    again how to send each type of value (its dumpers), which cost a third of the statement's
+    own CPU. A session is used by one thread at a time, and its cursor with it."""
+    cursor: psycopg.Cursor[Any] | None = getattr(session, "loop_appending_cursor", None)
+    if cursor is None or cursor.closed:
+        cursor = psycopg.Cursor(session)
+        session.loop_appending_cursor = cursor  # type: ignore[attr-defined]
+    return cursor
 
 
 @lru_cache(maxsize=64)
@@ -301,15 +363,6 @@ def fields_of(model: type[models.Model], names: tuple[str, ...]) -> tuple[Any, .
 def inserted_fields(model: type[models.Model]) -> tuple[Any, ...]:
     """The fields an INSERT of a `model` record writes: all but its generated primary key."""
     return tuple(field for field in model._meta.concrete_fields if not field.primary_key)
-
-
-def prepared(fields: Sequence[Any], rows: Sequence[Sequence[Any]], connection: Any) -> list[Any]:
-    """Each row's values prepared as its field wants them saved, row after row."""
-    return [
-        field.get_db_prep_save(value, connection)
-        for values in rows
-        for field, value in zip(fields, values, strict=True)
-    ]
 
 
 def values_insert(

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from django.db import InterfaceError, OperationalError, models, transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -32,7 +32,7 @@ from agent.core.events import (
 from agent.core.guards import RunReleased
 from agent.core.llm import Usage
 from agent.core.results import ToolStatus
-from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
+from agent.models import AgentRun, Alongside, BreakerTrip, RunEvent, ToolExecution
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class RunRecorder:
         return [(seq, kind, data) for seq, kind, _, data in rows]
 
     def append(
-        self, rows: list[tuple[int, str, int, dict[str, object]]], audit: list[models.Model]
+        self, rows: list[tuple[int, str, int, dict[str, object]]], audit: list[Alongside]
     ) -> None:
         appended = RunEvent.objects.append_all(
             self.run.pk, rows, self.announced, attempt=self.attempt, alongside=audit
@@ -167,7 +167,7 @@ class RunRecorder:
             logger.exception("Run %s: publishing %s failed; it stops", self.run.pk, event.kind)
             self.then = None
 
-    def audit_rows(self, event: Event) -> list[models.Model]:
+    def audit_rows(self, event: Event) -> list[Alongside]:
         """The audit rows an event adds, written with it."""
         match event:
             case ToolCallFinished():
@@ -251,27 +251,33 @@ class RunRecorder:
         AgentRun.objects.filter(pk=self.run.pk, attempt=self.attempt).update(**fields)
         self.summarised = time.monotonic()
 
-    def trip(self, event: BreakerTripped) -> BreakerTrip:
-        return BreakerTrip(
-            run_id=self.run.pk,
-            step=event.step,
-            tool=event.tool,
-            reason=event.reason,
-            failures=event.failures,
+    def trip(self, event: BreakerTripped) -> Alongside:
+        return Alongside(
+            BreakerTrip,
+            {
+                "run_id": self.run.pk,
+                "step": event.step,
+                "tool": event.tool,
+                "reason": event.reason.value,
+                "failures": event.failures,
+            },
         )
 
-    def execution(self, event: ToolCallFinished) -> ToolExecution:
+    def execution(self, event: ToolCallFinished) -> Alongside:
         ok = event.status == ToolStatus.OK
-        return ToolExecution(
-            run_id=self.run.pk,
-            step=event.step,
-            call_id=event.call_id,
-            tool=event.tool,
-            arguments=event.arguments,
-            status=event.status,
-            result=event.text if ok else "",
-            error="" if ok else event.text,
-            truncated=event.truncated,
-            duration=event.duration,
-            policy=event.policy,
+        return Alongside(
+            ToolExecution,
+            {
+                "run_id": self.run.pk,
+                "step": event.step,
+                "call_id": event.call_id,
+                "tool": event.tool,
+                "arguments": event.arguments,
+                "status": event.status.value,
+                "result": event.text if ok else "",
+                "error": "" if ok else event.text,
+                "truncated": event.truncated,
+                "duration": event.duration,
+                "policy": event.policy,
+            },
         )

@@ -8,6 +8,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from agent.core.events import (
+    BreakerTripped,
+    HaltReason,
     ModelReplied,
     RunStatus,
     ToolCallFinished,
@@ -15,7 +17,7 @@ from agent.core.events import (
 )
 from agent.core.results import ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.models import AgentRun, ToolExecution
+from agent.models import AgentRun, BreakerTrip, ToolExecution
 from agent.recorder import RunLost, RunRecorder
 from agent.runs import start_run
 from engine.execution import claim, execute_run, release
@@ -103,6 +105,47 @@ def test_a_session_prepares_the_append_once_and_uses_it_at_every_step(alice: Any
     shapes = [statement for statement in first.values() if "WHERE id = $" in statement]
     assert any("alongside_0" in shape for shape in shapes)  # a call's end with its audit row
     assert any("), ($" in shape.split("AS appended")[0] for shape in shapes)  # reply and start
+
+
+def test_audit_rows_are_stored_as_their_models_would_store_them(alice: Any) -> None:
+    """The audit rows go in the events' statement from the events' values, not through a model
+    instance: each field is stored as the model would store it (an enum as its value, the JSON
+    of a breaker's failures, an unset field its default, the time the events got)."""
+    run = start_run(alice, "a task", model="mock")
+    mine = claim(run.pk, job_id=None, worker="w")
+    assert mine is not None
+    recorder = RunRecorder(mine.run, batched=True)
+    failed = ToolCallFinished(
+        step=1,
+        call_id="c1",
+        tool="run_code",
+        arguments='{"code": "1/0"}',
+        status=ToolStatus.ERROR,
+        text="ZeroDivisionError: «division» by zero",
+        duration=0.25,
+        policy="sandbox",
+        truncated=True,
+    )
+    failures = [{"tool": "run_code", "text": "ZeroDivisionError", "times": "2"}]
+    tripped = BreakerTripped(
+        step=1, tool="run_code", reason=HaltReason.TOOL_FAILURES, failures=failures
+    )
+    recorder(ToolCallStarted(step=1, call_id="c1", tool="run_code", arguments='{"code": "1/0"}'))
+    recorder(failed)
+    recorder(tripped)
+    execution = ToolExecution.objects.get(run=run)
+    assert (execution.step, execution.call_id, execution.tool) == (1, "c1", "run_code")
+    assert execution.arguments == '{"code": "1/0"}'
+    assert execution.status == "error"
+    assert (execution.result, execution.error) == ("", failed.text)
+    assert (execution.truncated, execution.duration, execution.policy) == (True, 0.25, "sandbox")
+    assert execution.pruned_at is None
+    assert execution.created_at == run.events.get(kind="tool_call_finished").created_at
+    trip = BreakerTrip.objects.get(run=run)
+    assert (trip.step, trip.tool, trip.reason) == (1, "run_code", "tool_failures")
+    assert trip.failures == failures
+    assert trip.created_at == run.events.get(kind="breaker_tripped").created_at
+    assert run.events.get(kind="tool_call_finished").event == failed  # the log's JSON, whole
 
 
 def record_steps(recorder: RunRecorder, steps: range) -> None:
