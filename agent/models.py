@@ -401,7 +401,11 @@ def with_alongside(statement: str, models_: Sequence[type[models.Model]], connec
 class RunEvent(models.Model):
     """One event of a run, numbered in the order it happened. Rows are appended, never updated."""
 
-    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique (run, seq) serves every look by run, and each event
+    # written would update one more index.
+    run = models.ForeignKey(
+        AgentRun, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=32, choices=choices(list(EVENT_TYPES)))
     step = models.PositiveIntegerField(default=0)
@@ -429,7 +433,10 @@ class ToolExecution(models.Model):
     row per ToolCallFinished, read by the console. Its table keeps the name it had when it was
     the tools app's."""
 
-    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_executions")
+    # No index of its own: the (run, step) index serves every look by run.
+    run = models.ForeignKey(
+        AgentRun, on_delete=models.CASCADE, related_name="tool_executions", db_index=False
+    )
     step = models.PositiveIntegerField()
     call_id = models.CharField(max_length=CALL_ID_CHARS)
     tool = models.CharField(max_length=TOOL_NAME_CHARS)

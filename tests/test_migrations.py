@@ -60,3 +60,17 @@ def test_memory_drops_the_foreign_key_an_older_database_has_on_its_run_id():
         if c["foreign_key"] and c["columns"] == ["source_run_id"]
     ]
     assert any(c["index"] and c["columns"] == ["source_run_id"] for c in constraints.values())
+
+
+@pytest.mark.parametrize("table", ["agent_runevent", "tools_toolexecution"])
+def test_a_run_s_log_and_audit_rows_are_found_by_run_through_one_index_and_its_key_stays(table):
+    """Their own index on run_id went (every row written updated it): an index that starts with
+    run_id is still there, for the reads by run and the deletes that cascade from a run, and so
+    is the foreign key."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, table)
+    indexed = [c for c in constraints.values() if c["index"] or c["unique"]]
+    by_run = [c for c in indexed if c["columns"][0] == "run_id"]
+    assert len(by_run) == 1
+    assert len(by_run[0]["columns"]) == 2
+    assert [c for c in constraints.values() if c["foreign_key"] and c["columns"] == ["run_id"]]
