@@ -69,22 +69,29 @@ class RunRecorder:
         *,
         batched: bool = False,
         on_end: Callable[[AgentRun], object] | None = None,
+        last_seq: int | None = None,
     ) -> None:
         """`batched`: hold a model's reply to record it with what follows it (HELD), as a
         worker does; whoever records a run's events one at a time (its end, a resume, a test)
         leaves it off. A batched recorder's owner calls `flush` when it lets the run go.
         `on_end` is done in the transaction that records the run's end (what follows it in its
-        conversation: agent.runs.start_next_queued); should it fail, the end stands."""
+        conversation: agent.runs.start_next_queued); should it fail, the end stands.
+        `last_seq`: the seq of the log's last event, when the caller knows it (0: the log of a
+        run its worker claimed afresh is empty); else it is read."""
         self.run = run
         self.on_end = on_end
         self.batched = batched
         self.attempt = run.attempt
         self.then = then
-        self.seq = run.events.aggregate(last=Max("seq"))["last"] or 0
+        if last_seq is None:
+            last_seq = run.events.aggregate(last=Max("seq"))["last"] or 0
+        self.seq = last_seq
         self.iterations = 0
         self.tool_calls = 0
         self.usage = Usage()
-        self.summarised = 0.0
+        # The first refresh comes SUMMARY_INTERVAL into the run, not at its first reply: a run
+        # shorter than that has its figures written once, with its end.
+        self.summarised = time.monotonic()
         self.finished = False
         self.announced = bus.transport().event_insert  # the transport's, chosen once
         self.held: list[Event] = []  # events not recorded yet: they go with the next one

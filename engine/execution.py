@@ -242,7 +242,9 @@ def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
     run is not its own any more.
     """
     with transaction.atomic():
-        run = AgentRun.objects.select_for_update().filter(pk=run_id).first()
+        # Its owner with it (the run's tools, recall and memory act for them), not locked.
+        taken = AgentRun.objects.select_for_update(of=("self",)).select_related("user")
+        run = taken.filter(pk=run_id).first()
         if run is None or run.status not in (RunStatus.QUEUED, RunStatus.RUNNING):
             return None
         if job_id is not None and run.job_id != job_id:
@@ -326,7 +328,13 @@ def work(
     as this worker left it: not finished, and back in the queue if the database still answers."""
     run = claimed.run
     interrupt = interrupt or Interrupt()
-    recorder = RunRecorder(run, then=on_event, batched=True, on_end=start_next_queued)
+    recorder = RunRecorder(
+        run,
+        then=on_event,
+        batched=True,
+        on_end=start_next_queued,
+        last_seq=0 if claimed.reason is None else None,  # a fresh start's log is empty
+    )
     try:
         llm = llm or taking_turns(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
@@ -373,10 +381,18 @@ def work(
         return run
     if not recorder.finished:  # the loop could not log its end: the run's row gets it anyway
         recorder.write_end(end_of(result))
-    run.refresh_from_db()
+    read_again(run)
     if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
         remember_outcome(run, result)
     return run
+
+
+def read_again(run: AgentRun) -> None:
+    """The run's row as it ended, its owner kept: refresh_from_db forgets the user loaded with
+    the run, who cannot change, and what follows (its outcome remembered) would read them again."""
+    owner = run.user
+    run.refresh_from_db()
+    run.user = owner
 
 
 # One gate per process for the OpenAI-compatible server: at most LOOP_OPENAI_CONCURRENCY of this
@@ -405,11 +421,11 @@ def pick_up(claimed: Claim, recorder: RunRecorder) -> tuple[RunState | None, Lim
     """The state to go on from (None: start afresh), the limits from here on, and the seconds
     already worked. A resumed run's log says so first: a RunResumed event."""
     run, reason = claimed.run, claimed.reason
+    limits = Limits(**run.limits)
+    if reason is None:  # its log is empty (resume_reason): nothing to read
+        return None, limits, 0.0
     rows = list(run.events.order_by("seq").values_list("kind", "data", "created_at"))
     events = [event_from_dict(kind, data) for kind, data, _ in rows]
-    limits = Limits(**run.limits)
-    if reason is None:
-        return None, limits, 0.0
     worked = worked_seconds([(kind, at) for kind, _, at in rows])
     state = replay(events) if any(isinstance(e, RunStarted) for e in events) else None
     note = ""
@@ -581,12 +597,12 @@ def remember_outcome(run: AgentRun, result: RunResult) -> None:
     source, worked = result.answer_source, result.ok_tool_calls
     if carries_nothing(run.answer, source=source, ok_tool_calls=worked):
         return
-    ok = run.tool_executions.filter(status=ToolStatus.OK)
-    if not worth_an_outcome(set(ok.values_list("tool", flat=True))):
+    ok = run.tool_executions.filter(status=ToolStatus.OK).order_by("pk")
+    calls = list(ok.values_list("tool", "arguments"))  # one read for both uses
+    if not worth_an_outcome({tool for tool, _ in calls}):
         return
     outcome = run.status + (f" ({run.halt_reason})" if run.halt_reason else "")
-    written = ok.filter(tool=WRITE_FILE.name)
-    files = files_written(written.order_by("pk").values_list("arguments", flat=True))
+    files = files_written([arguments for tool, arguments in calls if tool == WRITE_FILE.name])
     text = outcome_text(run.task, outcome, run.answer, files)
     importance = 0.5 if run.status == RunStatus.SUCCEEDED else 0.3
     try:

@@ -177,3 +177,22 @@ def finished_call(call_id: str, step: int) -> ToolCallFinished:
         text="ok",
         duration=0.1,
     )
+
+
+def test_a_run_worked_afresh_reads_nothing_it_knows_already(alice: Any) -> None:
+    """A run claimed afresh has an empty log: its worker reads neither the log's rows nor its
+    last seq; its owner comes with the claim and is read no more; and a run shorter than the
+    summary's interval writes its figures once, with its end."""
+    run = start_run(alice, "a task", model="mock")
+    script = ScriptedLLM([call("list_files", {}), answer("ok")])
+    with CaptureQueriesContext(connection) as queries:
+        run = execute_run(run, llm=script)
+    assert run.status == RunStatus.SUCCEEDED
+    sent = [query["sql"] for query in queries.captured_queries]
+    assert not [sql for sql in sent if 'MAX("agent_runevent"."seq")' in sql]
+    assert not [
+        sql for sql in sent if 'SELECT "agent_runevent"."kind", "agent_runevent"."data"' in sql
+    ]
+    assert not [sql for sql in sent if sql.startswith('SELECT "auth_user"')]
+    assert not [sql for sql in sent if sql.startswith('UPDATE "agent_agentrun" SET "iterations"')]
+    assert run.iterations == 2  # the end wrote them
