@@ -76,7 +76,9 @@ def shape(sql: str) -> str:
     return " ".join(VALUES.sub("?", sql).split())[:110]
 
 
-def measure(stack: Stack, people: int) -> tuple[list[tuple[str, str, float]], dict[str, int], int]:
+def measure(
+    stack: Stack, people: int, keep_log: Path | None = None
+) -> tuple[list[tuple[str, str, float]], dict[str, int], int]:
     """The statements executed (who, shape, ms), the counters' growth and the runs finished."""
     stack.start_worker(16)
     try:
@@ -96,6 +98,8 @@ def measure(stack: Stack, people: int) -> tuple[list[tuple[str, str, float]], di
                 with log.open("rb") as lines:
                     lines.seek(start)
                     text = lines.read().decode(errors="replace")
+                if keep_log is not None:
+                    keep_log.write_text(text)
                 executed.extend(
                     (side(m["app"]), shape(m["sql"]), float(m["ms"]))
                     for m in map(EXECUTED.match, text.splitlines())
@@ -135,12 +139,13 @@ def main() -> None:
     parser.add_argument("--people", type=int, default=10)
     parser.add_argument("--latency-ms", type=int, default=500, help="the mock's time per turn")
     parser.add_argument("--project", type=Path, default=MAIN_PROJECT, help="the tree to run")
+    parser.add_argument("--log", type=Path, help="write the server's log of the burst there")
     options = parser.parse_args()
     settings = {"LOOP_USER_ACTIVE_RUNS": "1000"}
     with running_stack(
         options.project, "worker", latency_ms=options.latency_ms, **settings
     ) as stack:
-        executed, grown, runs = measure(stack, options.people)
+        executed, grown, runs = measure(stack, options.people, options.log)
     if not runs:
         raise SystemExit("no run finished")
     print(f"{options.people} people in {stack.project}, one worker at 16")
