@@ -1,9 +1,10 @@
 """Many people at once through the real stack: runs per minute, waits, and what the workers hold.
 
-    .venv/bin/python bench/load.py [--people 50] [--concurrency 1,4,16,32] [--workers 1]
+    .venv/bin/python bench/load.py [--people 50] [--concurrency 1,4,16,32] [--workers 1] [--web 1]
     .venv/bin/python bench/load.py --project /work/old --engine db_worker   # the old engine
 
-Starts a fresh site (bench/_stack.py: daphne, an embedded PostgreSQL of its own, Redis as the
+Starts a fresh site (bench/_stack.py: daphne, or --web N of them accepting on one port as behind a
+reverse proxy, an embedded PostgreSQL of its own, Redis as the
 channel layer, the mock model at --latency-ms a turn), then for each concurrency: starts the
 workers (`manage.py worker --concurrency C`, or the old `db_worker`, one run at a time), works one
 warm-up run (the embedder and the sandbox load once per process), and has `--people` new users
@@ -127,7 +128,7 @@ class CpuMeter:
     def __init__(self, stack: Stack) -> None:
         assert stack.web is not None
         self.roots = {
-            "web": [stack.web.pid],
+            "web": stack.web_pids,
             "workers": [process.pid for process in stack.workers],
             "database": [stack.postmaster()],
         }
@@ -437,6 +438,10 @@ def main() -> None:
     parser.add_argument("--people", type=int, default=50)
     parser.add_argument("--concurrency", default="1,4,16,32", help="comma-separated")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--web", type=int, default=1,
+        help="daphne processes sharing the port (each uses one core at most)",
+    )  # fmt: skip
     parser.add_argument("--latency-ms", type=int, default=500, help="the mock's time per turn")
     parser.add_argument("--project", type=Path, default=MAIN_PROJECT, help="the tree to run")
     parser.add_argument("--engine", choices=ENGINES, default="worker")
@@ -453,10 +458,11 @@ def main() -> None:
     settings = {"LOOP_USER_ACTIVE_RUNS": "1000"}
     with running_stack(
         options.project, options.engine, latency_ms=options.latency_ms, keep=options.keep,
-        max_connections=options.max_connections, **settings,
+        max_connections=options.max_connections, web_processes=options.web, **settings,
     ) as stack:  # fmt: skip
         print(
-            f"{options.people} people, {options.workers} x `{options.engine}` in "
+            f"{options.people} people, {options.web} x daphne, {options.workers} x "
+            f"`{options.engine}` in "
             f"{stack.project}, mock at {options.latency_ms} ms a turn"
         )
         for concurrency in levels:
