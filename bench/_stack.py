@@ -382,6 +382,9 @@ class Watched:
     out_of_order: int = 0  # a marker for fewer events than one before it
     reconnects: int = 0  # sockets the site dropped that the page opened again (page_reconnect)
     error: str = ""
+    # When each event the socket (not the page) brought arrived: a marker for seq N covers the
+    # events after the one before it up to N, all in that frame.
+    arrivals: dict[int, float] = field(default_factory=dict)
 
 
 # What the page's socket does when the site drops it (static/chat/chat.js, htmx's ws extension):
@@ -481,11 +484,14 @@ class Person:
         """Read the socket's frames until the run's end (True) or the socket closes."""
         async for message in socket_:
             seen.frames += 1
+            arrived = time.time()
             for run, seq, watching in SEQ_MARKER.findall(str(message)):
                 if int(run) != seen.run_id:
                     continue
                 if int(seq) < seen.seen_seq:
                     seen.out_of_order += 1
+                for covered in range(seen.seen_seq + 1, int(seq) + 1):
+                    seen.arrivals.setdefault(covered, arrived)
                 seen.seen_seq = max(seen.seen_seq, int(seq))
                 if not watching:
                     seen.finished_at = time.time()
@@ -592,3 +598,21 @@ def run_rows(stack: Stack, run_ids: list[int]) -> dict[int, RunRow]:
         )
         for row in rows
     }
+
+
+def event_latencies(stack: Stack, watched: list[Watched]) -> list[float]:
+    """Seconds from each event's `created_at` (stamped by the worker just before its INSERT) to
+    its arrival on the page's socket, for every event a socket brought (same machine, one clock)."""
+    runs = {seen.run_id: seen for seen in watched if seen.run_id and seen.arrivals}
+    if not runs:
+        return []
+    rows = stack.query(
+        "SELECT run_id, seq, extract(epoch FROM created_at) FROM agent_runevent "
+        "WHERE run_id = ANY(%s)",
+        (list(runs),),
+    )
+    return [
+        runs[run].arrivals[seq] - float(created)
+        for run, seq, created in rows
+        if seq in runs[run].arrivals
+    ]

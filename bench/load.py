@@ -22,6 +22,8 @@ Figures per concurrency:
 - end to end (send -> the socket's marker that the run finished) p50/p99, and how long a run
   holds its slot (started_at -> finished_at), of which before its first step (-> RunStarted: the
   claim and the memory recall);
+- live events: how long each event a socket brought took from its `created_at` (stamped by the
+  worker just before its INSERT) to its frame's arrival, p50/p99;
 - sockets dropped: a socket the site closes abnormally, or whose handshake it never answers,
   is opened again as the page's script does (htmx's backoff) and counted, not failed;
 - events lost: per run, the events in the log beyond what the page and the socket's seq markers
@@ -57,6 +59,7 @@ from bench._stack import (
     RunRow,
     Stack,
     Watched,
+    event_latencies,
     everyone_sends,
     log_in_all,
     percentile,
@@ -178,6 +181,7 @@ class Figures:
     rss_idle: float
     rss_peak: float
     most_at_once: int
+    events: list[float] = field(default_factory=list)  # live events' latencies (s)
     sessions: tuple[int, int, int] = (0, 0, 0)  # database sessions at most: web, workers, all
     max_connections: int = 0
     cpu: CpuMeter | None = None
@@ -207,6 +211,9 @@ class Figures:
             f"  end to end p50 {self.e2e_p50:.2f} s, p99 {self.e2e_p99:.2f} s; a run holds its "
             f"slot p50 {self.slot_p50:.2f} s, of which {self.before_step_p50:.2f} s before its "
             f"first step",
+            f"  live events: {len(self.events)} reached the pages in p50 "
+            f"{percentile(self.events, 0.5) * 1000:.0f} ms, p99 "
+            f"{percentile(self.events, 0.99) * 1000:.0f} ms (created_at -> on the socket)",
             f"  events lost {self.lost}, runs failed {self.failed}; sockets dropped and opened "
             f"again by the page {self.reconnects}",
             f"  worker RSS idle {self.rss_idle:.0f} MB, peak {self.rss_peak:.0f} MB, "
@@ -359,6 +366,7 @@ def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: 
     finally:
         stack.stop_workers()
     result = figures(watched, rows, concurrency, workers, latency, idle, sampled.peak)
+    result.events = event_latencies(stack, watched)
     result.sessions = sampled.sessions
     result.cpu = cpu
     result.alone = alone
