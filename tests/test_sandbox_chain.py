@@ -11,7 +11,8 @@ import psutil
 import pytest
 
 from tools.cgroups import MEMORY, Tree
-from tools.sandbox import BubblewrapSandbox, Limits, snippet_rlimits
+from tools.code import parse_report
+from tools.sandbox import BubblewrapSandbox, Limits, _site_packages, snippet_rlimits
 
 from .test_run_code import run, user_context
 from .test_saver_fence import saver_of
@@ -97,3 +98,49 @@ def test_the_overlay_reads_its_limits_as_resource_value_pairs(given):
     assert positional == ["/w", "1", "2", "/f", "5"]
     assert options == {"limits": given, "cgroup": "/c"}
     assert command == ["bwrap", "-x"]
+
+
+def test_the_snippet_runs_as_python3_reading_stdin_would_without_the_site_module(workspaces):
+    """Its interpreter starts with -S (tools.sandbox.SNIPPET_MAIN): the program still runs as
+    __main__ from "<stdin>", with exit(), quit() and the system's dist-packages."""
+    context = user_context(workspaces)
+    code = (
+        "import __main__, pickle, sys\n"
+        "class Kept: pass\n"
+        "print(__name__, __main__.__file__, sys.argv, len(pickle.dumps(Kept())) > 0)\n"
+        "print(sorted(name for name in globals() if not name.startswith('__')))\n"
+        f"print([path for path in sys.path if path in {list(site_packages())!r}])\n"
+        "exit(3)\n"
+    )
+    report = parse_report(run(context, code).text)
+    assert report is not None
+    assert report.exit_status == 3
+    assert report.stdout.splitlines() == [
+        "__main__ <stdin> ['-'] True",
+        "['Kept', 'pickle', 'sys']",  # nothing of SNIPPET_MAIN's own
+        repr(list(site_packages())),
+    ]
+
+
+def test_an_uncaught_exception_shows_the_programs_frames_only(workspaces):
+    report = parse_report(run(user_context(workspaces), "def f():\n    1 / 0\nf()\n").text)
+    assert report is not None
+    assert report.exit_status == 1
+    assert report.stderr.splitlines() == [
+        "Traceback (most recent call last):",
+        '  File "<stdin>", line 3, in <module>',
+        '  File "<stdin>", line 2, in f',
+        "ZeroDivisionError: division by zero",
+    ]
+    broken = parse_report(run(user_context(workspaces), "print(1 /)\n").text)
+    assert broken is not None
+    assert broken.stderr.startswith('  File "<stdin>", line 1\n')
+    assert broken.stderr.rstrip().endswith("SyntaxError: invalid syntax")
+
+
+def site_packages() -> tuple[str, ...]:
+    from django.conf import settings
+
+    paths = _site_packages(settings.LOOP_SANDBOX_PYTHON)
+    assert paths is not None
+    return paths
