@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tools import sandbox as sandbox_module
 from tools.sandbox import Limits, MachineLoad, WarmSandboxes
 
 pytestmark = pytest.mark.fast
@@ -82,3 +83,13 @@ def test_the_machines_load_is_read_from_proc_stat():
     while time.monotonic() < deadline:  # busy for a moment, so at least some ticks pass
         pass
     assert 0.0 <= load.busy_share() <= 1.0
+
+
+def test_a_machine_without_proc_stat_counts_as_quiet(monkeypatch):
+    """Starting ahead comes after a call's result: a load that cannot be read must not fail it."""
+
+    def unreadable() -> tuple[int, int]:
+        raise PermissionError("/proc/stat")
+
+    monkeypatch.setattr(sandbox_module, "_cpu_ticks", unreadable)
+    assert MachineLoad(window=0.0).busy_share() == 0.0

@@ -621,7 +621,10 @@ class MachineLoad:
         with self.lock:
             if self.reading is not None and now - self.reading[0] < self.window:
                 return self.share
-            busy, total = _cpu_ticks()
+            try:
+                busy, total = _cpu_ticks()
+            except (OSError, ValueError):  # no /proc/stat to read: taken as quiet, as before
+                return 0.0
             if self.reading is not None and total > self.reading[2]:
                 self.share = (busy - self.reading[1]) / (total - self.reading[2])
             self.reading = (now, busy, total)
