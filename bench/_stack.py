@@ -89,7 +89,11 @@ class Stack:
     var_dir: Path
     env: dict[str, str]
     port: int = 0
-    web: subprocess.Popen[bytes] | None = None
+    web: subprocess.Popen[bytes] | None = None  # the first daphne
+    web_processes: int = 1
+    more_webs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    listener: socket.socket | None = None  # shared by the daphnes, when there are several
+    log_start: int = 0  # where this start's lines begin in daphne.log
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     db: psycopg.Connection[Any] | None = None
     pg_handle: Any = None
@@ -112,23 +116,61 @@ class Stack:
         return (self.var_dir / f"{name}.log").open("ab")
 
     def start_web(self) -> None:
+        """daphne as the Procfile runs it; with `web_processes` above 1, that many daphnes
+        accepting on one listening socket (as behind a reverse proxy, each process one core at
+        most), the kernel handing each connection to one of them."""
         self.port = free_port()
-        self.web = subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(self.port),
-             "--websocket_connect_timeout", "30", "loopsite.asgi:application"],  # as the Procfile
-            cwd=self.project, env={**self.env, "PGAPPNAME": WEB_APP},
-            stdout=subprocess.DEVNULL, stderr=self.log("daphne"),
-        )  # fmt: skip
+        if self.web_processes > 1:
+            self.listener = socket.create_server(("127.0.0.1", self.port), backlog=1024)
+            self.listener.set_inheritable(True)
+        log = self.var_dir / "daphne.log"
+        self.log_start = log.stat().st_size if log.exists() else 0
+        processes = [self.daphne() for _ in range(self.web_processes)]
+        self.web, self.more_webs = processes[0], processes[1:]
         deadline = time.monotonic() + 120
-        while socket.socket().connect_ex(("127.0.0.1", self.port)) != 0:
-            if self.web.poll() is not None or time.monotonic() > deadline:
+        while socket.socket().connect_ex(("127.0.0.1", self.port)) != 0 or not self.serving():
+            if any(p.poll() is not None for p in processes) or time.monotonic() > deadline:
                 raise SystemExit(f"daphne did not start; see {self.var_dir}/daphne.log")
             time.sleep(0.1)
 
+    def daphne(self) -> subprocess.Popen[bytes]:
+        if self.listener is None:
+            where = ["--bind", "127.0.0.1", "--port", str(self.port)]
+        else:
+            where = ["--fd", str(self.listener.fileno())]
+        return subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "daphne", *where,
+             "--websocket_connect_timeout", "30", "loopsite.asgi:application"],  # as the Procfile
+            cwd=self.project, env={**self.env, "PGAPPNAME": WEB_APP},
+            stdout=subprocess.DEVNULL, stderr=self.log("daphne"),
+            pass_fds=() if self.listener is None else (self.listener.fileno(),),
+        )  # fmt: skip
+
+    def serving(self) -> bool:
+        """Every daphne has started serving (with a shared socket, the port answers as soon as
+        it is bound, before any daphne): each says so in its log."""
+        if self.listener is None:
+            return True
+        with (self.var_dir / "daphne.log").open("rb") as log:
+            log.seek(self.log_start)
+            started = log.read().decode(errors="replace")
+        return started.count("Configuring endpoint") >= self.web_processes
+
+    @property
+    def web_pids(self) -> list[int]:
+        return [p.pid for p in [self.web, *self.more_webs] if p is not None]
+
+    def stop_web(self) -> None:
+        for process in [self.web, *self.more_webs]:
+            if process is not None and process.poll() is None:
+                process.terminate()
+                process.wait(60)
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
     def restart_web(self) -> None:
-        if self.web is not None and self.web.poll() is None:
-            self.web.terminate()
-            self.web.wait(60)
+        self.stop_web()
         self.start_web()
 
     def start_worker(self, concurrency: int) -> subprocess.Popen[bytes]:
@@ -224,9 +266,7 @@ class Stack:
 
     def close(self) -> None:
         self.stop_workers()
-        if self.web is not None and self.web.poll() is None:
-            self.web.terminate()
-            self.web.wait(60)
+        self.stop_web()
         if self.db is not None:
             self.db.close()
         if self.pg_handle is not None:
@@ -267,6 +307,7 @@ def running_stack(
     latency_ms: int,
     keep: bool = False,
     max_connections: int = 0,
+    web_processes: int = 1,
     **settings: str,
 ) -> Iterator[Stack]:
     """A fresh site in `project`: migrated, daphne serving, no worker yet. With
@@ -290,7 +331,10 @@ def running_stack(
         LOOP_MOCK_LATENCY_MS=str(latency_ms),
         **settings,
     )
-    stack = Stack(project=project.resolve(), engine=engine, var_dir=var_dir, env=env)
+    stack = Stack(
+        project=project.resolve(), engine=engine, var_dir=var_dir, env=env,
+        web_processes=web_processes,
+    )  # fmt: skip
     try:
         if max_connections:
             allow_connections(var_dir / "postgres", max_connections)
@@ -338,6 +382,9 @@ class Watched:
     out_of_order: int = 0  # a marker for fewer events than one before it
     reconnects: int = 0  # sockets the site dropped that the page opened again (page_reconnect)
     error: str = ""
+    # When each event the socket (not the page) brought arrived: a marker for seq N covers the
+    # events after the one before it up to N, all in that frame.
+    arrivals: dict[int, float] = field(default_factory=dict)
 
 
 # What the page's socket does when the site drops it (static/chat/chat.js, htmx's ws extension):
@@ -437,11 +484,14 @@ class Person:
         """Read the socket's frames until the run's end (True) or the socket closes."""
         async for message in socket_:
             seen.frames += 1
+            arrived = time.time()
             for run, seq, watching in SEQ_MARKER.findall(str(message)):
                 if int(run) != seen.run_id:
                     continue
                 if int(seq) < seen.seen_seq:
                     seen.out_of_order += 1
+                for covered in range(seen.seen_seq + 1, int(seq) + 1):
+                    seen.arrivals.setdefault(covered, arrived)
                 seen.seen_seq = max(seen.seen_seq, int(seq))
                 if not watching:
                     seen.finished_at = time.time()
@@ -548,3 +598,21 @@ def run_rows(stack: Stack, run_ids: list[int]) -> dict[int, RunRow]:
         )
         for row in rows
     }
+
+
+def event_latencies(stack: Stack, watched: list[Watched]) -> list[float]:
+    """Seconds from each event's `created_at` (stamped by the worker just before its INSERT) to
+    its arrival on the page's socket, for every event a socket brought (same machine, one clock)."""
+    runs = {seen.run_id: seen for seen in watched if seen.run_id and seen.arrivals}
+    if not runs:
+        return []
+    rows = stack.query(
+        "SELECT run_id, seq, extract(epoch FROM created_at) FROM agent_runevent "
+        "WHERE run_id = ANY(%s)",
+        (list(runs),),
+    )
+    return [
+        runs[run].arrivals[seq] - float(created)
+        for run, seq, created in rows
+        if seq in runs[run].arrivals
+    ]

@@ -1,9 +1,10 @@
 """Many people at once through the real stack: runs per minute, waits, and what the workers hold.
 
-    .venv/bin/python bench/load.py [--people 50] [--concurrency 1,4,16,32] [--workers 1]
+    .venv/bin/python bench/load.py [--people 50] [--concurrency 1,4,16,32] [--workers 1] [--web 1]
     .venv/bin/python bench/load.py --project /work/old --engine db_worker   # the old engine
 
-Starts a fresh site (bench/_stack.py: daphne, an embedded PostgreSQL of its own, Redis as the
+Starts a fresh site (bench/_stack.py: daphne, or --web N of them accepting on one port as behind a
+reverse proxy, an embedded PostgreSQL of its own, Redis as the
 channel layer, the mock model at --latency-ms a turn), then for each concurrency: starts the
 workers (`manage.py worker --concurrency C`, or the old `db_worker`, one run at a time), works one
 warm-up run (the embedder and the sandbox load once per process), and has `--people` new users
@@ -21,6 +22,8 @@ Figures per concurrency:
 - end to end (send -> the socket's marker that the run finished) p50/p99, and how long a run
   holds its slot (started_at -> finished_at), of which before its first step (-> RunStarted: the
   claim and the memory recall);
+- live events: how long each event a socket brought took from its `created_at` (stamped by the
+  worker just before its INSERT) to its frame's arrival, p50/p99;
 - sockets dropped: a socket the site closes abnormally, or whose handshake it never answers,
   is opened again as the page's script does (htmx's backoff) and counted, not failed;
 - events lost: per run, the events in the log beyond what the page and the socket's seq markers
@@ -56,6 +59,7 @@ from bench._stack import (
     RunRow,
     Stack,
     Watched,
+    event_latencies,
     everyone_sends,
     log_in_all,
     percentile,
@@ -127,7 +131,7 @@ class CpuMeter:
     def __init__(self, stack: Stack) -> None:
         assert stack.web is not None
         self.roots = {
-            "web": [stack.web.pid],
+            "web": stack.web_pids,
             "workers": [process.pid for process in stack.workers],
             "database": [stack.postmaster()],
         }
@@ -177,6 +181,7 @@ class Figures:
     rss_idle: float
     rss_peak: float
     most_at_once: int
+    events: list[float] = field(default_factory=list)  # live events' latencies (s)
     sessions: tuple[int, int, int] = (0, 0, 0)  # database sessions at most: web, workers, all
     max_connections: int = 0
     cpu: CpuMeter | None = None
@@ -206,6 +211,9 @@ class Figures:
             f"  end to end p50 {self.e2e_p50:.2f} s, p99 {self.e2e_p99:.2f} s; a run holds its "
             f"slot p50 {self.slot_p50:.2f} s, of which {self.before_step_p50:.2f} s before its "
             f"first step",
+            f"  live events: {len(self.events)} reached the pages in p50 "
+            f"{percentile(self.events, 0.5) * 1000:.0f} ms, p99 "
+            f"{percentile(self.events, 0.99) * 1000:.0f} ms (created_at -> on the socket)",
             f"  events lost {self.lost}, runs failed {self.failed}; sockets dropped and opened "
             f"again by the page {self.reconnects}",
             f"  worker RSS idle {self.rss_idle:.0f} MB, peak {self.rss_peak:.0f} MB, "
@@ -358,6 +366,7 @@ def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: 
     finally:
         stack.stop_workers()
     result = figures(watched, rows, concurrency, workers, latency, idle, sampled.peak)
+    result.events = event_latencies(stack, watched)
     result.sessions = sampled.sessions
     result.cpu = cpu
     result.alone = alone
@@ -437,6 +446,10 @@ def main() -> None:
     parser.add_argument("--people", type=int, default=50)
     parser.add_argument("--concurrency", default="1,4,16,32", help="comma-separated")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--web", type=int, default=1,
+        help="daphne processes sharing the port (each uses one core at most)",
+    )  # fmt: skip
     parser.add_argument("--latency-ms", type=int, default=500, help="the mock's time per turn")
     parser.add_argument("--project", type=Path, default=MAIN_PROJECT, help="the tree to run")
     parser.add_argument("--engine", choices=ENGINES, default="worker")
@@ -453,10 +466,11 @@ def main() -> None:
     settings = {"LOOP_USER_ACTIVE_RUNS": "1000"}
     with running_stack(
         options.project, options.engine, latency_ms=options.latency_ms, keep=options.keep,
-        max_connections=options.max_connections, **settings,
+        max_connections=options.max_connections, web_processes=options.web, **settings,
     ) as stack:  # fmt: skip
         print(
-            f"{options.people} people, {options.workers} x `{options.engine}` in "
+            f"{options.people} people, {options.web} x daphne, {options.workers} x "
+            f"`{options.engine}` in "
             f"{stack.project}, mock at {options.latency_ms} ms a turn"
         )
         for concurrency in levels:

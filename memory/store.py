@@ -76,7 +76,7 @@ def remember(
     with transaction.atomic():
         # One remember at a time per owner, so two runs ending together cannot both miss a
         # duplicate of the other or both evict.
-        get_user_model().objects.select_for_update(no_key=True).filter(pk=owner.pk).first()
+        _lock(owner)
         same = Memory.objects.filter(owner=owner, content_hash=digest).first()
         if same is not None:
             return Remembered(_touch(same, importance), MemoryOutcome.DUPLICATE)
@@ -124,7 +124,9 @@ def nearest(
     `strict` keeps the scan's results in exact distance order, for when the single nearest one
     matters; recall re-ranks its candidates anyway and takes the faster relaxed order.
     """
-    with transaction.atomic():
+    # The search's settings are local to a transaction; inside remember's one, no savepoint
+    # (two statements) is needed around them.
+    with transaction.atomic(savepoint=False):
         set_search(limit, strict=strict)
         mine = Memory.objects.filter(owner=owner)
         if origin is not None:
@@ -307,6 +309,12 @@ def check_embedder(embedder: Embedder) -> None:
 class _Near:
     memory: Memory
     similarity: float
+
+
+def _lock(owner: AbstractBaseUser) -> None:
+    """Lock the owner's row (its key alone is read back: nothing else is needed)."""
+    users = get_user_model().objects.select_for_update(no_key=True).filter(pk=owner.pk)
+    users.values_list("pk", flat=True).first()
 
 
 def _nearest(owner: AbstractBaseUser, vector: Vector, origin: str) -> _Near | None:

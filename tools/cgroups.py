@@ -14,7 +14,8 @@ The kernel charges a page to the cgroup of the process that first touched it, tm
 what a snippet keeps in /tmp or writes into its workspace's overlay counts against program/ (and,
 while the saver saves it, against the person). The saver is kept out of program/: a snippet at its
 bound must neither get the saver killed nor starve it of the memory it saves with. Each process
-moves itself in by a tiny step of the chain (`enter_prefix`) before anything of the snippet runs.
+moves itself in by a tiny step of the chain (`enter_prefix`; the quota's overlay, which runs as
+that step anyway, enters program/ itself) before anything of the snippet runs.
 A snippet over its bound meets the kernel's OOM killer inside program/ (v2 kills all of program/
 at once, v1 its largest processes one by one); `SnippetCgroup.release` says so afterwards.
 
@@ -39,12 +40,14 @@ from typing import Literal, Protocol
 
 from django.conf import settings
 
+from tools.overlay import REFUSED
+
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 TREE = "loop-sandbox"
-# bwrap reports its own failures as "bwrap: ..."; the sandbox fails closed on them alike.
-REFUSED = "bwrap: cannot bound the snippet's memory: its cgroup refused the process"
+# REFUSED: what a refused step says. bwrap reports its own failures as "bwrap: ..."; the sandbox
+# fails closed on them alike. tools/overlay.py says it too, as it enters the program cgroup itself.
 # Writes the shell's own pid (the process that then becomes "$@") into the cgroup.procs file $1.
 ENTER = f'{{ echo $$ >"$1"; }} 2>/dev/null || {{ echo "{REFUSED}" >&2; exit 1; }}; shift; exec "$@"'
 # How long `release` waits for a cgroup's processes to end: by then they are dying (the sandbox's
@@ -198,6 +201,11 @@ class SnippetCgroup:
     def program_prefix(self) -> list[str]:
         """The step before the sandbox proper: from here on it is under the snippet's bound."""
         return enter_prefix(self.program)
+
+    @property
+    def program_entry(self) -> Path:
+        """The file a process writes its pid to to enter program/ (what program_prefix does)."""
+        return self.program / "cgroup.procs"
 
     def release(self) -> Bound | None:
         """After the sandbox has ended: wait for its processes to be gone, remove its cgroups

@@ -1,14 +1,23 @@
 """Bound what a snippet writes by the workspace quota, with the kernel doing the counting.
 
-Run by the sandbox as `python3 -I -S overlay.py WORKSPACE MAX_BYTES MAX_FILES FENCES CHANNEL --
-COMMAND...`, already as the unprivileged identity snippets run as. In a user and mount namespace of
-its own it lays an overlay over the workspace whose upper layer is a tmpfs of the quota's size
-(bytes, and files plus an allowance for the overlay's own entries), so nothing a snippet writes
-with its own syscalls reaches the disk while it runs, and more than a whole quota fails at once
-with ENOSPC: no poll could stop a snippet writing 160 MiB in 0.09 s. It then forks the saver
-(tools/overlay_save.py) into a session of its own, so that killing the sandbox's process group at
-the timeout spares it, and execs COMMAND, the sandbox. The saver holds the sandbox's stdout and
-stderr until it has saved, so the worker sees the call end only once its files are in place.
+Run by the sandbox as `python3 -I -S overlay.py WORKSPACE MAX_BYTES MAX_FILES FENCES CHANNEL
+[--budget LIMITS] [--cgroup PROCS] [--limits LIMITS] -- COMMAND...`, already as the unprivileged
+identity snippets run as. It first sets the process budget (--budget: the uid's RLIMIT_NPROC, before
+anything makes a user namespace). In a user and mount namespace of its own it lays an overlay over
+the workspace whose upper layer is a tmpfs of the quota's size (bytes, and files plus an allowance
+for the overlay's own entries), so nothing a snippet writes with its own syscalls reaches the disk
+while it runs, and more than a whole quota fails at once with ENOSPC: no poll could stop a snippet
+writing 160 MiB in 0.09 s. It then forks the saver (tools/overlay_save.py) into a session of its
+own, so that killing the sandbox's process group at the timeout spares it; moves itself into the
+snippet's program cgroup (--cgroup: the cgroup.procs file to write its pid to), sets the snippet's
+limits (--limits) and execs COMMAND, the sandbox. The saver, forked before those two steps, is
+bound by neither. It holds the sandbox's stdout and stderr until it has saved, so the worker sees
+the call end only once its files are in place.
+
+LIMITS are `RESOURCE=VALUE` pairs joined by commas, each resource by its number
+(resource.RLIMIT_*, from the worker, whose kernel this is), each set hard and soft alike, so the
+snippet cannot raise it. Doing these steps here, not in `prlimit` and a shell around this script,
+spares every sandbox start three programs' start-up.
 
 CHANNEL is the saver's end of a socket pair to the worker (tools/fence.py), which only the saver
 keeps: on it the worker gives the ticket (the run and attempt the program runs for, and when it
@@ -20,14 +29,15 @@ file frees room only when the saver applies it: a snippet rewriting a large file
 must still work; the saver's exact count is what holds the quota.
 
 Standard library only, and kept small: it runs under the system interpreter on every sandbox start,
-before the snippet can, so each import and each line to compile is paid on run_code's latency.
+before the snippet can, so each import and each line to compile is paid on run_code's latency and
+CPU. libc is called through _ctypes, the C half of ctypes: ctypes itself costs a millisecond more.
 """
 
-import ctypes
 import os
 import select
 import stat
 import sys
+from _ctypes import FUNCFLAG_CDECL, FUNCFLAG_USE_ERRNO, RTLD_LOCAL, CFuncPtr, dlopen, get_errno
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
@@ -41,16 +51,52 @@ PAGE = 4096
 # within what the worker's end holds unread (it reads once the saver has ended).
 SAVED, FAILED = "saved", "failed"
 NOTE_CAP = 16_000
+# What a refused step into the program cgroup says (tools.cgroups.REFUSED, which the sandbox reads).
+REFUSED = "bwrap: cannot bound the snippet's memory: its cgroup refused the process"
 
 
 # Setting the overlay up ------------------------------------------------------------------------
 
 
+class _Function(CFuncPtr):
+    """A libc function returning int, errno kept (what ctypes.CDLL(None, use_errno=True) makes)."""
+
+    _flags_ = FUNCFLAG_CDECL | FUNCFLAG_USE_ERRNO
+
+
+class _Libc:
+    """What _ctypes looks a function up in (ctypes.CDLL is such an object): its dlopen handle."""
+
+    # None: this process's own symbols, libc's among them (typeshed knows only a library's path).
+    _handle = dlopen(None, RTLD_LOCAL)  # type: ignore[arg-type]
+
+
 def _libc_call(name: str, *arguments: object) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if getattr(libc, name)(*arguments) != 0:
-        code = ctypes.get_errno()
+    function = _Function((name, _Libc))  # type: ignore[arg-type]  # _Libc is CDLL enough
+    if function(*arguments) != 0:
+        code = get_errno()
         raise OSError(code, f"{name}: {os.strerror(code)}")
+
+
+def _set_limits(limits: str) -> None:
+    """Each RESOURCE=VALUE as hard and soft limit (prlimit64: a 64-bit rlimit on every ABI)."""
+    for pair in filter(None, limits.split(",")):
+        number, value = (int(part) for part in pair.split("="))
+        both = value.to_bytes(8, sys.byteorder) * 2  # struct rlimit64 {cur, max}
+        _libc_call("prlimit64", 0, number, both, None)
+
+
+def _enter_cgroup(procs: str) -> None:
+    """Move this process into a cgroup (tools.cgroups), failing closed as the sandbox expects."""
+    try:
+        handle = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(handle, str(os.getpid()).encode())
+        finally:
+            os.close(handle)
+    except OSError:
+        os.write(2, f"{REFUSED}\n".encode())
+        os._exit(1)  # the saver, forked already, sees the sandbox end and saves nothing
 
 
 def _mount(source: str | None, target: str, kind: str | None, flags: int, data: str) -> None:
@@ -147,14 +193,32 @@ def _saver():  # noqa: ANN202 (a module loaded from a path has no static type)
     return module
 
 
+def _options(argv: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """The positional arguments, the --name VALUE options, and the command after --."""
+    separator = argv.index("--") if "--" in argv else len(argv)
+    positional, options, words = [], {}, iter(argv[:separator])
+    for word in words:
+        if word in ("--budget", "--cgroup", "--limits"):
+            options[word[2:]] = next(words, "")
+        else:
+            positional.append(word)
+    return positional, options, argv[separator + 1 :]
+
+
+USAGE = (
+    "usage: overlay.py WORKSPACE MAX_BYTES MAX_FILES FENCES CHANNEL [--budget LIMITS] "
+    "[--cgroup PROCS] [--limits LIMITS] -- COMMAND..."
+)
+
+
 def main(argv: list[str]) -> None:
-    path, max_bytes, max_files, fences, channel, separator, *command = argv
-    if separator != "--" or not command:
-        raise SystemExit(
-            "usage: overlay.py WORKSPACE MAX_BYTES MAX_FILES FENCES CHANNEL -- COMMAND..."
-        )
+    positional, options, command = _options(argv)
+    if len(positional) != 5 or not command:
+        raise SystemExit(USAGE)
+    path, max_bytes, max_files, fences, channel = positional
     limits = (int(max_bytes), int(max_files))
     try:
+        _set_limits(options.get("budget", ""))  # before the user namespace: see the docstring
         _enter_namespaces()
         # Opened inside the new mount namespace: the overlay takes no layer from another.
         workspace = os.open(path, _DIRECTORY)
@@ -162,6 +226,12 @@ def main(argv: list[str]) -> None:
     except OSError as error:
         # The sandbox reports this the way bwrap reports its own failures.
         raise SystemExit(f"bwrap: cannot bound the workspace: {error.strerror}") from None
+    if "cgroup" in options:
+        _enter_cgroup(options["cgroup"])
+    try:
+        _set_limits(options.get("limits", ""))
+    except OSError as error:
+        raise SystemExit(f"bwrap: cannot set the snippet's limits: {error.strerror}") from None
     os.execv(command[0], command)  # noqa: S606 (the sandbox's argv, built by tools.sandbox)
 
 

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import logging
 import os
 import queue
+import resource
 import select
 import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
@@ -37,8 +40,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from tools import overlay
 from tools.base import ToolDenied, ToolError
-from tools.cgroups import MEMORY, REFUSED, Bound, CgroupError, SnippetCgroup
+from tools.cgroups import MEMORY, Bound, CgroupError, SnippetCgroup
 from tools.fence import Channel, fence_directory
+from tools.overlay import REFUSED
 from workspace.directory import UID_CEILING, Identity
 from workspace.quota import Quota
 
@@ -162,15 +166,30 @@ def workspace_owner(workspace: Path) -> Identity | None:
     return Identity(info.st_uid, info.st_gid)
 
 
-def quota_prefix(workspace: Path, saver: int) -> list[str]:
+def quota_prefix(
+    workspace: Path,
+    saver: int,
+    *,
+    limits: Limits | None = None,
+    memory: SnippetCgroup | None = None,
+) -> list[str]:
     """The command that bounds a sandboxed snippet's writes by the quota; the sandbox follows.
 
-    It runs as the snippet's unprivileged identity (after setpriv), before the rlimits, so the
-    saver it leaves behind is bound by neither the snippet's file-size nor its descriptor limit.
-    `saver` is the descriptor of the saver's end of its channel to the worker (tools.fence), and
-    the saver reads the workspace runs' fences where tools.fence writes them.
+    It runs as the snippet's unprivileged identity (after setpriv). `saver` is the descriptor of
+    the saver's end of its channel to the worker (tools.fence), and the saver reads the workspace
+    runs' fences where tools.fence writes them. With `limits`, it also sets the process budget
+    first (see process_budget_prefix), and, after forking the saver, enters the program cgroup
+    (`memory`) and sets the snippet's rlimits (see limits_prefix), so the saver it leaves behind
+    is bound by neither the snippet's memory, file-size nor descriptor limit: what `prlimit`, a
+    shell step and another `prlimit` did, for none of their start-ups.
     """
     quota = Quota.from_settings()
+    steps: list[str] = []
+    if limits is not None:
+        steps += ["--budget", _limits_text(process_budget(limits))]
+        if memory is not None:
+            steps += ["--cgroup", str(memory.program_entry)]
+        steps += ["--limits", _limits_text(snippet_rlimits(limits))]
     return [
         settings.LOOP_SANDBOX_PYTHON,
         "-I",
@@ -181,8 +200,14 @@ def quota_prefix(workspace: Path, saver: int) -> list[str]:
         str(quota.max_files),
         str(fence_directory(workspace)),
         str(saver),
+        *steps,
         "--",
     ]
+
+
+def _limits_text(rlimits: dict[int, int]) -> str:
+    """tools/overlay.py's LIMITS: RESOURCE=VALUE pairs, each set hard and soft."""
+    return ",".join(f"{number}={value}" for number, value in rlimits.items())
 
 
 def identity_prefix(workspace: Path) -> list[str]:
@@ -201,13 +226,18 @@ def identity_prefix(workspace: Path) -> list[str]:
     return [*prefix, "--"]
 
 
-def process_budget_prefix(limits: Limits) -> list[str]:
-    """prlimit --nproc, before anything in the chain makes a user namespace.
+def process_budget(limits: Limits) -> dict[int, int]:
+    """The uid's process limit, set before anything in the chain makes a user namespace.
 
     The kernel counts a uid's processes in every user namespace up to the host, and checks each
     level against the limit its creator had: a namespace made under the worker's own limit would
     count against that, not this one. Set first, it bounds all the uid's sandboxes together.
     """
+    return {resource.RLIMIT_NPROC: limits.max_processes}
+
+
+def process_budget_prefix(limits: Limits) -> list[str]:
+    """prlimit --nproc (process_budget), for the chain without the quota's overlay."""
     processes = limits.max_processes
     return [_require_program("prlimit", "util-linux"), f"--nproc={processes}:{processes}", "--"]
 
@@ -231,22 +261,35 @@ def memory_prefixes(memory: SnippetCgroup | None) -> tuple[list[str], list[str]]
     return memory.launch_prefix(), memory.program_prefix()
 
 
-def limits_prefix(limits: Limits) -> list[str]:
+def snippet_rlimits(limits: Limits) -> dict[int, int]:
     """The per-process limits. RLIMIT_AS stays as a backstop under the cgroup's bound (one
     process cannot use more than all of them together), and is the only bound without one."""
+    return {
+        resource.RLIMIT_CPU: limits.cpu_seconds,
+        resource.RLIMIT_AS: limits.memory_bytes,
+        resource.RLIMIT_FSIZE: limits.max_file_bytes,
+        resource.RLIMIT_NOFILE: limits.max_open_files,
+        resource.RLIMIT_CORE: 0,
+    }
 
-    def hard(value: int) -> str:
-        return f"{value}:{value}"
 
-    return [
-        _require_program("prlimit", "util-linux"),
-        f"--cpu={hard(limits.cpu_seconds)}",
-        f"--as={hard(limits.memory_bytes)}",
-        f"--fsize={hard(limits.max_file_bytes)}",
-        f"--nofile={hard(limits.max_open_files)}",
-        "--core=0:0",
-        "--",
+PRLIMIT_OPTIONS = {
+    resource.RLIMIT_CPU: "--cpu",
+    resource.RLIMIT_AS: "--as",
+    resource.RLIMIT_FSIZE: "--fsize",
+    resource.RLIMIT_NOFILE: "--nofile",
+    resource.RLIMIT_CORE: "--core",
+}
+
+
+def limits_prefix(limits: Limits) -> list[str]:
+    """prlimit with the snippet's limits (snippet_rlimits), hard and soft alike, for the chain
+    without the quota's overlay."""
+    options = [
+        f"{PRLIMIT_OPTIONS[number]}={value}:{value}"
+        for number, value in snippet_rlimits(limits).items()
     ]
+    return [_require_program("prlimit", "util-linux"), *options, "--"]
 
 
 class BubblewrapSandbox:
@@ -271,29 +314,27 @@ class BubblewrapSandbox:
     def launch(self, workspace: Path, limits: Limits) -> Future[Launched]:
         bwrap, *options, separator = self.bwrap_arguments(workspace, limits)
         saver = Channel()
-        chain = [
-            *identity_prefix(workspace),
-            *process_budget_prefix(limits),
-            # Bounds what the snippet writes, and fences it: tools/overlay.py.
-            *quota_prefix(workspace, saver.saver_end()),
-        ]
-        sandbox = [*limits_prefix(limits), bwrap]
         # bwrap reads its options from a pipe: in its argv they would show the snippet the
         # host's path of the workspace (/proc/1/cmdline, bwrap's init).
         options_fd = _options_pipe(options)
+        memory = None
         try:
             memory = memory_cgroup(workspace, limits)
+            # Bounds what the snippet writes, and fences it (tools/overlay.py), between the
+            # process budget and the snippet's cgroup and limits, which it sets itself.
+            quota = quota_prefix(workspace, saver.saver_end(), limits=limits, memory=memory)
         except BaseException:
             os.close(options_fd)
             saver.close()
+            if memory is not None:
+                memory.release()
             raise
-        into_launch, into_program = memory_prefixes(memory)
+        into_launch, _ = memory_prefixes(memory)
         argv = [
             *into_launch,
-            *chain,
-            *into_program,
-            *sandbox,
-            *["--args", str(options_fd), separator],
+            *identity_prefix(workspace),
+            *quota,
+            *[bwrap, "--args", str(options_fd), separator],
             *interpreter_arguments(),
         ]
         return LAUNCHER.start(argv, limits, memory=memory, options_fd=options_fd, saver=saver)
@@ -565,6 +606,39 @@ class Warm:
             self.sandbox.result().discard()
 
 
+class MachineLoad:
+    """How busy the machine's CPUs were over the last second or so, from /proc/stat: read at most
+    once a `window`, by whichever call asks first after it; 0.0 until two readings exist."""
+
+    def __init__(self, window: float = 1.0) -> None:
+        self.window = window
+        self.lock = threading.Lock()
+        self.reading: tuple[float, int, int] | None = None  # (monotonic time, busy, all) ticks
+        self.share = 0.0
+
+    def busy_share(self) -> float:
+        now = time.monotonic()
+        with self.lock:
+            if self.reading is not None and now - self.reading[0] < self.window:
+                return self.share
+            try:
+                busy, total = _cpu_ticks()
+            except (OSError, ValueError):  # no /proc/stat to read: taken as quiet, as before
+                return 0.0
+            if self.reading is not None and total > self.reading[2]:
+                self.share = (busy - self.reading[1]) / (total - self.reading[2])
+            self.reading = (now, busy, total)
+            return self.share
+
+
+def _cpu_ticks() -> tuple[int, int]:
+    """The machine's CPU time so far, in ticks: busy, and all (idle and waiting for I/O too)."""
+    with open("/proc/stat") as stat:
+        ticks = [int(value) for value in stat.readline().split()[1:]]
+    idle = sum(ticks[3:5])  # idle, iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
 class WarmSandboxes:
     """One sandbox per recently used workspace, started ahead and idling on stdin.
 
@@ -573,10 +647,27 @@ class WarmSandboxes:
     serves only the workspace and limits it was built for, runs nothing until it gets a program,
     counts against its user's process budget while it idles, dies with the worker, and is killed
     after `idle_seconds` unused. At most `capacity` idle at once.
+
+    Starting ahead trades CPU for latency, and is wasted whenever the run calls no other snippet
+    (a sandbox start is 20 to 30 ms of CPU; a call served ahead saves about as much wall time).
+    When the machine's CPUs were at least `BUSY_SHARE` busy over the last second, CPU is what
+    the runs wait for: then at most `busy_capacity` idle at once, so a burst of many people's
+    runs, each calling run_code once, spends almost nothing on sandboxes nobody uses.
     """
 
-    def __init__(self, idle_seconds: float = 120.0, capacity: int = 16) -> None:
+    BUSY_SHARE = 0.8
+
+    def __init__(
+        self,
+        idle_seconds: float = 120.0,
+        capacity: int = 16,
+        *,
+        busy_capacity: int = 2,
+        load: Callable[[], float] | None = None,
+    ) -> None:
         self.idle_seconds, self.capacity = idle_seconds, capacity
+        self.busy_capacity = min(busy_capacity, capacity)
+        self.load = load or MachineLoad().busy_share
         self.idle: dict[tuple[Path, Limits], Warm] = {}
         self.lock = threading.Lock()
         self.served = 0  # calls a sandbox started ahead has served: what tests and the bench read
@@ -608,7 +699,7 @@ class WarmSandboxes:
                 # A parallel call's sandbox already waits: starting another only to kill one
                 # would spend the user's process budget for nothing.
                 return
-            if len(self.idle) >= self.capacity:
+            if len(self.idle) >= self.room():
                 # Full: this one goes cold next time. Evicting an idle sandbox to start this
                 # one would, in a burst of many people's runs, start sandboxes only to kill
                 # them (each start is tens of ms of CPU: docs/engine.md, "Where a run's CPU
@@ -617,6 +708,10 @@ class WarmSandboxes:
             warm = Warm(key, start(workspace, limits), self.idle_seconds, self._expire)
             self.idle[key] = warm
         warm.expiry.start()
+
+    def room(self) -> int:
+        """How many may idle now: fewer while the machine's CPUs are busy."""
+        return self.busy_capacity if self.load() >= self.BUSY_SHARE else self.capacity
 
     def _expire(self, warm: Warm) -> None:
         with self.lock:
@@ -701,9 +796,64 @@ for forget in (LAUNCHER.forget, REAPER.forget, WARM.forget, RUNNING.forget):
     os.register_at_fork(after_in_child=forget)
 
 
+# The snippet's interpreter starts without the site module (-S), which costs about 2.5 ms of CPU a
+# snippet (its imports, the dist-packages' .pth files, sitecustomize). This program puts back what
+# a snippet sees of site: the interpreter's dist-packages on sys.path (after the standard library,
+# where site puts them), exit() and quit(); then it runs the program on stdin as `python3 -I -`
+# would: as __main__, __file__ "<stdin>", argv ["-"], an uncaught exception printed by
+# sys.excepthook without this program's frame, exit status 1. What differs: sys.flags.no_site,
+# os not imported ahead, what a .pth file would run, and a recursion limit two frames nearer.
+SNIPPET_MAIN = """\
+import sys as _sys, builtins as _builtins, _sitebuiltins
+_sys.path += {paths!r}
+_builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+_builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+_sys.argv[:] = ["-"]
+def _main(sys=_sys, main=globals()):
+    for name in ("_sys", "_builtins", "_sitebuiltins", "_main"):
+        del main[name]
+    main["__file__"], main["__cached__"] = "<stdin>", None
+    try:
+        exec(compile(sys.stdin.buffer.read(), "<stdin>", "exec"), main)
+    except SystemExit:
+        raise
+    except BaseException as error:
+        error.__traceback__ = error.__traceback__.tb_next
+        sys.excepthook(type(error), error, error.__traceback__)
+        raise SystemExit(1) from None
+_main()
+"""
+_SITE_PACKAGES = "import os, site; print(*filter(os.path.isdir, site.getsitepackages()), sep='\\n')"
+
+
 def interpreter_arguments() -> list[str]:
-    # -I: ignore PYTHON* variables and the user's site-packages; the code itself comes on stdin.
-    return [settings.LOOP_SANDBOX_PYTHON, "-I", "-"]
+    """The snippet's interpreter. -I: no PYTHON* variables, no user site-packages, no script
+    directory on sys.path; the code itself comes on stdin."""
+    python = settings.LOOP_SANDBOX_PYTHON
+    paths = _site_packages(python)
+    if paths is None:
+        return [python, "-I", "-"]
+    return [python, "-I", "-S", "-c", SNIPPET_MAIN.format(paths=list(paths))]
+
+
+@functools.cache
+def _site_packages(python: str) -> tuple[str, ...] | None:
+    """The directories the site module adds to this interpreter's sys.path, asked of it once a
+    process (with -S: nothing of a .pth file or sitecustomize runs); None if it cannot say, and
+    then snippets start with the site module."""
+    try:
+        listed = subprocess.run(  # noqa: S603 (the configured interpreter, a fixed program)
+            [python, "-I", "-S", "-c", _SITE_PACKAGES],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+            env=_environment_for_host_process(),
+        )
+    except (OSError, subprocess.SubprocessError) as error:
+        logger.warning("run_code: %s could not list its site-packages: %s", python, error)
+        return None
+    return tuple(listed.stdout.splitlines())
 
 
 def execute(
