@@ -290,9 +290,23 @@ def stored_embedder() -> str:
     return EmbeddingSpace.objects.values_list("embedder", flat=True).first() or ""
 
 
+def stored_space() -> tuple[str, int]:
+    """stored_embedder() and stored_dimensions() in one round trip: every embed asks."""
+    space = EmbeddingSpace._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT embedder FROM {space} ORDER BY id LIMIT 1), "  # noqa: S608 (our tables)
+            "(SELECT atttypmod FROM pg_attribute "
+            "WHERE attrelid = %s::regclass AND attname = 'embedding')",
+            [Memory._meta.db_table],
+        )
+        name, dimensions = cursor.fetchone()
+    return name or "", dimensions
+
+
 def check_embedder(embedder: Embedder) -> None:
     """Vectors only compare with vectors of the same embedder: refuse to mix them."""
-    name, dimensions = stored_embedder(), stored_dimensions()
+    name, dimensions = stored_space()
     if name != embedder.name and not Memory.objects.exists():
         # Nothing stored yet: the store is the configured embedder's from now on.
         EmbeddingSpace.objects.update_or_create(pk=1, defaults={"embedder": embedder.name})
