@@ -34,7 +34,7 @@ from django.urls import set_script_prefix
 IDLE_THREADS = 16
 
 
-class OneCallHandler(ASGIHandler):  # type: ignore[misc] (Django has no stubs here)
+class OneCallHandler(ASGIHandler):  # type: ignore[misc]
     """Django's ASGIHandler, but a request's sync code runs in one call in one kept thread."""
 
     def __init__(self) -> None:
