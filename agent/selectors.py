@@ -43,10 +43,6 @@ def run_of(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
     return runs_for(user).filter(pk=run_id).first()
 
 
-def owns_run(user: AbstractBaseUser, run_id: int) -> bool:
-    return runs_for(user).filter(pk=run_id).exists()
-
-
 def runs_by_id(user: AbstractBaseUser, ids: Iterable[int | None]) -> dict[int, AgentRun]:
     """The user's runs of these ids, by id, each with its conversation: the runs that stored
     their memories. A run of a deleted conversation is still theirs here (its memory outlived
