@@ -34,7 +34,8 @@ def test_a_run_s_end_is_read_with_its_feedback_and_its_conversation_s_last_statu
     sent = "".join(read.frames)
     assert len(queries.captured_queries) == 2
     assert f'id="conversation-{conversation.pk}-status"' in sent
-    assert "status-queued" in sent and "status-succeeded" not in sent.split("conversation-")[1]
+    assert "status-queued" in sent
+    assert "status-succeeded" not in sent.split("conversation-")[1]
     assert 'value="down" class="thumb" aria-pressed="true"' in sent
     assert read.last == 1
 
@@ -52,4 +53,5 @@ def test_another_person_s_run_s_end_is_not_read(alice, bob):
     run = start_run(alice, DEMO, model="mock", conversation=new_conversation(alice))
     ended(run)
     read = read_unsent.func(bob, run.pk, 0)
-    assert read.frames == [] and read.last == 0
+    assert read.frames == []
+    assert read.last == 0
