@@ -22,7 +22,7 @@ from agent.llm.factory import (
     resolve,
 )
 from agent.llm.tokens import count_tokens
-from agent.models import FINISHED, AgentRun, Conversation, RunEvent, RunFeedback
+from agent.models import FINISHED, AgentRun, Conversation, RunEvent
 from memory.forgetting import remembered_by
 from memory.models import Memory
 
@@ -43,8 +43,21 @@ def run_of(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
     return runs_for(user).filter(pk=run_id).first()
 
 
-def owns_run(user: AbstractBaseUser, run_id: int) -> bool:
-    return runs_for(user).filter(pk=run_id).exists()
+def run_of_with_state(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
+    """As run_of, in the same one query: the run's feedback (`getattr(run, "feedback", None)`)
+    and its conversation with `last_status` (as with_last_status), for a page that redraws the
+    run's status, its feedback and the sidebar's icon together."""
+    last = AgentRun.objects.filter(conversation=OuterRef("conversation_id")).order_by("-pk")
+    run = (
+        runs_for(user)
+        .filter(pk=run_id)
+        .select_related("conversation", "feedback")
+        .annotate(conversation_last_status=Subquery(last.values("status")[:1]))
+        .first()
+    )
+    if run is not None and run.conversation is not None:
+        run.conversation.last_status = run.conversation_last_status
+    return run
 
 
 def runs_by_id(user: AbstractBaseUser, ids: Iterable[int | None]) -> dict[int, AgentRun]:
@@ -67,11 +80,6 @@ def recalled_in(run: AgentRun) -> list[RecalledMemory]:
                 for memory in memories:
                     recalled.setdefault(memory.id, memory)
     return list(recalled.values())
-
-
-def feedback_on(run: AgentRun) -> RunFeedback | None:
-    """What the run's person thought of its answer, if they said."""
-    return RunFeedback.objects.filter(run=run).first()
 
 
 class Branching(NamedTuple):

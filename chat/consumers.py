@@ -34,7 +34,7 @@ from django.contrib.auth import get_user
 from django.contrib.auth.signals import user_logged_out
 from django.db import InterfaceError, OperationalError
 
-from agent import bus, selectors
+from agent import bus
 from chat.rendering import draw, streamed_removal, streamed_text, streaming_card
 from chat.stream import ALL_STEPS, Unsent, pushed, read_unsent, unsent
 
@@ -216,14 +216,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         if run_id not in self.sent and len(self.sent) >= MAX_WATCHED_RUNS:
             await self.shut(Close.TOO_MANY_RUNS)
             return
-        if not await self.owns(run_id):
-            await self.shut(Close.NOT_FOUND)
-            return
         await self.watch(run_id, after)
-
-    @database_sync_to_async
-    def owns(self, run_id: int) -> bool:
-        return selectors.owns_run(self.user, run_id)
 
     async def still_signed_in(self, *, now: bool = False) -> bool:
         """Whether the session is still valid and its user active (read at most once a
@@ -247,13 +240,34 @@ class RunConsumer(AsyncWebsocketConsumer):
     async def watch(self, run_id: int, after: int) -> None:
         if run_id in self.sent:
             self.sent[run_id] = max(self.sent[run_id], after)
-        else:
-            self.sent[run_id] = after
-            # Join first, then read the log: an event stored after the read wakes us.
-            await self.join(bus.group_for(run_id))
-            self.listened.append(run_id)
-            await self.layer(self.listener.watch(run_id), "listen")
-        await self.catch_up(run_id, acknowledge=True)
+            if not await self.catch_up(run_id, acknowledge=True):
+                await self.unwatch(run_id)
+                await self.shut(Close.NOT_FOUND)
+            return
+        # Join first, then read the log: an event stored after the read wakes us.
+        await self.join(bus.group_for(run_id))
+        self.listened.append(run_id)
+        await self.layer(self.listener.watch(run_id), "listen")
+        self.sent[run_id] = after
+        # The first read is the check that the run is the user's (its query checks whose the
+        # run is): another's, or one gone, is let go at once. None of its wake-ups was acted
+        # on: they wait behind this message. A database failure here fails the socket (the
+        # run unchecked), as the check did on its own.
+        async with self.sending:
+            found = await self.send_unsent(run_id, wanted=0, acknowledge=True)
+        if not found:
+            await self.unwatch(run_id)
+            await self.shut(Close.NOT_FOUND)
+
+    async def unwatch(self, run_id: int) -> None:
+        """Stop watching a run that is not the user's to watch."""
+        del self.sent[run_id]
+        self.listened.remove(run_id)
+        self.listener.unwatch(run_id)
+        group = bus.group_for(run_id)
+        if group in self.joined:
+            self.joined.discard(group)
+            await self.layer(self.channel_layer.group_discard(group, self.channel_name), "leave")
 
     async def join(self, group: str) -> bool:
         joined = await self.layer(self.channel_layer.group_add(group, self.channel_name), "join")
@@ -345,30 +359,35 @@ class RunConsumer(AsyncWebsocketConsumer):
                 await self.deliver(run_id, read)
             return True
 
-    async def catch_up(self, run_id: int, *, wanted: int = 0, acknowledge: bool = False) -> None:
+    async def catch_up(self, run_id: int, *, wanted: int = 0, acknowledge: bool = False) -> bool:
         """Send what the page lacks (at least up to event `wanted`), a page of the log at a
         time; with `acknowledge`, send the run's seq marker even when nothing is new, so the
-        page knows it is watching."""
+        page knows it is watching. False if the run is no longer the user's to see."""
         async with self.sending:
             try:
-                await self.send_unsent(run_id, wanted=wanted, acknowledge=acknowledge)
+                return await self.send_unsent(run_id, wanted=wanted, acknowledge=acknowledge)
             except (OperationalError, InterfaceError) as error:
                 # The database went away mid-read (a restart): the page waits, degraded, and
                 # the recovery reads the log again once it answers.
                 await self.layer_failed("read the event log", error)
+                return True
 
-    async def send_unsent(self, run_id: int, *, wanted: int, acknowledge: bool) -> None:
+    async def send_unsent(self, run_id: int, *, wanted: int, acknowledge: bool) -> bool:
+        """False if a read found nothing of the run for the user (not theirs, or gone)."""
         while not self.closing and await self.still_signed_in():
             after = self.sent[run_id]
             read = await unsent(self.user, run_id, after)
             if read.last < wanted and not read.more:  # a shared read from before `wanted`
                 read = await read_unsent(self.user, run_id, after)
-            if not read.frames or (read.last <= after and not acknowledge):
-                return
+            if not read.frames:
+                return False
+            if read.last <= after and not acknowledge:
+                return True
             await self.deliver(run_id, read)
             if not read.more:
-                return
+                return True
             acknowledge = False
+        return True
 
     async def deliver(self, run_id: int, read: Unsent) -> None:
         """Send what was read (or pushed) for the run, and settle its streamed cards."""

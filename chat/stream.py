@@ -60,7 +60,10 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
     events = selectors.events_of_run_of(user, run_id, after=after, limit=EVENTS_PER_READ + 1)
     more = len(events) > EVENTS_PER_READ
     events = events[:EVENTS_PER_READ]
-    run = selectors.run_of(user, run_id) if not events or lifecycle(events) else None
+    if events and lifecycle(events):  # the status, feedback and sidebar's icon are redrawn
+        run = selectors.run_of_with_state(user, run_id)
+    else:
+        run = None if events else selectors.run_of(user, run_id)
     if not events:
         if run is None:
             return Unsent(frames=[], last=after, replied=0, more=False)
@@ -149,11 +152,12 @@ def framed(run_id: int, events: list[Logged], more: bool, run: AgentRun | None) 
         offered = selectors.model_offered(run)
         tail.append(draw("run_status", run=run, oob=True, model_offered=offered))
         if run.is_finished:
-            feedback = selectors.feedback_on(run)
+            feedback = getattr(run, "feedback", None)
             tail.append(draw("feedback", run=run, feedback=feedback, oob=True))
             tail.append(draw("turn_actions", run=run, oob=True))
-        if run.conversation_id is not None:
-            tail.append(sidebar_status(run.conversation_id))
+        if run.conversation is not None:
+            conversation = labelled(run.conversation)
+            tail.append(draw("conversation_status", conversation=conversation, oob=True))
     frame.append(seq_marker(run_id, events[-1].seq, finished=finished))
     frames.append("".join(frame + tail))
     return frames
@@ -161,8 +165,3 @@ def framed(run_id: int, events: list[Logged], more: bool, run: AgentRun | None) 
 
 def seq_marker(run_id: int, seq: int, *, finished: bool = False) -> str:
     return draw("seq_marker", run_id=run_id, seq=seq, finished=finished, oob=True)
-
-
-def sidebar_status(conversation_id: int) -> str:
-    conversation = labelled(selectors.conversation_with_status(conversation_id))
-    return draw("conversation_status", conversation=conversation, oob=True)

@@ -7,14 +7,15 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.conf import settings
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
-from django.core.asgi import get_asgi_application
 
-from loopsite.database import ClosesConnections
+from loopsite import handler
 from loopsite.limits import bound_request_bodies
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopsite.settings")
 
-django_application = get_asgi_application()
+# Django's ASGI handler, each request's sync code in one call in a kept thread, which gives the
+# request's database connections back to the pool at its end (loopsite/handler.py).
+django_application = handler.application()
 
 # In development daphne serves static files itself; in production a web server serves the
 # `collectstatic` output from STATIC_ROOT.
@@ -29,7 +30,7 @@ from chat.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": ClosesConnections(http_application),
+        "http": http_application,
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -8,10 +8,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from asgiref.typing import ASGIApplication, ASGIReceiveCallable, ASGISendCallable, Scope
 from django.core.exceptions import ImproperlyConfigured
-from django.db import InterfaceError, connections
+from django.db import InterfaceError
 from psycopg import ProgrammingError
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
@@ -118,25 +116,3 @@ def database_unreachable(error: BaseException) -> bool:
             return state is None or state.startswith("08") or state in _SERVER_UNAVAILABLE
         error = error.__cause__
     return False
-
-
-class ClosesConnections:
-    """Closes, when an HTTP request is done, the database connections its thread opened.
-
-    Django's ASGI handler runs each request's code in a thread of that request's own, which ends
-    with it: a connection kept for CONN_MAX_AGE there is never used again, and was never
-    closed either, so a burst of requests left as many idle sessions open for good. The
-    request's thread context is entered here (Django's handler shares it), so the closing runs
-    in that same thread. The websocket's reads keep their connection (CONN_MAX_AGE)."""
-
-    def __init__(self, application: ASGIApplication) -> None:
-        self.application = application
-
-    async def __call__(
-        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
-    ) -> None:
-        async with ThreadSensitiveContext():
-            try:
-                await self.application(scope, receive, send)
-            finally:
-                await sync_to_async(connections.close_all)()

@@ -126,17 +126,3 @@ def outage_page(request: HttpRequest) -> HttpResponse:
     response["Retry-After"] = str(RETRY_AFTER_SECONDS)
     patch_cache_control(response, no_store=True)
     return response
-
-
-class OneThreadMiddleware:
-    """Last in MIDDLEWARE, so every middleware above it runs in one sync call (Loop's views are
-    sync). Under ASGI, Django runs a middleware async when the one below it is async and it
-    can be; Django's own then hop to the sync thread and back for each of their hooks (about ten
-    hops a request, most of a page's CPU in daphne). A sync-only middleware at the bottom makes
-    the whole chain sync: one hop in, and the view's."""
-
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        return self.get_response(request)

@@ -88,8 +88,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "axes.middleware.AxesMiddleware",
-    "loopsite.middleware.OneThreadMiddleware",  # last: keeps the chain above in one thread
-]
+]  # built sync under ASGI too, the request's code in one thread call (loopsite/handler.py)
 
 ROOT_URLCONF = "loopsite.urls"
 ASGI_APPLICATION = "loopsite.asgi.application"

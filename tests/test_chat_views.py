@@ -3,7 +3,9 @@
 from html.parser import HTMLParser
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.core.events import EndCause, HaltReason, RunFinished, RunStatus
@@ -75,6 +77,22 @@ def test_the_first_task_stores_a_conversation_and_queues_its_run(as_alice, alice
     page = as_alice.get(response.url).text
     assert conversation.title in page
     assert f'data-run="{run.pk}" data-seq="0" data-watch' in page
+
+
+def test_the_first_task_is_stored_in_one_transaction_of_few_statements(as_alice, alice):
+    """Its conversation is made named and on its model, its run follows no turn, and the send
+    takes no savepoint and no second look at the conversation it just made."""
+    with CaptureQueriesContext(connection) as queries:
+        as_alice.post("/send/", {"task": DEMO})
+    run = AgentRun.objects.get(conversation__owner=alice)
+    assert (run.conversation.title, run.conversation.model) == (DEMO, run.conversation.model)
+    assert run.conversation.model.endswith(run.model)
+    assert run.parent_id is None
+    statements = [query["sql"] for query in queries.captured_queries]
+    # The test's own transaction makes the send's a savepoint: one, and no other within it.
+    assert len([sql for sql in statements if "SAVEPOINT" in sql]) == 2
+    assert sum('FROM "agent_conversation"' in sql for sql in statements) == 0
+    assert len(statements) <= 11
 
 
 def test_a_task_sent_with_htmx_answers_the_new_turn(as_alice, alice):

@@ -113,6 +113,24 @@ async def test_another_user_s_run_cannot_be_watched(alice, bob):
     assert await closed_with(communicator) == Close.NOT_FOUND
 
 
+async def test_another_user_s_run_s_wake_ups_are_never_sent_while_it_is_checked(alice, bob):
+    """The socket joins a run's group before its first read, which checks whose the run is: the
+    wake-ups that reach it meanwhile, events carried and streamed text, are never sent."""
+    run = await database_sync_to_async(start_run)(alice, "What is 1 + 1?", model="mock")
+    communicator = await socket(bob)
+    assert (await communicator.connect())[0]
+    await watch(communicator, run.pk)
+    layer, group = get_channel_layer(), events_bus.group_for(run.pk)
+    secret = {"step": 1, "call_id": "c1", "tool": "run_code", "arguments": '{"code": "SECRET"}'}
+    for seq in range(1, 20):
+        await layer.group_send(
+            group, events_bus.wake_up(run.pk, seq, [(seq, "tool_call_started", secret)])
+        )
+        await layer.group_send(group, events_bus.delta(run.pk, seq, "SECRET"))
+    assert await closed_with(communicator) == Close.NOT_FOUND
+    assert await communicator.receive_nothing(timeout=0.5)
+
+
 async def test_an_oversized_message_closes_the_socket(alice):
     communicator = await socket(alice)
     assert (await communicator.connect())[0]

@@ -1,20 +1,27 @@
-"""Under ASGI a page's middleware runs in one sync call: Django runs a middleware async when the
-one below it is async and it can be, and its own middleware then hops to a thread and back for
-each of its hooks (about ten hops a page, most of a page's CPU in daphne). The last middleware,
-sync only, keeps them all sync."""
+"""Under ASGI a page's sync code runs in one thread call (loopsite/handler.py): no middleware hook
+hops to a thread and back, the view runs in the thread the middleware ran in, the threads are kept
+from one request to the next, and a request gives its database connections back at its end."""
+
+import threading
 
 import pytest
+from channels.db import database_sync_to_async
 from channels.testing import HttpCommunicator
+from django.contrib.sessions.backends.db import SessionStore
 from django.core.asgi import get_asgi_application
+from django.db import connections
 from django.utils.deprecation import MiddlewareMixin
+
+from chat import views
+from loopsite import handler
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 HOST = [(b"host", b"localhost")]
 
 
-async def hops_of_a_page(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The middleware that ran async (each hook a hop) while the login page was served."""
+def counting_async_hooks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The middleware that will run async (each of its hooks a hop to a thread and back)."""
     hops: list[str] = []
     async_call = MiddlewareMixin.__acall__
 
@@ -23,19 +30,65 @@ async def hops_of_a_page(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return await async_call(self, request)
 
     monkeypatch.setattr(MiddlewareMixin, "__acall__", counted)
-    application = get_asgi_application()  # builds the middleware chain anew, as daphne does
+    return hops
+
+
+async def login_page(application) -> None:
     page = HttpCommunicator(application, "GET", "/accounts/login/", headers=HOST)
     assert (await page.get_response())["status"] == 200
-    return hops
 
 
 @pytest.mark.asyncio
 async def test_no_middleware_hook_hops_threads(monkeypatch):
-    assert await hops_of_a_page(monkeypatch) == []
+    hops = counting_async_hooks(monkeypatch)
+    await login_page(handler.application())  # builds the middleware chain anew, as daphne does
+    assert hops == []
 
 
 @pytest.mark.asyncio
-async def test_without_the_last_middleware_they_would_hop(monkeypatch, settings):
-    """The test above can fail: the same page, the chain built without it."""
-    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if not m.endswith("OneThreadMiddleware")]
-    assert "SessionMiddleware" in await hops_of_a_page(monkeypatch)
+async def test_under_django_s_own_handler_they_would_hop(monkeypatch):
+    """The test above can fail: Django's handler builds the same chain async."""
+    hops = counting_async_hooks(monkeypatch)
+    await login_page(get_asgi_application())
+    assert "SessionMiddleware" in hops
+
+
+def signed_in_cookie(user) -> list[tuple[bytes, bytes]]:
+    session = SessionStore()
+    session["_auth_user_id"] = str(user.pk)
+    session["_auth_user_backend"] = "django.contrib.auth.backends.ModelBackend"
+    session["_auth_user_hash"] = user.get_session_auth_hash()
+    session.create()
+    return [*HOST, (b"cookie", f"sessionid={session.session_key}".encode())]
+
+
+@pytest.mark.asyncio
+async def test_a_page_runs_in_one_kept_thread_and_gives_its_connection_back(alice, monkeypatch):
+    """Two pages one after the other: each view runs in the thread its middleware ran in, the
+    second in the same thread as the first (no thread started per request), and after each the
+    thread holds no database connection (the pool has it back)."""
+    threads: list[tuple[int, int]] = []  # (the middleware's, the view's) of each page
+    chat_page = views.chat_page
+
+    def watched_page(request, *args, **kwargs):
+        threads.append((request.middleware_thread, threading.get_ident()))
+        return chat_page(request, *args, **kwargs)
+
+    monkeypatch.setattr(views, "chat_page", watched_page)
+    application = handler.application()
+    application._middleware_chain = ThreadOfMiddleware(application._middleware_chain)
+    cookie = await database_sync_to_async(signed_in_cookie)(alice)
+    for _ in range(2):
+        page = HttpCommunicator(application, "GET", "/", headers=cookie)
+        assert (await page.get_response())["status"] == 200
+        (thread,) = application.idle
+        assert thread.submit(lambda: connections["default"].connection).result() is None
+    assert len(threads) == 2
+    assert threads[0][0] == threads[0][1] == threads[1][0] == threads[1][1]
+
+
+class ThreadOfMiddleware(MiddlewareMixin):
+    """Notes the thread the middleware chain runs in, on the request."""
+
+    def process_request(self, request):
+        request.middleware_thread = threading.get_ident()
