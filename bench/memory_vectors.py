@@ -10,7 +10,9 @@ has them (embedded once, kept in var/bench/), and (b) the bench's made vectors a
 its 1st, 10th and 100th nearest, and the local intrinsic dimensionality of its 20 nearest (LID,
 the maximum-likelihood estimate of Levina and Bickel), the usual measure of how hard a query is
 for a graph index: the higher, the more of the nearest lie at nearly the same distance. Medians
-over the questions. Exact (numpy), no database.
+over the questions. Then how close the 10th and 11th nearest are (d11-d10, the median, and the
+share of questions where they lie within bench/memory.py's TIE, which its recall@10 counts as
+found either way): near-ties no index could order. Exact (numpy), no database.
 """
 
 import argparse
@@ -22,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.memory import NOISE, dataset, embedded, query_like, stored_texts
+from bench.memory import NOISE, TIE, dataset, embedded, query_like, stored_texts
 from memory.embedders import get_embedder
 
 NEIGHBOURS = 100
@@ -35,9 +37,11 @@ def profile(name: str, vectors: "np.ndarray", questions: "np.ndarray") -> None:
     euclidean = np.sqrt(np.maximum(2 * nearest, 1e-12))
     lid = -1 / np.mean(np.log(euclidean[:, : LID_K - 1] / euclidean[:, LID_K - 1 : LID_K]), 1)
     d1, d10, d100 = (np.median(nearest[:, i]) for i in (0, 9, 99))
+    gap = nearest[:, 10] - nearest[:, 9]
     print(
         f"  {name:<28} {len(vectors):>9,}   d1 {d1:.3f}   d10 {d10:.3f}   d100 {d100:.3f}"
-        f"   d100-d10 {d100 - d10:.3f}   LID {np.median(lid):5.1f}",
+        f"   d100-d10 {d100 - d10:.3f}   LID {np.median(lid):5.1f}"
+        f"   d11-d10 {np.median(gap):.4f} ({np.mean(gap <= TIE):.0%} tied)",
         flush=True,
     )
 
