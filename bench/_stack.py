@@ -94,6 +94,10 @@ class Stack:
     more_webs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     listener: socket.socket | None = None  # shared by the daphnes, when there are several
     log_start: int = 0  # where this start's lines begin in daphne.log
+    # DEBUG=false behind a TLS proxy, as docs/deploy.md runs it: the clients speak to
+    # https://127.0.0.1:PORT through ProxyTransport, which hands daphne plain HTTP and says
+    # X-Forwarded-Proto: https (LOOP_TRUST_X_FORWARDED_PROTO), as the proxy would.
+    production: bool = False
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     db: psycopg.Connection[Any] | None = None
     pg_handle: Any = None
@@ -101,6 +105,16 @@ class Stack:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def origin(self) -> str:
+        """The site's origin as its people's browsers see it."""
+        return f"https://127.0.0.1:{self.port}" if self.production else self.url
+
+    @property
+    def proxy_headers(self) -> dict[str, str]:
+        """What the TLS proxy adds to each request it passes on (a socket's handshake too)."""
+        return {"X-Forwarded-Proto": "https"} if self.production else {}
 
     def manage(self, *args: str) -> str:
         """`manage.py ARGS` in the project, with the stack's environment; its stdout."""
@@ -308,6 +322,7 @@ def running_stack(
     keep: bool = False,
     max_connections: int = 0,
     web_processes: int = 1,
+    production: bool = False,
     **settings: str,
 ) -> Iterator[Stack]:
     """A fresh site in `project`: migrated, daphne serving, no worker yet. With
@@ -331,9 +346,16 @@ def running_stack(
         LOOP_MOCK_LATENCY_MS=str(latency_ms),
         **settings,
     )
+    if production:
+        env.update(
+            DEBUG="false",
+            SECRET_KEY=uuid.uuid4().hex * 2,
+            ALLOWED_HOSTS="127.0.0.1",
+            LOOP_TRUST_X_FORWARDED_PROTO="true",
+        )
     stack = Stack(
         project=project.resolve(), engine=engine, var_dir=var_dir, env=env,
-        web_processes=web_processes,
+        web_processes=web_processes, production=production,
     )  # fmt: skip
     try:
         if max_connections:
@@ -399,14 +421,25 @@ def reconnect_delay(attempt: int) -> float:
     return random.random() * 2 ** min(attempt, 6)
 
 
+class ProxyTransport(httpx.AsyncHTTPTransport):
+    """A TLS-terminating proxy in front of daphne, in the client: an https:// request (whose
+    Secure cookies the client then sends) goes to daphne as plain HTTP, saying it came by HTTPS."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.url = request.url.copy_with(scheme="http")
+        request.headers["X-Forwarded-Proto"] = "https"
+        return await super().handle_async_request(request)
+
+
 class Person:
     """A logged-in browser: an HTTP client with its cookies, and the site's origin."""
 
     def __init__(self, stack: Stack, username: str) -> None:
         self.stack = stack
         self.username = username
-        self.client = httpx.AsyncClient(base_url=stack.url, timeout=WAIT)
-        self.headers = {"Origin": stack.url}  # a browser's POST carries its page's origin
+        transport = ProxyTransport() if stack.production else None
+        self.client = httpx.AsyncClient(base_url=stack.origin, timeout=WAIT, transport=transport)
+        self.headers = {"Origin": stack.origin}  # a browser's POST carries its page's origin
         self.error = ""  # why the site failed this person before the send, if it did
 
     async def log_in(self) -> None:
@@ -463,11 +496,12 @@ class Person:
         it never answered, a close the page's script reconnects after) is opened again as the
         page does, asking for the events after the last one seen."""
         cookie = "; ".join(f"{name}={value}" for name, value in self.client.cookies.items())
+        headers = {"Cookie": cookie, **self.stack.proxy_headers}
         url = f"ws://127.0.0.1:{self.stack.port}/ws/runs/"
         while True:
             try:
                 async with websockets.connect(
-                    url, origin=self.stack.url, additional_headers={"Cookie": cookie},
+                    url, origin=self.stack.origin, additional_headers=headers,
                     max_size=2**20,
                 ) as socket_:  # fmt: skip
                     await socket_.send(json.dumps({"watch": seen.run_id, "after": seen.seen_seq}))

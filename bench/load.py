@@ -450,6 +450,10 @@ def main() -> None:
         "--web", type=int, default=1,
         help="daphne processes sharing the port (each uses one core at most)",
     )  # fmt: skip
+    parser.add_argument(
+        "--production", action="store_true",
+        help="DEBUG=false behind a TLS proxy (emulated by the clients), as docs/deploy.md runs it",
+    )  # fmt: skip
     parser.add_argument("--latency-ms", type=int, default=500, help="the mock's time per turn")
     parser.add_argument("--project", type=Path, default=MAIN_PROJECT, help="the tree to run")
     parser.add_argument("--engine", choices=ENGINES, default="worker")
@@ -466,10 +470,13 @@ def main() -> None:
     settings = {"LOOP_USER_ACTIVE_RUNS": "1000"}
     with running_stack(
         options.project, options.engine, latency_ms=options.latency_ms, keep=options.keep,
-        max_connections=options.max_connections, web_processes=options.web, **settings,
+        max_connections=options.max_connections, web_processes=options.web,
+        production=options.production, **settings,
     ) as stack:  # fmt: skip
         print(
-            f"{options.people} people, {options.web} x daphne, {options.workers} x "
+            f"{options.people} people, {options.web} x daphne"
+            f"{' (DEBUG=false, behind a TLS proxy)' if options.production else ''}, "
+            f"{options.workers} x "
             f"`{options.engine}` in "
             f"{stack.project}, mock at {options.latency_ms} ms a turn"
         )
