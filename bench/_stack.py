@@ -404,9 +404,11 @@ class Watched:
     out_of_order: int = 0  # a marker for fewer events than one before it
     reconnects: int = 0  # sockets the site dropped that the page opened again (page_reconnect)
     error: str = ""
-    # When each event the socket (not the page) brought arrived: a marker for seq N covers the
-    # events after the one before it up to N, all in that frame.
-    arrivals: dict[int, float] = field(default_factory=dict)
+    # When each event the socket (not the page) brought arrived, and when that socket had asked
+    # to watch: a marker for seq N covers the events after the one before it up to N, all in
+    # that frame. An event made before the watch was asked for is caught up, not live.
+    arrivals: dict[int, tuple[float, float]] = field(default_factory=dict)
+    watching_since: float = 0.0
 
 
 # What the page's socket does when the site drops it (static/chat/chat.js, htmx's ws extension):
@@ -505,6 +507,7 @@ class Person:
                     max_size=2**20,
                 ) as socket_:  # fmt: skip
                     await socket_.send(json.dumps({"watch": seen.run_id, "after": seen.seen_seq}))
+                    seen.watching_since = time.time()
                     if await self.follow(socket_, seen):
                         return
             except RECONNECTED as error:
@@ -525,7 +528,7 @@ class Person:
                 if int(seq) < seen.seen_seq:
                     seen.out_of_order += 1
                 for covered in range(seen.seen_seq + 1, int(seq) + 1):
-                    seen.arrivals.setdefault(covered, arrived)
+                    seen.arrivals.setdefault(covered, (arrived, seen.watching_since))
                 seen.seen_seq = max(seen.seen_seq, int(seq))
                 if not watching:
                     seen.finished_at = time.time()
@@ -634,19 +637,24 @@ def run_rows(stack: Stack, run_ids: list[int]) -> dict[int, RunRow]:
     }
 
 
-def event_latencies(stack: Stack, watched: list[Watched]) -> list[float]:
+def event_latencies(stack: Stack, watched: list[Watched]) -> tuple[list[float], list[float]]:
     """Seconds from each event's `created_at` (stamped by the worker just before its INSERT) to
-    its arrival on the page's socket, for every event a socket brought (same machine, one clock)."""
+    its arrival on the page's socket, for every event a socket brought (same machine, one clock):
+    those made while the socket watched (live), and those made before it asked to (caught up by
+    its first read: the page's load and the socket's handshake are in their wait)."""
     runs = {seen.run_id: seen for seen in watched if seen.run_id and seen.arrivals}
     if not runs:
-        return []
+        return [], []
     rows = stack.query(
         "SELECT run_id, seq, extract(epoch FROM created_at) FROM agent_runevent "
         "WHERE run_id = ANY(%s)",
         (list(runs),),
     )
-    return [
-        runs[run].arrivals[seq] - float(created)
-        for run, seq, created in rows
-        if seq in runs[run].arrivals
-    ]
+    live: list[float] = []
+    caught_up: list[float] = []
+    for run, seq, created in rows:
+        if seq not in runs[run].arrivals:
+            continue
+        arrived, watching_since = runs[run].arrivals[seq]
+        (live if float(created) >= watching_since else caught_up).append(arrived - float(created))
+    return live, caught_up
