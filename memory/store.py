@@ -277,21 +277,16 @@ def merge_similarity() -> float:
 
 def stored_dimensions() -> int:
     """The dimension of the embedding column as the database has it."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT atttypmod FROM pg_attribute "
-            "WHERE attrelid = %s::regclass AND attname = 'embedding'",
-            [Memory._meta.db_table],
-        )
-        return cursor.fetchone()[0]
+    return stored_space()[1]
 
 
 def stored_embedder() -> str:
-    return EmbeddingSpace.objects.values_list("embedder", flat=True).first() or ""
+    return stored_space()[0]
 
 
 def stored_space() -> tuple[str, int]:
-    """stored_embedder() and stored_dimensions() in one round trip: every embed asks."""
+    """The store's embedder and its embedding column's dimension, in one round trip (every
+    embed checks them)."""
     space = EmbeddingSpace._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(

@@ -2,6 +2,7 @@
 people's runs, evicting one to start another only spent CPU on sandboxes nobody used."""
 
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -24,9 +25,8 @@ class FakeSandbox:
         return not self.discarded
 
 
-def test_a_full_pool_starts_no_sandbox_and_kills_none(settings):
-    settings.LOOP_SANDBOX_WARM = True
-    started: list[FakeSandbox] = []
+def starting_into(started: list[FakeSandbox]) -> Callable[[Path, Limits], Future]:
+    """A start that makes a fake sandbox at once, kept in `started`."""
 
     def start(workspace: Path, limits: Limits) -> Future:
         sandbox = FakeSandbox()
@@ -34,6 +34,14 @@ def test_a_full_pool_starts_no_sandbox_and_kills_none(settings):
         done: Future = Future()
         done.set_result(sandbox)
         return done
+
+    return start
+
+
+def test_a_full_pool_starts_no_sandbox_and_kills_none(settings):
+    settings.LOOP_SANDBOX_WARM = True
+    started: list[FakeSandbox] = []
+    start = starting_into(started)
 
     pool = WarmSandboxes(idle_seconds=60, capacity=2)
     try:
@@ -54,13 +62,7 @@ def test_a_busy_machine_keeps_fewer_sandboxes_started_ahead(settings):
     settings.LOOP_SANDBOX_WARM = True
     started: list[FakeSandbox] = []
     busy = [1.0]
-
-    def start(workspace: Path, limits: Limits) -> Future:
-        sandbox = FakeSandbox()
-        started.append(sandbox)
-        done: Future = Future()
-        done.set_result(sandbox)
-        return done
+    start = starting_into(started)
 
     pool = WarmSandboxes(idle_seconds=60, capacity=16, busy_capacity=2, load=lambda: busy[0])
     try:
