@@ -33,6 +33,9 @@ from agent.core.events import (
 from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
 from agent.core.results import ToolStatus
 
+# A run not ended: waiting for a worker, worked, or waiting for its person's decision.
+LIVE = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
+
 FINISHED = (
     RunStatus.SUCCEEDED,
     RunStatus.HALTED,
@@ -96,7 +99,7 @@ class AgentRun(models.Model):
         "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children"
     )
     chosen_at = models.DateTimeField(null=True, blank=True)
-    status = models.CharField(max_length=16, choices=choices(RunStatus), default=RunStatus.QUEUED)
+    status = models.CharField(max_length=24, choices=choices(RunStatus), default=RunStatus.QUEUED)
     halt_reason = models.CharField(max_length=32, choices=choices(HaltReason), blank=True)
     answer = models.TextField(blank=True)
     error = models.TextField(blank=True)
@@ -559,3 +562,12 @@ class RunFeedback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_rating_display()} on run {self.run_id}"
+
+
+# The records of calls that wait for a person's decision, registered with the agent's models.
+from agent.approval_records import (  # noqa: E402, F401
+    ApprovalPreference,
+    ApprovalRequest,
+    SiteToolPolicy,
+    ToolGrant,
+)

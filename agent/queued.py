@@ -11,16 +11,13 @@ from django.db import DatabaseError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from agent.connections import statement_session
-from agent.core.events import RunStatus
 from agent.core.loop import PersonMessage
-from agent.models import AgentRun, Conversation, QueuedTask
+from agent.models import LIVE, AgentRun, Conversation, QueuedTask
 from agent.runs import InvalidTask, clean_task, start_waiting
 from agent.selectors import conversations_for
 
 # Tasks one conversation may hold waiting: a queue, not a backlog.
 MAX_WAITING = 10
-
-LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
 class NotWaiting(InvalidTask):

@@ -19,6 +19,7 @@ from agent import bus
 from agent.connections import release_connection
 from agent.core.events import (
     AnswerSource,
+    ApprovalRequested,
     BreakerTripped,
     EndCause,
     Event,
@@ -32,7 +33,15 @@ from agent.core.events import (
 from agent.core.guards import RunReleased
 from agent.core.llm import Usage
 from agent.core.results import ToolStatus
-from agent.models import AgentRun, Alongside, BreakerTrip, RunEvent, ToolExecution
+from agent.models import (
+    LIVE,
+    AgentRun,
+    Alongside,
+    ApprovalRequest,
+    BreakerTrip,
+    RunEvent,
+    ToolExecution,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,9 +56,6 @@ SUMMARY_INTERVAL = 5.0
 # that dies in between loses the reply, which is asked again, as if it had died during the turn.
 # The start of a tool call is never held: it is durable before the tool runs.
 HELD = (ModelReplied,)
-
-# The statuses of a run not yet ended: only such a run's end is written.
-LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
 class RunLost(RunReleased):
@@ -181,6 +187,8 @@ class RunRecorder:
                 return [self.execution(event)]
             case BreakerTripped():
                 return [self.trip(event)]
+            case ApprovalRequested():
+                return [self.request(event)]
         return []
 
     def writes_for(self, event: Event) -> list[Callable[[], object]]:
@@ -267,6 +275,21 @@ class RunRecorder:
                 "tool": event.tool,
                 "reason": event.reason.value,
                 "failures": event.failures,
+            },
+        )
+
+    def request(self, event: ApprovalRequested) -> Alongside:
+        """A call waiting for its person's decision: the row the decision is made on."""
+        return Alongside(
+            ApprovalRequest,
+            {
+                "run_id": self.run.pk,
+                "step": event.step,
+                "call_id": event.call_id,
+                "tool": event.tool,
+                "arguments": event.arguments,
+                "digest": event.digest,
+                "why": event.why[:200],
             },
         )
 

@@ -19,7 +19,7 @@ from agent.core.events import AnswerSource, PersonSaid, RunFinished, RunStatus
 from agent.core.loop import Limits
 from agent.core.text import excerpt
 from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
-from agent.models import FINISHED, AgentRun, Conversation, QueuedTask, Rating, RunFeedback
+from agent.models import FINISHED, LIVE, AgentRun, Conversation, QueuedTask, Rating, RunFeedback
 from agent.queue import abort_job, defer_run
 from agent.recorder import RunRecorder
 from agent.selectors import (
@@ -29,6 +29,7 @@ from agent.selectors import (
     model_offered,
     runs_for,
 )
+from agent.waiting import end_waiting
 
 logger = logging.getLogger(__name__)
 
@@ -152,9 +153,7 @@ def check_room_for_a_run(user_id: int) -> None:
     """Refuse one live run more than LOOP_USER_ACTIVE_RUNS. Call inside a transaction: the user's
     row stays locked to its end, so two starts at once cannot both pass the limit."""
     lock_owner(user_id)
-    live = AgentRun.objects.filter(
-        user_id=user_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
-    )
+    live = AgentRun.objects.filter(user_id=user_id, status__in=LIVE)
     # A run of `runagent`'s whose process is gone holds no place: nothing will resume it (the
     # recovery ends it interrupted, and `runagent --resume` takes it up).
     gone = without_a_process(live.filter(job_id__isnull=True))
@@ -262,7 +261,9 @@ def request_cancel(run: AgentRun) -> AgentRun:
     hears it from procrastinate), or at once, here, when its process is gone (a dead worker, a
     killed `runagent`): nobody else would hear the Stop. A finished run stays as it ended."""
     now = timezone.now()
-    if not end_queued(run.pk, now):
+    if end_waiting(run.pk, RunStatus.CANCELLED, on_end=start_next_queued):
+        pass  # it waited for a decision: no worker holds it, and its calls never ran
+    elif not end_queued(run.pk, now):
         AgentRun.objects.filter(
             pk=run.pk, status=RunStatus.RUNNING, cancel_requested_at__isnull=True
         ).update(cancel_requested_at=now)
@@ -319,9 +320,7 @@ def start_waiting(conversation_id: int) -> AgentRun | None:
     task = waiting.select_related("conversation__owner").first()
     if (
         task is None
-        or AgentRun.objects.filter(
-            conversation_id=conversation_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
-        ).exists()
+        or AgentRun.objects.filter(conversation_id=conversation_id, status__in=LIVE).exists()
     ):
         return None
     conversation = task.conversation
@@ -352,9 +351,7 @@ def new_version(
         run = runs_for(user).select_for_update(of=("self",)).get(pk=run_id)
         if run.conversation is None:
             raise InvalidTask("Only a conversation's turns have versions.")
-        live = AgentRun.objects.filter(
-            conversation_id=run.conversation_id, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)
-        )
+        live = AgentRun.objects.filter(conversation_id=run.conversation_id, status__in=LIVE)
         if live.exists():
             raise InvalidTask(
                 "A task is going in this conversation: wait for it to end, or stop it, first."

@@ -35,15 +35,14 @@ from django.db.models.functions import TruncDate
 from django.db.models.sql import Query
 from django.utils import timezone
 
-from agent.core.events import RunStatus
 from agent.core.results import ToolStatus
-from agent.models import AgentRun
+from agent.models import LIVE, AgentRun
 
 GROUPS = "agent_usage_rollup"  # (zone, day, user_id) → the figures of that user's runs that day
 # (zone, day) → the day's groups summed (`users`: how many), for every day summed, even empty
 DAYS = "agent_usage_rollup_day"
 MARKS = "agent_usage_rollup_mark"  # zone → when its rollup was last brought up to date
-LIVE_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+LIVE_STATUSES = LIVE
 # A tool call that ran and did not work. A skipped call never ran: the run stopped first.
 # An interrupted call's worker stopped under it: as far as anyone knows, it did not work.
 FAILED_TOOL_STATUSES = (

@@ -20,8 +20,11 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agent.abandoned import ended_from_log
+from agent.approvals import approval_for
 from agent.core.events import (
     BREAKER_REASONS,
+    ApprovalDecided,
+    ApprovalRequested,
     ContinuedBy,
     EndCause,
     Event,
@@ -50,6 +53,7 @@ from agent.selectors import conversation_context
 from agent.toolset import default_registry
 from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
+from tools.base import ToolContext
 from tools.context import context_for
 from tools.fence import raise_fence
 from tools.files import WRITE_FILE
@@ -180,6 +184,8 @@ class JobOutcome(StrEnum):
     # Its worker gave the run up unfinished (the worker is stopping, or another took the run
     # over): whoever takes the run next resumes it from its log.
     RELEASED = "released"
+    # It waits for its person's decision on a call: no worker holds it until they decide.
+    AWAITING_APPROVAL = "awaiting approval"
 
 
 def work_job(
@@ -194,6 +200,8 @@ def work_job(
     run = take_and_work(run_id, job_id=job_id, worker=worker, stop_requested=stop_requested)
     if run is None:
         return JobOutcome.NOTHING_TO_DO
+    if run.status == RunStatus.AWAITING_APPROVAL:
+        return JobOutcome.AWAITING_APPROVAL
     return RunStatus(run.status) if run.status in FINISHED else JobOutcome.RELEASED
 
 
@@ -286,8 +294,8 @@ def resume_reason(run: AgentRun) -> ResumeReason | None:
 
     Still running: its worker died, or the database restarted under it (then its worker could
     not hand it back, and this is no fault of the run's: not counted against LOOP_MAX_RESUMES).
-    Queued with a log: a person continued it (its log ends with its end) or its worker handed it
-    back mid-way.
+    Queued with a log: a person continued it (its log ends with its end), decided the calls it
+    waited on (it ends with their decisions), or its worker handed it back mid-way.
     """
     if run.status == RunStatus.RUNNING:
         if database_started_after(attempt_began(run)):
@@ -296,6 +304,8 @@ def resume_reason(run: AgentRun) -> ResumeReason | None:
     last = run.events.order_by("-seq").values_list("kind", flat=True).first()
     if last is None:
         return None
+    if last == ApprovalDecided.kind:
+        return ResumeReason.DECIDED
     return ResumeReason.CONTINUED if last == RunFinished.kind else ResumeReason.HANDED_BACK
 
 
@@ -340,6 +350,7 @@ def work(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
         )
         tools = tools or tools_for(run, stopped=interrupt.is_set)
+        approval = approval_for(run, tool_context(run))
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
         recorder.end(
@@ -367,6 +378,7 @@ def work(
             resume=resume,
             worked_seconds=worked,
             inbox=partial(messages_for, run.pk),
+            approval=approval,
         )
     except RunReleased:  # its recorder was fenced off before the loop ran
         release(run, recorder)
@@ -379,12 +391,40 @@ def work(
     if result.released:  # nothing more is recorded here: the run's next worker takes it up
         release(run, recorder)
         return run
+    if result.status is RunStatus.AWAITING_APPROVAL:
+        park(run, recorder, result.awaiting)
+        return run
     if not recorder.finished:  # the loop could not log its end: the run's row gets it anyway
         recorder.write_end(end_of(result))
     read_again(run)
     if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
         remember_outcome(run, result)
     return run
+
+
+def park(run: AgentRun, recorder: RunRecorder, requests: list[ApprovalRequested]) -> None:
+    """The run waits for its person's decision on calls: their requests (with the reply its
+    recorder held) are recorded, and the run leaves its worker, in one transaction, so a
+    decision finds the run waiting as soon as its card can be seen. A worker that lost the run
+    meanwhile records nothing: the run's next worker asks again."""
+    events: list[Event] = [*recorder.held, *requests]
+    recorder.held = []
+    try:
+        with transaction.atomic():
+            parked = AgentRun.objects.filter(
+                pk=run.pk, attempt=recorder.attempt, status=RunStatus.RUNNING
+            ).update(status=RunStatus.AWAITING_APPROVAL, worker="", job_id=None)
+            if not parked:
+                return
+            rows = recorder.record(events)
+    except (RunReleased, DatabaseError) as lost:
+        logger.info("Run %s: its wait for a decision was not recorded: %s", run.pk, lost)
+        return
+    recorder.announce(rows)
+    if recorder.then is not None:
+        for event in events:
+            recorder.publish(event)
+    read_again(run)
 
 
 def read_again(run: AgentRun) -> None:
@@ -454,6 +494,8 @@ def worked_seconds(rows: Sequence[tuple[str, datetime]]) -> float:
     worked = 0.0
     began = last = None
     for kind, at in rows:
+        if kind == ApprovalDecided.kind:  # written by its decider, while no worker held the run
+            continue
         if kind in (RunStarted.kind, RunResumed.kind):
             if began is not None:
                 worked += (last - began).total_seconds()
@@ -578,10 +620,13 @@ WATCHER = Watcher()
 def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools:
     """The tools as the run sees them: acting for its owner, in the owner's workspace. A sandbox
     that starts once `stopped()` is true is killed at once (the run was stopped meanwhile)."""
-    context = dataclasses.replace(
-        context_for(run.user), run_id=run.pk, attempt=run.attempt, stopped=stopped
-    )
+    context = dataclasses.replace(tool_context(run), stopped=stopped)
     return default_registry().bind(context)
+
+
+def tool_context(run: AgentRun) -> ToolContext:
+    """Whom the run's tools act for: its owner, in their workspace, at this attempt."""
+    return dataclasses.replace(context_for(run.user), run_id=run.pk, attempt=run.attempt)
 
 
 def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:

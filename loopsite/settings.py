@@ -190,6 +190,12 @@ LOOP_RUN_TOOL_CALLS = env_int("LOOP_RUN_TOOL_CALLS", 50)
 LOOP_BREAKER_FAILURES = env_int("LOOP_BREAKER_FAILURES", 3)
 LOOP_BREAKER_IDENTICAL_CALLS = env_int("LOOP_BREAKER_IDENTICAL_CALLS", 3)
 LOOP_PARALLEL_TOOL_CALLS = env_int("LOOP_PARALLEL_TOOL_CALLS", 4)
+# Tools whose calls wait for the run's person's decision before they run (`tool=ask`, comma-
+# separated; every other tool runs as the model asks: `auto`). Staff may set more in the console,
+# a person may ask for more on their settings page. A call nobody decides on within
+# LOOP_APPROVAL_SECONDS never runs: its run halts (docs/approvals.md).
+LOOP_APPROVAL = env_str("LOOP_APPROVAL")
+LOOP_APPROVAL_SECONDS = env_int("LOOP_APPROVAL_SECONDS", 24 * 60 * 60)
 
 # Tools (see tools/ and docs/configuration.md).
 LOOP_WORKSPACES_DIR = Path(env_str("LOOP_WORKSPACES_DIR") or VAR_DIR / "workspaces").resolve()

@@ -80,6 +80,10 @@ class Tool:
     # A tool that cannot hang (it has nothing to wait on) may run in the caller's thread; any
     # other runs in a backstop thread that gives up on it after `timeout`.
     own_deadline: bool = False
+    # The tool's own rule on asking (agent.core.approval): where the site or the person asks
+    # before this tool, whether this call (its arguments checked already) is one to ask about.
+    # None: every call is.
+    asks: Callable[[Any, ToolContext], bool] | None = None
 
     def spec(self) -> dict[str, Any]:
         """The function-calling spec (OpenAI / Groq format) the model sees: a copy of its own,

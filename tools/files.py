@@ -296,6 +296,16 @@ def _decode(data: bytes, shown: str) -> str:
 # write_file --------------------------------------------------------------------------------------
 
 
+def would_change(args: WriteFileArguments, context: ToolContext) -> bool:
+    """write_file's rule on asking: a write that leaves the file as it is (the same text there
+    already) changes nothing, so nobody is asked about it; any other is asked about, as is one
+    whose file cannot be read (read_file's refusals)."""
+    try:
+        return read_file(ReadFileArguments(path=args.path), context) != args.content
+    except ToolError:
+        return True
+
+
 def write_file(args: WriteFileArguments, context: ToolContext) -> str:
     names = _file_components(args.path)
     shown = _shown(names)
@@ -466,6 +476,7 @@ WRITE_FILE = Tool(
     ),
     arguments=WriteFileArguments,
     function=write_file,
+    asks=would_change,
 )
 
 LIST_FILES = Tool(

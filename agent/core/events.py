@@ -24,6 +24,8 @@ from agent.core.results import ToolStatus
 class RunStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
+    # It waits for its person's decision on a tool call (agent.core.approval); no worker holds it.
+    AWAITING_APPROVAL = "awaiting_approval"
     SUCCEEDED = "succeeded"
     HALTED = "halted"
     CANCELLED = "cancelled"
@@ -39,6 +41,8 @@ class HaltReason(StrEnum):
     DEADLINE = "deadline"
     TOKEN_BUDGET = "token_budget"  # noqa: S105 (a reason, not a secret)
     TOOL_CALL_BUDGET = "tool_call_budget"
+    # A call waited for its person's decision longer than LOOP_APPROVAL_SECONDS: never run.
+    NO_DECISION = "no_decision"
 
 
 BREAKER_REASONS = frozenset(
@@ -52,6 +56,7 @@ class ResumeReason(StrEnum):
     # The database restarted while it was worked; not counted against LOOP_MAX_RESUMES.
     DATABASE_RESTARTED = "database_restarted"
     CONTINUED = "continued"  # a person asked a run that had ended to go on
+    DECIDED = "decided"  # its person decided every call it waited on (agent.core.approval)
 
 
 class ContinuedBy(StrEnum):
@@ -146,6 +151,45 @@ class ToolCallStarted(Event):
     arguments: str
 
 
+class Decision(StrEnum):
+    """What became of a tool call that waited for its person's decision."""
+
+    APPROVE = "approve"  # run as the model asked
+    EDIT = "edit"  # run with the arguments the person gave instead
+    DENY = "deny"  # not run; the model reads the person's reason
+    EXPIRED = "expired"  # nobody decided within LOOP_APPROVAL_SECONDS: not run, the run halts
+    CANCELLED = "cancelled"  # the run was stopped while the call waited: not run
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalRequested(Event):
+    """A call of the model's `step` needs its person's decision before it runs (`why`: whose
+    rule asks). `digest` binds a decision to exactly this call (agent.core.approval.digest)."""
+
+    kind = "approval_requested"
+    step: int
+    call_id: str
+    tool: str
+    arguments: str
+    digest: str
+    why: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalDecided(Event):
+    """The decision on a call that waited: `arguments` are those it runs with (an edit's), `by`
+    the username of whoever decided ("" when Loop did: an expiry), `reason` a denial's why."""
+
+    kind = "approval_decided"
+    step: int
+    call_id: str
+    tool: str
+    decision: Decision
+    arguments: str = ""
+    reason: str = ""
+    by: str = ""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolCallFinished(Event):
     kind = "tool_call_finished"
@@ -159,6 +203,8 @@ class ToolCallFinished(Event):
     policy: str = ""
     truncated: bool = False
     stopped: bool = False  # it failed because the run was stopped while it ran (ToolResult)
+    # It ran with arguments its person edited before approving (`arguments` are those).
+    edited: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,6 +290,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunFinished,
         RunResumed,
         PersonSaid,
+        ApprovalRequested,
+        ApprovalDecided,
     )
 }
 

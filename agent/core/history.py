@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     BreakerTripped,
     Event,
     ModelReplied,
@@ -51,12 +53,47 @@ def undelimited(text: str) -> str:
 NO_OUTPUT = "(no output)"
 
 
-def tool_message(call_id: str, status: ToolStatus, text: str) -> Message:
+def tool_message(call_id: str, status: ToolStatus, text: str, edited: str | None = None) -> Message:
     """A tool result as the model reads it: the text, or the failure marked by its status
-    ("ERROR: ...", "TIMEOUT: ..."); `parse_tool_message` reads it back."""
+    ("ERROR: ...", "TIMEOUT: ..."); `parse_tool_message` reads it back. `edited`: the arguments
+    the call ran with, which its person gave instead of the model's (a note says so first)."""
     status = ToolStatus(status)
     content = (text or NO_OUTPUT) if status is ToolStatus.OK else _failure_mark(status) + text
+    if edited is not None:
+        content = edited_note(edited) + content
     return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def edited_note(arguments: str) -> str:
+    """What the model reads before the result of a call its person edited before approving."""
+    return loop_note(
+        "The person changed this call's arguments before approving it; it ran with these "
+        f"instead of yours: {arguments}\n"
+    )
+
+
+def add_result(messages: list[Message], message: Message) -> None:
+    """A tool result in its place: after the reply that asked for the call, behind the results
+    of the calls the reply listed before it. A call that waited for its person's decision ends
+    after the calls of its reply that did not, and its result still goes in the model's order."""
+    call_id = message["tool_call_id"]
+    at = len(messages) - 1
+    while at >= 0 and messages[at].get("role") == "tool":
+        at -= 1
+    order = [part["id"] for part in (messages[at].get("tool_calls") or ())] if at >= 0 else []
+    if call_id not in order:
+        messages.append(message)
+        return
+    place = at + 1
+    position = order.index(call_id)
+    while place < len(messages) and _listed_before(messages[place], order, position):
+        place += 1
+    messages.insert(place, message)
+
+
+def _listed_before(message: Message, order: list[str], position: int) -> bool:
+    listed = message.get("tool_call_id")
+    return listed in order and order.index(listed) < position
 
 
 def parse_tool_message(content: str) -> tuple[ToolStatus, str]:
@@ -201,6 +238,9 @@ class RunState:
     last_trip: BreakerTripped | None = None
     trip_before_continue: BreakerTripped | None = None
     heard: set[int] = field(default_factory=set)
+    # The calls that asked for their person's decision, and the decisions made, by call id.
+    asked: dict[str, ApprovalRequested] = field(default_factory=dict)
+    decisions: dict[str, ApprovalDecided] = field(default_factory=dict)
 
 
 def counted_turns(step: int, interrupted_steps: set[int]) -> int:
@@ -251,6 +291,10 @@ def _apply(state: RunState, event: Event) -> None:
         case PersonSaid():
             state.messages.append({"role": "user", "content": event.text})
             state.heard.add(event.message)
+        case ApprovalRequested():
+            state.asked[event.call_id] = event
+        case ApprovalDecided():
+            state.decisions[event.call_id] = event
 
 
 def _replied(state: RunState, event: ModelReplied) -> None:
@@ -280,13 +324,15 @@ def _finished_call(state: RunState, event: ToolCallFinished) -> None:
         state.interrupted_steps.add(event.step)
     if result.ok:  # as the breaker forgets a trip once a call works
         state.last_trip = state.trip_before_continue = None
-    _observe(state, call, result)
+    _observe(state, call, result, event.arguments if event.edited else None)
 
 
-def _observe(state: RunState, call: ToolCall, result: ToolResult) -> None:
+def _observe(
+    state: RunState, call: ToolCall, result: ToolResult, edited: str | None = None
+) -> None:
     state.observations.append((call, result))
     state.breaker_since.append((call, result))
-    state.messages.append(tool_message(call.id, result.status, result.text))
+    add_result(state.messages, tool_message(call.id, result.status, result.text, edited))
 
 
 def _close_open_calls(state: RunState) -> None:

@@ -6,6 +6,9 @@ outcome (succeeded, halted, cancelled, failed) with its partial progress, its an
 it came from. No exception escapes: a run this process must record nothing more for (its worker
 hands it back, or its recorder was fenced off) ends as a result that says it was released.
 
+A call may need its person's decision first (agent.core.approval): the run then parks, its
+worker free, and goes on from its log once every call it waits on is decided.
+
 A run can go on from its log (`resume`: the RunState agent.core.history.replay rebuilt from it): no
 tool call that finished runs again, and a call that started and never finished is answered as
 interrupted, for the model to judge.
@@ -22,9 +25,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
+from agent.core.approval import (
+    Approval,
+    AwaitingDecision,
+    ask_nothing,
+    decided_call,
+    digest,
+    unrun_result,
+)
 from agent.core.events import (
     AnswerSource,
+    ApprovalDecided,
+    ApprovalRequested,
     BreakerTripped,
+    Decision,
     EndCause,
     Event,
     EventSink,
@@ -52,6 +66,7 @@ from agent.core.guards import (
 from agent.core.history import (
     INTERRUPTED_CALL,
     RunState,
+    add_result,
     assistant_message,
     counted_turns,
     memory_section,
@@ -210,6 +225,9 @@ class RunResult:
     released: bool = False
     cause: EndCause | None = None
     detail: str = ""  # a halt's why in words
+    # The run waits for its person's decision on these calls (status AWAITING_APPROVAL): not
+    # recorded yet; whoever parks the run records them with its parking.
+    awaiting: list[ApprovalRequested] = dataclasses.field(default_factory=list)
 
 
 def run_agent(
@@ -225,6 +243,7 @@ def run_agent(
     resume: RunState | None = None,
     worked_seconds: float = 0.0,
     inbox: Inbox = no_messages,
+    approval: Approval = ask_nothing,
 ) -> RunResult:
     """`history` is what came before the task in its conversation, placed ahead of it.
 
@@ -235,12 +254,14 @@ def run_agent(
     it has any); `worked_seconds` is how long the run was already worked: its deadline counts it.
     A log that has the run's end (its worker stopped right after recording it) is only read back.
     `inbox` is read before each model turn: what the person sent meanwhile, the model reads.
+    `approval` says which calls wait for the person's decision: the run then ends AWAITING_APPROVAL
+    with those calls' requests in `RunResult.awaiting`, and goes on from its log once decided.
     """
     if resume is not None and resume.finished is not None:
         return finished_result(resume.finished, resume)
     if resume is not None and resume.limits:
         limits = Limits(**resume.limits)
-    loop = AgentLoop(task, llm, tools, sink, limits, recall, history, interrupt, inbox)
+    loop = AgentLoop(task, llm, tools, sink, limits, recall, history, interrupt, inbox, approval)
     if resume is not None:
         loop.restore(resume, worked_seconds)
     return loop.run()
@@ -260,8 +281,13 @@ class AgentLoop:
         history: Sequence[Message] = (),
         interrupt: Interrupt | None = None,
         inbox: Inbox = no_messages,
+        approval: Approval = ask_nothing,
     ) -> None:
         self.task, self.llm, self.tools, self.sink = task, llm, tools, sink
+        self.approval = approval
+        # Calls asked about (their requests) and decided, by id, from the log.
+        self.asked: dict[str, ApprovalRequested] = {}
+        self.decisions: dict[str, ApprovalDecided] = {}
         self.inbox, self.heard = inbox, set[int]()
         self.limits, self.recall = limits, recall
         self.history = list(history)
@@ -287,11 +313,14 @@ class AgentLoop:
         self.observations = list(state.observations)
         self.last_text = state.last_text
         self.heard = set(state.heard)
+        self.asked, self.decisions = dict(state.asked), dict(state.decisions)
         self.started = time.monotonic() - worked_seconds
 
     def run(self) -> RunResult:
         try:
             return self.ended()
+        except AwaitingDecision as waiting:
+            return self.park(waiting)
         except RunReleased as released:  # another worker, or none, works the run now
             if not isinstance(released, HandedBack):
                 logger.warning("The run is let go unfinished: %s", released)
@@ -305,7 +334,7 @@ class AgentLoop:
         """The run worked to its end; an error of Loop's own ends it failed, with its progress."""
         try:
             return self.work()
-        except RunReleased:
+        except (RunReleased, AwaitingDecision):
             raise
         except Exception as error:
             logger.exception("Run failed on an internal error")
@@ -415,7 +444,7 @@ class AgentLoop:
         never reached it; an interrupted one is left out: its outcome is unknown, and asking for
         it again is no repeat."""
         for call, result in observations:
-            if result.status in (ToolStatus.SKIPPED, ToolStatus.INTERRUPTED) or result.stopped:
+            if result.status is ToolStatus.SKIPPED or not self.counts(call, result):
                 continue
             with contextlib.suppress(BreakerOpen):  # such a trip stopped the call from running
                 self.breaker.before(call)
@@ -488,7 +517,54 @@ class AgentLoop:
     def run_tools(self, calls: Sequence[ToolCall]) -> None:
         """Run the calls, up to `max_parallel_calls` at once; results enter the history in the
         model's order. Once a guard stops the batch, no further call starts; those get a result
-        saying why they did not run."""
+        saying why they did not run. Calls that need their person's decision wait for it after
+        the others ran: the run parks (AwaitingDecision)."""
+        ready, undecided = self.sort_out(calls)
+        self.run_calls(ready)
+        if undecided:
+            self.wait_for_decision(undecided)
+
+    def sort_out(self, calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:
+        """The calls that may run (or were decided), and those that wait for a decision."""
+        ready: list[ToolCall] = []
+        undecided: list[ToolCall] = []
+        for call in calls:
+            if call.id in self.decisions:
+                ready.append(call)
+            elif call.id in self.asked or self.needs_asking(call):
+                undecided.append(call)
+            else:
+                ready.append(call)
+        return ready, undecided
+
+    def needs_asking(self, call: ToolCall) -> bool:
+        """Whether the run's approval asks about this call; its request is made ready here."""
+        ask = self.approval(call)
+        if ask is None:
+            return False
+        self.asked[call.id] = ApprovalRequested(
+            step=self.step,
+            call_id=call.id,
+            tool=call.name,
+            arguments=call.arguments,
+            digest=digest(call.name, call.arguments),
+            why=ask.why,
+        )
+        return True
+
+    def wait_for_decision(self, calls: list[ToolCall]) -> None:
+        """Park the run on these calls, unless a guard stops it first (no person is asked
+        about a call that could not run anyway: those are skipped, saying why)."""
+        for at, call in enumerate(calls):
+            try:
+                self.check_call(call)
+            except (Halt, Cancelled) as stop:
+                reason = "the run was cancelled" if isinstance(stop, Cancelled) else stop.detail
+                self.skip(calls[at:], f"not run: {reason}")
+                raise stop from None
+        raise AwaitingDecision(calls)
+
+    def run_calls(self, calls: Sequence[ToolCall]) -> None:
         waiting = deque(calls)
         running: deque[tuple[ToolCall, Future[ToolResult]]] = deque()
         stop: Halt | Cancelled | None = None
@@ -506,15 +582,44 @@ class AgentLoop:
             call, future = running.popleft()
             result = self.as_stopped(future.result())
             self.observe(call, result)
-            if stop is None and result.status is not ToolStatus.INTERRUPTED and not result.stopped:
+            if stop is None and self.counts(call, result):
                 stop = self.breaker.after(call, result)
+        if stop is None and self.expired(calls):
+            stop = Halt(
+                HaltReason.NO_DECISION,
+                "nobody decided in time whether a call it waited on may run.",
+                summarise=True,
+            )
         if stop is not None:
             reason = "the run was cancelled" if isinstance(stop, Cancelled) else stop.detail
             self.skip(waiting, f"not run: {reason}")
             raise stop
 
+    def counts(self, call: ToolCall, result: ToolResult) -> bool:
+        """Whether the breaker counts the call's result: a denial is the person's choice, which
+        says nothing about the tool (agent.core.approval)."""
+        decision = self.decisions.get(call.id)
+        if decision is not None and Decision(decision.decision) is Decision.DENY:
+            return False
+        return counts_for_breaker(result)
+
+    def expired(self, calls: Sequence[ToolCall]) -> bool:
+        return any(
+            Decision(self.decisions[call.id].decision) is Decision.EXPIRED
+            for call in calls
+            if call.id in self.decisions
+        )
+
     def start(self, call: ToolCall, *, alone: bool) -> tuple[ToolCall, "Future[ToolResult]"]:
-        """A call run alone runs right here: a thread hand-off would only add latency."""
+        """A call run alone runs right here: a thread hand-off would only add latency. A decided
+        call runs as its person decided: with their arguments, or not at all (its result says
+        why, and it never started)."""
+        done: Future[ToolResult] = Future()
+        if (decision := self.decisions.get(call.id)) is not None:
+            if (unrun := unrun_result(decision)) is not None:
+                done.set_result(unrun)
+                return call, done
+            call = decided_call(call, decision)
         self.tool_calls += 1
         self.emit(
             ToolCallStarted(
@@ -523,7 +628,6 @@ class AgentLoop:
         )
         if not alone:
             return call, self.pool.submit(self.tools.dispatch, call.name, call.arguments)
-        done: Future[ToolResult] = Future()
         done.set_result(self.tools.dispatch(call.name, call.arguments))
         return call, done
 
@@ -584,6 +688,8 @@ class AgentLoop:
 
     def observe(self, call: ToolCall, result: ToolResult) -> None:
         self.observations.append((call, result))
+        decision = self.decisions.get(call.id)
+        edited = decision is not None and Decision(decision.decision) is Decision.EDIT
         self.emit(
             ToolCallFinished(
                 step=self.step,
@@ -596,9 +702,11 @@ class AgentLoop:
                 policy=result.policy,
                 truncated=result.truncated,
                 stopped=result.stopped,
+                edited=edited,
             )
         )
-        self.messages.append(tool_message(call.id, result.status, result.text))
+        edit = call.arguments if edited else None
+        add_result(self.messages, tool_message(call.id, result.status, result.text, edit))
 
     def skip(self, calls: Sequence[ToolCall], why: str) -> None:
         """Every call the model asked for gets a result, so the history stays valid."""
@@ -714,6 +822,19 @@ class AgentLoop:
             self.report_end(result)
         return result
 
+    def park(self, waiting: AwaitingDecision) -> RunResult:
+        """The run waits for its person's decision on `waiting.calls`: nothing more is recorded
+        here (the requests go with the run's parking, agent.core.approval), no end."""
+        logged = set() if self.resumed is None else set(self.resumed.asked)
+        requests = [self.asked[call.id] for call in waiting.calls if call.id not in logged]
+        result = self.finish(
+            RunStatus.AWAITING_APPROVAL,
+            self.progress(),
+            source=AnswerSource.PROGRESS,
+            released=True,
+        )
+        return dataclasses.replace(result, released=False, awaiting=requests)
+
     def report_end(self, result: RunResult) -> None:
         """A RunReleased goes on up (the run is let go after all); any other failure to report
         leaves the outcome to the caller, which records it another way."""
@@ -784,6 +905,12 @@ def progress_report(last_text: str, observations: Sequence[tuple[ToolCall, ToolR
         for call, result in observations
     ]
     return "\n\n".join([*lines, *progress_in_words(outcomes)])
+
+
+def counts_for_breaker(result: ToolResult) -> bool:
+    """An interrupted call's outcome is unknown, a stopped one failed for the Stop: neither says
+    anything about the tool."""
+    return result.status is not ToolStatus.INTERRUPTED and not result.stopped
 
 
 def stopped(reason: StopReason) -> Cancelled | HandedBack:

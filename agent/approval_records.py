@@ -1,0 +1,122 @@
+"""The records of tool calls that wait for a person's decision (agent.core.approval): each call
+asked about and what became of it (the audit row), the site's policy as staff set it, a
+person's own choices, and the tools a person allowed for one conversation. Registered through
+agent/models.py."""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from agent.core.events import Decision
+from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
+from agent.models import AgentRun, Conversation, choices
+
+
+class ApprovalRequest(models.Model):
+    """A call that asked for its run's person's decision, and the decision: one row per call,
+    written with its ApprovalRequested event (agent/recorder.py) and decided once
+    (agent/approvals.py), the audit of who decided what, when, on which exact call (`digest`)."""
+
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="approvals")
+    step = models.PositiveIntegerField()
+    call_id = models.CharField(max_length=CALL_ID_CHARS)
+    tool = models.CharField(max_length=TOOL_NAME_CHARS)
+    arguments = models.TextField()  # as the model proposed them
+    digest = models.CharField(max_length=64)
+    why = models.CharField(max_length=200, blank=True)  # whose rule asked
+    created_at = models.DateTimeField(auto_now_add=True)
+    # "" while it waits.
+    decision = models.CharField(max_length=16, choices=choices(Decision), blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    edited_arguments = models.TextField(blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ("run", "step", "pk")
+        permissions = (("decide_for_others", "May approve tool calls on a person's behalf"),)
+        constraints = (
+            models.UniqueConstraint(fields=["run", "call_id"], name="approval_request_call_unique"),
+        )
+        indexes = (
+            models.Index(
+                fields=["created_at"], name="approval_waiting_idx", condition=Q(decision="")
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.tool} in run {self.run_id} step {self.step}: {self.decision or 'waiting'}"
+
+    @property
+    def waiting(self) -> bool:
+        return not self.decision
+
+
+class ApprovalMode(models.TextChoices):
+    AUTO = "auto", "Runs without asking"
+    ASK = "ask", "Asks first"
+
+
+class SiteToolPolicy(models.Model):
+    """The site's rule for one tool, as staff set it in the console: it overrides LOOP_APPROVAL
+    for that tool. A person may ask for more, never for less."""
+
+    tool = models.CharField(max_length=TOOL_NAME_CHARS, unique=True)
+    mode = models.CharField(max_length=8, choices=ApprovalMode.choices)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        verbose_name = "site tool policy"
+        verbose_name_plural = "site tool policies"
+        ordering = ("tool",)
+
+    def __str__(self) -> str:
+        return f"{self.tool}: {self.mode}"
+
+
+class ApprovalPreference(models.Model):
+    """What a person asked to decide before it runs, on top of what the site requires."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="approval_preference"
+    )
+    ask_run_code = models.BooleanField(default=False)
+    ask_write_file = models.BooleanField(default=False)
+    ask_any_tool = models.BooleanField(default=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"Approval choices of user {self.user_id}"
+
+
+class ToolGrant(models.Model):
+    """ "Always allow <tool> in this conversation": its later calls run without asking the
+    person (never those the site requires asking about). Revoked, it stays as a record."""
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="tool_grants"
+    )
+    tool = models.CharField(max_length=TOOL_NAME_CHARS)
+    granted_at = models.DateTimeField(auto_now_add=True)
+    granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("conversation", "tool")
+        constraints = (
+            models.UniqueConstraint(
+                fields=["conversation", "tool"],
+                condition=Q(revoked_at__isnull=True),
+                name="tool_grant_live_unique",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.tool} allowed in conversation {self.conversation_id}"

@@ -1,0 +1,361 @@
+"""Tool calls that wait for a person's decision (agent.core.approval), as the site runs them:
+who must be asked about what (the site's policy, the person's choices, a conversation's
+grants, the tool's own rule), and the operations on a waiting call: decide it (approve, edit and
+approve, deny), stop its run, let it expire. A decision and the run's return to the queue are
+one transaction; a decision is bound to its call's digest and made once."""
+
+import dataclasses
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+from pydantic import ValidationError
+
+from agent.core.approval import Approval, Ask
+from agent.core.events import (
+    Decision,
+    RunStatus,
+)
+from agent.core.llm import ToolCall
+from agent.models import (
+    AgentRun,
+    ApprovalPreference,
+    ApprovalRequest,
+    SiteToolPolicy,
+    ToolGrant,
+)
+from agent.recorder import RunRecorder
+from agent.runs import InvalidTask, queue, start_next_queued
+from agent.selectors import runs_for
+from agent.toolset import default_registry
+from agent.waiting import CallDecision, end_waiting, record_decision
+from tools.base import Tool, ToolContext
+
+logger = logging.getLogger(__name__)
+
+ASK, AUTO = "ask", "auto"
+RUN_CODE, WRITE_FILE = "run_code", "write_file"
+# How long a denial's reason may be.
+REASON_CHARS = 2000
+
+
+class DecisionRefused(InvalidTask):
+    """A decision that cannot be taken; nothing changed."""
+
+
+# The site's policy ------------------------------------------------------------------------------
+
+
+def configured_modes(raw: str | None = None) -> dict[str, str]:
+    """LOOP_APPROVAL read: `tool=ask` or `tool=auto`, comma-separated."""
+    raw = settings.LOOP_APPROVAL if raw is None else raw
+    modes: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        tool, _, mode = (piece.strip() for piece in item.partition("="))
+        if not tool or mode not in (ASK, AUTO):
+            raise ImproperlyConfigured(
+                f"LOOP_APPROVAL: {item!r} is not tool=ask or tool=auto (say "
+                "LOOP_APPROVAL=run_code=ask,write_file=ask)."
+            )
+        modes[tool] = mode
+    return modes
+
+
+def site_modes() -> dict[str, str]:
+    """Each tool's mode as the site sets it: LOOP_APPROVAL, then what staff set in the console
+    (which wins); a tool named by neither runs without asking."""
+    modes = configured_modes()
+    modes.update(SiteToolPolicy.objects.values_list("tool", "mode"))
+    return modes
+
+
+def site_asks(tool: str, modes: dict[str, str] | None = None) -> bool:
+    return (site_modes() if modes is None else modes).get(tool) == ASK
+
+
+# A person's choices -----------------------------------------------------------------------------
+
+
+def preference_of(user: AbstractBaseUser) -> ApprovalPreference:
+    """The person's choices (not stored until they make one)."""
+    found = ApprovalPreference.objects.filter(user=user).first()
+    return found or ApprovalPreference(user=user)
+
+
+def person_asks(preference: ApprovalPreference, tool: str) -> bool:
+    if preference.ask_any_tool:
+        return True
+    return (tool == RUN_CODE and preference.ask_run_code) or (
+        tool == WRITE_FILE and preference.ask_write_file
+    )
+
+
+def granted_tools(conversation_id: int | None) -> set[str]:
+    """The tools its person allowed for the whole conversation ("always allow")."""
+    if conversation_id is None:
+        return set()
+    live = ToolGrant.objects.filter(conversation_id=conversation_id, revoked_at__isnull=True)
+    return set(live.values_list("tool", flat=True))
+
+
+@dataclass
+class Policy:
+    """Who asks about a run's calls, read once for the run: the site's modes, its person's
+    choices, its conversation's grants; the tools' own rules decide within."""
+
+    tools: dict[str, Tool]
+    context: ToolContext
+    modes: dict[str, str]
+    preference: ApprovalPreference
+    granted: set[str]
+
+    def __call__(self, call: ToolCall) -> Ask | None:
+        tool = self.tools.get(call.name)
+        if tool is None:  # an unknown tool is an error result, never a question
+            return None
+        why = self.why(call.name)
+        if why is None or not self.tool_asks(tool, call.arguments):
+            return None
+        return Ask(why)
+
+    def why(self, tool: str) -> str | None:
+        if self.modes.get(tool) == ASK:
+            return f"The site asks before every {tool} call."
+        if person_asks(self.preference, tool) and tool not in self.granted:
+            return f"You asked to decide before {tool} runs."
+        return None
+
+    def tool_asks(self, tool: Tool, arguments: str) -> bool:
+        """The tool's own rule, on arguments it accepts (a call it refuses is an error result
+        that runs nothing: not worth a question)."""
+        if tool.asks is None:
+            return True
+        try:
+            checked = tool.arguments.model_validate(json.loads(arguments or "{}"))
+        except (ValueError, ValidationError):
+            return False
+        try:
+            return tool.asks(checked, self.context)
+        except Exception:
+            logger.exception("%s's rule on asking failed; it asks", tool.name)
+            return True
+
+
+class LazyPolicy:
+    """The run's policy, read at its first tool call: a run that calls none reads nothing."""
+
+    def __init__(self, run: AgentRun, context: ToolContext) -> None:
+        self.run, self.context = run, context
+        self.policy: Policy | None = None
+
+    def __call__(self, call: ToolCall) -> Ask | None:
+        if self.policy is None:
+            self.policy = policy_for(self.run, self.context)
+        return self.policy(call)
+
+
+def policy_for(run: AgentRun, context: ToolContext) -> Policy:
+    return Policy(
+        tools=default_registry().tools,
+        context=context,
+        modes=site_modes(),
+        preference=preference_of(run.user),
+        granted=granted_tools(run.conversation_id),
+    )
+
+
+def approval_for(run: AgentRun, context: ToolContext) -> Approval:
+    return LazyPolicy(run, context)
+
+
+# Deciding ---------------------------------------------------------------------------------------
+
+
+def decide(
+    user: AbstractBaseUser,
+    run_id: int,
+    decisions: Sequence[CallDecision],
+    *,
+    queue_it: bool = True,
+) -> list[ApprovalRequest]:
+    """The run's person decides on calls it waits on. Another person's run does not exist here.
+    `queue_it` False: once decided, the run waits for this process to work it (runagent)."""
+    return decide_on(runs_for(user), run_id, decisions, by=user, queue_it=queue_it)
+
+
+def may_decide_for_others(user: AbstractBaseUser, decision: Decision) -> bool:
+    """Operators who may stop anyone's run may deny a waiting call (a denial runs nothing);
+    approving on a person's behalf needs a permission of its own."""
+    if not (user.is_active and user.is_staff):
+        return False
+    if decision is Decision.DENY:
+        return user.has_perm("agent.change_agentrun")
+    return user.has_perm("agent.decide_for_others")
+
+
+def decide_as_operator(
+    operator: AbstractBaseUser, run_id: int, decisions: Sequence[CallDecision]
+) -> list[ApprovalRequest]:
+    for decision in decisions:
+        if not may_decide_for_others(operator, decision.decision):
+            raise PermissionDenied(
+                f"{operator.get_username()} may not {decision.decision} calls on a person's behalf."
+            )
+    return decide_on(AgentRun.objects.all(), run_id, decisions, by=operator)
+
+
+def decide_on(
+    runs: QuerySet[AgentRun],
+    run_id: int,
+    decisions: Sequence[CallDecision],
+    *,
+    by: AbstractBaseUser,
+    queue_it: bool = True,
+) -> list[ApprovalRequest]:
+    """Each decision is checked against its waiting call (still waiting, the run still
+    waiting, the digest its own, an edit valid for the tool) before anything changes; then the
+    decisions, their events, and, once no call of the run waits any more, the run's return to
+    the queue, in one transaction. Its page hears it once committed."""
+    if not decisions:
+        raise DecisionRefused("Say what to do with the call.")
+    with transaction.atomic():
+        run = runs.select_for_update(of=("self",)).select_related("user").get(pk=run_id)
+        waiting = {request.call_id: request for request in waiting_calls(run)}
+        checked = [checked_decision(run, waiting, decision) for decision in decisions]
+        events: list[Event] = [record_decision(r, decision, by) for r, decision in checked]
+        grant_tools(run, [(request, decision) for request, decision in checked], by)
+        recorder = RunRecorder(run)
+        rows = recorder.record(events)
+        if not run.approvals.filter(decision="").exists():
+            AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)
+            if queue_it:
+                queue(run)
+    recorder.announce(rows)
+    return [request for request, _ in checked]
+
+
+def waiting_calls(run: AgentRun) -> list[ApprovalRequest]:
+    """The run's calls that wait for a decision, locked: none unless the run waits."""
+    if run.status != RunStatus.AWAITING_APPROVAL:
+        return []
+    return list(run.approvals.select_for_update().filter(decision=""))
+
+
+def checked_decision(
+    run: AgentRun, waiting: dict[str, ApprovalRequest], decision: CallDecision
+) -> tuple[ApprovalRequest, CallDecision]:
+    request = waiting.get(decision.call_id)
+    if request is None:
+        raise DecisionRefused(not_waiting(run, decision.call_id))
+    if decision.digest != request.digest:
+        raise DecisionRefused(
+            f"This decision is for another version of the {request.tool} call (its arguments "
+            "differ): nothing was done. Reload the page and decide on the call as it is."
+        )
+    if decision.decision not in (Decision.APPROVE, Decision.EDIT, Decision.DENY):
+        raise DecisionRefused(f"{decision.decision!r} is not a decision a person makes.")
+    if len(decision.reason) > REASON_CHARS:
+        raise DecisionRefused(f"Give the reason in at most {REASON_CHARS:,} characters.")
+    if decision.decision is Decision.EDIT:
+        arguments = edited_arguments(request.tool, decision.arguments or "")
+        decision = dataclasses.replace(decision, arguments=arguments)
+    return request, decision
+
+
+def not_waiting(run: AgentRun, call_id: str) -> str:
+    request = run.approvals.filter(call_id=call_id).first()
+    if request is None:
+        return "This run has no such call waiting for a decision: nothing was done."
+    if request.decision:
+        return (
+            f"The {request.tool} call was decided already ({request.decision}); a call is "
+            "decided once. Nothing was done."
+        )
+    return f"The run no longer waits for decisions (it is {run.status}): nothing was done."
+
+
+def edited_arguments(tool_name: str, arguments: str) -> str:
+    """The person's arguments, checked against the tool's schema: the call runs with exactly
+    these (as JSON), or the edit is refused with the reason."""
+    tool = default_registry().tools.get(tool_name)
+    if tool is None:
+        raise DecisionRefused(f"{tool_name} is not a tool of this Loop; it cannot be edited.")
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError as error:
+        raise DecisionRefused(f"The edited arguments are not valid JSON: {error}.") from None
+    try:
+        tool.arguments.model_validate(parsed)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, problem['loc'])) or 'arguments'}: {problem['msg']}"
+            for problem in error.errors()
+        )
+        raise DecisionRefused(f"The edited arguments do not fit {tool_name}: {problems}.") from None
+    return json.dumps(parsed, ensure_ascii=False)
+
+
+def grant_tools(
+    run: AgentRun,
+    decided: Iterable[tuple[ApprovalRequest, CallDecision]],
+    by: AbstractBaseUser,
+) -> None:
+    """ "Always allow" in the run's conversation, for tools the site does not require asking
+    about (the person cannot allow what the site asks)."""
+    wanted = {request.tool for request, decision in decided if decision.always}
+    if not wanted or run.conversation_id is None:
+        return
+    modes = site_modes()
+    for tool in sorted(wanted - granted_tools(run.conversation_id)):
+        if site_asks(tool, modes):
+            raise DecisionRefused(
+                f"The site asks before every {tool} call: it cannot be always allowed."
+            )
+        ToolGrant.objects.create(conversation_id=run.conversation_id, tool=tool, granted_by=by)
+
+
+def revoke_grant(user: AbstractBaseUser, conversation_id: int, tool: str) -> int:
+    """The conversation's "always allow" of `tool` ends: its calls ask again."""
+    grants = ToolGrant.objects.filter(
+        conversation__owner=user,
+        conversation_id=conversation_id,
+        tool=tool,
+        revoked_at__isnull=True,
+    )
+    return grants.update(revoked_at=timezone.now())
+
+
+# Ending a waiting run ---------------------------------------------------------------------------
+
+
+def expire_waiting() -> int:
+    """The runs whose oldest waiting call is older than LOOP_APPROVAL_SECONDS end halted, the
+    calls never run (a wait never fails open). Says how many ended."""
+    limit = timezone.now() - timedelta(seconds=settings.LOOP_APPROVAL_SECONDS)
+    stale = ApprovalRequest.objects.filter(
+        decision="", created_at__lt=limit, run__status=RunStatus.AWAITING_APPROVAL
+    )
+    ended = 0
+    for run_id in sorted(set(stale.values_list("run_id", flat=True))):
+        ended += end_waiting(run_id, RunStatus.HALTED, on_end=start_next_queued)
+    return ended
+
+
+def waiting_for(user: AbstractBaseUser) -> QuerySet[ApprovalRequest]:
+    """Every call that waits for the person's decision, across their conversations, oldest
+    first."""
+    return (
+        ApprovalRequest.objects.filter(
+            decision="", run__in=runs_for(user), run__status=RunStatus.AWAITING_APPROVAL
+        )
+        .select_related("run", "run__conversation")
+        .order_by("created_at", "pk")
+    )

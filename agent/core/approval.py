@@ -1,0 +1,77 @@
+"""Tool calls that wait for a person's decision: the loop's side, without Django.
+
+A run asks its `Approval` about each call the model proposes. A call that needs a decision is
+recorded (ApprovalRequested, with the call's digest) and the run parks: its worker lets it go,
+and nothing holds it until its person decides. Each decision is an ApprovalDecided in the run's
+log; once every call the run waits on is decided, a worker takes the run up from its log
+(agent.core.history.replay) and carries the decisions out: an approved call runs once, an
+edited one runs with the person's arguments, a denied one is answered with the person's reason,
+an expired one never runs and the run halts. Nothing is ever run for want of a decision.
+"""
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from agent.core.events import ApprovalDecided, Decision
+from agent.core.llm import ToolCall
+from agent.core.results import ToolResult, ToolStatus
+
+
+def digest(tool: str, arguments: str) -> str:
+    """What a decision is bound to: the tool and its arguments exactly as the model sent them.
+    A decision carrying another digest is for another call, and is refused."""
+    return hashlib.sha256(f"{tool}\x00{arguments}".encode(errors="surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A call needs a decision; `why` says whose rule asks ("the site asks before run_code")."""
+
+    why: str
+
+
+# Whether a call needs its person's decision before it runs (None: it runs as it is).
+Approval = Callable[[ToolCall], Ask | None]
+
+
+def ask_nothing(call: ToolCall) -> Ask | None:
+    return None
+
+
+class AwaitingDecision(Exception):
+    """The run waits for its person's decision on these calls (their ApprovalRequested are in
+    its log): its worker lets it go."""
+
+    def __init__(self, calls: list[ToolCall]) -> None:
+        super().__init__(f"waiting for a decision on {len(calls)} call(s)")
+        self.calls = calls
+
+
+def denied_text(reason: str) -> str:
+    """A denied call's result as the model reads it (after "DENIED: ")."""
+    return f"by the person: {reason}" if reason else "by the person (no reason given)"
+
+
+EXPIRED_TEXT = "not run: nobody decided whether it may run in time (LOOP_APPROVAL_SECONDS)"
+CANCELLED_TEXT = "not run: the run was stopped while this call waited for a decision"
+
+
+def unrun_result(decision: ApprovalDecided) -> ToolResult | None:
+    """The result of a call its decision did not let run (None: it runs). A denial is the
+    person's choice, which the model adapts to and the breaker never counts."""
+    match Decision(decision.decision):
+        case Decision.DENY:
+            return ToolResult(ToolStatus.DENIED, denied_text(decision.reason), 0.0)
+        case Decision.EXPIRED:
+            return ToolResult(ToolStatus.SKIPPED, EXPIRED_TEXT, 0.0)
+        case Decision.CANCELLED:
+            return ToolResult(ToolStatus.SKIPPED, CANCELLED_TEXT, 0.0)
+    return None
+
+
+def decided_call(call: ToolCall, decision: ApprovalDecided) -> ToolCall:
+    """The call as it runs: with the person's arguments when they edited it."""
+    if Decision(decision.decision) is Decision.EDIT:
+        return ToolCall(call.id, call.name, decision.arguments)
+    return call

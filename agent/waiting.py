@@ -1,0 +1,126 @@
+"""Ending a run that waits for its person's decision (agent.core.approval) without a worker:
+a Stop, or a wait past LOOP_APPROVAL_SECONDS. The calls it waited on are recorded as never run,
+with their audit rows' decisions, then the run's end with what it had done. Also the one way a
+decision is written on its audit row (agent/approvals.py decides)."""
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from agent.abandoned import ended_from_log
+from agent.core.approval import CANCELLED_TEXT, EXPIRED_TEXT
+from agent.core.events import (
+    ApprovalDecided,
+    Decision,
+    Event,
+    HaltReason,
+    RunHalted,
+    RunStatus,
+    ToolCallFinished,
+    event_from_dict,
+)
+from agent.core.history import replay
+from agent.core.results import ToolStatus
+from agent.models import AgentRun, ApprovalRequest
+from agent.recorder import RunRecorder
+
+
+@dataclass(frozen=True)
+class CallDecision:
+    """A decision on one waiting call, as its decider sent it: `digest` must be the call's."""
+
+    call_id: str
+    decision: Decision
+    digest: str
+    arguments: str | None = None  # an edit's
+    reason: str = ""
+    always: bool = False  # approve, and allow this tool for the rest of the conversation
+
+
+def record_decision(
+    request: ApprovalRequest, decision: CallDecision, by: AbstractBaseUser | None
+) -> ApprovalDecided:
+    """The audit row's decision, and its event for the run's log."""
+    request.decision = decision.decision
+    request.decided_at = timezone.now()
+    request.decided_by = by
+    request.edited_arguments = (
+        decision.arguments or "" if decision.decision is Decision.EDIT else ""
+    )
+    request.reason = decision.reason.replace("\x00", "").strip()
+    request.save(
+        update_fields=["decision", "decided_at", "decided_by", "edited_arguments", "reason"]
+    )
+    return ApprovalDecided(
+        step=request.step,
+        call_id=request.call_id,
+        tool=request.tool,
+        decision=Decision(decision.decision),
+        arguments=request.edited_arguments,
+        reason=request.reason,
+        by=by.get_username() if by is not None else "",
+    )
+
+
+def end_waiting(
+    run_id: int, status: RunStatus, on_end: Callable[[AgentRun], object] | None = None
+) -> bool:
+    """End a waiting run without a worker: its waiting calls recorded as not run (cancelled,
+    or expired), then its end (`cancelled`; `halted` for want of a decision) with what it had
+    done. False if it does not wait."""
+    expired = status is RunStatus.HALTED
+    with transaction.atomic():
+        run = AgentRun.objects.select_for_update().filter(pk=run_id).first()
+        if run is None or run.status != RunStatus.AWAITING_APPROVAL:
+            return False
+        decision = Decision.EXPIRED if expired else Decision.CANCELLED
+        events: list[Event] = []
+        for request in run.approvals.select_for_update().filter(decision=""):
+            events.append(
+                record_decision(request, CallDecision(request.call_id, decision, ""), None)
+            )
+            events.append(not_run(request, EXPIRED_TEXT if expired else CANCELLED_TEXT))
+        if not expired:
+            AgentRun.objects.filter(pk=run.pk).update(cancel_requested_at=timezone.now())
+        recorder = RunRecorder(run, on_end=on_end)
+        rows = recorder.record(ended_waiting(run, events, expired))
+    recorder.announce(rows)
+    return True
+
+
+def not_run(request: ApprovalRequest, why: str) -> ToolCallFinished:
+    return ToolCallFinished(
+        step=request.step,
+        call_id=request.call_id,
+        tool=request.tool,
+        arguments=request.arguments,
+        status=ToolStatus.SKIPPED,
+        text=why,
+        duration=0.0,
+    )
+
+
+def ended_waiting(run: AgentRun, events: list[Event], expired: bool) -> list[Event]:
+    """`events`, then the run's end with what its log says it did: cancelled, or, `expired`,
+    halted for want of a decision."""
+    rows = run.events.order_by("seq").values_list("kind", "data")
+    state = replay([*(event_from_dict(kind, data) for kind, data in rows), *events])
+    if not expired:
+        return [*events, ended_from_log(RunStatus.CANCELLED, state)]
+    hours = settings.LOOP_APPROVAL_SECONDS / 3600
+    detail = (
+        f"nobody decided within {hours:g} hours (LOOP_APPROVAL_SECONDS) whether a call it "
+        "waited on may run; the call did not run. Continue the run to be asked again."
+    )
+    halted = RunHalted(step=state.step, reason=HaltReason.NO_DECISION, detail=detail)
+    ended = dataclasses.replace(
+        ended_from_log(RunStatus.HALTED, state),
+        halt_reason=HaltReason.NO_DECISION,
+        detail=detail,
+    )
+    return [*events, halted, ended]
