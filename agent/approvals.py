@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from agent.core.approval import Approval, Ask
 from agent.core.events import (
     Decision,
+    Event,
     RunStatus,
 )
 from agent.core.llm import ToolCall
