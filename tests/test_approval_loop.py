@@ -66,7 +66,7 @@ def nothing_ran():
 class Parked:
     """A run that parked, its log as a worker would record it (the requests with the parking)."""
 
-    def __init__(self, replies, *, ask=("effect",), limits=Limits()):
+    def __init__(self, replies, *, ask=("effect",), limits=None):
         self.llm = ScriptedLLM(replies)
         self.log = []
         self.result = run_agent(
@@ -75,7 +75,7 @@ class Parked:
             tools=TOOLS,
             sink=self.log.append,
             approval=asks_about(*ask),
-            limits=limits,
+            limits=limits or Limits(),
         )
         self.log += self.result.awaiting
 
@@ -152,7 +152,8 @@ def test_an_edit_runs_with_the_persons_arguments_and_the_model_is_told():
     run.resume()
     assert RAN == ["ls"]
     [finished] = run.of(ToolCallFinished)
-    assert finished.edited and finished.arguments == '{"text": "ls"}'
+    assert finished.edited
+    assert finished.arguments == '{"text": "ls"}'
     messages, _ = run.llm.turns[1]
     assert "The person changed this call's arguments" in messages[-1]["content"]
     assert '{"text": "ls"}' in messages[-1]["content"]
