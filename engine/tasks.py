@@ -21,6 +21,7 @@ from procrastinate.jobs import JobDeferrer, Status
 from procrastinate.manager import JobManager
 
 from agent.abandoned import end_jobless_runs_without_a_process, runs_of_gone_processes_here
+from agent.approvals import expire_waiting
 from agent.core.events import RunStatus
 from agent.core.interrupt import StopReason
 from agent.models import AgentRun
@@ -153,6 +154,15 @@ async def prune_old_records_job(timestamp: int) -> int:
     if pruned:
         logger.info("Retention: %s", pruned)
     return pruned.runs
+
+
+@app.periodic(cron="* * * * *", periodic_id="expire_waiting_calls")
+@app.task(name="agent.expire_waiting_calls", queue=RECOVERY_QUEUE, queueing_lock="expire_waiting")
+async def expire_waiting_calls(timestamp: int) -> int:
+    """Every minute: a run whose call waited for its person's decision longer than
+    LOOP_APPROVAL_SECONDS ends halted, the call never run (agent/approvals.py). Returns how many
+    runs ended."""
+    return await sync_to_async(expire_waiting)()
 
 
 def reclaim_runs_of_dead_workers_here() -> int:

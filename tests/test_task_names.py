@@ -12,6 +12,7 @@ STORED_NAMES = {
     "agent.recover_runs",
     "memory.purge_forgotten_texts",
     "agent.prune_old_records",
+    "agent.expire_waiting_calls",
 }
 
 

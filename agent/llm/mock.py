@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agent.core.approval import EXPIRED_TEXT
 from agent.core.history import (
     is_loop_note,
     memories_in,
@@ -133,6 +134,11 @@ class Observation:
     @property
     def status(self) -> ToolStatus:
         return parse_tool_message(self.text)[0]
+
+    @property
+    def expired(self) -> bool:
+        """It waited for its person's decision, and nobody decided in time: it never ran."""
+        return parse_tool_message(self.text) == (ToolStatus.SKIPPED, EXPIRED_TEXT)
 
     @property
     def ok(self) -> bool:
@@ -331,6 +337,9 @@ def reply(move: Move, call_number: int, prompt_tokens: int) -> Reply:
 
 
 def next_move(task: str, seen: list[Observation], memories: list[str]) -> Move:
+    # A call that waited for a decision nobody made never ran: asked for again, as a model would
+    # once the person continues the run.
+    seen = [observation for observation in seen if not observation.expired]
     for pattern, plan in PLANS:
         match = pattern.search(task)
         if match:
