@@ -64,11 +64,13 @@ HALT_REASONS = {
     HaltReason.DEADLINE: "it ran out of time",
     HaltReason.TOKEN_BUDGET: "it used up its token budget",
     HaltReason.TOOL_CALL_BUDGET: "it used up its budget of tool calls",
+    HaltReason.NO_DECISION: "nobody decided in time whether a call it waited on may run",
 }
 # The chat's words for a run's status; its symbols are the console's too (agent.core.wording).
 STATUS_WORDS = {
     RunStatus.QUEUED: "Waiting for a worker",
     RunStatus.RUNNING: "Running",
+    RunStatus.AWAITING_APPROVAL: "Waiting for your decision",
     RunStatus.SUCCEEDED: "Done",
     RunStatus.HALTED: "Halted",
     RunStatus.CANCELLED: "Stopped",

@@ -13,7 +13,10 @@ from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from agent.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     BreakerTripped,
+    Decision,
     Event,
     MemoriesRecalled,
     ModelReplied,
@@ -87,6 +90,10 @@ class TimelineEntry:
     def step_anchor(self) -> str:
         """The `#step-N` a link to a step of the run lands on: its model turn."""
         return f"step-{self.event.step}" if isinstance(self.event, ModelReplied) else ""
+
+    @property
+    def gist(self) -> str:
+        return gist(self.event)
 
     @property
     def tokens(self) -> int:
@@ -176,7 +183,25 @@ def gist(event: Event | Unreadable) -> str:
         case RunResumed():
             lost = f", lost {event.lost_worker}" if event.lost_worker else ""
             return f"{resumed_text(event.reason, event.by)} (attempt {event.attempt}{lost})"
+        case ApprovalRequested():
+            return f"{event.tool} waits for a decision: {event.why}"
+        case ApprovalDecided():
+            return decided_gist(event)
     return ""
+
+
+def decided_gist(event: ApprovalDecided) -> str:
+    """Who decided what on a call that waited: the decision, the edit, the reason."""
+    who = f" by {event.by}" if event.by else " by Loop"
+    match event.decision:
+        case Decision.EDIT:
+            return f"{event.tool} edited and approved{who}: {excerpt(event.arguments, 60)}"
+        case Decision.DENY:
+            reason = f": {excerpt(event.reason, GIST_WIDTH)}" if event.reason else ""
+            return f"{event.tool} denied{who}{reason}"
+        case Decision.APPROVE:
+            return f"{event.tool} approved{who}"
+    return f"{event.tool} {event.decision}: not run"
 
 
 @dataclass

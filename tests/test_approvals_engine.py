@@ -255,3 +255,13 @@ def test_the_minutes_periodic_task_expires_waits(alice, settings):
     assert async_to_sync(expire_waiting_calls.func)(timestamp=0) == 1
     periodic = {task.periodic_id for task in app.periodic_registry.periodic_tasks.values()}
     assert "expire_waiting_calls" in periodic
+
+
+def test_the_consoles_timeline_says_who_decided_what(alice, client, operator):
+    run, request = waiting_run(alice)
+    edited = json.dumps({"code": "print(1)"})
+    approve(alice, run, request, decision=Decision.EDIT, arguments=edited)
+    worked(run)
+    page = client.get(f"/admin/agent/agentrun/{run.pk}/change/").content.decode()
+    assert "waits for the person's decision before it runs (The site asks before every" in page
+    assert "run_code edited and approved by alice" in page

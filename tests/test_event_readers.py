@@ -10,8 +10,11 @@ from django.template.loader import render_to_string
 
 from agent.core.events import (
     EVENT_TYPES,
+    ApprovalDecided,
+    ApprovalRequested,
     BreakerTripped,
     ContinuedBy,
+    Decision,
     Event,
     HaltReason,
     MemoriesRecalled,
@@ -86,6 +89,15 @@ SAMPLES: list[Event] = [
         attempt=4, reason=ResumeReason.CONTINUED, note="Go on.", limits={"max_iterations": 4}
     ),
     PersonSaid(step=2, message=11, text="Save it as total.txt instead."),
+    ApprovalRequested(**CALL, digest="d" * 64, why="The site asks before every run_code call."),
+    ApprovalDecided(
+        step=2,
+        call_id="call_1",
+        tool="run_code",
+        decision=Decision.EDIT,
+        arguments='{"code": "print(2)"}',
+        by="alice",
+    ),
 ]
 INTERRUPTED = ToolCallFinished(
     **CALL,
@@ -101,6 +113,7 @@ RESUMED_IN_CHAT = {
     ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
     ResumeReason.DATABASE_RESTARTED: "Resumed: the database restarted while this ran",
     ResumeReason.CONTINUED: "Continued: you asked it to go on",
+    ResumeReason.DECIDED: "Resumed: the calls it waited on were decided",
 }
 
 

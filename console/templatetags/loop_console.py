@@ -9,6 +9,8 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from agent.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     BreakerTripped,
     MemoriesRecalled,
     ModelReplied,
@@ -67,6 +69,8 @@ TIMELINE_PARTIALS: dict[type, str] = {
     RunFinished: "run_finished",
     RunResumed: "run_resumed",
     PersonSaid: "person_said",
+    ApprovalRequested: "approval_requested",
+    ApprovalDecided: "approval_decided",
 }
 TIMELINE = "admin/agent/agentrun/timeline.html"
 
