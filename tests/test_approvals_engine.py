@@ -265,3 +265,18 @@ def test_the_consoles_timeline_says_who_decided_what(alice, client, operator):
     page = client.get(f"/admin/agent/agentrun/{run.pk}/change/").content.decode()
     assert "waits for the person's decision before it runs (The site asks before every" in page
     assert "run_code edited and approved by alice" in page
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected"),
+    [
+        ("run_code=ask,write_file=ask", []),
+        ("run_code=maybe", ["agent.E010"]),
+        ("run_cod=ask", ["agent.W010"]),
+    ],
+)
+def test_loop_approval_is_checked_at_start(settings, configured, expected):
+    from agent.checks import check_approval_policy
+
+    settings.LOOP_APPROVAL = configured
+    assert [message.id for message in check_approval_policy()] == expected
