@@ -9,7 +9,8 @@ from django.db.models import Q
 
 from agent.core.events import Decision
 from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
-from agent.models import AgentRun, Conversation, choices
+
+DECISIONS = [(str(value), str(value).capitalize()) for value in Decision]
 
 
 class ApprovalRequest(models.Model):
@@ -17,7 +18,7 @@ class ApprovalRequest(models.Model):
     written with its ApprovalRequested event (agent/recorder.py) and decided once
     (agent/approvals.py), the audit of who decided what, when, on which exact call (`digest`)."""
 
-    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="approvals")
+    run = models.ForeignKey("agent.AgentRun", on_delete=models.CASCADE, related_name="approvals")
     step = models.PositiveIntegerField()
     call_id = models.CharField(max_length=CALL_ID_CHARS)
     tool = models.CharField(max_length=TOOL_NAME_CHARS)
@@ -26,7 +27,7 @@ class ApprovalRequest(models.Model):
     why = models.CharField(max_length=200, blank=True)  # whose rule asked
     created_at = models.DateTimeField(auto_now_add=True)
     # "" while it waits.
-    decision = models.CharField(max_length=16, choices=choices(Decision), blank=True, default="")
+    decision = models.CharField(max_length=16, choices=DECISIONS, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -99,7 +100,7 @@ class ToolGrant(models.Model):
     person (never those the site requires asking about). Revoked, it stays as a record."""
 
     conversation = models.ForeignKey(
-        Conversation, on_delete=models.CASCADE, related_name="tool_grants"
+        "agent.Conversation", on_delete=models.CASCADE, related_name="tool_grants"
     )
     tool = models.CharField(max_length=TOOL_NAME_CHARS)
     granted_at = models.DateTimeField(auto_now_add=True)
