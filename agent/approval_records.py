@@ -11,6 +11,8 @@ from agent.core.events import Decision
 from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
 
 DECISIONS = [(str(value), str(value).capitalize()) for value in Decision]
+WEB, TERMINAL, CONSOLE = "web", "terminal", "console"
+VIA = [(WEB, "The chat page"), (TERMINAL, "The terminal (runagent)"), (CONSOLE, "The console")]
 
 
 class ApprovalRequest(models.Model):
@@ -19,6 +21,7 @@ class ApprovalRequest(models.Model):
     (agent/approvals.py), the audit of who decided what, when, on which exact call (`digest`)."""
 
     run = models.ForeignKey("agent.AgentRun", on_delete=models.CASCADE, related_name="approvals")
+    seq = models.PositiveIntegerField()  # its ApprovalRequested's in the run's log
     step = models.PositiveIntegerField()
     call_id = models.CharField(max_length=CALL_ID_CHARS)
     tool = models.CharField(max_length=TOOL_NAME_CHARS)
@@ -32,11 +35,14 @@ class ApprovalRequest(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # Where it was decided: the chat page, the terminal (runagent), the console; "" for Loop's
+    # own (an expiry, a Stop).
+    decided_via = models.CharField(max_length=16, choices=VIA, blank=True, default="")
     edited_arguments = models.TextField(blank=True, default="")
     reason = models.TextField(blank=True, default="")
 
     class Meta:
-        ordering = ("run", "step", "pk")
+        ordering = ("run", "seq")
         permissions = (("decide_for_others", "May approve tool calls on a person's behalf"),)
         constraints = (
             models.UniqueConstraint(fields=["run", "call_id"], name="approval_request_call_unique"),

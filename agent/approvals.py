@@ -19,6 +19,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from pydantic import ValidationError
 
+from agent.approval_records import CONSOLE, WEB
 from agent.core.approval import Approval, Ask
 from agent.core.events import (
     Decision,
@@ -186,10 +187,12 @@ def decide(
     decisions: Sequence[CallDecision],
     *,
     queue_it: bool = True,
+    via: str = WEB,
 ) -> list[ApprovalRequest]:
     """The run's person decides on calls it waits on. Another person's run does not exist here.
-    `queue_it` False: once decided, the run waits for this process to work it (runagent)."""
-    return decide_on(runs_for(user), run_id, decisions, by=user, queue_it=queue_it)
+    `queue_it` False: once decided, the run waits for this process to work it (runagent);
+    `via`: where the person decided (the audit says so)."""
+    return decide_on(runs_for(user), run_id, decisions, by=user, queue_it=queue_it, via=via)
 
 
 def may_decide_for_others(user: AbstractBaseUser, decision: Decision) -> bool:
@@ -210,7 +213,7 @@ def decide_as_operator(
             raise PermissionDenied(
                 f"{operator.get_username()} may not {decision.decision} calls on a person's behalf."
             )
-    return decide_on(AgentRun.objects.all(), run_id, decisions, by=operator)
+    return decide_on(AgentRun.objects.all(), run_id, decisions, by=operator, via=CONSOLE)
 
 
 def decide_on(
@@ -220,6 +223,7 @@ def decide_on(
     *,
     by: AbstractBaseUser,
     queue_it: bool = True,
+    via: str = WEB,
 ) -> list[ApprovalRequest]:
     """Each decision is checked against its waiting call (still waiting, the run still
     waiting, the digest its own, an edit valid for the tool) before anything changes; then the
@@ -231,7 +235,7 @@ def decide_on(
         run = runs.select_for_update(of=("self",)).select_related("user").get(pk=run_id)
         waiting = {request.call_id: request for request in waiting_calls(run)}
         checked = [checked_decision(run, waiting, decision) for decision in decisions]
-        events: list[Event] = [record_decision(r, decision, by) for r, decision in checked]
+        events: list[Event] = [record_decision(r, d, by, via) for r, d in checked]
         grant_tools(run, [(request, decision) for request, decision in checked], by)
         recorder = RunRecorder(run)
         rows = recorder.record(events)
@@ -358,5 +362,5 @@ def waiting_for(user: AbstractBaseUser) -> QuerySet[ApprovalRequest]:
             decision="", run__in=runs_for(user), run__status=RunStatus.AWAITING_APPROVAL
         )
         .select_related("run", "run__conversation")
-        .order_by("created_at", "pk")
+        .order_by("created_at", "seq")
     )

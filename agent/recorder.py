@@ -132,7 +132,11 @@ class RunRecorder:
         first = self.seq + 1
         self.seq += len(events)
         writes = [write for event in events for write in self.writes_for(event)]
-        audit = [row for event in events for row in self.audit_rows(event)]
+        audit = [
+            row
+            for seq, event in enumerate(events, start=first)
+            for row in self.audit_rows(event, seq)
+        ]
         rows = [
             (seq, event.kind, getattr(event, "step", 0), event.as_dict())
             for seq, event in enumerate(events, start=first)
@@ -180,15 +184,15 @@ class RunRecorder:
             logger.exception("Run %s: publishing %s failed; it stops", self.run.pk, event.kind)
             self.then = None
 
-    def audit_rows(self, event: Event) -> list[Alongside]:
-        """The audit rows an event adds, written with it."""
+    def audit_rows(self, event: Event, seq: int) -> list[Alongside]:
+        """The audit rows an event adds, written with it (`seq`: the event's in the log)."""
         match event:
             case ToolCallFinished():
                 return [self.execution(event)]
             case BreakerTripped():
                 return [self.trip(event)]
             case ApprovalRequested():
-                return [self.request(event)]
+                return [self.request(event, seq)]
         return []
 
     def writes_for(self, event: Event) -> list[Callable[[], object]]:
@@ -278,12 +282,14 @@ class RunRecorder:
             },
         )
 
-    def request(self, event: ApprovalRequested) -> Alongside:
-        """A call waiting for its person's decision: the row the decision is made on."""
+    def request(self, event: ApprovalRequested, seq: int) -> Alongside:
+        """A call waiting for its person's decision: the row the decision is made on, ordered
+        as its request in the log (a reply's calls in the model's order)."""
         return Alongside(
             ApprovalRequest,
             {
                 "run_id": self.run.pk,
+                "seq": seq,
                 "step": event.step,
                 "call_id": event.call_id,
                 "tool": event.tool,

@@ -43,18 +43,26 @@ class CallDecision:
 
 
 def record_decision(
-    request: ApprovalRequest, decision: CallDecision, by: AbstractBaseUser | None
+    request: ApprovalRequest,
+    decision: CallDecision,
+    by: AbstractBaseUser | None,
+    via: str = "",
 ) -> ApprovalDecided:
-    """The audit row's decision, and its event for the run's log."""
+    """The audit row's decision, and its event for the run's log; `via`: where it was made
+    (agent.approval_records.VIA; "" for Loop's own)."""
     request.decision = decision.decision
     request.decided_at = timezone.now()
     request.decided_by = by
+    request.decided_via = via
     request.edited_arguments = (
         decision.arguments or "" if decision.decision is Decision.EDIT else ""
     )
     request.reason = decision.reason.replace("\x00", "").strip()
     request.save(
-        update_fields=["decision", "decided_at", "decided_by", "edited_arguments", "reason"]
+        update_fields=[
+            *("decision", "decided_at", "decided_by", "decided_via"),
+            *("edited_arguments", "reason"),
+        ]
     )
     return ApprovalDecided(
         step=request.step,

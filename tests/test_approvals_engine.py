@@ -280,3 +280,36 @@ def test_loop_approval_is_checked_at_start(settings, configured, expected):
 
     settings.LOOP_APPROVAL = configured
     assert [message.id for message in check_approval_policy()] == expected
+
+
+def test_a_replys_waiting_calls_are_listed_in_the_models_order_and_where_each_was_decided(
+    alice,
+):
+    from agent.llm.scripted import ScriptedLLM, answer, calls
+    from agent.runs import start_run
+    from engine.execution import execute_run
+
+    codes = [("run_code", {"code": f"print({n})"}) for n in range(5)]
+    llm = ScriptedLLM([calls(*codes), answer("printed")])
+    run = execute_run(start_run(alice, "print five", model="mock"), llm=llm)
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    waiting = list(run.approvals.all())
+    assert [json.loads(r.arguments)["code"] for r in waiting] == [f"print({n})" for n in range(5)]
+    assert [w.call_id for w in waiting] == [
+        e.data["call_id"] for e in run.events.filter(kind="approval_requested").order_by("seq")
+    ]
+    decide(
+        alice,
+        run.pk,
+        [CallDecision(r.call_id, Decision.APPROVE, r.digest) for r in waiting],
+        queue_it=False,
+        via="terminal",
+    )
+    assert set(run.approvals.values_list("decided_via", flat=True)) == {"terminal"}
+    run = execute_run(run, llm=llm)
+    assert run.status == RunStatus.SUCCEEDED
+    outputs = [
+        e.data["text"].split("--- stdout ---\n")[1].split("\n")[0]
+        for e in run.events.filter(kind="tool_call_finished").order_by("seq")
+    ]
+    assert outputs == [str(n) for n in range(5)]
