@@ -256,6 +256,24 @@ def test_denied_with_a_reason_the_call_never_runs_and_the_model_answers_with_it(
     assert (request.decision, request.reason) == (Decision.DENY, "not on my machine")
 
 
+def test_a_write_is_shown_with_its_path_and_content_and_runs_once_approved(alice, in_a_terminal):
+    terminal = in_a_terminal(
+        "--user",
+        "alice",
+        "--model",
+        "mock",
+        "Save 'buy milk' to notes.txt",
+        LOOP_APPROVAL="write_file=ask",
+    )
+    shown = terminal.expect("write_file: approve, edit or deny? [a/e/d] ")
+    assert 'path: "notes.txt"\n  content:\n    buy milk\n' in shown
+    assert not (workspace_path(alice.pk) / "notes.txt").exists()
+    terminal.type("a\n")
+    assert terminal.exit_code() == 0
+    assert (workspace_path(alice.pk) / "notes.txt").read_text() == "buy milk"
+    assert the_run(alice).tool_executions.get().status == "ok"
+
+
 def test_ctrl_c_while_asked_leaves_the_run_waiting_and_exits_130(alice, in_a_terminal):
     terminal = in_a_terminal("--user", "alice", "--model", "mock", TASK)
     asked_about_the_call(terminal)
@@ -269,6 +287,17 @@ def test_ctrl_c_while_asked_leaves_the_run_waiting_and_exits_130(alice, in_a_ter
     assert run.status == RunStatus.AWAITING_APPROVAL
     assert run.approvals.get().waiting
     assert runs_of_the_snippet(run) == []
+
+
+def test_the_end_of_input_while_asked_leaves_the_run_waiting_and_exits_6(alice, in_a_terminal):
+    terminal = in_a_terminal("--user", "alice", "--model", "mock", TASK)
+    asked_about_the_call(terminal)
+    terminal.type("\x04")  # Ctrl-D on an empty line: the terminal's end of input
+    terminal.expect("waits for a decision on 1 tool call, not run yet.")
+    assert terminal.exit_code() == WAITING_EXIT
+    run = the_run(alice)
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    assert run.approvals.get().waiting
 
 
 def test_without_a_terminal_the_run_waits_and_resume_yes_works_it_to_its_end(

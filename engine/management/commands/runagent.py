@@ -48,6 +48,7 @@ from agent.llm.factory import ModelUnavailable
 from agent.models import AgentRun
 from agent.runs import InvalidTask, default_limits, start_run
 from engine.decisions import (
+    Chooser,
     LeftWaiting,
     Terminal,
     approve,
@@ -167,7 +168,7 @@ class Command(BaseCommand):
         left waiting (nobody here to decide), it is returned as it is, and how to decide it is
         told on stderr."""
         while run.status == RunStatus.AWAITING_APPROVAL:
-            if not self.decided(run, show, yes=options["yes"], prompts_to_stderr=options["json"]):
+            if not self.decided(run, show, yes=options["yes"], events_on_stdout=options["json"]):
                 self.stderr.write(how_to_decide(run))
                 return run
             run.refresh_from_db()
@@ -177,22 +178,21 @@ class Command(BaseCommand):
         return run
 
     def decided(
-        self, run: AgentRun, show: Callable[[Event], None], *, yes: bool, prompts_to_stderr: bool
+        self, run: AgentRun, show: Callable[[Event], None], *, yes: bool, events_on_stdout: bool
     ) -> bool:
         """Whether every call the run waits on was decided here: all approved (`--yes`), or
         each asked about in the terminal. False with no terminal, or once its input ends.
         Ctrl-C while asking exits, the run still waiting for what was not decided."""
-        if not yes and not sys.stdin.isatty():
+        choose: Chooser
+        if yes:
+            choose, refused = approve, self.refused_approval
+        elif sys.stdin.isatty():
+            terminal = self.terminal(events_on_stdout)
+            choose, refused = terminal.choose, terminal.refused
+        else:
             return False
-        out = self.stderr if prompts_to_stderr else self.stdout
-        terminal = Terminal(
-            read=self.read_line, write=out.write, editor=os.environ.get("EDITOR", "")
-        )
         try:
-            if yes:
-                decide_here(run, approve, refused=self.refused_approval, then=show)
-            else:
-                decide_here(run, terminal.choose, refused=terminal.refused, then=show)
+            decide_here(run, choose, refused=refused, then=show)
         except LeftWaiting:
             return False
         except KeyboardInterrupt:
@@ -200,6 +200,16 @@ class Command(BaseCommand):
             self.stderr.write("\n" + how_to_decide(run))
             raise SystemExit(STOPPED_ASKING) from None
         return True
+
+    def terminal(self, events_on_stdout: bool) -> Terminal:
+        """The person at this terminal, asked where they see it: not into stdout's events (or
+        its file, when stdout is not the terminal)."""
+        out = self.stdout if self.stdout.isatty() and not events_on_stdout else self.stderr
+
+        def write(text: str, ending: str | None = None) -> None:
+            out.write(text, style_func=unstyled, ending=ending)  # stderr's is an error's red
+
+        return Terminal(read=self.read_line, write=write, editor=os.environ.get("EDITOR", ""))
 
     def read_line(self) -> str:
         self.stdout.flush()
@@ -298,6 +308,10 @@ class Command(BaseCommand):
             self.stdout.flush()
 
         return write
+
+
+def unstyled(text: str) -> str:
+    return text
 
 
 def how_to_decide(run: AgentRun) -> str:
