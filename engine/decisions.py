@@ -13,8 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.db.models import QuerySet
+
 from agent.approvals import DecisionRefused, decide
-from agent.core.events import ApprovalDecided, Decision, Event, RunStatus, event_from_dict
+from agent.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Decision,
+    Event,
+    RunStatus,
+    event_from_dict,
+)
 from agent.models import AgentRun, ApprovalRequest
 from agent.waiting import CallDecision
 
@@ -37,19 +46,25 @@ def terminal_safe(line: str) -> str:
     return _CONTROL.sub("?", line)
 
 
-def next_waiting(run: AgentRun) -> ApprovalRequest | None:
-    """The run's first call still waiting for a decision, in the model's order (none once the
-    run no longer waits: a Stop on the page ended it meanwhile, say)."""
-    waiting = ApprovalRequest.objects.filter(
+def waiting(run: AgentRun) -> QuerySet[ApprovalRequest]:
+    """The run's calls still waiting for a decision (none once the run no longer waits: a Stop
+    on the page ended it meanwhile, say)."""
+    return ApprovalRequest.objects.filter(
         run_id=run.pk, decision="", run__status=RunStatus.AWAITING_APPROVAL
     )
-    return waiting.order_by("step", "pk").first()
+
+
+def next_waiting(run: AgentRun) -> ApprovalRequest | None:
+    """The run's first call still waiting, in the model's order: its log's. The rows of one
+    reply's calls are inserted in one statement, which numbers them in no set order."""
+    calls = {request.call_id: request for request in waiting(run)}
+    asked = run.events.filter(kind=ApprovalRequested.kind).order_by("seq")
+    in_order = asked.values_list("data__call_id", flat=True)
+    return next((calls[call_id] for call_id in in_order if call_id in calls), None)
 
 
 def waiting_count(run: AgentRun) -> int:
-    return ApprovalRequest.objects.filter(
-        run_id=run.pk, decision="", run__status=RunStatus.AWAITING_APPROVAL
-    ).count()
+    return waiting(run).count()
 
 
 def decide_here(

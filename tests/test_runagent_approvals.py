@@ -25,9 +25,11 @@ from agent.core.events import (
     RunResumed,
     RunStatus,
 )
+from agent.llm.scripted import ScriptedLLM, answer, calls
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from agent.waiting import CallDecision
+from engine.decisions import Terminal, decide_here
 from engine.execution import execute_run
 from engine.management.commands.runagent import describe
 from tests.conftest import PROJECT_DIR, child_environment, others_gone
@@ -48,7 +50,7 @@ def take_the_terminal() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-class Terminal:
+class PseudoTerminal:
     """A runagent process on a pseudo-terminal of its own: what it writes is read as it comes,
     what the test types reaches it as keystrokes (echoed, as a terminal does)."""
 
@@ -123,11 +125,11 @@ def asking_env(settings, worker_env) -> dict[str, str]:
 
 
 @pytest.fixture
-def in_a_terminal(asking_env) -> Iterator[Callable[..., Terminal]]:
-    started: list[Terminal] = []
+def in_a_terminal(asking_env) -> Iterator[Callable[..., PseudoTerminal]]:
+    started: list[PseudoTerminal] = []
 
-    def start(*args: str, **env: str) -> Terminal:
-        started.append(Terminal(args, {**asking_env, **env}))
+    def start(*args: str, **env: str) -> PseudoTerminal:
+        started.append(PseudoTerminal(args, {**asking_env, **env}))
         return started[-1]
 
     yield start
@@ -167,7 +169,7 @@ def runs_of_the_snippet(run: AgentRun) -> list[str]:
     ]
 
 
-def asked_about_the_call(terminal: Terminal) -> str:
+def asked_about_the_call(terminal: PseudoTerminal) -> str:
     shown = terminal.expect(PROMPT)
     assert "run_code waits for a decision: The site asks before every run_code call." in shown
     assert "Why: The site asks before every run_code call." in shown
@@ -383,6 +385,43 @@ def test_resume_takes_up_a_run_decided_by_a_runagent_that_stopped_before_working
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert runs_of_the_snippet(run) == [CODE]
+
+
+def test_each_call_of_a_reply_is_asked_about_in_the_models_order_then_the_batch_runs(
+    alice, asking_env, workspaces
+):
+    """Several calls in one reply (a real model's; the mock makes one): each its own question,
+    in the model's order, the run queued for this process once the last is decided."""
+    llm = ScriptedLLM(
+        [
+            calls(("run_code", {"code": "print(1)"}), ("run_code", {"code": "print(2)"})),
+            answer("ok"),
+        ]
+    )
+    run = execute_run(start_run(alice, TASK, model="mock"), llm=llm)
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    typed = iter(["a\n", "d\n", "one is enough\n"])
+    shown: list[str] = []
+    heard = []
+    terminal = Terminal(
+        read=lambda: next(typed), write=lambda text, ending=None: shown.append(text)
+    )
+    decide_here(run, terminal.choose, refused=terminal.refused, then=heard.append)
+    asked = [line for line in shown if line.startswith("Run ")]
+    first, second = (run.approvals.get(arguments=f'{{"code": "print({n})"}}') for n in (1, 2))
+    assert asked == [
+        f"Run {run.pk} waits for your decision on run_code ({first.call_id}):",
+        f"Run {run.pk} waits for your decision on run_code ({second.call_id}):",
+    ]
+    assert [(event.call_id, event.decision) for event in heard] == [
+        (first.call_id, Decision.APPROVE),
+        (second.call_id, Decision.DENY),
+    ]
+    run.refresh_from_db()
+    assert (run.status, run.job_id) == (RunStatus.QUEUED, None)
+    run = execute_run(run, llm=llm)
+    assert run.status == RunStatus.SUCCEEDED
+    assert runs_of_the_snippet(run) == ["print(1)"]
 
 
 @pytest.mark.django_db(transaction=False)
