@@ -122,7 +122,7 @@ class Terminal:
             self.show(request)
             self.shown.add(request.call_id)
         while True:
-            answer = self.ask(f"{request.tool}: approve, edit or deny? [a/e/d] ").lower()
+            answer = self.ask(f"{request.tool}: approve, edit or deny? [a/e/d] ").strip().lower()
             if answer in APPROVE_WORDS:
                 return CallDecision(request.call_id, Decision.APPROVE, request.digest)
             if answer in DENY_WORDS:
