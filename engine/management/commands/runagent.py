@@ -1,12 +1,15 @@
-"""`manage.py runagent "task"`: run one task from the terminal, printing each step as it happens.
+"""`manage.py runagent "task"`: run one task from the terminal, printing each step as it happens,
+and asking its person about each tool call that waits for a decision (agent.core.approval).
 `manage.py runagent --resume RUN_ID`: continue a run that stopped early (or whose process is
-gone), here, from where it stopped."""
+gone), here, from where it stopped; or decide the calls a waiting run waits on, then work it
+here."""
 
 import dataclasses
 import json
 import logging
-import re
+import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,14 +18,19 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 
 from agent.abandoned import end_if_abandoned, process_gone
 from agent.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     BreakerTripped,
+    Decision,
     Event,
     MemoriesRecalled,
     ModelReplied,
     PersonSaid,
+    ResumeReason,
     RunFinished,
     RunHalted,
     RunResumed,
@@ -39,7 +47,16 @@ from agent.core.wording import OWNERS_WHO, resumed_text
 from agent.llm.factory import ModelUnavailable
 from agent.models import AgentRun
 from agent.runs import InvalidTask, default_limits, start_run
-from engine.execution import StopSource, execute_run, resume_here
+from engine.decisions import (
+    Chooser,
+    LeftWaiting,
+    Terminal,
+    approve,
+    decide_here,
+    terminal_safe,
+    waiting_count,
+)
+from engine.execution import RunNotQueued, StopSource, execute_run, resume_here
 
 CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -51,16 +68,32 @@ EXIT_CODES = {
     RunStatus.HALTED: 3,
     RunStatus.CANCELLED: 4,
     RunStatus.INTERRUPTED: 5,
+    # It waits for a decision nobody here could give (no terminal, no --yes); the call has not
+    # run.
+    RunStatus.AWAITING_APPROVAL: 6,
 }
+# How the transcript says what became of a call that waited (an approval_decided event).
+DECIDED = {
+    Decision.APPROVE: "approved",
+    Decision.EDIT: "edited and approved",
+    Decision.DENY: "denied",
+    Decision.EXPIRED: "not run: nobody decided in time",
+    Decision.CANCELLED: "not run: the run was stopped",
+}
+# Ctrl-C while a decision was asked for (128 + SIGINT, as a shell reports it): the run still waits.
+STOPPED_ASKING = 128 + signal.SIGINT
 
 
 class Command(BaseCommand):
     help = (
-        "Run one task through the agent, printing each step live. Exit status: 0 succeeded, "
-        "1 failed, 2 bad usage, 3 halted (breaker, cap or budget), 4 cancelled (Ctrl-C or "
-        "SIGTERM), 5 interrupted. -v 2 prints the model's reasoning whole and every library's log. "
-        "--resume RUN_ID continues a halted, stopped, interrupted or model-failed run instead, or "
-        "a run whose process is gone."
+        "Run one task through the agent, printing each step live; in a terminal, a tool call "
+        "that needs a decision is shown and asked about (approve, edit, deny). Exit status: 0 "
+        "succeeded, 1 failed, 2 bad usage, 3 halted (breaker, cap or budget), 4 cancelled "
+        "(Ctrl-C or SIGTERM), 5 interrupted, 6 waiting for a decision (no terminal to ask in, "
+        "and no --yes), 130 Ctrl-C while a decision was asked for (the run still waits). -v 2 "
+        "prints the model's reasoning whole and every library's log. --resume RUN_ID continues "
+        "a halted, stopped, interrupted or model-failed run instead, or a run whose process is "
+        "gone, or asks for the decisions a waiting run waits on and works it here."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -92,6 +125,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json", action="store_true", help="Print one JSON object per event instead."
         )
+        parser.add_argument(
+            "--yes",
+            action="store_true",
+            help="Approve every tool call that waits for a decision, without asking.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.verbose = options["verbosity"] >= 2
@@ -113,8 +151,73 @@ class Command(BaseCommand):
         except (InvalidTask, ModelUnavailable) as error:
             raise CommandError(str(error), returncode=USAGE_ERROR) from None
         show = self.json_line(run) if options["json"] else self.transcript(run)
+        return self.carry_on(self.worked(run, show), show, options)
+
+    def worked(self, run: AgentRun, show: Callable[[Event], None]) -> AgentRun:
+        """The queued run worked here until it ends or waits for a decision."""
         with cancel_on_interrupt(self.stderr.write) as stop_requested:
-            return execute_run(run, on_event=show, stop_requested=stop_requested)
+            try:
+                return execute_run(run, on_event=show, stop_requested=stop_requested)
+            except RunNotQueued as taken:  # decided on the page meanwhile: a worker took it
+                raise CommandError(str(taken)) from None
+
+    def carry_on(
+        self, run: AgentRun, show: Callable[[Event], None], options: dict[str, Any]
+    ) -> AgentRun:
+        """While the run waits, the calls it waits on are decided here, and it is worked on;
+        left waiting (nobody here to decide), it is returned as it is, and how to decide it is
+        told on stderr."""
+        while run.status == RunStatus.AWAITING_APPROVAL:
+            if not self.decided(run, show, yes=options["yes"], events_on_stdout=options["json"]):
+                self.stderr.write(how_to_decide(run))
+                return run
+            run.refresh_from_db()
+            if run.status != RunStatus.QUEUED:  # it ended meanwhile (a Stop on its page)
+                return run
+            run = self.worked(run, show)
+        return run
+
+    def decided(
+        self, run: AgentRun, show: Callable[[Event], None], *, yes: bool, events_on_stdout: bool
+    ) -> bool:
+        """Whether every call the run waits on was decided here: all approved (`--yes`), or
+        each asked about in the terminal. False with no terminal, or once its input ends.
+        Ctrl-C while asking exits, the run still waiting for what was not decided."""
+        choose: Chooser
+        if yes:
+            choose, refused = approve, self.refused_approval
+        elif sys.stdin.isatty():
+            terminal = self.terminal(events_on_stdout)
+            choose, refused = terminal.choose, terminal.refused
+        else:
+            return False
+        try:
+            decide_here(run, choose, refused=refused, then=show)
+        except LeftWaiting:
+            return False
+        except KeyboardInterrupt:
+            run.refresh_from_db()
+            self.stderr.write("\n" + how_to_decide(run))
+            raise SystemExit(STOPPED_ASKING) from None
+        return True
+
+    def terminal(self, events_on_stdout: bool) -> Terminal:
+        """The person at this terminal, asked where they see it: not into stdout's events (or
+        its file, when stdout is not the terminal)."""
+        out = self.stdout if self.stdout.isatty() and not events_on_stdout else self.stderr
+
+        def write(text: str, ending: str | None = None) -> None:
+            out.write(text, style_func=unstyled, ending=ending)  # stderr's is an error's red
+
+        return Terminal(read=self.read_line, write=write, editor=os.environ.get("EDITOR", ""))
+
+    def read_line(self) -> str:
+        self.stdout.flush()
+        self.stderr.flush()
+        return sys.stdin.readline()
+
+    def refused_approval(self, why: str) -> None:
+        raise CommandError(f"--yes could not approve a call: {why}")
 
     def resume(self, options: dict[str, Any]) -> AgentRun:
         """The run goes on in this process as a worker would take it, printing what follows."""
@@ -128,6 +231,20 @@ class Command(BaseCommand):
         run = AgentRun.objects.filter(pk=run_id).first()
         if run is None:
             raise CommandError(f"No run {run_id}.", returncode=USAGE_ERROR)
+        show = self.json_line(run) if options["json"] else self.transcript(run)
+        if run.status == RunStatus.AWAITING_APPROVAL:  # it is not continued: it is decided
+            if not options["json"]:
+                count = counted(waiting_count(run), "tool call")
+                self.stdout.write(
+                    terminal_safe(f"Run {run.pk} waits for a decision on {count}: {run.task}")
+                )
+            return self.carry_on(run, show, options)
+        if run.status == RunStatus.QUEUED and run.job_id is None:
+            # Queued for a runagent that stopped before working it (decided, say): no worker
+            # will take it, so this one does.
+            if not options["json"]:
+                self.stdout.write(terminal_safe(f"Taking up run {run.pk} (queued): {run.task}"))
+            return self.carry_on(self.worked(run, show), show, options)
         if end_if_abandoned(run.pk, RunStatus.INTERRUPTED, process_gone(run.worker)):
             run.refresh_from_db()  # its process is gone: it ended interrupted, and goes on here
         if run.log_pruned_at is not None:
@@ -144,14 +261,14 @@ class Command(BaseCommand):
             )
         if not options["json"]:
             self.stdout.write(f"Continuing run {run.pk} ({run.status}): {run.task}")
-        show = self.json_line(run) if options["json"] else self.transcript(run)
         with cancel_on_interrupt(self.stderr.write) as stop_requested:
             try:
-                return resume_here(run, on_event=show, stop_requested=stop_requested)
+                run = resume_here(run, on_event=show, stop_requested=stop_requested)
             except (InvalidTask, ModelUnavailable) as error:
                 raise CommandError(
                     f"Run {run_id} cannot continue: {error}", returncode=USAGE_ERROR
                 ) from None
+        return self.carry_on(run, show, options)
 
     def limits(self, max_iterations: int | None) -> Limits:
         if max_iterations is None:
@@ -193,15 +310,28 @@ class Command(BaseCommand):
         return write
 
 
-# A terminal's escapes start with a C0 or C1 control character (ESC, CSI): the model's answer,
-# its thinking or a tool's output could otherwise clear the screen or write the clipboard (OSC 52).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+def unstyled(text: str) -> str:
+    return text
 
 
-def terminal_safe(line: str) -> str:
-    """A transcript line as the terminal is to show it: control characters but newline and tab
-    written as `?`. `--json` needs no such care: json.dumps escapes them."""
-    return _CONTROL.sub("?", line)
+def how_to_decide(run: AgentRun) -> str:
+    """What to do about a run this process leaves waiting, or decided but not yet worked."""
+    if run.status == RunStatus.QUEUED:
+        return (
+            f"Run {run.pk} is decided but not worked yet: `manage.py runagent --resume {run.pk}` "
+            "takes it up."
+        )
+    count = counted(waiting_count(run), "tool call")
+    here = f"manage.py runagent --resume {run.pk}"
+    page = (
+        f"on its page, {reverse('chat:conversation', args=[run.conversation_id])}, or "
+        if run.conversation_id is not None
+        else ""
+    )
+    return (
+        f"Run {run.pk} waits for a decision on {count}, not run yet. Decide {page}in a "
+        f"terminal with `{here}` (add --yes to approve every call)."
+    )
 
 
 def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
@@ -233,6 +363,16 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             return [f"Halted: {event.detail}"]
         case PersonSaid():
             return [f"You sent it: {excerpt(event.text, LINE_CHARS)}"]
+        case ApprovalRequested():
+            why = f": {event.why}" if event.why else ""
+            return [f"step {event.step}  {event.tool} waits for a decision{why}"]
+        case ApprovalDecided():
+            by = f" by {event.by}" if event.by else ""
+            decided = DECIDED.get(event.decision, str(event.decision))
+            why = f": {excerpt(event.reason, LINE_CHARS)}" if event.reason else ""
+            return [f"step {event.step}  {event.tool} {decided}{by}{why}"]
+        case RunResumed() if event.reason == ResumeReason.DECIDED:
+            return [f"Resumed: every call it waited on was decided (attempt {event.attempt})."]
         case RunResumed():
             # Whoever typed `runagent --resume` asked for a continue.
             text = resumed_text(event.reason, event.by, who=OWNERS_WHO)
