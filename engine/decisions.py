@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from agent.approval_records import TERMINAL
 from agent.approvals import DecisionRefused, decide
 from agent.core.events import (
     ApprovalDecided,
@@ -82,7 +83,7 @@ def decide_here(
     while (request := next_waiting(run)) is not None:
         decision = choose(request)
         try:
-            decide(run.user, run.pk, [decision], queue_it=False)
+            decide(run.user, run.pk, [decision], queue_it=False, via=TERMINAL)
         except DecisionRefused as refusal:
             refused(str(refusal))
         else:

@@ -449,4 +449,4 @@ def test_the_transcript_tells_a_wait_each_decision_and_the_resume_after_them():
         ["step 2  run_code not run: nobody decided in time"],
     ]
     resumed = RunResumed(attempt=2, reason=ResumeReason.DECIDED)
-    assert describe(resumed, 3) == ["Resumed: every call it waited on was decided (attempt 2)."]
+    assert describe(resumed, 3) == ["Resumed: the calls it waited on were decided (attempt 2)."]

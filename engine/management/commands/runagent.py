@@ -30,7 +30,6 @@ from agent.core.events import (
     MemoriesRecalled,
     ModelReplied,
     PersonSaid,
-    ResumeReason,
     RunFinished,
     RunHalted,
     RunResumed,
@@ -371,8 +370,6 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             decided = DECIDED.get(event.decision, str(event.decision))
             why = f": {excerpt(event.reason, LINE_CHARS)}" if event.reason else ""
             return [f"step {event.step}  {event.tool} {decided}{by}{why}"]
-        case RunResumed() if event.reason == ResumeReason.DECIDED:
-            return [f"Resumed: every call it waited on was decided (attempt {event.attempt})."]
         case RunResumed():
             # Whoever typed `runagent --resume` asked for a continue.
             text = resumed_text(event.reason, event.by, who=OWNERS_WHO)
