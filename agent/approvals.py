@@ -34,6 +34,7 @@ from agent.models import (
     SiteToolPolicy,
     ToolGrant,
 )
+from agent.queue import DECIDED_PRIORITY
 from agent.recorder import RunRecorder
 from agent.runs import InvalidTask, queue, start_next_queued
 from agent.selectors import runs_for
@@ -242,7 +243,7 @@ def decide_on(
         if not run.approvals.filter(decision="").exists():
             AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)
             if queue_it:
-                queue(run)
+                queue(run, DECIDED_PRIORITY)
     recorder.announce(rows)
     return [request for request, _ in checked]
 

@@ -182,9 +182,9 @@ def submit_run(
     return run
 
 
-def queue(run: AgentRun) -> None:
+def queue(run: AgentRun, priority: int = 0) -> None:
     """Give the run a job, stored with it: a worker sees both or neither."""
-    run.job_id = defer_run(run.pk)
+    run.job_id = defer_run(run.pk, priority)
     AgentRun.objects.filter(pk=run.pk).update(job_id=run.job_id)
 
 

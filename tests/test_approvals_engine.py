@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.approvals import DecisionRefused, decide, expire_waiting, policy_for
 from agent.core.approval import digest
@@ -69,7 +70,8 @@ def test_approved_the_run_is_queued_resumes_and_runs_the_call_exactly_once(alice
     approve(alice, run, request)
     run.refresh_from_db()
     assert run.status == RunStatus.QUEUED
-    assert run.job_id is not None
+    # before new runs: its person waits on it
+    assert ProcrastinateJob.objects.get(id=run.job_id).priority > 0
     assert worked(run) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     assert run.answer == "17 * 23 = 391"
