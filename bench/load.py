@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/load.py [--people 50] [--concurrency 1,4,16,32] [--workers 1] [--web 1]
     .venv/bin/python bench/load.py --project /work/old --engine db_worker   # the old engine
-    .venv/bin/python bench/load.py --approvals [--decide-after 5] [--idle-runs 10]
+    .venv/bin/python bench/load.py --approvals [--pairs 1] [--decide-after 5] [--idle-runs 10]
 
 Starts a fresh site (bench/_stack.py: daphne, or --web N of them accepting on one port as behind a
 reverse proxy, an embedded PostgreSQL of its own, Redis as the
@@ -40,17 +40,18 @@ Each concurrency gets a fresh daphne, so connections left from an earlier one do
 Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; pickup p99 under
 100 ms when a slot is free.
 
---approvals (issue 29; concurrency 16 unless given) instead works, on the same workers, a round
-of `--people` runs with no approvals at all, then a round of `--people` in which 1 person in 2
-has asked to decide before run_code runs (the demo's first call) and a client approves each call
-`--decide-after` seconds after it asked (bench/_approvals.py: agent.approvals.decide, called as
-the run's owner by a `manage.py shell` process), then `--idle-runs` such runs sent one at a time
-to the idle workers. It prints, side by side, the runs per minute, pickup p50/p99 and end to end
-of all the first round's runs, of 1 in 2 of them, of the second round's runs that never waited and
-of those that waited; how many runs waited at once and how many others were worked meanwhile
-(sampled every 0.1 s: a waiting run holds no slot, so both together may exceed the slots); the
-time from each decision (ApprovalRequest.decided_at) to its call's start (its ToolCallStarted)
-p50/p99, and to the run's claim, under the load and one at a time; and the load average.
+--approvals (issue 29; concurrency 16 unless given) instead works, on the same workers,
+`--pairs` times in turn: a round of `--people` runs with no approvals at all, then a round of
+`--people` in which 1 person in 2 has asked to decide before run_code runs (the demo's first
+call) and a client approves each call `--decide-after` seconds after it asked
+(bench/_approvals.py: agent.approvals.decide, called as the run's owner by a `manage.py shell`
+process); then `--idle-runs` such runs sent one at a time to the idle workers. Per pair, side by
+side: the runs per minute, pickup p50/p99 and end to end of all the first round's runs, of 1 in 2
+of them, of the second round's runs that never waited and of those that waited; how many runs
+waited at once and how many others were worked meanwhile (sampled every 0.1 s: a waiting run
+holds no slot, so both together may exceed the slots); the time from each decision
+(ApprovalRequest.decided_at) to its call's start (its ToolCallStarted) p50/p99, and to the run's
+claim, under the load and one at a time; and the load average.
 """
 
 import argparse
@@ -419,53 +420,64 @@ def one_at_a_time(stack: Stack, prefix: str, count: int) -> list[float]:
     return waits
 
 
-def measure_approvals(
-    stack: Stack, concurrency: int, people: int, workers: int, after: float, idle_runs: int
-) -> list[str]:
-    """Two rounds on the same workers, then runs one at a time: `people` runs with no approvals
-    at all; `people` runs of which half wait for a decision (their people ask before run_code,
-    and a client approves `after` seconds after each call asked); `idle_runs` waiting runs sent
-    one at a time to the idle workers. What each round's runs were worked at, and how soon each
-    decision's call started."""
+def measure_approvals(stack: Stack, concurrency: int, options: argparse.Namespace) -> None:
+    """`--pairs` pairs of rounds on the same workers, then runs one at a time: `--people` runs
+    with no approvals at all, then `--people` of which 1 in 2 waits for a decision (their people
+    ask before run_code, a client approves `--decide-after` seconds after each call asked); then
+    `--idle-runs` waiting runs sent one at a time to the idle workers. Printed as each ends: what
+    the runs of each round were worked at, and how soon each decision's call started."""
     stack.restart_web()
-    for _ in range(workers):
+    for _ in range(options.workers):
         stack.start_worker(concurrency)
     try:
         warm_up(stack, f"bench-warm-a{concurrency}-")
-        plain = stack.create_people(f"bench-plain-c{concurrency}-", people)
-        asks = stack.create_people(f"bench-asks-c{concurrency}-", people)
-        idle = stack.create_people(f"bench-idle-c{concurrency}-", idle_runs)
-        asking = set(asks[::2])
-        ask_before_run_code(stack, [*asking, *idle])
-        lines = [f"  load average {load_average()} before the rounds"]
-        without, without_rows, _ = sampled_round(stack, plain)
-        with Approver(stack, after) as approver:
-            with_, with_rows, slots = sampled_round(stack, asks)
-            lines.append(f"  load average {load_average()} after them")
+        idle = stack.create_people(f"bench-idle-c{concurrency}-", options.idle_runs)
+        ask_before_run_code(stack, idle)
+        with Approver(stack, options.decide_after) as approver:
+            for pair in range(1, options.pairs + 1):
+                approval_pair(stack, concurrency, pair, options)
             alone = [alone_round(stack, name) for name in idle]
     finally:
         stack.stop_workers()
+    say_errors(alone)
+    label = f"{len(alone)} runs one at a time, idle worker"
+    lines = decision_lines(label, decisions(stack, [seen.run_id for seen in alone]))
+    lines.append(
+        f"  decisions refused: {len(approver.refused)} {approver.refused[:3]}; load average "
+        f"{load_average()} at the end"
+    )
+    print("\n".join(lines), flush=True)
+
+
+def approval_pair(stack: Stack, concurrency: int, pair: int, options: argparse.Namespace) -> None:
+    """A round with no approvals, then one in which 1 person in 2 asks before run_code, each
+    of `--people` new people (the Approver is deciding); their figures printed."""
+    plain = stack.create_people(f"bench-plain-c{concurrency}-{pair}-", options.people)
+    asks = stack.create_people(f"bench-asks-c{concurrency}-{pair}-", options.people)
+    asking = set(asks[::2])
+    ask_before_run_code(stack, sorted(asking))
+    without, without_rows, _ = sampled_round(stack, plain)
+    load_without = load_average()
+    with_, with_rows, slots = sampled_round(stack, asks)
+    load_with = load_average()
     waited = [seen for seen in with_ if seen.username in asking]
     never = [seen for seen in with_ if seen.username not in asking]
     start_without = min(seen.sent_at for seen in without)
     start_with = min(seen.sent_at for seen in with_)
-    say_errors(without + with_ + alone)
-    return [
-        *lines,
+    after = options.decide_after
+    lines = [
+        f"  pair {pair}: load average {load_without} after the round with no approvals, "
+        f"{load_with} after the one with",
         SIDE_HEADER,
         side("no approvals: all runs", without, without_rows, start_without).line(),
         side("no approvals: 1 run in 2", without[1::2], without_rows, start_without).line(),
         side("approvals: the runs that never waited", never, with_rows, start_with).line(),
         side(f"approvals: the runs that waited {after:g} s", waited, with_rows, start_with).line(),
-        slots.line(concurrency * workers),
+        slots.line(concurrency * options.workers),
         *decision_lines("under the load", decisions(stack, [seen.run_id for seen in waited])),
-        *decision_lines(
-            f"{len(alone)} runs one at a time, idle worker",
-            decisions(stack, [seen.run_id for seen in alone]),
-        ),
-        f"  decisions refused: {len(approver.refused)} {approver.refused[:3]}; load average "
-        f"{load_average()} at the end",
     ]
+    print("\n".join(lines), flush=True)
+    say_errors(without + with_)
 
 
 def sampled_round(
@@ -576,6 +588,10 @@ def main() -> None:
         help="--approvals: seconds from a call's asking to its approval",
     )  # fmt: skip
     parser.add_argument(
+        "--pairs", type=int, default=1,
+        help="--approvals: rounds without and with approvals, in turn, this many times each",
+    )  # fmt: skip
+    parser.add_argument(
         "--idle-runs", type=int, default=10,
         help="--approvals: waiting runs then sent one at a time to the idle workers",
     )  # fmt: skip
@@ -603,17 +619,14 @@ def main() -> None:
         for concurrency in levels:
             if options.approvals:
                 print(
-                    f"concurrency {concurrency} x {options.workers} worker(s): a round with no "
-                    f"approvals, then one in which 1 person in 2 asks before run_code (approved "
+                    f"concurrency {concurrency} x {options.workers} worker(s), load average "
+                    f"{load_average()}: {options.pairs} x (a round with no approvals, then one "
+                    f"in which 1 person in 2 asks before run_code, approved "
                     f"{options.decide_after:g} s after each call asked), then "
                     f"{options.idle_runs} such runs one at a time",
                     flush=True,
                 )
-                lines = measure_approvals(
-                    stack, concurrency, options.people, options.workers,
-                    options.decide_after, options.idle_runs,
-                )  # fmt: skip
-                print("\n".join(lines), flush=True)
+                measure_approvals(stack, concurrency, options)
                 continue
             result = measure(stack, concurrency, options.people, options.workers, latency)
             result.max_connections = int(stack.query("SHOW max_connections")[0][0])
