@@ -116,7 +116,7 @@ class Approver:
 
     def approve_when_due(self) -> None:
         with self.stack.new_connection() as db:
-            while not self.stopped.wait(0.02):
+            while not self.stopped.wait(0.05):
                 self.due.extend(self.new_requests(db))
                 self.due.sort(key=lambda request: request.asked_at)
                 while self.due and self.due[0].asked_at + self.after <= time.time():
@@ -254,6 +254,7 @@ class Side:
     per_minute: float
     pickups: list[float] = field(default_factory=list)
     ends: list[float] = field(default_factory=list)
+    held: list[float] = field(default_factory=list)  # started_at -> finished_at
     failed: int = 0  # not `succeeded` in the database
     unseen: int = 0  # the page's socket failed, or never showed the end
 
@@ -262,13 +263,13 @@ class Side:
             f"  {self.label:<40} {self.finished:>3}/{self.runs:<3} {self.per_minute:>8.1f} "
             f"{ms(percentile(self.pickups, 0.5)):>9} {ms(percentile(self.pickups, 0.99)):>9} "
             f"{percentile(self.ends, 0.5):>7.2f} s {percentile(self.ends, 0.99):>6.2f} s "
-            f"{self.failed:>6} {self.unseen:>6}"
+            f"{percentile(self.held, 0.5):>8.2f} s {self.failed:>6} {self.unseen:>6}"
         )
 
 
 SIDE_HEADER = (
     f"  {'':<40} {'seen':>7} {'runs/min':>8} {'pickup50':>9} {'pickup99':>9} "
-    f"{'e2e50':>9} {'e2e99':>8} {'failed':>6} {'unseen':>6}"
+    f"{'e2e50':>9} {'e2e99':>8} {'start-end50':>10} {'failed':>6} {'unseen':>6}"
 )
 
 
@@ -278,7 +279,8 @@ FAILED = RunRow("not found", 0.0, None, None, 0, 0, None)
 def side(label: str, watched: list[Watched], rows: dict[int, RunRow], first_send: float) -> Side:
     """`watched`'s runs: per minute counted from the round's first send (every run of the round
     was sent at that moment) to the last of these whose end a page saw; `failed` as the database
-    has them, `unseen` as their pages did."""
+    has them, `unseen` as their pages did; start-end is how long a run held a slot, and for a
+    run that waited, its wait too."""
     finished = [seen for seen in watched if seen.finished_at]
     span = max((seen.finished_at for seen in finished), default=first_send) - first_send
     mine = [rows[seen.run_id] for seen in watched if seen.run_id in rows]
@@ -289,6 +291,9 @@ def side(label: str, watched: list[Watched], rows: dict[int, RunRow], first_send
         per_minute=len(finished) / span * 60 if span > 0 else 0.0,
         pickups=[row.started_at - row.created_at for row in mine if row.started_at],
         ends=[seen.finished_at - seen.sent_at for seen in finished],
+        held=[
+            row.finished_at - row.started_at for row in mine if row.started_at and row.finished_at
+        ],
         failed=sum(1 for seen in watched if rows.get(seen.run_id, FAILED).status != "succeeded"),
         unseen=sum(1 for seen in watched if seen.error or not seen.finished_at),
     )

@@ -46,12 +46,12 @@ Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; 
 call) and a client approves each call `--decide-after` seconds after it asked
 (bench/_approvals.py: agent.approvals.decide, called as the run's owner by a `manage.py shell`
 process); then `--idle-runs` such runs sent one at a time to the idle workers. Per pair, side by
-side: the runs per minute, pickup p50/p99 and end to end of all the first round's runs, of 1 in 2
-of them, of the second round's runs that never waited and of those that waited; how many runs
-waited at once and how many others were worked meanwhile (sampled every 0.1 s: a waiting run
-holds no slot, so both together may exceed the slots); the time from each decision
-(ApprovalRequest.decided_at) to its call's start (its ToolCallStarted) p50/p99, and to the run's
-claim, under the load and one at a time; and the load average.
+side: the runs per minute, pickup p50/p99, end to end and started -> finished of all the first
+round's runs, of 1 in 2 of them, of the second round's runs that never waited and of those that
+waited; how many runs waited at once and how many others were worked meanwhile (sampled every
+0.1 s: a waiting run holds no slot, so both together may exceed the slots); the time from each
+decision (ApprovalRequest.decided_at) to its call's start (its ToolCallStarted) p50/p99, and to
+the run's claim, under the load and one at a time; and the load average.
 """
 
 import argparse
