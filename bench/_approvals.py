@@ -13,6 +13,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
 
 from bench._stack import RunRow, Stack, Watched, percentile
 
@@ -126,8 +129,8 @@ class Approver:
                     else:
                         self.refused.append(answer)
 
-    def new_requests(self, db: object) -> list[Request]:
-        rows = db.execute(  # type: ignore[attr-defined]
+    def new_requests(self, db: psycopg.Connection[Any]) -> list[Request]:
+        rows = db.execute(
             "SELECT id, run_id, call_id, digest, extract(epoch FROM created_at) "
             "FROM agent_approvalrequest WHERE decision = ''"
         ).fetchall()
