@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/load.py [--people 50] [--concurrency 1,4,16,32] [--workers 1] [--web 1]
     .venv/bin/python bench/load.py --project /work/old --engine db_worker   # the old engine
+    .venv/bin/python bench/load.py --approvals [--pairs 1] [--decide-after 5] [--idle-runs 10]
 
 Starts a fresh site (bench/_stack.py: daphne, or --web N of them accepting on one port as behind a
 reverse proxy, an embedded PostgreSQL of its own, Redis as the
@@ -38,6 +39,19 @@ Figures per concurrency:
 Each concurrency gets a fresh daphne, so connections left from an earlier one do not count.
 Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; pickup p99 under
 100 ms when a slot is free.
+
+--approvals (issue 29; concurrency 16 unless given) instead works, on the same workers,
+`--pairs` times in turn: a round of `--people` runs with no approvals at all, then a round of
+`--people` in which 1 person in 2 has asked to decide before run_code runs (the demo's first
+call) and a client approves each call `--decide-after` seconds after it asked
+(bench/_approvals.py: agent.approvals.decide, called as the run's owner by a `manage.py shell`
+process); then `--idle-runs` such runs sent one at a time to the idle workers. Per pair, side by
+side: the runs per minute, pickup p50/p99, end to end and started -> finished of all the first
+round's runs, of 1 in 2 of them, of the second round's runs that never waited and of those that
+waited; how many runs waited at once and how many others were worked meanwhile (sampled every
+0.1 s: a waiting run holds no slot, so both together may exceed the slots); the time from each
+decision (ApprovalRequest.decided_at) to its call's start (its ToolCallStarted) p50/p99, and to
+the run's claim, under the load and one at a time; and the load average.
 """
 
 import argparse
@@ -53,6 +67,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._approvals import (
+    SIDE_HEADER,
+    Approver,
+    SlotSampler,
+    ask_before_run_code,
+    decision_lines,
+    decisions,
+    side,
+)
 from bench._stack import (
     ENGINES,
     MAIN_PROJECT,
@@ -359,14 +382,7 @@ def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: 
         with Sampler(stack, pids) as sampled:
             idle = sampled.now()
             watched = asyncio.run(one_round(stack, usernames, cpu))
-        waited_for = time.monotonic() + 60
-        ids = [seen.run_id for seen in watched if seen.run_id]
-        rows = run_rows(stack, ids)
-        while any(row.status not in TERMINAL for row in rows.values()):
-            if time.monotonic() > waited_for:
-                break
-            time.sleep(0.5)
-            rows = run_rows(stack, ids)
+        rows = settled_rows(stack, watched)
         alone = one_at_a_time(stack, f"bench-alone-c{concurrency}-", ALONE_RUNS)
     finally:
         stack.stop_workers()
@@ -376,6 +392,20 @@ def measure(stack: Stack, concurrency: int, people: int, workers: int, latency: 
     result.cpu = cpu
     result.alone = alone
     return result
+
+
+def settled_rows(stack: Stack, watched: list[Watched], timeout: float = 60) -> dict[int, RunRow]:
+    """The round's runs as the database has them once all have ended (or `timeout` passed): a
+    page can see a run's end a moment before its row says so."""
+    waited_for = time.monotonic() + timeout
+    ids = [seen.run_id for seen in watched if seen.run_id]
+    rows = run_rows(stack, ids)
+    while any(row.status not in TERMINAL for row in rows.values()):
+        if time.monotonic() > waited_for:
+            break
+        time.sleep(0.5)
+        rows = run_rows(stack, ids)
+    return rows
 
 
 def one_at_a_time(stack: Stack, prefix: str, count: int) -> list[float]:
@@ -388,6 +418,86 @@ def one_at_a_time(stack: Stack, prefix: str, count: int) -> list[float]:
         if row is not None and row.started_at is not None:
             waits.append(row.started_at - row.created_at)
     return waits
+
+
+def measure_approvals(stack: Stack, concurrency: int, options: argparse.Namespace) -> None:
+    """`--pairs` pairs of rounds on the same workers, then runs one at a time: `--people` runs
+    with no approvals at all, then `--people` of which 1 in 2 waits for a decision (their people
+    ask before run_code, a client approves `--decide-after` seconds after each call asked); then
+    `--idle-runs` waiting runs sent one at a time to the idle workers. Printed as each ends: what
+    the runs of each round were worked at, and how soon each decision's call started."""
+    stack.restart_web()
+    for _ in range(options.workers):
+        stack.start_worker(concurrency)
+    try:
+        warm_up(stack, f"bench-warm-a{concurrency}-")
+        idle = stack.create_people(f"bench-idle-c{concurrency}-", options.idle_runs)
+        ask_before_run_code(stack, idle)
+        with Approver(stack, options.decide_after) as approver:
+            for pair in range(1, options.pairs + 1):
+                approval_pair(stack, concurrency, pair, options)
+            alone = [alone_round(stack, name) for name in idle]
+    finally:
+        stack.stop_workers()
+    say_errors(alone)
+    label = f"{len(alone)} runs one at a time, idle worker"
+    lines = decision_lines(label, decisions(stack, [seen.run_id for seen in alone]))
+    lines.append(
+        f"  decisions refused: {len(approver.refused)} {approver.refused[:3]}; load average "
+        f"{load_average()} at the end"
+    )
+    print("\n".join(lines), flush=True)
+
+
+def approval_pair(stack: Stack, concurrency: int, pair: int, options: argparse.Namespace) -> None:
+    """A round with no approvals, then one in which 1 person in 2 asks before run_code, each
+    of `--people` new people (the Approver is deciding); their figures printed."""
+    plain = stack.create_people(f"bench-plain-c{concurrency}-{pair}-", options.people)
+    asks = stack.create_people(f"bench-asks-c{concurrency}-{pair}-", options.people)
+    asking = set(asks[::2])
+    ask_before_run_code(stack, sorted(asking))
+    without, without_rows, _ = sampled_round(stack, plain)
+    load_without = load_average()
+    with_, with_rows, slots = sampled_round(stack, asks)
+    load_with = load_average()
+    waited = [seen for seen in with_ if seen.username in asking]
+    never = [seen for seen in with_ if seen.username not in asking]
+    start_without = min(seen.sent_at for seen in without)
+    start_with = min(seen.sent_at for seen in with_)
+    after = options.decide_after
+    lines = [
+        f"  pair {pair}: load average {load_without} after the round with no approvals, "
+        f"{load_with} after the one with",
+        SIDE_HEADER,
+        side("no approvals: all runs", without, without_rows, start_without).line(),
+        side("no approvals: 1 run in 2", without[1::2], without_rows, start_without).line(),
+        side("approvals: the runs that never waited", never, with_rows, start_with).line(),
+        side(f"approvals: the runs that waited {after:g} s", waited, with_rows, start_with).line(),
+        slots.line(concurrency * options.workers),
+        *decision_lines("under the load", decisions(stack, [seen.run_id for seen in waited])),
+    ]
+    print("\n".join(lines), flush=True)
+    say_errors(without + with_)
+
+
+def sampled_round(
+    stack: Stack, usernames: list[str]
+) -> tuple[list[Watched], dict[int, RunRow], SlotSampler]:
+    """Everyone sends at once and watches to the end, the runs' slots sampled meanwhile."""
+    with SlotSampler(stack) as slots:
+        watched = asyncio.run(one_round(stack, usernames))
+    return watched, settled_rows(stack, watched), slots
+
+
+def alone_round(stack: Stack, username: str) -> Watched:
+    """One person's run, to its end in the database (the next one finds the workers idle)."""
+    (seen,) = asyncio.run(one_round(stack, [username]))
+    settled_rows(stack, [seen])
+    return seen
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def figures(
@@ -449,7 +559,9 @@ def figures(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--people", type=int, default=50)
-    parser.add_argument("--concurrency", default="1,4,16,32", help="comma-separated")
+    parser.add_argument(
+        "--concurrency", default="", help="comma-separated (default 1,4,16,32; 16 --approvals)"
+    )
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument(
         "--web", type=int, default=1,
@@ -467,8 +579,27 @@ def main() -> None:
         "--max-connections", type=int, default=0,
         help="the embedded server's max_connections (default: as the site sets it up)",
     )  # fmt: skip
+    parser.add_argument(
+        "--approvals", action="store_true",
+        help="half of the runs wait for a decision, beside a round with no approvals",
+    )  # fmt: skip
+    parser.add_argument(
+        "--decide-after", type=float, default=5.0,
+        help="--approvals: seconds from a call's asking to its approval",
+    )  # fmt: skip
+    parser.add_argument(
+        "--pairs", type=int, default=1,
+        help="--approvals: rounds without and with approvals, in turn, this many times each",
+    )  # fmt: skip
+    parser.add_argument(
+        "--idle-runs", type=int, default=10,
+        help="--approvals: waiting runs then sent one at a time to the idle workers",
+    )  # fmt: skip
     options = parser.parse_args()
-    levels = [int(c) for c in options.concurrency.split(",")]
+    if options.approvals and options.engine != "worker":
+        parser.error("--approvals needs the worker engine (db_worker has no approvals)")
+    default = "16" if options.approvals else "1,4,16,32"
+    levels = [int(c) for c in (options.concurrency or default).split(",")]
     if options.engine == "db_worker":
         levels = [1]  # db_worker works one task at a time
     latency = options.latency_ms / 1000
@@ -486,6 +617,17 @@ def main() -> None:
             f"{stack.project}, mock at {options.latency_ms} ms a turn"
         )
         for concurrency in levels:
+            if options.approvals:
+                print(
+                    f"concurrency {concurrency} x {options.workers} worker(s), load average "
+                    f"{load_average()}: {options.pairs} x (a round with no approvals, then one "
+                    f"in which 1 person in 2 asks before run_code, approved "
+                    f"{options.decide_after:g} s after each call asked), then "
+                    f"{options.idle_runs} such runs one at a time",
+                    flush=True,
+                )
+                measure_approvals(stack, concurrency, options)
+                continue
             result = measure(stack, concurrency, options.people, options.workers, latency)
             result.max_connections = int(stack.query("SHOW max_connections")[0][0])
             print("\n".join(result.lines(latency)), flush=True)
