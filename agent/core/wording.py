@@ -9,6 +9,7 @@ from agent.core.results import ToolStatus
 RUN_SYMBOLS = {
     RunStatus.QUEUED: "…",
     RunStatus.RUNNING: "●",
+    RunStatus.AWAITING_APPROVAL: "⏸",
     RunStatus.SUCCEEDED: "✓",
     RunStatus.HALTED: "⚠",
     RunStatus.CANCELLED: "■",
@@ -31,6 +32,7 @@ RESUMED_TEXTS = {
     ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
     ResumeReason.DATABASE_RESTARTED: "Resumed: the database restarted while this ran",
     ResumeReason.CONTINUED: "Continued: {who} asked it to go on",
+    ResumeReason.DECIDED: "Resumed: the calls it waited on were decided",
 }
 # Who asked, as the console says it and as the run's owner reads it in the chat; None is a log
 # from before Loop recorded who asked.
