@@ -22,6 +22,8 @@ from agent.approvals import (
     waiting_for,
 )
 from agent.core.events import ApprovalDecided, ApprovalRequested, Decision, RunStatus, loaded
+from agent.core.results import ToolStatus
+from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.models import AgentRun, ApprovalRequest
 from agent.selectors import Logged
 from agent.waiting import CallDecision
@@ -91,6 +93,7 @@ def request_data(event: ApprovalRequested, asking: Asking | None, texts: "Texts"
     edit_text = values[editor] if editor != ARGUMENTS else pretty(event.arguments)
     shown: dict[str, Any] = {
         "tool": event.tool,
+        "icon": RUN_SYMBOLS[RunStatus.AWAITING_APPROVAL],
         "why": event.why,
         "call_id": event.call_id,
         "digest": event.digest,
@@ -145,12 +148,19 @@ def write_data(path: str, content: str, asking: Asking | None, texts: "Texts") -
     return shown | {"diff_html": sanitised(code_block(text, DiffLexer(stripnl=False)))}
 
 
+# Each decision's symbol, from the vocabulary every reader shares, and its words.
 DECIDED_WORDS = {
-    Decision.APPROVE: ("✓", "Approved"),
+    Decision.APPROVE: (TOOL_SYMBOLS[ToolStatus.OK], "Approved"),
     Decision.EDIT: ("✎", "Edited and approved"),
-    Decision.DENY: ("⛔", "Denied"),
-    Decision.EXPIRED: ("⧗", "Expired: nobody decided in time, so it did not run"),
-    Decision.CANCELLED: ("■", "Cancelled: the run was stopped, so it did not run"),
+    Decision.DENY: (TOOL_SYMBOLS[ToolStatus.DENIED], "Denied"),
+    Decision.EXPIRED: (
+        TOOL_SYMBOLS[ToolStatus.TIMEOUT],
+        "Expired: nobody decided in time, so it did not run",
+    ),
+    Decision.CANCELLED: (
+        RUN_SYMBOLS[RunStatus.CANCELLED],
+        "Cancelled: the run was stopped, so it did not run",
+    ),
 }
 
 

@@ -252,7 +252,7 @@ def event_card(
             return Card(
                 "tool",
                 f"call-{run_id}-{event.step}-{event.call_id}",
-                tool_data(event, texts),
+                tool_data(event, texts) | {"run_id": run_id},
                 replaces=finished,
             )
         case BreakerTripped() | RunHalted():

@@ -7,7 +7,8 @@
   const BACKGROUND_ASK_MS = 30000;
 
   document.addEventListener("htmx:beforeSwap", function (event) {
-    const form = event.detail.elt;
+    const config = event.detail.requestConfig;
+    const form = config && config.elt;
     if (form && form.classList && form.classList.contains("decide") && event.detail.xhr.status === 400) {
       event.detail.shouldSwap = true;
       event.detail.isError = false;
