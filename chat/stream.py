@@ -117,6 +117,13 @@ def lifecycle(events: list[Logged]) -> bool:
     return any(isinstance(event, LIFECYCLE) for _, event in events)
 
 
+def decisions(events: list[Logged]) -> bool:
+    """Whether a call began or stopped waiting for its person within these events: the count
+    of calls waiting for them changed (a run's end changes it only with its calls' decisions,
+    agent/waiting.py)."""
+    return any(isinstance(event, ApprovalRequested | ApprovalDecided) for _, event in events)
+
+
 def settled(events: list[Logged]) -> int:
     """The last step whose streamed text a stored card now shows: a reply that called tools
     shows in its own card; the final reply shows when the run's end arrives (and a run that
@@ -182,7 +189,7 @@ def framed(
         if run.conversation is not None:
             conversation = labelled(run.conversation)
             tail.append(draw("conversation_status", conversation=conversation, oob=True))
-        if asking is not None:
+        if asking is not None and decisions(events):
             tail.append(draw("waiting_count", awaiting=waiting_of(asking.user), oob=True))
     frame.append(seq_marker(run_id, events[-1].seq, finished=finished))
     frames.append("".join(frame + tail))

@@ -14,12 +14,14 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from agent.approvals import decide_as_operator, expire_waiting
 from agent.core.events import ApprovalDecided, Decision, ToolCallFinished
 from agent.core.results import ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
 from agent.models import AgentRun, ApprovalPreference, ApprovalRequest, ToolGrant
 from agent.runs import new_conversation, start_run
 from agent.selectors import events_of
+from agent.waiting import CallDecision
 from chat.stream import read_unsent
 from engine.execution import execute_run
 from tools.code import parse_report
@@ -325,3 +327,38 @@ def test_the_page_reads_the_same_queries_however_many_conversations_wait(
         page = as_alice.get(url)
     assert "<title>(4) Compute it · Loop</title>" in page.text
     assert len(four) == len(one)
+    # What a page in the background asks to keep its title true.
+    assert 'data-count="4"' in as_alice.get("/waiting/").text
+
+
+def test_stopped_while_waiting_the_card_says_the_call_never_ran(asks, alice, as_alice):
+    run = parked(alice, call("run_code", {"code": CODE}), answer("never"))
+    request = run.approvals.get()
+    assert as_alice.post(f"/runs/{run.pk}/stop/", **HTMX).status_code == 200
+    page = as_alice.get(f"/c/{run.conversation_id}/").text
+    card = card_html(page, run, request)
+    assert "Cancelled: the run was stopped, so it did not run" in card
+    assert "<form" not in card
+    assert "<title>Compute it · Loop</title>" in page
+    refused = decide(as_alice, run, decision(run, "approve"))
+    assert refused.status_code == 400
+    assert "decided already (cancelled)" in refused.text
+
+
+def test_expired_the_card_says_nobody_decided_in_time(asks, settings, alice, as_alice):
+    run = parked(alice, call("run_code", {"code": CODE}), answer("never"))
+    settings.LOOP_APPROVAL_SECONDS = 0
+    assert expire_waiting() == 1
+    card = card_html(as_alice.get(f"/c/{run.conversation_id}/").text, run, run.approvals.get())
+    assert "Expired: nobody decided in time, so it did not run" in card
+    assert "<form" not in card
+
+
+def test_an_operators_denial_says_who_denied(asks, alice, as_alice, operator):
+    run = parked(alice, call("run_code", {"code": CODE}), answer("never"))
+    request = run.approvals.get()
+    denial = CallDecision(request.call_id, Decision.DENY, request.digest, reason="not here")
+    decide_as_operator(operator, run.pk, [denial])
+    card = card_html(as_alice.get(f"/c/{run.conversation_id}/").text, run, request)
+    assert "Denied by root" in card
+    assert "Reason: not here" in card
