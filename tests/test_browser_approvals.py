@@ -61,7 +61,9 @@ def test_a_person_approves_edits_and_denies_calls_that_wait_for_them(asking_site
     card = waiting_card(page)
     expect(card.locator("pre.highlight .nb")).to_have_text("print")  # highlighted on the server
     expect(page.locator("#waiting-count")).to_contain_text("1 call waits for your decision")
+    expect(page.locator("#sidebar .icon.status-awaiting_approval")).to_have_count(1)
     shot(card, "approval-waiting.png")
+    page.screenshot(path=SCREENSHOTS / "approval-page.png")
     card.get_by_role("button", name="Approve", exact=True).click()
     turn = last_turn(page)
     decided = turn.locator(".card.approval.decision-approve")
@@ -71,6 +73,7 @@ def test_a_person_approves_edits_and_denies_calls_that_wait_for_them(asking_site
     expect(turn.locator(".card.tool.status-ok")).to_have_count(1)
     expect(page).to_have_title("What is 17 * 23? · Loop")
     expect(page.locator("#waiting-count")).to_be_hidden()
+    expect(page.locator("#sidebar .icon.status-succeeded")).to_have_count(1)
     shot(decided, "approval-approved.png")
 
     # Edit and approve: it runs with the person's code, which the model reads.
