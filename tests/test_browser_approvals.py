@@ -2,7 +2,8 @@
 against a live daphne and a real worker, on a site that asks before every run_code: a task's
 call shows as a card (its code highlighted) and waits; approved, the call runs and the answer
 comes; edited, it runs with the person's code; denied with a reason, the card says so and the
-model's answer follows. Each card's screenshot lands in var/screenshots/."""
+model's answer follows. Each card's screenshot lands in var/screenshots/ (the whole page's in
+docs/images/ too, for docs/chat.md)."""
 
 from collections.abc import Iterator
 
@@ -26,6 +27,7 @@ from tests.test_browser import (  # noqa: F401 (browser is a fixture)
 )
 
 SCREENSHOTS = PROJECT_DIR / "var" / "screenshots"
+IMAGES = PROJECT_DIR / "docs" / "images"
 
 
 @pytest.fixture
@@ -64,6 +66,7 @@ def test_a_person_approves_edits_and_denies_calls_that_wait_for_them(asking_site
     expect(page.locator("#sidebar .icon.status-awaiting_approval")).to_have_count(1)
     shot(card, "approval-waiting.png")
     page.screenshot(path=SCREENSHOTS / "approval-page.png")
+    page.screenshot(path=IMAGES / "chat-approval.png")  # docs/chat.md shows it
     card.get_by_role("button", name="Approve", exact=True).click()
     turn = last_turn(page)
     decided = turn.locator(".card.approval.decision-approve")
