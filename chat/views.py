@@ -370,7 +370,8 @@ def decisions_answer(request: HttpRequest, run_id: int, decided: int) -> HttpRes
         if (card := card_for(run.pk, seq, event, asking)) is not None
     ]
     offered = selectors.model_offered(run)
-    parts.append(draw("run_status", run=run, oob=True, model_offered=offered, waiting=[]))
+    waiting = waiting_calls(run)
+    parts.append(draw("run_status", run=run, oob=True, model_offered=offered, waiting=waiting))
     if run.conversation is not None:
         parts.append(draw("conversation_status", conversation=labelled(run.conversation), oob=True))
     parts.append(draw("waiting_count", awaiting=waiting_of(request.user), oob=True))

@@ -362,3 +362,27 @@ def test_an_operators_denial_says_who_denied(asks, alice, as_alice, operator):
     card = card_html(as_alice.get(f"/c/{run.conversation_id}/").text, run, request)
     assert "Denied by root" in card
     assert "Reason: not here" in card
+
+
+def test_one_call_decided_of_three_leaves_the_other_two_to_deny_together(asks, alice, as_alice):
+    reply = calls(*(("run_code", {"code": f"print({n})"}) for n in range(3)))
+    run = parked(alice, reply, answer("one ran"))
+    first, *others = run.approvals.order_by("pk")
+    answered = decide(as_alice, run, decision(run, "approve", first))
+    assert answered.status_code == 200
+    assert "2 calls wait:" in answered.text  # the run's "all" form, for the two left
+    assert first.call_id not in answered.text.split('class="decide decide-all"')[1]
+    run.refresh_from_db()
+    assert run.status == "awaiting_approval"
+    form = {
+        "call": [other.call_id for other in others],
+        "digest": [other.digest for other in others],
+        "decision": "deny",
+        "reason": "one is enough",
+    }
+    assert decide(as_alice, run, form).status_code == 200
+    decided = dict(run.approvals.values_list("call_id", "decision"))
+    assert decided == {first.call_id: "approve"} | {other.call_id: "deny" for other in others}
+    run = worked(run, answer("one ran"))
+    statuses = {ran.call_id: ran.status for ran in finished_calls(run)}
+    assert statuses == {first.call_id: "ok"} | {other.call_id: "denied" for other in others}
