@@ -101,6 +101,7 @@ RESUMED_IN_CHAT = {
     ResumeReason.HANDED_BACK: "Resumed: the worker running this was stopped and handed it back",
     ResumeReason.DATABASE_RESTARTED: "Resumed: the database restarted while this ran",
     ResumeReason.CONTINUED: "Continued: you asked it to go on",
+    ResumeReason.DECIDED: "Resumed: the calls it waited on were decided",
 }
 
 
