@@ -2,8 +2,9 @@
 against a live daphne and a real worker, on a site that asks before every run_code: a task's
 call shows as a card (its code highlighted) and waits; approved, the call runs and the answer
 comes; edited, it runs with the person's code; denied with a reason, the card says so and the
-model's answer follows. Each card's screenshot lands in var/screenshots/ (the whole page's in
-docs/images/ too, for docs/chat.md)."""
+model's answer follows; on a site that asks before writes, a write_file call shows its diff
+against the person's file, and approved, writes it. Each card's screenshot lands in
+var/screenshots/ (the whole page's in docs/images/ too, for docs/chat.md)."""
 
 from collections.abc import Iterator
 
@@ -25,6 +26,7 @@ from tests.test_browser import (  # noqa: F401 (browser is a fixture)
     send,
     site,
 )
+from tools.context import context_for
 
 SCREENSHOTS = PROJECT_DIR / "var" / "screenshots"
 IMAGES = PROJECT_DIR / "docs" / "images"
@@ -34,6 +36,13 @@ IMAGES = PROJECT_DIR / "docs" / "images"
 def asking_site(worker_env, start_worker) -> Iterator[str]:
     """The site, asking its people before every run_code call."""
     with site(worker_env, start_worker, LOOP_APPROVAL="run_code=ask") as url:
+        yield url
+
+
+@pytest.fixture
+def asking_before_writes(worker_env, start_worker) -> Iterator[str]:
+    """The site, asking its people before every write_file call."""
+    with site(worker_env, start_worker, LOOP_APPROVAL="write_file=ask") as url:
         yield url
 
 
@@ -121,3 +130,20 @@ def test_a_person_approves_edits_and_denies_calls_that_wait_for_them(asking_site
     page.reload()
     expect(page.locator(".card.approval.decided")).to_have_count(3)
     expect(page.locator(".card.approval form")).to_have_count(0)
+
+
+def test_a_write_shows_what_it_changes_in_the_persons_file(asking_before_writes, browser):  # noqa: F811
+    alice = db(lambda: User.objects.create_user("alice", password=PASSWORD))
+    notes = db(lambda: context_for(alice).workspace) / "notes.txt"
+    notes.write_text("buy eggs\n")
+    page = logged_in(browser, asking_before_writes, "alice", LAPTOP)
+    send(page, "Save 'buy milk' to notes.txt")
+    card = last_turn(page).locator(".card.approval.waiting")
+    expect(card).to_be_visible(timeout=WAIT_MS)
+    expect(card.locator(".write-path")).to_have_text("It writes notes.txt.")
+    expect(card.locator(".diff .gd")).to_have_text(["--- notes.txt (now)", "-buy eggs"])
+    expect(card.locator(".diff .gi")).to_have_text(["+++ notes.txt (after)", "+buy milk"])
+    shot(card, "approval-write-diff.png")
+    card.get_by_role("button", name="Approve", exact=True).click()
+    expect(last_turn(page).locator(".card.answer")).to_be_visible(timeout=WAIT_MS)
+    assert notes.read_text() == "buy milk"
