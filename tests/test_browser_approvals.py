@@ -17,6 +17,7 @@ from tests.conftest import PROJECT_DIR
 from tests.test_browser import (  # noqa: F401 (browser is a fixture)
     LAPTOP,
     PASSWORD,
+    PHONE,
     WAIT_MS,
     browser,
     db,
@@ -132,7 +133,10 @@ def test_a_person_approves_edits_and_denies_calls_that_wait_for_them(asking_site
     expect(page.locator(".card.approval form")).to_have_count(0)
 
 
-def test_a_write_shows_what_it_changes_in_the_persons_file(asking_before_writes, browser):  # noqa: F811
+def test_a_write_shows_its_diff_and_a_decision_elsewhere_reaches_the_page_live(
+    asking_before_writes,
+    browser,  # noqa: F811
+):
     alice = db(lambda: User.objects.create_user("alice", password=PASSWORD))
     notes = db(lambda: context_for(alice).workspace) / "notes.txt"
     notes.write_text("buy eggs\n")
@@ -144,6 +148,16 @@ def test_a_write_shows_what_it_changes_in_the_persons_file(asking_before_writes,
     expect(card.locator(".diff .gd")).to_have_text(["--- notes.txt (now)", "-buy eggs"])
     expect(card.locator(".diff .gi")).to_have_text(["+++ notes.txt (after)", "+buy milk"])
     shot(card, "approval-write-diff.png")
-    card.get_by_role("button", name="Approve", exact=True).click()
+    expect(page).to_have_title("(1) Save 'buy milk' to notes.txt · Loop")
+
+    # Approved from another device, the first page hears of it live.
+    phone = logged_in(browser, asking_before_writes, "alice", PHONE)
+    phone.goto(page.url)
+    phone.locator(".card.approval.waiting").get_by_role(
+        "button", name="Approve", exact=True
+    ).click()
+    decided = last_turn(page).locator(".card.approval.decision-approve")
+    expect(decided).to_contain_text("Approved", timeout=WAIT_MS)
+    expect(page).to_have_title("Save 'buy milk' to notes.txt · Loop")
     expect(last_turn(page).locator(".card.answer")).to_be_visible(timeout=WAIT_MS)
     assert notes.read_text() == "buy milk"
