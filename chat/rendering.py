@@ -9,7 +9,7 @@ and a link to the whole text, so no card is too big for the page or for one sock
 
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
@@ -21,6 +21,8 @@ from django.utils import timezone
 
 from agent.core.events import (
     BREAKER_REASONS,
+    ApprovalDecided,
+    ApprovalRequested,
     BreakerTripped,
     EndCause,
     Event,
@@ -40,6 +42,8 @@ from agent.core.results import ToolStatus
 from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
+from chat import approvals
+from chat.approvals import Asking
 from workspace.browse import BrowseError, file_components
 from workspace.markup import markdown
 
@@ -188,8 +192,12 @@ class Texts:
         self.run_id, self.seq = run_id, seq
         self.cuts: list[dict[str, Any]] = []
 
+    def fits(self, text: str) -> bool:
+        """Whether a card shows all of `text`."""
+        return len(text) <= SHORT_TEXT_CHARS
+
     def shown(self, key: str, text: str) -> str:
-        if len(text) <= SHORT_TEXT_CHARS:
+        if self.fits(text):
             return text
         url = reverse("chat:event_text", args=[self.run_id, self.seq, key])
         self.cuts.append(
@@ -203,19 +211,27 @@ class Texts:
         return text[:SHORT_TEXT_CHARS]
 
 
-def card_for(run_id: int, seq: int, event: Event | Unreadable) -> Card | None:
+def card_for(
+    run_id: int, seq: int, event: Event | Unreadable, asking: Asking | None = None
+) -> Card | None:
     """The card for one event, or None for an event a person need not see (the task, RunStarted,
-    shows as the person's own bubble) or one this version cannot read (a later Loop's)."""
+    shows as the person's own bubble) or one this version cannot read (a later Loop's).
+    `asking`: the person reading, for what a waiting call's card reads beyond its event (the
+    file a write would replace); without it, the card shows the event alone."""
     texts = Texts(run_id, seq)
-    card = event_card(run_id, seq, event, texts)
+    card = event_card(run_id, seq, event, texts, asking)
     if card is not None and texts.cuts:
         card.data["cuts"] = texts.cuts
     return card
 
 
-def event_card(run_id: int, seq: int, event: Event | Unreadable, texts: Texts) -> Card | None:
+def event_card(
+    run_id: int, seq: int, event: Event | Unreadable, texts: Texts, asking: Asking | None
+) -> Card | None:
     card_id = f"ev-{run_id}-{seq}"
     match event:
+        case ApprovalRequested() | ApprovalDecided():
+            return approval_card(run_id, event, texts, asking)
         case MemoriesRecalled(memories=memories):
             best = max((memory.score for memory in memories), default=0)
             shown = {"memories": memories, "best": best, "url": recalled_url(run_id)}
@@ -237,7 +253,7 @@ def event_card(run_id: int, seq: int, event: Event | Unreadable, texts: Texts) -
             return Card(
                 "tool",
                 f"call-{run_id}-{event.step}-{event.call_id}",
-                tool_data(event, texts),
+                tool_data(event, texts) | {"run_id": run_id},
                 replaces=finished,
             )
         case BreakerTripped() | RunHalted():
@@ -261,6 +277,22 @@ def event_card(run_id: int, seq: int, event: Event | Unreadable, texts: Texts) -
                 },
             )
     return None
+
+
+def approval_card(
+    run_id: int,
+    event: ApprovalRequested | ApprovalDecided,
+    texts: Texts,
+    asking: Asking | None,
+) -> Card:
+    """A call waiting for its person's decision, with the forms to decide it; once decided, the
+    same card with the decision in their place."""
+    card_id = approvals.card_id(run_id, event.step, event.call_id)
+    if isinstance(event, ApprovalDecided):
+        shown = approvals.decided_data(event, asking, texts)
+        return Card("approval", card_id, shown, replaces=True)
+    shown = approvals.request_data(event, asking, texts)
+    return Card("approval", card_id, {"run_id": run_id, **shown})
 
 
 def reason_text(reason: HaltReason | str) -> str:
@@ -358,14 +390,32 @@ def pruned_cards(run: AgentRun) -> list[Card]:
     ]
 
 
-def page_cards(run_id: int, events: Iterable[Logged]) -> list[Card]:
+def asking_of(
+    events: Sequence[Logged], asking: Asking | None
+) -> Callable[[Event | Unreadable], Asking | None]:
+    """`asking` for the cards of calls still waiting among `events`: a call decided within them
+    is drawn from its event alone (its decision takes its card's place at once)."""
+    decided = {
+        (event.step, event.call_id) for _, event in events if isinstance(event, ApprovalDecided)
+    }
+
+    def asking_for(event: Event | Unreadable) -> Asking | None:
+        if isinstance(event, ApprovalRequested) and (event.step, event.call_id) in decided:
+            return None
+        return asking
+
+    return asking_for
+
+
+def page_cards(run_id: int, events: Sequence[Logged], asking: Asking | None = None) -> list[Card]:
     """A run's cards as the page shows them at first: each later card in its earlier's place.
     Drawn where they belong, none is an out-of-band swap: in a whole turn that htmx swaps in (a
     continued run's), such a card would be taken out of the turn to replace its old self."""
+    asking_for = asking_of(events, asking)
     cards: list[Card] = []
     at: dict[str, int] = {}
     for seq, event in events:
-        card = card_for(run_id, seq, event)
+        card = card_for(run_id, seq, event, asking_for(event))
         if card is None:
             continue
         card = replace(card, replaces=False)

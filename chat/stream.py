@@ -11,10 +11,19 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from agent import selectors
-from agent.core.events import ModelReplied, RunFinished, RunResumed, RunStarted, loaded
+from agent.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    ModelReplied,
+    RunFinished,
+    RunResumed,
+    RunStarted,
+    loaded,
+)
 from agent.models import AgentRun
 from agent.selectors import Logged
-from chat.rendering import card_for, draw, in_steps, labelled, render_card
+from chat.approvals import Asking, waiting_calls, waiting_of
+from chat.rendering import asking_of, card_for, draw, in_steps, labelled, render_card
 
 ALL_STEPS = 2**31
 # daphne refuses a message over 1 MiB; a frame stays well under it. Only one card bigger than
@@ -72,7 +81,7 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
     if run is None and lifecycle(events):  # the run went away between the two reads
         return Unsent(frames=[], last=after, replied=0, more=False)
     return Unsent(
-        frames=framed(run_id, events, more, run),
+        frames=framed(run_id, events, more, run, Asking(user)),
         last=events[-1].seq,
         replied=settled(events),
         more=more,
@@ -96,10 +105,23 @@ def pushed(run_id: int, rows: list[list[Any]], after: int) -> Unsent | None:
     )
 
 
+# What changes the page's status and the sidebar's icon: the run started, ended, went on again,
+# or began or stopped waiting for its person's decision (which also changes the title's count).
+LIFECYCLE = (RunStarted, RunFinished, RunResumed, ApprovalRequested, ApprovalDecided)
+
+
 def lifecycle(events: list[Logged]) -> bool:
-    """Whether the run started, ended or went on again within these events: the page's status
-    and the sidebar's icon change with them."""
-    return any(isinstance(event, RunStarted | RunFinished | RunResumed) for _, event in events)
+    """Whether these events change the page's status and the sidebar's icon. A waiting call's
+    card also reads what the event does not say (the file a write would replace): it is drawn
+    from a read of the log, for its person."""
+    return any(isinstance(event, LIFECYCLE) for _, event in events)
+
+
+def decisions(events: list[Logged]) -> bool:
+    """Whether a call began or stopped waiting for its person within these events: the count
+    of calls waiting for them changed (a run's end changes it only with its calls' decisions,
+    agent/waiting.py)."""
+    return any(isinstance(event, ApprovalRequested | ApprovalDecided) for _, event in events)
 
 
 def settled(events: list[Logged]) -> int:
@@ -124,17 +146,25 @@ def resumes(events: list[Logged]) -> bool:
     return any(isinstance(event, RunResumed) for _, event in events)
 
 
-def framed(run_id: int, events: list[Logged], more: bool, run: AgentRun | None) -> list[str]:
+def framed(
+    run_id: int,
+    events: list[Logged],
+    more: bool,
+    run: AgentRun | None,
+    asking: Asking | None = None,
+) -> list[str]:
     """Out-of-band swaps in frames of at most FRAME_BYTES: new cards at the end of the run's
     steps; a card with the id of one already there replaces it. Each frame ends with the seq
-    marker of its last event, so a page cut off mid-way asks for the rest; when the run started
-    or ended within them, the last frame also carries the run's status and the sidebar's icon,
-    from `run`, the run's row read after these events."""
+    marker of its last event, so a page cut off mid-way asks for the rest; when the run started,
+    ended or waited within them, the last frame also carries the run's status, the sidebar's
+    icon and the count of calls waiting for the person, from `run`, the run's row read after
+    these events, and `asking`, the person reading."""
     frames: list[str] = []
     frame: list[str] = []
     size = 0
+    asking_for = asking_of(events, asking)
     for index, (seq, event) in enumerate(events):
-        card = card_for(run_id, seq, event)
+        card = card_for(run_id, seq, event, asking_for(event))
         if card is not None:
             part = render_card(card) if card.replaces else in_steps(run_id, render_card(card))
             part_size = len(part.encode())
@@ -150,7 +180,8 @@ def framed(run_id: int, events: list[Logged], more: bool, run: AgentRun | None) 
         # watching).
         finished = finished and run.is_finished
         offered = selectors.model_offered(run)
-        tail.append(draw("run_status", run=run, oob=True, model_offered=offered))
+        waiting = waiting_calls(run)
+        tail.append(draw("run_status", run=run, oob=True, model_offered=offered, waiting=waiting))
         if run.is_finished:
             feedback = getattr(run, "feedback", None)
             tail.append(draw("feedback", run=run, feedback=feedback, oob=True))
@@ -158,6 +189,8 @@ def framed(run_id: int, events: list[Logged], more: bool, run: AgentRun | None) 
         if run.conversation is not None:
             conversation = labelled(run.conversation)
             tail.append(draw("conversation_status", conversation=conversation, oob=True))
+        if asking is not None and decisions(events):
+            tail.append(draw("waiting_count", awaiting=waiting_of(asking.user), oob=True))
     frame.append(seq_marker(run_id, events[-1].seq, finished=finished))
     frames.append("".join(frame + tail))
     return frames

@@ -14,7 +14,7 @@ from django.utils.html import escape
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from agent import queued, runs, selectors
+from agent import approvals, queued, runs, selectors
 from agent.forgotten import take_back
 from agent.llm.factory import (
     GROQ,
@@ -28,7 +28,16 @@ from agent.llm.factory import (
 )
 from agent.models import AgentRun, Conversation
 from chat import sidebar
-from chat.rendering import EVENT_TEXTS, draw, labelled, page_cards, pruned_cards
+from chat.approvals import Asking, decisions_from, latest_decisions, waiting_calls, waiting_of
+from chat.rendering import (
+    EVENT_TEXTS,
+    card_for,
+    draw,
+    labelled,
+    page_cards,
+    pruned_cards,
+    render_card,
+)
 from tools.base import ToolError
 from workspace.views import quota_context
 
@@ -42,11 +51,15 @@ SUGGESTIONS = (
 
 
 def turn(
-    run: AgentRun, offered: list[ModelChoice], branching: selectors.Branching | None = None
+    run: AgentRun,
+    offered: list[ModelChoice],
+    asking: Asking,
+    branching: selectors.Branching | None = None,
 ) -> dict[str, Any]:
-    """A run as the page draws it; `offered` is the request's offered_models() (computed once),
-    `branching` where it stands among the versions of its turn (read here if not given).
-    A run whose log was pruned shows a note and its end instead of its steps."""
+    """A run as the page draws it for `asking`, its person; `offered` is the request's
+    offered_models() (computed once), `branching` where it stands among the versions of its
+    turn (read here if not given). A run whose log was pruned shows a note and its end instead
+    of its steps."""
     events = [] if run.log_pruned else selectors.events_of(run)
     if branching is None and run.conversation_id is not None:
         branching = selectors.branching_of(run)
@@ -54,9 +67,10 @@ def turn(
         "run": run,
         "branching": branching,
         "feedback": getattr(run, "feedback", None),
-        "cards": pruned_cards(run) if run.log_pruned else page_cards(run.pk, events),
+        "cards": pruned_cards(run) if run.log_pruned else page_cards(run.pk, events, asking),
         "seq": events[-1].seq if events else 0,
         "model_offered": selectors.model_offered(run, offered),
+        "waiting": waiting_calls(run),
     }
 
 
@@ -130,12 +144,14 @@ def chat_page(
     send_url = (
         reverse("chat:send", args=[conversation.pk]) if conversation else reverse("chat:start")
     )
+    asking = Asking(request.user)
     context = {
         "conversation": conversation,
         "groups": sidebar.groups_for(request.user, request.GET.get("q", "")),
         "query": request.GET.get("q", ""),
         "current": conversation,
-        "turns": [turn(run, offered, path.branching[run.pk]) for run in path.runs],
+        "turns": [turn(run, offered, asking, path.branching[run.pk]) for run in path.runs],
+        "awaiting": waiting_of(request.user),
         "suggestions": SUGGESTIONS,
         "send_url": send_url,
         "model": model_context(conversation, offered, picked),
@@ -220,7 +236,9 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
         return response
     if not request.htmx:
         return redirect("chat:conversation", conversation.pk)
-    response = render(request, "chat/cards.html#turn", {"turn": turn(run, offered)})
+    response = render(
+        request, "chat/cards.html#turn", {"turn": turn(run, offered, Asking(request.user))}
+    )
     response.content += model_header(request, conversation, offered)
     return response
 
@@ -271,7 +289,8 @@ def turns_after(request: HttpRequest, conversation_id: int) -> HttpResponse:
     path = selectors.runs_of(conversation)
     later = [run for run in path.runs if run.pk > (int(after) if after.isdigit() else 0)]
     offered = offered_models()
-    turns = [turn(run, offered, path.branching[run.pk]) for run in later]
+    asking = Asking(request.user)
+    turns = [turn(run, offered, asking, path.branching[run.pk]) for run in later]
     response = render(request, "chat/turns.html", {"turns": turns})
     context = {"conversation": conversation, "waiting": queued.waiting_in(conversation)}
     response.content += draw("queue", **context, oob=True).encode()
@@ -282,7 +301,8 @@ def turns_after(request: HttpRequest, conversation_id: int) -> HttpResponse:
 def run_fragment(request: HttpRequest, run_id: int) -> HttpResponse:
     """One turn of a conversation as it stands, as the page draws it."""
     run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
-    return render(request, "chat/cards.html#turn", {"turn": turn(run, offered_models())})
+    shown = turn(run, offered_models(), Asking(request.user))
+    return render(request, "chat/cards.html#turn", {"turn": shown})
 
 
 @require_POST
@@ -309,13 +329,68 @@ def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
         return refused(request, run_id, str(error))
     if not request.htmx:
         return redirect_to_run(run)
-    response = render(request, "chat/cards.html#turn", {"turn": turn(run, offered_models())})
+    shown = turn(run, offered_models(), Asking(request.user))
+    response = render(request, "chat/cards.html#turn", {"turn": shown})
     if run.conversation_id is not None:  # the sidebar's icon says it is waiting again
         conversation = labelled(selectors.conversation_with_status(run.conversation_id))
         response.content += draw(
             "conversation_status", conversation=conversation, oob=True
         ).encode()
     return response
+
+
+@require_POST
+def decide(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The person's decision on calls their run waits on, from a call's card or the run's
+    "Approve all" / "Deny all": the decided cards in their place, with the run's status, the
+    sidebar's icon and the title's count as they are now. A refusal changes nothing and says why
+    where the person decided (400)."""
+    run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
+    try:
+        decided = approvals.decide(request.user, run.pk, decisions_from(request.POST, run))
+    except AgentRun.DoesNotExist:
+        raise Http404("No such run.") from None
+    except approvals.DecisionRefused as error:
+        return decision_refused(request, run, str(error))
+    if not request.htmx:
+        return redirect_to_run(run)
+    return decisions_answer(request, run.pk, len(decided))
+
+
+def decisions_answer(request: HttpRequest, run_id: int, decided: int) -> HttpResponse:
+    """The run's latest decisions' cards, its status, its sidebar icon and the waiting count,
+    each out of band (what the socket sends too, when it hears of them)."""
+    run = selectors.run_of_with_state(request.user, run_id)
+    if run is None:  # deleted since
+        raise Http404("No such run.")
+    asking = Asking(request.user)
+    parts = [
+        render_card(card)
+        for seq, event in latest_decisions(run, decided)
+        if (card := card_for(run.pk, seq, event, asking)) is not None
+    ]
+    offered = selectors.model_offered(run)
+    waiting = waiting_calls(run)
+    parts.append(draw("run_status", run=run, oob=True, model_offered=offered, waiting=waiting))
+    if run.conversation is not None:
+        parts.append(draw("conversation_status", conversation=labelled(run.conversation), oob=True))
+    parts.append(draw("waiting_count", awaiting=waiting_of(request.user), oob=True))
+    return HttpResponse("".join(parts))
+
+
+def decision_refused(request: HttpRequest, run: AgentRun, error: str) -> HttpResponse:
+    """A decision refused: its sentence in the card it came from (htmx), or above the composer."""
+    if request.htmx:
+        return HttpResponse(escape(error), status=400)  # it may quote what the person sent
+    conversation = owned_conversation(request, run.conversation_id) if run.conversation_id else None
+    return chat_page(request, conversation, error=error, status=400)
+
+
+@require_GET
+def waiting(request: HttpRequest) -> HttpResponse:
+    """The calls waiting for the person's decision, for a page in the background to keep its
+    title's count true (its socket hears only the runs it shows)."""
+    return render(request, "chat/cards.html#waiting_count", {"awaiting": waiting_of(request.user)})
 
 
 @require_POST

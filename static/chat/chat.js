@@ -75,6 +75,17 @@
       pinned = timeline.scrollHeight - timeline.scrollTop - timeline.clientHeight < 40;
     }
   }, true);
+  // A call's result replaces its "running" card; a call that never started (skipped, or denied
+  // by its person) has none to replace: its card goes at the end of its run's steps instead.
+  document.addEventListener("htmx:oobErrorNoTarget", function (event) {
+    const card = event.detail.content;
+    const steps = card && card.dataset && card.dataset.run &&
+      document.getElementById("run-" + card.dataset.run + "-steps");
+    if (!steps) return;
+    card.removeAttribute("hx-swap-oob");
+    steps.appendChild(card);
+    window.htmx.process(card);
+  });
   document.addEventListener("htmx:oobAfterSwap", function () {
     const timeline = document.getElementById("timeline");
     if (timeline && pinned) timeline.scrollTop = timeline.scrollHeight;
