@@ -317,8 +317,13 @@ def grant_tools(
     """ "Always allow" in the run's conversation, for tools the site does not require asking
     about (the person cannot allow what the site asks)."""
     wanted = {request.tool for request, decision in decided if decision.always}
-    if not wanted or run.conversation_id is None:
+    if not wanted:
         return
+    if run.conversation_id is None:
+        raise DecisionRefused(
+            "This run belongs to no conversation (it came from the terminal): there is nothing "
+            "to always allow its tools in. Approve the call alone."
+        )
     modes = site_modes()
     for tool in sorted(wanted - granted_tools(run.conversation_id)):
         if site_asks(tool, modes):

@@ -315,3 +315,15 @@ def test_a_replys_waiting_calls_are_listed_in_the_models_order_and_where_each_wa
         for e in run.events.filter(kind="tool_call_finished").order_by("seq")
     ]
     assert outputs == [str(n) for n in range(5)]
+
+
+def test_always_allow_in_a_run_outside_any_conversation_is_refused_with_the_reason(alice):
+    from agent.runs import start_run
+    from engine.execution import execute_run
+
+    run = execute_run(start_run(alice, PRODUCT, model="mock"))
+    request = run.approvals.get()
+    with pytest.raises(DecisionRefused, match="belongs to no conversation"):
+        approve(alice, run, request, always=True)
+    request.refresh_from_db()
+    assert request.waiting
