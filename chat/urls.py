@@ -1,11 +1,12 @@
 from django.urls import path
 
-from chat import views
+from chat import views, waiting
 
 app_name = "chat"
 urlpatterns = [
     path("", views.home, name="home"),
     path("search/", views.search, name="search"),
+    path("waiting/", waiting.waiting, name="waiting"),
     path("send/", views.start, name="start"),
     path("c/<int:conversation_id>/", views.conversation, name="conversation"),
     path("c/<int:conversation_id>/send/", views.send, name="send"),

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from agent import queued, runs, selectors
+from agent.approvals import waiting_for
 from agent.forgotten import take_back
 from agent.llm.factory import (
     GROQ,
@@ -143,6 +144,7 @@ def chat_page(
         "error": error,
         "task": task,
         "waiting": queued.waiting_in(conversation) if conversation else [],
+        "waiting_calls": waiting_for(request.user).count(),
         # What deleting the conversation offers to forget, as things are now: the offer itself
         # is always made, and what its runs remembered is read when the person deletes it.
         "remembered": selectors.remembered_in(request.user, conversation).count()
