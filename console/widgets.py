@@ -26,6 +26,7 @@ from agent.models import AgentRun
 RUN_TONES = {
     RunStatus.SUCCEEDED: "good",
     RunStatus.RUNNING: "live",
+    RunStatus.AWAITING_APPROVAL: "live",
     RunStatus.QUEUED: "quiet",
     RunStatus.CANCELLED: "quiet",
     RunStatus.HALTED: "warn",
