@@ -9,6 +9,7 @@ from agent.core.results import ToolStatus
 RUN_SYMBOLS = {
     RunStatus.QUEUED: "…",
     RunStatus.RUNNING: "●",
+    RunStatus.AWAITING_APPROVAL: "✋",
     RunStatus.SUCCEEDED: "✓",
     RunStatus.HALTED: "⚠",
     RunStatus.CANCELLED: "■",
