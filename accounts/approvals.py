@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.models import AbstractBaseUser
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -47,9 +47,11 @@ class ApprovalChoicesForm(forms.Form):
     ask_write_file = forms.BooleanField(required=False)
     ask_any_tool = forms.BooleanField(required=False)
 
-    def __init__(self, *args: object, preference: ApprovalPreference, required: set[str]) -> None:
+    def __init__(
+        self, data: QueryDict | None, *, preference: ApprovalPreference, required: set[str]
+    ) -> None:
         initial = {name: getattr(preference, name) or name in required for name in CHOICES}
-        super().__init__(*args, initial=initial)  # type: ignore[arg-type]
+        super().__init__(data, initial=initial)
         for name, (label, _) in CHOICES.items():
             field = self.fields[name]
             field.label = label
@@ -100,7 +102,7 @@ def approval_settings(request: HttpRequest) -> HttpResponse:
     form = ApprovalChoicesForm(posted, preference=preference, required=required)
     if request.method == "POST" and form.is_valid():
         save_choices(request.user, form.cleaned_data)
-        messages.success(request, "Saved: your choices apply to the next tool call of any run.")
+        messages.success(request, "Saved: the runs you start from now on follow these choices.")
         return redirect("approval_settings")
     context = {"form": form, "grants": live_grants(request.user, modes)}
     return render(request, "accounts/approvals.html", context)

@@ -120,7 +120,7 @@ class SiteToolPolicyForm(forms.ModelForm):
         # The admin draws a help text as HTML.
         self.fields["mode"].help_text = format_html(
             "LOOP_APPROVAL, the site's setting, says <code>{}</code>. A mode set here wins over "
-            "it for this tool, from each run's next tool call on. With “Asks first”, every call "
+            "it for this tool in the runs started from now on. With “Asks first”, every call "
             "of the tool waits for its person's decision, whatever they chose; with “Runs "
             "without asking”, a person may still ask to decide on their settings page.",
             setting_text(),
@@ -204,7 +204,6 @@ class ApprovalRequestAdmin(StepLinks, AuditAdmin):
     list_select_related = ("run__user", "decided_by")
     list_filter = (DecisionFilter, ToolFilter, RunUserFilter)
     search_fields = ("tool",)
-    search_help_text = "A run's number, or a tool's name."
     date_hierarchy = "created_at"
     ordering = ("-id",)
     actions = ("deny_calls", "approve_calls")
