@@ -43,32 +43,27 @@ class ApprovalChoicesForm(forms.Form):
     """The person's choices; those the site requires are disabled, so Django takes them from the
     page's own (checked) value whatever is posted."""
 
-    ask_run_code = forms.BooleanField(required=False)
-    ask_write_file = forms.BooleanField(required=False)
-    ask_any_tool = forms.BooleanField(required=False)
-
     def __init__(
         self, data: QueryDict | None, *, preference: ApprovalPreference, required: set[str]
     ) -> None:
         initial = {name: getattr(preference, name) or name in required for name in CHOICES}
         super().__init__(data, initial=initial)
         for name, (label, _) in CHOICES.items():
-            field = self.fields[name]
-            field.label = label
-            if name in required:
-                field.disabled = True
-                field.help_text = SITE_REQUIRES
+            self.fields[name] = forms.BooleanField(
+                required=False,
+                label=label,
+                disabled=name in required,
+                help_text=SITE_REQUIRES if name in required else "",
+            )
 
 
-def save_choices(user: AbstractBaseUser, chosen: dict[str, bool]) -> ApprovalPreference:
-    """The person's choices stored, less those the site requires now: those keep what the person
+def save_choices(
+    user: AbstractBaseUser, chosen: dict[str, bool], required: set[str]
+) -> ApprovalPreference:
+    """The person's choices stored, less those the site requires: those keep what the person
     had, which applies again if the site stops requiring it."""
-    required = site_required(site_modes())
-    preference = preference_of(user)
-    for name in CHOICES:
-        if name not in required and name in chosen:
-            setattr(preference, name, bool(chosen[name]))
-    preference.save()
+    mine = {name: bool(chosen.get(name)) for name in CHOICES if name not in required}
+    preference, _ = ApprovalPreference.objects.update_or_create(user=user, defaults=mine)
     return preference
 
 
@@ -101,7 +96,7 @@ def approval_settings(request: HttpRequest) -> HttpResponse:
     posted = request.POST if request.method == "POST" else None
     form = ApprovalChoicesForm(posted, preference=preference, required=required)
     if request.method == "POST" and form.is_valid():
-        save_choices(request.user, form.cleaned_data)
+        save_choices(request.user, form.cleaned_data, required)
         messages.success(request, "Saved: the runs you start from now on follow these choices.")
         return redirect("approval_settings")
     context = {"form": form, "grants": live_grants(request.user, modes)}
@@ -109,7 +104,7 @@ def approval_settings(request: HttpRequest) -> HttpResponse:
 
 
 class RevokeForm(forms.Form):
-    conversation = forms.IntegerField(min_value=1)
+    conversation = forms.IntegerField(min_value=1, max_value=2**63 - 1)  # a bigint id
     tool = forms.CharField(max_length=TOOL_NAME_CHARS)
 
 

@@ -8,7 +8,9 @@ import re
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from agent.approvals import decide, granted_tools, policy_for, waiting_for
@@ -190,7 +192,13 @@ def test_nobody_revokes_another_persons_grant(as_alice, alice, bob, workspaces):
     assert refused.status_code == 404
     assert granted_tools(conversation.pk) == {"run_code"}
     assert "Plots" not in as_bob.get(SETTINGS).text
-    for malformed in ({}, {"conversation": "x", "tool": "run_code"}, {"conversation": "1"}):
+    malformed_posts = (
+        {},
+        {"conversation": "x", "tool": "run_code"},
+        {"conversation": "1"},
+        {"conversation": "9" * 30, "tool": "run_code"},
+    )
+    for malformed in malformed_posts:
         assert as_bob.post(REVOKE, malformed).status_code == 404
     assert ToolGrant.objects.filter(revoked_at__isnull=True).count() == 1
 
@@ -253,3 +261,17 @@ def test_nothing_waiting_says_so(as_alice):
     assert "No tool call waits for your decision." in page
     assert "<title>Waiting for you" in page
     assert 'class="count"' not in as_alice.get("/").text
+
+
+def test_the_settings_page_costs_as_many_queries_for_many_grants_as_for_one(
+    as_alice, alice, workspaces, django_assert_max_num_queries
+):
+    always_allowed(alice, "First")
+    as_alice.get(SETTINGS)  # warm: content types and the like are cached after the first request
+    with CaptureQueriesContext(connection) as one:
+        as_alice.get(SETTINGS)
+    for n in range(3):
+        always_allowed(alice, f"More {n}")
+    with django_assert_max_num_queries(len(one)):
+        page = as_alice.get(SETTINGS).text
+    assert page.count(">Revoke</button>") == 4
