@@ -51,7 +51,8 @@ DECISION_BADGES = {
     Decision.EXPIRED: ("warn", "⧗", Decision.EXPIRED),
     Decision.CANCELLED: ("quiet", "■", Decision.CANCELLED),
 }
-# What the model reads after an operator's denial ("DENIED by the person: <reason>").
+# The reason the model reads with an operator's denial (agent.core.approval.denied_text words
+# the rest of the call's result).
 OPERATOR_DENIAL = "an operator of this site denied the call."
 # A run's number as the search box takes it: digits, no more than an id column holds.
 RUN_ID = re.compile(r"[0-9]{1,18}")
