@@ -38,29 +38,17 @@ from console.widgets import (
     StepLinks,
     UserFilter,
     badge,
+    decision_badge,
     filter_link,
     pretty_json,
     user_link,
 )
 
-DECISION_BADGES = {
-    "": ("live", "…", "waiting"),
-    Decision.APPROVE: ("good", "✓", Decision.APPROVE),
-    Decision.EDIT: ("good", "✎", Decision.EDIT),
-    Decision.DENY: ("bad", "⛔", Decision.DENY),
-    Decision.EXPIRED: ("warn", "⧗", Decision.EXPIRED),
-    Decision.CANCELLED: ("quiet", "■", Decision.CANCELLED),
-}
 # The reason the model reads with an operator's denial (agent.core.approval.denied_text words
 # the rest of the call's result).
 OPERATOR_DENIAL = "an operator of this site denied the call."
 # A run's number as the search box takes it: digits, no more than an id column holds.
 RUN_ID = re.compile(r"[0-9]{1,18}")
-
-
-def decision_badge(decision: str) -> SafeString:
-    tone, symbol, text = DECISION_BADGES.get(decision, ("quiet", "•", decision))
-    return badge(text, tone=tone, symbol=symbol)
 
 
 def tool_names() -> list[str]:

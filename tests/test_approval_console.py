@@ -306,3 +306,30 @@ def test_the_console_pages_answer_with_as_many_queries_for_many_rows(
             assert client.get(url).status_code == 200, url
     index = client.get(reverse("admin:index")).content.decode()
     assert f'href="{CALLS}?decision=waiting"' in index
+
+
+def test_the_runs_timeline_shows_each_call_that_asked_and_its_decision(
+    client, operator, alice, workspaces
+):
+    run = waiting_run(alice)
+    [request] = run.approvals.all()
+    denial = CallDecision(request.call_id, Decision.DENY, request.digest, reason="not today")
+    decide(alice, run.pk, [denial])
+    page = client.get(reverse("admin:agent_agentrun_change", args=[run.pk])).content.decode()
+    audit = reverse("admin:agent_approvalrequest_change", args=[request.pk])
+    asked = page.split('class="loop-event loop-kind-approval_requested"')[1].split("</li>")[0]
+    assert "… waiting</span> <code>run_code</code> waits for its person's decision" in asked
+    assert "You asked to decide before run_code runs." in asked
+    assert f'<a href="{audit}">approval request {request.pk}</a>' in asked
+    decided = page.split('class="loop-event loop-kind-approval_decided"')[1].split("</li>")[0]
+    assert "⛔ deny</span> <code>run_code</code> by alice" in decided
+    assert "not today" in decided
+    assert f'<a href="{audit}">approval request {request.pk}</a>' in decided
+    assert "loop-unknown" not in page
+    listed_events = client.get(
+        reverse("admin:agent_runevent_changelist"), {"run__id__exact": run.pk}
+    ).content.decode()
+    assert "run_code waits for a decision: You asked to decide before run_code runs." in (
+        listed_events
+    )
+    assert "run_code deny by alice: not today" in listed_events

@@ -9,6 +9,8 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from agent.core.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     BreakerTripped,
     MemoriesRecalled,
     ModelReplied,
@@ -55,6 +57,11 @@ def pretty_json(value: object) -> SafeString:
     return widgets.pretty_json(value)
 
 
+@register.filter
+def decision_badge(decision: str) -> SafeString:
+    return widgets.decision_badge(decision)
+
+
 # The partial of admin/agent/agentrun/timeline.html that draws each class of event.
 TIMELINE_PARTIALS: dict[type, str] = {
     RunStarted: "run_started",
@@ -67,6 +74,8 @@ TIMELINE_PARTIALS: dict[type, str] = {
     RunFinished: "run_finished",
     RunResumed: "run_resumed",
     PersonSaid: "person_said",
+    ApprovalRequested: "approval_requested",
+    ApprovalDecided: "approval_decided",
 }
 TIMELINE = "admin/agent/agentrun/timeline.html"
 
