@@ -21,6 +21,7 @@ from agent.models import ApprovalPreference, ApprovalRequest, SiteToolPolicy, To
 from agent.runs import new_conversation, start_run
 from agent.waiting import CallDecision
 from engine.execution import execute_run, tool_context
+from tests.test_my_data_export import exported, read_json
 
 pytestmark = pytest.mark.django_db
 
@@ -275,3 +276,17 @@ def test_the_settings_page_costs_as_many_queries_for_many_grants_as_for_one(
     with django_assert_max_num_queries(len(one)):
         page = as_alice.get(SETTINGS).text
     assert page.count(">Revoke</button>") == 4
+
+
+def test_the_persons_export_holds_their_approval_settings_and_grants_only(
+    as_alice, alice, bob, workspaces
+):
+    conversation = always_allowed(alice, "Plots")
+    always_allowed(bob, "Bob's plans")
+    as_alice.post(SETTINGS, {"ask_write_file": "on"})
+    as_alice.post(REVOKE, {"conversation": conversation.pk, "tool": "run_code"})
+    approvals = read_json(exported(as_alice), "account.json")["approvals"]
+    [grant] = approvals.pop("always_allowed")
+    assert approvals == {"ask_run_code": False, "ask_write_file": True, "ask_any_tool": False}
+    assert (grant["conversation"], grant["tool"]) == (conversation.pk, "run_code")
+    assert grant["revoked_at"] is not None
