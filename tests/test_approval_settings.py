@@ -251,6 +251,7 @@ def test_waiting_for_you_lists_every_call_of_the_persons_and_no_one_elses(
     # The chat's sidebar links to it with the count; a decided call leaves the list.
     chat = as_alice.get("/").text
     assert re.search(r'id="waiting-link">Waiting for you <span class="count"[^>]*>6</span>', chat)
+    assert "<title>(6) Loop</title>" in chat
     [request] = sums.approvals.all()
     decide(alice, sums.pk, [CallDecision(request.call_id, Decision.DENY, request.digest)])
     assert f"#run-{sums.pk}" not in as_alice.get(WAITING).text
@@ -261,7 +262,9 @@ def test_nothing_waiting_says_so(as_alice):
     page = as_alice.get(WAITING).text
     assert "No tool call waits for your decision." in page
     assert "<title>Waiting for you" in page
-    assert 'class="count"' not in as_alice.get("/").text
+    chat = as_alice.get("/").text
+    assert 'class="count"' not in chat
+    assert "<title>Loop</title>" in chat
 
 
 def test_the_settings_page_costs_as_many_queries_for_many_grants_as_for_one(
