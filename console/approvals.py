@@ -13,7 +13,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Model, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -177,7 +177,8 @@ class DecisionFilter(admin.SimpleListFilter):
 
 
 class ApprovalRequestAdmin(StepLinks, AuditAdmin):
-    """Read-only, bar the two actions; nobody deletes an audit row here."""
+    """Read-only, bar the two actions; only a superuser deletes a row, as every audit record
+    (and so may delete a run or a person that has them)."""
 
     list_display = (
         "id",
@@ -212,9 +213,6 @@ class ApprovalRequestAdmin(StepLinks, AuditAdmin):
         "decided_by_name",
         "arguments_json",
     )
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[ApprovalRequest], search_term: str
@@ -327,7 +325,8 @@ class OwnerFilter(UserFilter):
 
 
 class ToolGrantAdmin(AuditAdmin):
-    """Read-only: a person grants in their conversation, and revokes on their settings page."""
+    """Read-only: a person grants in their conversation, and revokes on their settings page;
+    only a superuser deletes one, as every audit record."""
 
     list_display = (
         "id",
@@ -347,9 +346,6 @@ class ToolGrantAdmin(AuditAdmin):
         ("granted_at", "granted_by_name", "revoked_at"),
     )
     readonly_fields = ("conversation_name", "owner", "granted_by_name")
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
 
     @admin.display(description="conversation")
     def conversation_name(self, grant: ToolGrant) -> str:

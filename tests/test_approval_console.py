@@ -160,7 +160,7 @@ def test_the_audit_lists_filters_and_searches_the_calls(client, operator, alice,
     assert "print(6 * 7)" in shown
 
 
-def test_the_audit_and_the_grants_are_read_only_even_for_a_superuser(
+def test_the_audit_and_the_grants_are_read_only_and_only_a_superuser_deletes_them(
     client, operator, alice, workspaces
 ):
     run = waiting_run(alice)
@@ -171,25 +171,35 @@ def test_the_audit_and_the_grants_are_read_only_even_for_a_superuser(
         [CallDecision(request.call_id, Decision.APPROVE, request.digest, always=True)],
     )
     grant = ToolGrant.objects.get()
+    viewer = logged_in(
+        staff(
+            "viewer", "agent.view_approvalrequest", "agent.view_toolgrant", "agent.change_agentrun"
+        )
+    )
     for model, obj in ((ApprovalRequest, request), (ToolGrant, grant)):
         name = f"admin:agent_{model._meta.model_name}"
         before = list(model.objects.values())
-        assert client.post(reverse(f"{name}_add"), {"tool": "run_code"}).status_code == 403
         change = reverse(f"{name}_change", args=[obj.pk])
-        assert client.get(change).status_code == 200
-        assert (
-            client.post(change, {"decision": "deny", "revoked_at": "2026-01-01"}).status_code == 403
-        )
-        assert (
-            client.post(reverse(f"{name}_delete", args=[obj.pk]), {"post": "yes"}).status_code
-            == 403
-        )
-        changelist = reverse(f"{name}_changelist")
+        delete = reverse(f"{name}_delete", args=[obj.pk])
         selected = {"action": "delete_selected", "_selected_action": [obj.pk], "post": "yes"}
-        client.post(changelist, selected)
+        for who in (client, viewer):  # a superuser too: no add or change form
+            assert who.post(reverse(f"{name}_add"), {"tool": "run_code"}).status_code == 403
+            assert who.get(change).status_code == 200
+            crafted = {"decision": "deny", "revoked_at": "2026-01-01"}
+            assert who.post(change, crafted).status_code == 403
+        assert viewer.post(delete, {"post": "yes"}).status_code == 403
+        viewer.post(reverse(f"{name}_changelist"), selected)
         assert list(model.objects.values()) == before
     assert listed(client.get(GRANTS, {"state": "live"})) == [grant.pk]
     assert listed(client.get(GRANTS, {"state": "revoked"})) == []
+
+    # A superuser deletes a run with its audit rows (as every audit record), and a person.
+    runs = reverse("admin:agent_agentrun_delete", args=[run.pk])
+    assert client.post(runs, {"post": "yes"}).status_code == 302
+    assert not ApprovalRequest.objects.exists()
+    people = reverse("admin:auth_user_delete", args=[alice.pk])
+    assert client.post(people, {"post": "yes"}).status_code == 302
+    assert not ToolGrant.objects.exists()
 
 
 def test_an_operator_denies_waiting_calls_and_their_run_goes_back_to_the_queue(alice, workspaces):
