@@ -37,7 +37,14 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from agent.models import FINISHED, AgentRun, Conversation, RunResume
+from agent.models import (
+    FINISHED,
+    AgentRun,
+    ApprovalPreference,
+    Conversation,
+    RunResume,
+    ToolGrant,
+)
 from agent.runs import request_cancel
 from agent.transcripts import transcripts
 from memory.forgetting import NOT_KEPT, forget
@@ -66,7 +73,9 @@ PLACEHOLDER_HEX = 12
 README = """\
 Your data from Loop, exported {exported} for {username}.
 
-account.json        Your account: name, e-mail, when you joined and last logged in.
+account.json        Your account: name, e-mail, when you joined and last logged in, and your
+                    approval settings: which tool calls wait for your decision, and the tools
+                    you always allowed in a conversation (revoked ones with when).
 conversations/      One file per conversation, <id>-<title>.json: its title, when it was
                     started, updated and (if you deleted it) deleted, and every run's
                     transcript, oldest first. Conversations you deleted are included: Loop
@@ -186,6 +195,28 @@ def account_of(user: AbstractBaseUser) -> dict[str, Any]:
         "last_name": getattr(user, "last_name", ""),
         "date_joined": when(getattr(user, "date_joined", None)),
         "last_login": when(user.last_login),
+        "approvals": approvals_of(user),
+    }
+
+
+def approvals_of(user: AbstractBaseUser) -> dict[str, Any]:
+    """The person's approval choices (all off until they make one) and their grants: two
+    queries."""
+    chosen = ApprovalPreference.objects.filter(user=user).first()
+    grants = ToolGrant.objects.filter(conversation__owner=user).order_by("pk")
+    return {
+        "ask_run_code": bool(chosen and chosen.ask_run_code),
+        "ask_write_file": bool(chosen and chosen.ask_write_file),
+        "ask_any_tool": bool(chosen and chosen.ask_any_tool),
+        "always_allowed": [
+            {
+                "conversation": grant.conversation_id,
+                "tool": grant.tool,
+                "granted_at": when(grant.granted_at),
+                "revoked_at": when(grant.revoked_at),
+            }
+            for grant in grants
+        ],
     }
 
 

@@ -215,7 +215,7 @@ def waiting_calls(run: AgentRun) -> list[ApprovalRequest]:
     that waits on nothing)."""
     if run.status != RunStatus.AWAITING_APPROVAL:
         return []
-    return list(run.approvals.filter(decision="").order_by("step", "pk"))
+    return list(run.approvals.filter(decision="").order_by("seq"))
 
 
 # From the card's forms to decisions -------------------------------------------------------------

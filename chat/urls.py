@@ -1,11 +1,12 @@
 from django.urls import path
 
-from chat import views
+from chat import views, waiting
 
 app_name = "chat"
 urlpatterns = [
     path("", views.home, name="home"),
     path("search/", views.search, name="search"),
+    path("waiting/", waiting.waiting, name="waiting"),
     path("send/", views.start, name="start"),
     path("c/<int:conversation_id>/", views.conversation, name="conversation"),
     path("c/<int:conversation_id>/send/", views.send, name="send"),
@@ -18,7 +19,7 @@ urlpatterns = [
     path("runs/<int:run_id>/stop/", views.stop, name="stop"),
     path("runs/<int:run_id>/continue/", views.continue_run, name="continue"),
     path("runs/<int:run_id>/decide/", views.decide, name="decide"),
-    path("waiting/", views.waiting, name="waiting"),
+    path("waiting/count/", views.waiting_count, name="waiting_count"),
     path("runs/<int:run_id>/feedback/", views.feedback, name="feedback"),
     path("runs/<int:run_id>/regenerate/", views.regenerate, name="regenerate"),
     path("runs/<int:run_id>/edit/", views.edit, name="edit"),

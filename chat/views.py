@@ -387,7 +387,7 @@ def decision_refused(request: HttpRequest, run: AgentRun, error: str) -> HttpRes
 
 
 @require_GET
-def waiting(request: HttpRequest) -> HttpResponse:
+def waiting_count(request: HttpRequest) -> HttpResponse:
     """The calls waiting for the person's decision, for a page in the background to keep its
     title's count true (its socket hears only the runs it shows)."""
     return render(request, "chat/cards.html#waiting_count", {"awaiting": waiting_of(request.user)})

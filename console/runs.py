@@ -28,6 +28,7 @@ from agent.core.wording import resumed_text
 from agent.models import (
     FINISHED,
     AgentRun,
+    ApprovalRequest,
     BreakerTrip,
     Rating,
     RunEvent,
@@ -279,6 +280,7 @@ class AgentRunAdmin(AuditAdmin):
             for name, model, n in counted
         ]
         links.append(link(list_url(Memory, source_run_id=run.pk), "memories it stored"))
+        links.append(link(list_url(ApprovalRequest, run__id__exact=run.pk), "calls it asked about"))
         links.append(link(list_url(AgentRun, user=run.user_id), f"{run.user}'s runs"))
         return format_html_join(" · ", "{}", ((item,) for item in links))
 

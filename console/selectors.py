@@ -34,7 +34,7 @@ from agent.core.recalled import RecalledMemory
 from agent.core.results import ToolStatus
 from agent.core.text import excerpt
 from agent.core.wording import resumed_text
-from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
+from agent.models import AgentRun, ApprovalRequest, BreakerTrip, RunEvent, ToolExecution
 from console import rollup
 from memory.models import Memory
 
@@ -64,6 +64,7 @@ class RunRecords:
     executions: Mapping[str, ToolExecution] = field(default_factory=dict)
     trips: Mapping[int, BreakerTrip] = field(default_factory=dict)
     memories: Mapping[int, Memory] = field(default_factory=dict)
+    approvals: Mapping[str, ApprovalRequest] = field(default_factory=dict)  # by call id
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class TimelineEntry:
     at: datetime
     execution: ToolExecution | None = None
     trip: BreakerTrip | None = None
+    approval: ApprovalRequest | None = None  # the audit row of a call that asked
     recalled: list[tuple[RecalledMemory, Memory | None]] = field(default_factory=list)
 
     @property
@@ -127,11 +129,13 @@ def entry_for(
         case MemoriesRecalled():
             recalled = [(memory, records.memories.get(memory.id)) for memory in event.memories]
             return TimelineEntry(seq, event, at, recalled=recalled)
+        case ApprovalRequested() | ApprovalDecided():
+            return TimelineEntry(seq, event, at, approval=records.approvals.get(event.call_id))
     return TimelineEntry(seq, event, at)
 
 
 def timeline(run: AgentRun) -> list[TimelineEntry]:
-    """Every event of the run in order, each with the audit rows it produced. Four queries
+    """Every event of the run in order, each with the audit rows it produced. Five queries
     whatever the length of the run."""
     rows = list(run.events.order_by("seq"))
     events = [row.event for row in rows]
@@ -145,6 +149,7 @@ def timeline(run: AgentRun) -> list[TimelineEntry]:
         executions={execution.call_id: execution for execution in run.tool_executions.all()},
         trips={trip.step: trip for trip in run.breaker_trips.all()},
         memories=Memory.objects.defer("embedding").in_bulk(recalled_ids) if recalled_ids else {},
+        approvals={request.call_id: request for request in run.approvals.all()},
     )
     return [
         entry_for(row.seq, event, row.created_at, records)

@@ -16,7 +16,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agent.core.events import BREAKER_REASONS, RunStatus
+from agent.core.events import BREAKER_REASONS, Decision, RunStatus
 from agent.core.results import ToolStatus
 from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.models import AgentRun
@@ -40,6 +40,15 @@ TOOL_TONES = {
     ToolStatus.TIMEOUT: "bad",
     ToolStatus.DENIED: "bad",
     ToolStatus.ERROR: "bad",
+}
+# What became of a call that asked its person ("" while it waits): tone, symbol, words.
+DECISION_BADGES = {
+    "": ("live", "…", "waiting"),
+    Decision.APPROVE: ("good", "✓", Decision.APPROVE),
+    Decision.EDIT: ("good", "✎", Decision.EDIT),
+    Decision.DENY: ("bad", "⛔", Decision.DENY),
+    Decision.EXPIRED: ("warn", "⧗", Decision.EXPIRED),
+    Decision.CANCELLED: ("quiet", "■", Decision.CANCELLED),
 }
 QUIET_TONE = "quiet"
 UNKNOWN_SYMBOL = "•"  # a status this version does not know (a later Loop's)
@@ -72,6 +81,11 @@ def tool_badge(status: str) -> SafeString:
         tone=TOOL_TONES.get(status, QUIET_TONE),
         symbol=TOOL_SYMBOLS.get(status, UNKNOWN_SYMBOL),
     )
+
+
+def decision_badge(decision: str) -> SafeString:
+    tone, symbol, words = DECISION_BADGES.get(decision, (QUIET_TONE, UNKNOWN_SYMBOL, decision))
+    return badge(words, tone=tone, symbol=symbol)
 
 
 def halt_badge(reason: str) -> SafeString:

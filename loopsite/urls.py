@@ -1,5 +1,5 @@
-"""Loop's URLs: the chat with its Files and Memories, the logins and a person's own data, and the
-operators' admin."""
+"""Loop's URLs: the chat with its Files and Memories, the logins, a person's own data and
+settings, and the operators' admin."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -9,5 +9,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("files/", include("workspace.urls")),
     path("memories/", include("chat.memories_urls")),
+    path("settings/", include("accounts.settings_urls")),
     path("", include("chat.urls")),
 ]

@@ -328,7 +328,7 @@ def test_the_page_reads_the_same_queries_however_many_conversations_wait(
     assert "<title>(4) Compute it · Loop</title>" in page.text
     assert len(four) == len(one)
     # What a page in the background asks to keep its title true.
-    assert 'data-count="4"' in as_alice.get("/waiting/").text
+    assert 'data-count="4"' in as_alice.get("/waiting/count/").text
 
 
 def test_stopped_while_waiting_the_card_says_the_call_never_ran(asks, alice, as_alice):

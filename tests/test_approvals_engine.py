@@ -265,8 +265,8 @@ def test_the_consoles_timeline_says_who_decided_what(alice, client, operator):
     approve(alice, run, request, decision=Decision.EDIT, arguments=edited)
     worked(run)
     page = client.get(f"/admin/agent/agentrun/{run.pk}/change/").content.decode()
-    assert "waits for the person's decision before it runs (The site asks before every" in page
-    assert "run_code edited and approved by alice" in page
+    assert "waits for its person's decision: The site asks before every run_code call." in page
+    assert "Run with the arguments the person gave:" in page
 
 
 @pytest.mark.parametrize(

@@ -307,6 +307,10 @@ def console_pages(run: AgentRun) -> list[str]:
         reverse("admin:memory_memory_changelist"),
         reverse("admin:auth_user_changelist"),
         reverse("admin:accounts_signup_changelist"),
+        reverse("admin:agent_approvalrequest_changelist"),
+        reverse("admin:agent_sitetoolpolicy_changelist"),
+        reverse("admin:agent_sitetoolpolicy_add"),
+        reverse("admin:agent_toolgrant_changelist"),
     ]
 
 
@@ -346,6 +350,8 @@ def test_axe_finds_no_violation_on_any_page(live_site, browser):  # noqa: F811
         f"{live_site}/memories/",
         f"{live_site}/accounts/data/",
         f"{live_site}/accounts/password/",
+        f"{live_site}/settings/approvals/",
+        f"{live_site}/waiting/",
     ]
     operators = [f"{live_site}{path}" for path in db(lambda: console_pages(run))]
     found: dict[str, list[str]] = {}

@@ -57,6 +57,11 @@ def pretty_json(value: object) -> SafeString:
     return widgets.pretty_json(value)
 
 
+@register.filter
+def decision_badge(decision: str) -> SafeString:
+    return widgets.decision_badge(decision)
+
+
 # The partial of admin/agent/agentrun/timeline.html that draws each class of event.
 TIMELINE_PARTIALS: dict[type, str] = {
     RunStarted: "run_started",

@@ -1,0 +1,10 @@
+"""A person's settings: /settings/approvals/, which tool calls wait for their decision."""
+
+from django.urls import path
+
+from accounts import approvals
+
+urlpatterns = [
+    path("approvals/", approvals.approval_settings, name="approval_settings"),
+    path("approvals/revoke/", approvals.revoke, name="approval_revoke"),
+]
