@@ -342,4 +342,4 @@ def test_the_runs_timeline_shows_each_call_that_asked_and_its_decision(
     assert "run_code waits for a decision: You asked to decide before run_code runs." in (
         listed_events
     )
-    assert "run_code deny by alice: not today" in listed_events
+    assert "run_code denied by alice: not today" in listed_events
