@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agent.abandoned import ended_from_log
+from agent.approval_records import CONSOLE
 from agent.core.approval import CANCELLED_TEXT, EXPIRED_TEXT
 from agent.core.events import (
     ApprovalDecided,
@@ -72,6 +73,7 @@ def record_decision(
         arguments=request.edited_arguments,
         reason=request.reason,
         by=by.get_username() if by is not None else "",
+        operator=via == CONSOLE,
     )
 
 

@@ -44,9 +44,9 @@ from console.widgets import (
     user_link,
 )
 
-# The reason the model reads with an operator's denial (agent.core.approval.denied_text words
-# the rest of the call's result).
-OPERATOR_DENIAL = "an operator of this site denied the call."
+# The reason the model reads with an operator's denial, after "DENIED: by an operator of this
+# site: " (agent.core.approval.denied_text).
+OPERATOR_DENIAL = "the call was stopped from the console."
 # A run's number as the search box takes it: digits, no more than an id column holds.
 RUN_ID = re.compile(r"[0-9]{1,18}")
 

@@ -230,7 +230,7 @@ def test_an_operator_denies_waiting_calls_and_their_run_goes_back_to_the_queue(a
     assert (run.status, run.answer) == (RunStatus.SUCCEEDED, "I will not run it, then.")
     [finished] = [row.event for row in run.events.filter(kind=ToolCallFinished.kind)]
     assert finished.status == "denied"
-    assert "an operator of this site denied the call" in finished.text
+    assert finished.text == "by an operator of this site: the call was stopped from the console."
     assert list(run.tool_executions.values_list("tool", "status")) == [("run_code", "denied")]
 
 

@@ -48,9 +48,10 @@ class AwaitingDecision(Exception):
         self.calls = calls
 
 
-def denied_text(reason: str) -> str:
+def denied_text(reason: str, operator: bool = False) -> str:
     """A denied call's result as the model reads it (after "DENIED: ")."""
-    return f"by the person: {reason}" if reason else "by the person (no reason given)"
+    who = "by an operator of this site" if operator else "by the person"
+    return f"{who}: {reason}" if reason else f"{who} (no reason given)"
 
 
 EXPIRED_TEXT = "not run: nobody decided whether it may run in time (LOOP_APPROVAL_SECONDS)"
@@ -62,7 +63,8 @@ def unrun_result(decision: ApprovalDecided) -> ToolResult | None:
     person's choice, which the model adapts to and the breaker never counts."""
     match Decision(decision.decision):
         case Decision.DENY:
-            return ToolResult(ToolStatus.DENIED, denied_text(decision.reason), 0.0)
+            text = denied_text(decision.reason, decision.operator)
+            return ToolResult(ToolStatus.DENIED, text, 0.0)
         case Decision.EXPIRED:
             return ToolResult(ToolStatus.SKIPPED, EXPIRED_TEXT, 0.0)
         case Decision.CANCELLED:

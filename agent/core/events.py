@@ -188,6 +188,7 @@ class ApprovalDecided(Event):
     arguments: str = ""
     reason: str = ""
     by: str = ""
+    operator: bool = False  # decided by an operator, on the person's behalf (the console)
 
 
 @dataclass(frozen=True, kw_only=True)
