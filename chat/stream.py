@@ -18,6 +18,7 @@ from agent.core.events import (
     RunFinished,
     RunResumed,
     RunStarted,
+    RunStatus,
     loaded,
 )
 from agent.models import AgentRun
@@ -76,7 +77,7 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
     if not events:
         if run is None:
             return Unsent(frames=[], last=after, replied=0, more=False)
-        frames = [seq_marker(run_id, after, finished=run.is_finished)]
+        frames = [seq_marker(run_id, after, finished=run.is_finished) + waiting_status(run)]
         return Unsent(frames=frames, last=after, replied=0, more=False)
     if run is None and lifecycle(events):  # the run went away between the two reads
         return Unsent(frames=[], last=after, replied=0, more=False)
@@ -87,6 +88,16 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
         more=more,
         resumed=resumes(events),
     )
+
+
+def waiting_status(run: AgentRun) -> str:
+    """A waiting run's status, redrawn when a read finds nothing new: the page may have read the
+    run's row just before it parked and its events just after (two queries), and would show it
+    working until its person decides."""
+    if run.status != RunStatus.AWAITING_APPROVAL:
+        return ""
+    offered = selectors.model_offered(run)
+    return draw("run_status", run=run, oob=True, model_offered=offered, waiting=waiting_calls(run))
 
 
 def pushed(run_id: int, rows: list[list[Any]], after: int) -> Unsent | None:

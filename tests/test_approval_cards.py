@@ -312,6 +312,16 @@ def test_the_socket_draws_the_wait_and_the_decision_as_the_page_does(asks, alice
     assert 'id="waiting-count" data-count="0"' in decided
 
 
+def test_a_socket_that_finds_nothing_new_still_says_the_run_waits(asks, alice):
+    """The page may have read the run just before it parked and its events just after: the
+    socket's first read, with nothing new, redraws the waiting status (seen once in CI)."""
+    run = parked(alice, call("run_code", {"code": CODE}), answer("never"))
+    last = events_of(run)[-1].seq
+    [frame] = read_unsent.func(alice, run.pk, last).frames
+    assert "Waiting for your decision" in frame
+    assert 'hx-swap-oob="true"' in frame
+
+
 def test_the_page_reads_the_same_queries_however_many_conversations_wait(
     asks, settings, alice, as_alice
 ):
