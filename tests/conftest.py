@@ -29,6 +29,21 @@ CHILD_APPLICATION_NAME = "loop-test-child"
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    quick_password_hashes()
+    workers_apart()
+
+
+def quick_password_hashes() -> None:
+    """Passwords the tests make are hashed cheaply (tests/hashers.py); any hash still verifies."""
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = [
+        "tests.hashers.QuickPBKDF2PasswordHasher",
+        *settings.PASSWORD_HASHERS,
+    ]
+
+
+def workers_apart() -> None:
     """Under pytest-xdist, each worker is a site of its own beside the others: its own test
     database (pytest-django names it test_loop_gw0, ...), and here its own workspaces directory
     and with it its own sandbox uid range. Every worker's user ids start at 1, so sharing either
