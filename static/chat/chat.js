@@ -81,7 +81,9 @@
     const card = event.detail.content;
     const steps = card && card.dataset && card.dataset.run &&
       document.getElementById("run-" + card.dataset.run + "-steps");
-    if (!steps) return;
+    // A card the page already shows (drawn by a response that raced the socket) is not added
+    // twice.
+    if (!steps || (card.id && document.getElementById(card.id))) return;
     card.removeAttribute("hx-swap-oob");
     steps.appendChild(card);
     window.htmx.process(card);
