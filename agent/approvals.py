@@ -38,7 +38,7 @@ from agent.queue import DECIDED_PRIORITY
 from agent.recorder import RunRecorder
 from agent.runs import InvalidTask, queue, start_next_queued
 from agent.selectors import runs_for
-from agent.toolset import default_registry
+from agent.toolset import registry_for
 from agent.waiting import CallDecision, end_waiting, record_decision
 from tools.base import Tool, ToolContext
 
@@ -124,7 +124,7 @@ class Policy:
         tool = self.tools.get(call.name)
         if tool is None:  # an unknown tool is an error result, never a question
             return None
-        why = self.why(call.name)
+        why = self.why(call.name) or self.tools_own_why(tool)
         if why is None or not self.tool_asks(tool, call.arguments):
             return None
         return Ask(why)
@@ -134,6 +134,13 @@ class Policy:
             return f"The site asks before every {tool} call."
         if person_asks(self.preference, tool) and tool not in self.granted:
             return f"You asked to decide before {tool} runs."
+        return None
+
+    def tools_own_why(self, tool: Tool) -> str | None:
+        """A tool that asks by default (an MCP tool) asks unless its person allowed it for the
+        conversation; one that always asks (a destructive MCP tool) asks regardless."""
+        if tool.always_ask or (tool.default_ask and tool.name not in self.granted):
+            return tool.default_ask or None
         return None
 
     def tool_asks(self, tool: Tool, arguments: str) -> bool:
@@ -167,7 +174,7 @@ class LazyPolicy:
 
 def policy_for(run: AgentRun, context: ToolContext) -> Policy:
     return Policy(
-        tools=default_registry().tools,
+        tools=registry_for(run.user).tools,
         context=context,
         modes=site_modes(),
         preference=preference_of(run.user),
@@ -271,7 +278,7 @@ def checked_decision(
     if len(decision.reason) > REASON_CHARS:
         raise DecisionRefused(f"Give the reason in at most {REASON_CHARS:,} characters.")
     if decision.decision is Decision.EDIT:
-        arguments = edited_arguments(request.tool, decision.arguments or "")
+        arguments = edited_arguments(run.user, request.tool, decision.arguments or "")
         decision = dataclasses.replace(decision, arguments=arguments)
     return request, decision
 
@@ -288,10 +295,10 @@ def not_waiting(run: AgentRun, call_id: str) -> str:
     return f"The run no longer waits for decisions (it is {run.status}): nothing was done."
 
 
-def edited_arguments(tool_name: str, arguments: str) -> str:
+def edited_arguments(owner: AbstractBaseUser, tool_name: str, arguments: str) -> str:
     """The person's arguments, checked against the tool's schema: the call runs with exactly
     these (as JSON), or the edit is refused with the reason."""
-    tool = default_registry().tools.get(tool_name)
+    tool = registry_for(owner).tools.get(tool_name)
     if tool is None:
         raise DecisionRefused(f"{tool_name} is not a tool of this Loop; it cannot be edited.")
     try:

@@ -1,9 +1,19 @@
-"""The tools a run gets: the tools app's own, and memory's `remember`."""
+"""The tools a run gets: the tools app's own, memory's `remember`, and the MCP tools its person
+may use (mcp_servers/tools.py)."""
 
+from django.contrib.auth.models import AbstractBaseUser
+
+from mcp_servers.tools import tools_for
 from memory.tools import REMEMBER
 from tools.base import ToolRegistry
 from tools.registry import BUILTIN_TOOLS, registry_of
 
 
 def default_registry() -> ToolRegistry:
+    """Loop's own tools, the same for everyone."""
     return registry_of([*BUILTIN_TOOLS, REMEMBER])
+
+
+def registry_for(user: AbstractBaseUser) -> ToolRegistry:
+    """The tools of a run of `user`: Loop's own and their MCP tools, nobody else's."""
+    return registry_of([*BUILTIN_TOOLS, REMEMBER, *tools_for(user)])

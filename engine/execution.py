@@ -50,7 +50,7 @@ from agent.queued import messages_for
 from agent.recorder import RunRecorder
 from agent.runs import reopen, start_next_queued
 from agent.selectors import conversation_context
-from agent.toolset import default_registry
+from agent.toolset import registry_for
 from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
 from tools.base import ToolContext
@@ -621,7 +621,7 @@ def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools
     """The tools as the run sees them: acting for its owner, in the owner's workspace. A sandbox
     that starts once `stopped()` is true is killed at once (the run was stopped meanwhile)."""
     context = dataclasses.replace(tool_context(run), stopped=stopped)
-    return default_registry().bind(context)
+    return registry_for(run.user).bind(context)
 
 
 def tool_context(run: AgentRun) -> ToolContext:

@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "memory",
     "accounts",
     "chat",
+    "mcp_servers",
 ]
 
 MIDDLEWARE = [
@@ -196,6 +197,24 @@ LOOP_PARALLEL_TOOL_CALLS = env_int("LOOP_PARALLEL_TOOL_CALLS", 4)
 # LOOP_APPROVAL_SECONDS never runs: its run halts (docs/approvals.md).
 LOOP_APPROVAL = env_str("LOOP_APPROVAL")
 LOOP_APPROVAL_SECONDS = env_int("LOOP_APPROVAL_SECONDS", 24 * 60 * 60)
+
+# MCP servers (docs/mcp.md). LOOP_MCP_SERVERS declares site servers as a JSON list of objects
+# (name, url or command, headers, tools, auto, prefix, trust_hints); the console shows them
+# read-only. A person may add servers of their own only on hosts LOOP_MCP_PERSONAL_HOSTS admits
+# (host names, `*.example.com`, or `*` for any public host; empty: no personal servers). No
+# server is reached at a loopback, private or link-local address unless its network is in
+# LOOP_MCP_PRIVATE_NETWORKS (CIDRs), and never at a cloud metadata address. Credentials are
+# sealed with LOOP_CREDENTIAL_KEYS (Fernet keys, comma-separated, the first seals; empty: a key
+# derived from SECRET_KEY).
+LOOP_MCP_SERVERS = env_str("LOOP_MCP_SERVERS")
+LOOP_MCP_PERSONAL_HOSTS = env_list("LOOP_MCP_PERSONAL_HOSTS", [])
+LOOP_MCP_PRIVATE_NETWORKS = env_list("LOOP_MCP_PRIVATE_NETWORKS", [])
+LOOP_MCP_CALL_SECONDS = env_int("LOOP_MCP_CALL_SECONDS", 60)
+LOOP_MCP_DISCOVERY_SECONDS = env_int("LOOP_MCP_DISCOVERY_SECONDS", 20)
+LOOP_MCP_RESPONSE_BYTES = env_int("LOOP_MCP_RESPONSE_BYTES", 4 * 1024 * 1024)
+LOOP_MCP_DESCRIPTION_CHARS = env_int("LOOP_MCP_DESCRIPTION_CHARS", 1000)
+LOOP_MCP_TOOLS_PER_SERVER = env_int("LOOP_MCP_TOOLS_PER_SERVER", 200)
+LOOP_CREDENTIAL_KEYS = env_list("LOOP_CREDENTIAL_KEYS", [])
 
 # Tools (see tools/ and docs/configuration.md).
 LOOP_WORKSPACES_DIR = Path(env_str("LOOP_WORKSPACES_DIR") or VAR_DIR / "workspaces").resolve()

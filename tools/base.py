@@ -84,6 +84,12 @@ class Tool:
     # before this tool, whether this call (its arguments checked already) is one to ask about.
     # None: every call is.
     asks: Callable[[Any, ToolContext], bool] | None = None
+    # Why its calls wait for a decision whatever the site's and the person's modes say (an MCP
+    # tool's default, mcp_servers/tools.py); "": the modes decide.
+    default_ask: str = ""
+    # Its calls ask even where its person allowed it for the conversation (a tool its server
+    # calls destructive).
+    always_ask: bool = False
 
     def spec(self) -> dict[str, Any]:
         """The function-calling spec (OpenAI / Groq format) the model sees: a copy of its own,

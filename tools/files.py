@@ -314,7 +314,14 @@ def write_file(args: WriteFileArguments, context: ToolContext) -> str:
             f"{args.path!r} ends with '/', so it names a directory. Give a file name, "
             f"like '{shown}/file.txt'."
         )
-    data = _encode(args.content)
+    return store_bytes(context, args.path, _encode(args.content))
+
+
+def store_bytes(context: ToolContext, path: str, data: bytes) -> str:
+    """Write `data` to `path` in the context's workspace, confined and within its quota, as
+    write_file does (another tool's output kept as a file: an MCP server's image)."""
+    names = _file_components(path)
+    shown = _shown(names)
     with ExitStack() as stack, _reporting_failures("write", shown), _refused_by_quota():
         root = open_root(context.workspace, stack)
         owner = owner_of(root)

@@ -1,0 +1,244 @@
+"""Loop's MCP client: one connection per operation (a discovery, a call), on the official SDK.
+
+A connection is short: the SDK negotiates the revision the server offers (the stateless
+2026-07-28 one, or the session-based one before it), Loop asks one thing, and the connection
+ends. Nothing is kept between calls, so a worker that dies mid-call leaves nothing to clean up,
+and a run resumed elsewhere connects afresh.
+
+Every HTTP connection goes through the SSRF guard (mcp_servers/netguard.py), every operation has a
+deadline, and every failure is a `ServerFailed` whose message names the server and what went
+wrong, never a credential.
+"""
+
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import httpx2
+import mcp_types as types
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from mcp_servers.netguard import ResponseTooLarge, UnsafeAddress, guarded_http_client
+
+logger = logging.getLogger(__name__)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# What Loop says it is, to a server's logs.
+CLIENT_INFO = types.Implementation(name="loop", version="1")
+# A listing longer than this many pages is a server that never ends its cursor.
+MAX_PAGES = 20
+
+
+class ServerFailed(Exception):
+    """The server could not be reached or answered badly; the message says which and how."""
+
+
+class TimedOut(ServerFailed):
+    """The server did not answer within the deadline."""
+
+
+class Unauthorized(ServerFailed):
+    """The server refused the credentials (HTTP 401): an OAuth token to refresh or reconnect."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How to reach one server for one person. Its headers are secrets: kept out of repr."""
+
+    label: str  # the server's name, for messages
+    url: str = ""
+    command: tuple[str, ...] = ()
+    headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, compare=False)
+    allowed: tuple[Network, ...] = ()
+    seconds: float = 60.0
+    max_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A tool as the server describes it."""
+
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "annotations": self.annotations,
+        }
+
+
+@dataclass(frozen=True)
+class Listing:
+    definitions: list[Definition]
+    protocol_version: str
+    server_info: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A call's result, and whether the server said its tool list changed meanwhile."""
+
+    result: types.CallToolResult
+    tools_changed: bool
+
+
+class _Watch:
+    """What the connection saw that the SDK does not pass on: HTTP statuses and notices."""
+
+    def __init__(self) -> None:
+        self.statuses: list[int] = []
+        self.tools_changed = False
+
+    async def response(self, response: httpx2.Response) -> None:
+        self.statuses.append(response.status_code)
+
+    async def message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self.tools_changed = True
+        await anyio.lowlevel.checkpoint()
+
+
+def list_tools(endpoint: Endpoint) -> Listing:
+    """The server's tools, from a fresh connection."""
+    return anyio.run(alist_tools, endpoint)
+
+
+def call_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -> Answer:
+    """Call one tool on a fresh connection; a failure to get an answer is ServerFailed (a tool
+    that answers with an error is an answer: `result.is_error`)."""
+    return anyio.run(acall_tool, endpoint, name, arguments)
+
+
+async def alist_tools(endpoint: Endpoint) -> Listing:
+    watch = _Watch()
+    async with _failures(endpoint, watch), _connected(endpoint, watch) as client:
+        definitions = await _all_tools(client)
+        info = client.server_info
+        named = f"{info.name} {info.version}".strip() if info else ""
+        return Listing(definitions, client.protocol_version, named[:200])
+
+
+async def acall_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -> Answer:
+    watch = _Watch()
+    async with _failures(endpoint, watch), _connected(endpoint, watch) as client:
+        result = await client.call_tool(name, arguments)
+        return Answer(result, watch.tools_changed)
+
+
+async def _all_tools(client: Client) -> list[Definition]:
+    definitions: list[Definition] = []
+    cursor: str | None = None
+    for _ in range(MAX_PAGES):
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+        definitions.extend(_definition(tool) for tool in page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            return definitions
+    raise ServerFailed(f"its tool list did not end after {MAX_PAGES} pages")
+
+
+def _definition(tool: types.Tool) -> Definition:
+    annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
+    return Definition(
+        name=tool.name,
+        title=tool.title or annotations.get("title") or "",
+        description=tool.description or "",
+        input_schema=dict(tool.input_schema),
+        annotations=annotations,
+    )
+
+
+@asynccontextmanager
+async def _connected(endpoint: Endpoint, watch: _Watch) -> AsyncIterator[Client]:
+    with anyio.fail_after(endpoint.seconds):
+        async with Client(
+            _transport(endpoint, watch),
+            mode="auto",
+            client_info=CLIENT_INFO,
+            message_handler=watch.message,
+            read_timeout_seconds=endpoint.seconds,
+            cache=None,
+        ) as client:
+            yield client
+
+
+def _transport(endpoint: Endpoint, watch: _Watch) -> Any:
+    if endpoint.command:
+        command, *arguments = endpoint.command
+        return StdioServerParameters(command=command, args=list(arguments), env={})
+    http = guarded_http_client(
+        headers=endpoint.headers,
+        timeout=endpoint.seconds,
+        allowed=endpoint.allowed,
+        max_response_bytes=endpoint.max_bytes,
+    )
+    http.event_hooks["response"].append(watch.response)
+    return streamable_http_client(endpoint.url, http_client=http)
+
+
+@asynccontextmanager
+async def _failures(endpoint: Endpoint, watch: _Watch) -> AsyncIterator[None]:
+    """Whatever the SDK, the network or the server raise, as one ServerFailed that says what
+    happened in a sentence a person (and the model) can act on."""
+    try:
+        yield
+    except ServerFailed:
+        raise
+    except Exception as error:  # the SDK's task groups wrap errors in groups
+        if 401 in watch.statuses:
+            raise Unauthorized(f"{endpoint.label} refused Loop's credentials (HTTP 401)") from None
+        cause = _cause(error)
+        failure = (
+            TimedOut if isinstance(cause, TimeoutError | httpx2.TimeoutException) else ServerFailed
+        )
+        raise failure(_described(endpoint, cause, watch.statuses)) from None
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The error that matters inside the groups anyio's task groups wrap it in."""
+    while isinstance(error, BaseExceptionGroup) and error.exceptions:
+        error = error.exceptions[0]
+    return error
+
+
+def _described(endpoint: Endpoint, error: BaseException, statuses: Sequence[int]) -> str:
+    name = endpoint.label
+    if isinstance(error, TimeoutError):
+        return f"{name} did not answer within {endpoint.seconds:g} seconds"
+    if isinstance(error, UnsafeAddress | ResponseTooLarge):
+        return f"{name}: {error}"
+    if isinstance(error, httpx2.TimeoutException):
+        return f"{name} did not answer in time ({type(error).__name__})"
+    if isinstance(error, httpx2.TransportError):
+        return f"{name} could not be reached ({type(error).__name__}: {_short(error)})"
+    failed = [status for status in statuses if status >= 400]
+    if failed:
+        return f"{name} answered HTTP {failed[-1]}"
+    if isinstance(error, MCPError):
+        return f"{name} answered with an error: {_short(error)}"
+    if isinstance(error, ValidationError):
+        return f"{name} answered something that is not MCP ({error.error_count()} problems)"
+    logger.warning("MCP server %s failed: %r", name, error)
+    return f"{name} failed: {type(error).__name__}: {_short(error)}"
+
+
+def _short(error: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,53 @@
+"""Discovery: ask a server for its tools and pin or hold what it lists (mcp_servers/pinning.py).
+
+A server is discovered when it is added, when its operator or person asks ("Check now"), when a
+call brought a list_changed notice, and by a periodic task for the site's servers. A failure is
+recorded as the server's health and changes no pinned tool.
+"""
+
+import logging
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from mcp_servers import client
+from mcp_servers.declared import apply_choices, declared_tools, ensure_declared
+from mcp_servers.endpoints import endpoint_for
+from mcp_servers.models import ENVIRONMENT, OAUTH, McpServer
+from mcp_servers.pinning import Changes, apply_listing
+
+logger = logging.getLogger(__name__)
+
+
+class DiscoveryFailed(Exception):
+    """The server could not be listed; the message says why (and is its recorded health)."""
+
+
+def discover(server: McpServer, user: AbstractBaseUser | None = None) -> Changes:
+    """List the server's tools as `user` (an OAuth server's, or the owner of a personal one)."""
+    try:
+        listing = client.list_tools(endpoint_for(server, user or server.owner))
+    except Exception as error:  # the client's failures, credentials, a lost grant
+        said = str(error) if isinstance(error, client.ServerFailed) else f"{server.name}: {error}"
+        McpServer.objects.filter(pk=server.pk).update(last_error=said[:2000], stale=False)
+        logger.info("MCP discovery of %s failed: %s", server.name, said)
+        raise DiscoveryFailed(said) from None
+    enabled = declared_tools(server.name) if server.source == ENVIRONMENT else None
+    changes = apply_listing(server, listing, enabled)
+    if server.source == ENVIRONMENT:
+        apply_choices(server)
+    return changes
+
+
+def discover_site_servers() -> int:
+    """The periodic task's work: every enabled site server that needs no person's grant, and
+    every server a call marked stale. Says how many were listed."""
+    ensure_declared()
+    listed = 0
+    due = McpServer.objects.filter(enabled=True, owner__isnull=True).exclude(auth=OAUTH)
+    for server in due | McpServer.objects.filter(enabled=True, stale=True).exclude(auth=OAUTH):
+        try:
+            discover(server)
+            listed += 1
+        except DiscoveryFailed:
+            continue
+    return listed

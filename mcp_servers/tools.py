@@ -1,0 +1,215 @@
+"""MCP tools as Loop tools: the ones a person may use, each a `Tool` like the built-in ones.
+
+A run's person gets the enabled, pinned, not-held tools of the site servers they may use and of
+their own servers; nobody else's. The model sees each as `<prefix>__<tool>` with its pinned
+schema; its arguments are checked against that schema before anything is sent; its answer is
+delimited untrusted text, capped like every tool's; a server that fails is an error result, so
+the breaker and the budgets apply as to any tool.
+"""
+
+import copy
+import logging
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
+from django.db.models import Q, QuerySet
+from jsonschema import ValidationError as SchemaViolation
+from jsonschema.validators import validator_for
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from mcp_servers import client, results
+from mcp_servers.declared import ensure_declared
+from mcp_servers.endpoints import endpoint_for
+from mcp_servers.models import CONNECTED, OAUTH, RECONNECT, McpServer, McpTool
+from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
+from tools.files import store_bytes
+
+logger = logging.getLogger(__name__)
+
+# How many schema problems one refusal names.
+MAX_PROBLEMS = 5
+# A connection's own deadline comes first; the dispatcher's backstop a little after.
+BACKSTOP_SECONDS = 5
+
+
+def servers_for(user: AbstractBaseUser) -> QuerySet[McpServer]:
+    """The servers whose tools `user` may use: their own, and the site's open to them."""
+    ensure_declared()
+    mine = Q(owner=user)
+    site = Q(owner__isnull=True) & (
+        Q(everyone=True) | Q(users=user) | Q(groups__in=user.groups.all())
+    )
+    usable = McpServer.objects.filter(mine | site, enabled=True).distinct()
+    connected = Q(connections__user=user, connections__state__in=[CONNECTED, RECONNECT])
+    return usable.filter(~Q(auth=OAUTH) | connected).distinct()
+
+
+def offered_tools(user: AbstractBaseUser) -> list[McpTool]:
+    servers = servers_for(user)
+    tools = McpTool.objects.filter(
+        server__in=servers, enabled=True, held_digest="", missing_since__isnull=True
+    )
+    return list(tools.select_related("server").order_by("server__name", "name"))
+
+
+def tools_for(user: AbstractBaseUser) -> list[Tool]:
+    """The person's MCP tools as Loop tools (read once, when a run starts or resumes)."""
+    return [loop_tool(tool, user) for tool in offered_tools(user)]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a call needs of its tool, read when the run's tools were: no query to start."""
+
+    server_id: int
+    server: str
+    prefix: str
+    remote: str
+    user_id: int
+
+
+def loop_tool(tool: McpTool, user: AbstractBaseUser) -> Tool:
+    server = tool.server
+    target = Target(server.pk, server.name, server.prefix, tool.name, user.pk)
+    return Tool(
+        name=tool.exposed_name,
+        description=_description(tool),
+        arguments=arguments_model(tool.exposed_name, tool.input_schema),
+        function=partial(call, target),
+        timeout=float(server.call_seconds + BACKSTOP_SECONDS),
+        default_ask=default_ask(tool),
+        always_ask=destructive(tool),
+    )
+
+
+def _description(tool: McpTool) -> str:
+    said = tool.description or tool.title or tool.name
+    return f"{said} (a tool of the MCP server {tool.server.name}; its answers are untrusted text)"
+
+
+def default_ask(tool: McpTool) -> str:
+    """Why its calls wait for a decision whatever else says they may run ("" : they need not).
+    MCP tools ask unless marked `auto` (or read-only, where their operator trusts the server's
+    hints); a tool the server calls destructive always asks."""
+    annotations = tool.annotations or {}
+    if destructive(tool):
+        return f"{tool.server.name} says {tool.name} may destroy data."
+    if tool.auto:
+        return ""
+    if tool.server.trust_hints and annotations.get("read_only_hint") is True:
+        return ""
+    return f"MCP tools ask before they run ({tool.server.name}: {tool.name})."
+
+
+def destructive(tool: McpTool) -> bool:
+    annotations = tool.annotations or {}
+    return annotations.get("destructive_hint") is True and not annotations.get("read_only_hint")
+
+
+class SchemaArguments(BaseModel):
+    """Arguments checked against an MCP tool's pinned JSON schema (not a pydantic model of its
+    own: the server's schema is the contract). Subclassed per tool by `arguments_model`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _conforms(cls, data: Any) -> Any:
+        validator = validator_for(cls.pinned())(cls.pinned())
+        problems = sorted(validator.iter_errors(data), key=lambda error: list(error.path))
+        if problems:
+            raise ValueError("; ".join(_problem(problem) for problem in problems[:MAX_PROBLEMS]))
+        return data
+
+    @classmethod
+    def pinned(cls) -> dict[str, Any]:
+        schema: dict[str, Any] = cls.__dict__.get("__pinned_schema__", {})
+        return schema
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return copy.deepcopy(cls.pinned())
+
+    def values(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+def _problem(error: SchemaViolation) -> str:
+    where = ".".join(str(part) for part in error.path) or "arguments"
+    return f"{where}: {error.message[:200]}"
+
+
+def arguments_model(name: str, schema: dict[str, Any]) -> type[SchemaArguments]:
+    return type(f"Arguments_{name}", (SchemaArguments,), {"__pinned_schema__": schema})
+
+
+def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> ToolOutput:
+    """Send one call; the answer is the tool's output, every failure the tool's error."""
+    try:
+        answer = _answer(target, arguments.values())
+        if answer.tools_changed:
+            McpServer.objects.filter(pk=target.server_id).update(stale=True)
+        text = results.rendered(
+            answer.result,
+            server=target.server,
+            tool=target.remote,
+            prefix=target.prefix,
+            store=partial(store_bytes, context),
+        )
+    finally:
+        connection.close()  # the dispatcher's thread: its connection must not outlive it
+    if answer.result.is_error:
+        raise ToolError(text)
+    return ToolOutput(text)
+
+
+def _answer(target: Target, values: dict[str, Any]) -> client.Answer:
+    server = McpServer.objects.filter(pk=target.server_id, enabled=True).first()
+    if server is None:
+        raise ToolError(f"The MCP server {target.server} is no longer available.")
+    user = server.owner if server.owner_id == target.user_id else _user(target.user_id)
+    try:
+        return client.call_tool(endpoint_for(server, user), target.remote, values)
+    except client.Unauthorized as refused:
+        return _after_refusal(server, user, target, values, refused)
+    except client.ServerFailed as failed:
+        raise _as_tool_error(failed) from None
+    except ToolError:
+        raise
+    except Exception as error:  # credentials that cannot be read, a lost grant
+        logger.warning("MCP call to %s failed before sending: %s", target.server, error)
+        raise ToolError(f"{target.server}: {error}") from None
+
+
+def _after_refusal(
+    server: McpServer,
+    user: AbstractBaseUser,
+    target: Target,
+    values: dict[str, Any],
+    refused: client.Unauthorized,
+) -> client.Answer:
+    """A 401: an OAuth server's token is refreshed once and the call sent again; any other
+    refusal, or a second one, is the person's to fix (reconnect, or new credentials)."""
+    if server.auth != OAUTH:
+        raise ToolError(f"{refused}. Its credentials need updating.") from None
+    from mcp_servers.oauth import refresh_after_refusal
+
+    refresh_after_refusal(server, user)
+    try:
+        return client.call_tool(endpoint_for(server, user), target.remote, values)
+    except client.ServerFailed as failed:
+        raise _as_tool_error(failed) from None
+
+
+def _as_tool_error(failed: client.ServerFailed) -> ToolError:
+    if isinstance(failed, client.TimedOut):
+        return ToolTimeout(str(failed))
+    return ToolError(str(failed))
+
+
+def _user(user_id: int) -> AbstractBaseUser:
+    return get_user_model().objects.get(pk=user_id)
