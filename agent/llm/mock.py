@@ -102,6 +102,10 @@ SEARCH = re.compile(
     r"(?:search(?: the web)?(?: for)?|look up|find (?:information|info) (?:on|about))\s+(.+)",
     re.I | re.S,
 )
+# An MCP tool by name (<prefix>__<tool>), with JSON arguments: "Use demo__add with {"a": 2}".
+NAMED_TOOL = re.compile(
+    r"\buse (?:the tool )?([A-Za-z][A-Za-z0-9-]*__[A-Za-z0-9_.-]+)(?: with (\{.*\}))?", re.I | re.S
+)
 
 TASK_SHAPES = """\
 - arithmetic: "What is 17 * 23?", "Compute (2 + 3) ** 4", "Sum of 1..100", "Add 3, 4 and 5"
@@ -114,6 +118,7 @@ TASK_SHAPES = """\
 - web search: "Search the web for pgvector HNSW"
 - a task that keeps failing: "Keep reading missing.txt until it exists"
 - a long run, one step a second: "Count slowly to 5"
+- an MCP server's tool: "Use demo__add with {"a": 2, "b": 3}"
 - remembering a fact: "Remember that my staging server is staging.example.com"
 - asking about earlier work: "What was the sum of 1..100 that I computed before?" (answered from
   the memories recalled for the run)
@@ -472,7 +477,16 @@ def summary(seen: list[Observation], request: str) -> str:
     return "\n\n".join([*lines, *told])
 
 
+def named_tool_arguments(match: re.Match[str]) -> dict[str, Any]:
+    try:
+        arguments = json.loads(match.group(2) or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return arguments if isinstance(arguments, dict) else {}
+
+
 PLANS: list[tuple[re.Pattern[str], Plan]] = [
+    (NAMED_TOOL, lambda m, seen: one_call(m.group(1), named_tool_arguments)(m, seen)),
     (REMEMBER, one_call("remember", lambda m: {"fact": m.group(1).strip()})),
     (KEEP_READING, keep_reading),
     (SLOW_COUNT, count_slowly),
