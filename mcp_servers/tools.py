@@ -32,6 +32,11 @@ logger = logging.getLogger(__name__)
 
 # How many schema problems one refusal names.
 MAX_PROBLEMS = 5
+# Keywords by which a schema admits properties beyond those its `properties` lists.
+OPEN_KEYWORDS = frozenset(
+    {"additionalProperties", "patternProperties", "unevaluatedProperties", "allOf", "anyOf"}
+    | {"oneOf", "$ref", "if", "dependentSchemas"}
+)
 # A connection's own deadline comes first; the dispatcher's backstop a little after.
 BACKSTOP_SECONDS = 5
 
@@ -120,9 +125,10 @@ class SchemaArguments(BaseModel):
     @classmethod
     def _conforms(cls, data: Any) -> Any:
         validator = validator_for(cls.pinned())(cls.pinned())
-        problems = sorted(validator.iter_errors(data), key=lambda error: list(error.path))
+        errors = sorted(validator.iter_errors(data), key=lambda error: list(error.path))
+        problems = [*map(_problem, errors), *_undeclared(cls.pinned(), data)]
         if problems:
-            raise ValueError("; ".join(_problem(problem) for problem in problems[:MAX_PROBLEMS]))
+            raise ValueError("; ".join(problems[:MAX_PROBLEMS]))
         return data
 
     @classmethod
@@ -141,6 +147,17 @@ class SchemaArguments(BaseModel):
 def _problem(error: SchemaViolation) -> str:
     where = ".".join(str(part) for part in error.path) or "arguments"
     return f"{where}: {error.message[:200]}"
+
+
+def _undeclared(schema: dict[str, Any], data: Any) -> list[str]:
+    """Arguments a schema that lists its properties does not name, where it says nothing of
+    others (JSON Schema would let them through): the model and the tool's reviewer saw only the
+    named ones, and a server may act on an argument its pinned schema never showed."""
+    if not isinstance(data, dict) or "properties" not in schema or OPEN_KEYWORDS & set(schema):
+        return []
+    return [
+        f"{name}: not an argument of this tool" for name in data if name not in schema["properties"]
+    ]
 
 
 def arguments_model(name: str, schema: dict[str, Any]) -> type[SchemaArguments]:
