@@ -188,6 +188,7 @@ def _answer(target: Target, values: dict[str, Any]) -> client.Answer:
     server = McpServer.objects.filter(pk=target.server_id, enabled=True).first()
     if server is None:
         raise ToolError(f"The MCP server {target.server} is no longer available.")
+    _still_offered(target)
     user = server.owner if server.owner_id == target.user_id else _user(target.user_id)
     try:
         return client.call_tool(endpoint_for(server, user), target.remote, values)
@@ -200,6 +201,17 @@ def _answer(target: Target, values: dict[str, Any]) -> client.Answer:
     except Exception as error:  # credentials that cannot be read, a lost grant
         logger.warning("MCP call to %s failed before sending: %s", target.server, error)
         raise ToolError(f"{target.server}: {error}") from None
+
+
+def _still_offered(target: Target) -> None:
+    """A tool held, disabled or gone since the run read its tools is not called: the definition
+    the run holds is no longer one its reviewer stands by."""
+    tool = McpTool.objects.filter(server_id=target.server_id, name=target.remote).first()
+    said = f"{target.remote} of the MCP server {target.server}"
+    if tool is not None and tool.held:
+        raise ToolError(f"{said} is on hold (its definition changed, for review): not called.")
+    if tool is None or not tool.offered:
+        raise ToolError(f"{said} is no longer offered: not called.")
 
 
 def _after_refusal(
