@@ -29,6 +29,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 # A schema longer than this (as JSON) is not offered: it is text the model reads, and room for
 # instructions as much as a description is.
 SCHEMA_CHARS = 16_000
+REMOTE_NAME_CHARS = McpTool._meta.get_field("name").max_length or 128
 
 
 def digest_of(definition: Definition) -> str:
@@ -62,6 +63,8 @@ def shown(definition: Definition) -> dict[str, Any]:
 
 def refused(definition: Definition) -> str | None:
     """Why a definition cannot be offered at all, or None."""
+    if not 0 < len(definition.name) <= REMOTE_NAME_CHARS:  # the server's own name, as kept
+        return f"its name is not 1 to {REMOTE_NAME_CHARS} characters"
     schema = definition.input_schema
     if len(json.dumps(schema)) > SCHEMA_CHARS:
         return f"its input schema is over {SCHEMA_CHARS} characters"
