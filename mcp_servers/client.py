@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from mcp_servers.netguard import ResponseTooLarge, UnsafeAddress, guarded_http_client
+from mcp_servers.results import CLOSE, OPEN, defused
 
 logger = logging.getLogger(__name__)
 
@@ -231,12 +232,20 @@ def _described(endpoint: Endpoint, error: BaseException, statuses: Sequence[int]
     failed = [status for status in statuses if status >= 400]
     if failed:
         return f"{name} answered HTTP {failed[-1]}"
+    if isinstance(error, MCPError) and error.code == types.PARSE_ERROR:
+        return f"{name} answered something that is not MCP (it could not be parsed)"
     if isinstance(error, MCPError):
-        return f"{name} answered with an error: {_short(error)}"
+        return f"{name} answered with an error: {_quoted(error)}"
     if isinstance(error, ValidationError):
         return f"{name} answered something that is not MCP ({error.error_count()} problems)"
     logger.warning("MCP server %s failed: %r", name, error)
     return f"{name} failed: {type(error).__name__}: {_short(error)}"
+
+
+def _quoted(error: MCPError) -> str:
+    """The server's own words (or the SDK's quoting of them), which may say anything: delimited
+    as its answers are, so a server cannot speak to the model outside its block."""
+    return f"its message (untrusted text):\n{OPEN}\n{defused(_short(error))}\n{CLOSE}"
 
 
 def _short(error: BaseException, limit: int = 300) -> str:
