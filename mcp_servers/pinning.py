@@ -29,6 +29,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 # A schema longer than this (as JSON) is not offered: it is text the model reads, and room for
 # instructions as much as a description is.
 SCHEMA_CHARS = 16_000
+# Schema keywords whose values are data (what arguments must equal), not schemas.
+DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+# Schema keywords whose values map names (a property's, a definition's) to schemas.
+NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions"})
 REMOTE_NAME_CHARS = McpTool._meta.get_field("name").max_length or 128
 
 
@@ -57,8 +61,33 @@ def capped(description: str) -> str:
 
 
 def shown(definition: Definition) -> dict[str, Any]:
-    """The definition as Loop keeps and shows it: the description capped."""
-    return {**definition.as_json(), "description": capped(definition.description)}
+    """The definition as Loop keeps and shows it: its descriptions capped, the tool's and those
+    in its schema (a parameter's description is read by the model as much as the tool's)."""
+    return {
+        **definition.as_json(),
+        "description": capped(definition.description),
+        "input_schema": _capped_schema(definition.input_schema),
+    }
+
+
+def _capped_schema(node: Any) -> Any:
+    """The schema with every `description` annotation capped; the values arguments are checked
+    against (DATA_KEYWORDS) kept whole."""
+    if isinstance(node, list):
+        return [_capped_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    kept = {}
+    for key, value in node.items():
+        if key in DATA_KEYWORDS:
+            kept[key] = value
+        elif key in NAMED_SCHEMAS and isinstance(value, dict):  # names, each with its schema
+            kept[key] = {name: _capped_schema(schema) for name, schema in value.items()}
+        else:
+            kept[key] = _capped_schema(value)
+    if isinstance(kept.get("description"), str):
+        kept["description"] = capped(kept["description"])
+    return kept
 
 
 def refused(definition: Definition) -> str | None:
