@@ -252,6 +252,40 @@ def test_a_poisoned_description_is_capped_where_kept_and_where_the_model_reads_i
     assert POISONED_DESCRIPTION[300:400] not in json.dumps(registry_for(alice).specs())
 
 
+def test_descriptions_inside_a_schema_are_capped_too(
+    settings, monkeypatch, alice, workspaces, modern_server
+):
+    """A parameter's description is text the model reads as much as the tool's: the same cap,
+    while values the schema checks arguments against (an enum, a const) stay whole."""
+    settings.LOOP_MCP_DESCRIPTION_CHARS = 200
+    poison = POISONED_DESCRIPTION[:2500]
+    schema = {
+        "type": "object",
+        "description": poison,
+        "properties": {
+            "path": {"type": "string", "description": poison},
+            "description": {"type": "string", "enum": [poison]},
+            "mode": {"const": {"description": poison}},
+            "const": {"type": "string", "description": poison},  # a property's name
+        },
+    }
+    modern_server.reset()
+    modern_server.set_changing("Reads a file.", schema)
+    declare(settings, monkeypatch, {"name": "demo", "url": modern_server.url})
+    discover(McpServer.objects.get(name="demo"))
+    capped = poison[:200] + " [… 2300 more characters not shown]"
+    pinned = McpTool.objects.get(name="changing").input_schema
+    assert pinned["description"] == capped
+    assert pinned["properties"]["path"]["description"] == capped
+    assert pinned["properties"]["description"]["enum"] == [poison]
+    assert pinned["properties"]["mode"]["const"] == {"description": poison}
+    assert pinned["properties"]["const"]["description"] == capped
+    assert spec_of(alice, "demo__changing")["parameters"] == pinned
+    arguments = {"path": "a.txt", "description": poison, "mode": {"description": poison}}
+    result = dispatched(alice, workspaces, "demo__changing", arguments)
+    assert result.ok, result.text
+
+
 def test_loops_own_code_never_acts_on_a_poisoned_description(
     settings, monkeypatch, alice, workspaces, modern_server
 ):
