@@ -27,6 +27,8 @@ from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.models import AgentRun, ApprovalRequest
 from agent.selectors import Logged
 from agent.waiting import CallDecision
+from chat import mcp
+from chat.mcp import McpShown
 from workspace.browse import BrowseError, NotFound, open_text
 from workspace.directory import workspace_of
 from workspace.markup import code_block, highlighted_file, sanitised
@@ -46,7 +48,8 @@ EDITED_FIELDS = {RUN_CODE: CODE, WRITE_FILE: CONTENT}
 class Asking:
     """What the cards of waiting calls need beyond their events, read once for a page or a
     frame, and only when a card needs it: the person (whose workspace holds the file a write
-    would replace) and the site's modes (a tool the site asks about cannot be always allowed)."""
+    would replace), the site's modes (a tool the site asks about cannot be always allowed) and
+    the person's MCP tools (which server a call's tool is of)."""
 
     user: AbstractBaseUser
 
@@ -58,8 +61,19 @@ class Asking:
     def workspace(self) -> Path:
         return workspace_of(self.user)
 
+    @cached_property
+    def mcp_tools(self) -> dict[str, McpShown]:
+        return mcp.tools_of(self.user)
+
+    def mcp_tool(self, tool: str) -> McpShown | None:
+        """The person's MCP tool of that name (read only for a name that could be one)."""
+        return self.mcp_tools.get(tool) if mcp.is_mcp(tool) else None
+
     def may_always_allow(self, tool: str) -> bool:
-        return not site_asks(tool, self.modes)
+        """Not for a tool the site asks about, nor for one that asks whatever the person allowed
+        (an MCP tool its server calls destructive): the choice would change nothing."""
+        shown = self.mcp_tool(tool)
+        return not site_asks(tool, self.modes) and not (shown and shown.always_ask)
 
 
 def parsed(arguments: str) -> dict[str, Any] | None:
@@ -100,6 +114,7 @@ def request_data(event: ApprovalRequested, asking: Asking | None, texts: "Texts"
         "editor": editor,
         "edit_text": edit_text if texts.fits(edit_text) else None,
         "always": asking is not None and asking.may_always_allow(event.tool),
+        "mcp": asking.mcp_tool(event.tool) if asking is not None else None,
     }
     if editor == CODE:
         shown["code_html"] = highlighted_code(texts.shown("arguments", values[CODE]))
@@ -174,6 +189,7 @@ def decided_data(event: ApprovalDecided, asking: Asking | None, texts: "Texts") 
         "icon": icon,
         "label": label,
         "reason": event.reason,
+        "mcp": asking.mcp_tool(event.tool) if asking is not None else None,
     }
     if asking is None or event.by != asking.user.get_username():
         shown["by"] = event.by

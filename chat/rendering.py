@@ -42,7 +42,7 @@ from agent.core.results import ToolStatus
 from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
-from chat import approvals
+from chat import approvals, mcp
 from chat.approvals import Asking
 from workspace.browse import BrowseError, file_components
 from workspace.markup import markdown
@@ -253,7 +253,7 @@ def event_card(
             return Card(
                 "tool",
                 f"call-{run_id}-{event.step}-{event.call_id}",
-                tool_data(event, texts) | {"run_id": run_id},
+                tool_data(event, texts) | mcp_data(event, asking) | {"run_id": run_id},
                 replaces=finished,
             )
         case BreakerTripped() | RunHalted():
@@ -323,6 +323,21 @@ def tool_data(event: ToolCallStarted | ToolCallFinished, texts: Texts) -> dict[s
             "truncated": event.truncated,
         }
     )
+
+
+def mcp_data(event: ToolCallStarted | ToolCallFinished, asking: Asking | None) -> dict[str, Any]:
+    """An MCP tool's call, for a card drawn for its person: its server and tool by name, and
+    once it ended, the images its answer kept in their workspace, or, when Loop refused it for a
+    grant to renew, the way to reconnect. Nothing for any other call."""
+    shown = asking.mcp_tool(event.tool) if asking is not None else None
+    if shown is None:
+        return {}
+    data: dict[str, Any] = {"mcp": shown}
+    if isinstance(event, ToolCallFinished):
+        data["images"] = mcp.saved_images(shown, event.text)
+        if event.status != ToolStatus.OK and mcp.needs_reconnecting(event.text):
+            data["reconnect"] = mcp.RECONNECT_URL
+    return data
 
 
 def call_status(event: ToolCallFinished) -> dict[str, str]:
