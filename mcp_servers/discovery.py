@@ -7,6 +7,7 @@ recorded as the server's health and changes no pinned tool.
 
 import logging
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
 from mcp_servers import client
@@ -25,7 +26,10 @@ class DiscoveryFailed(Exception):
 def discover(server: McpServer, user: AbstractBaseUser | None = None) -> Changes:
     """List the server's tools as `user` (an OAuth server's, or the owner of a personal one)."""
     try:
-        listing = client.list_tools(endpoint_for(server, user or server.owner))
+        endpoint = endpoint_for(
+            server, user or server.owner, seconds=settings.LOOP_MCP_DISCOVERY_SECONDS
+        )
+        listing = client.list_tools(endpoint)
     except Exception as error:  # the client's failures, credentials, a lost grant
         said = str(error) if isinstance(error, client.ServerFailed) else f"{server.name}: {error}"
         McpServer.objects.filter(pk=server.pk).update(last_error=said[:2000], stale=False)
