@@ -2,6 +2,7 @@
 the MCP settings, credentials resealed under a new key (`manage.py rotatecredentials`), and a
 person's servers and grants going with their account."""
 
+import io
 import json
 
 import pytest
@@ -125,7 +126,7 @@ def test_rotation_reseals_every_credential_under_the_new_key(settings, alice):
         user=alice, server=server, state=CONNECTED, sealed_tokens=encrypt('{"access": "two"}')
     )
     settings.LOOP_CREDENTIAL_KEYS = [new, old]
-    call_command("rotatecredentials", stdout=open("/dev/null", "w"))
+    call_command("rotatecredentials", stdout=io.StringIO())
     settings.LOOP_CREDENTIAL_KEYS = [new]  # the old key gone: everything still opens
     server.refresh_from_db()
     assert json.loads(decrypt(server.sealed_headers)) == {"Authorization": "Bearer one"}
@@ -137,7 +138,7 @@ def test_rotation_names_what_no_key_opens(settings, alice):
     McpServer.objects.create(name="Mine", prefix="mine", owner=alice, sealed_headers=encrypt("{}"))
     settings.LOOP_CREDENTIAL_KEYS = [Fernet.generate_key().decode()]
     with pytest.raises(CommandError, match="1 rows hold a credential no listed key opens"):
-        call_command("rotatecredentials", stdout=open("/dev/null", "w"))
+        call_command("rotatecredentials", stdout=io.StringIO())
 
 
 def own_server(user: User) -> McpServer:
