@@ -166,10 +166,11 @@ async def expire_waiting_calls(timestamp: int) -> int:
     return await sync_to_async(expire_waiting)()
 
 
-@app.periodic(cron="*/15 * * * *", periodic_id="discover_mcp_servers")
+@app.periodic(cron="* * * * *", periodic_id="discover_mcp_servers")
 @app.task(name="mcp.discover_servers", queue=RECOVERY_QUEUE, queueing_lock="discover_mcp")
 async def discover_mcp_servers(timestamp: int) -> int:
-    """Every quarter hour: the site's MCP servers are listed again, so a changed tool is held for
+    """Every minute, the MCP servers due: the site's every LOOP_MCP_LIST_EVERY_SECONDS, and any
+    that said its tools changed during a call, are listed again, so a changed tool is held for
     review and a server's health is current (mcp_servers/discovery.py). Returns how many
     answered. In a thread of its own: a slow server holds no other task's thread."""
     return await sync_to_async(discover_in_a_thread, thread_sensitive=False)()
