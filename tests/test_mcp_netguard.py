@@ -22,10 +22,14 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import httpx2
 import pytest
+import uvicorn
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
 
 from mcp_servers import netguard
 from mcp_servers.netguard import (
@@ -620,3 +624,54 @@ def test_the_guard_reads_its_allowed_networks_from_the_settings(settings):
     assert netguard.allowed_networks() == [ip_network("127.0.0.1/32"), ip_network("10.1.0.0/16")]
     settings.LOOP_MCP_ALLOWED_NETWORKS = []
     assert netguard.allowed_networks() == []
+
+
+# --- the MCP SDK over the guarded client -----------------------------------------------------
+
+
+@pytest.fixture
+def mcp_site() -> Iterator[str]:
+    """A real MCP server (the SDK's own) over Streamable HTTP on 127.0.0.1; its URL."""
+    server = MCPServer("probe")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    app = uvicorn.Server(uvicorn.Config(server.streamable_http_app(), log_level="warning"))
+    thread = threading.Thread(target=app.run, kwargs={"sockets": [listening]}, daemon=True)
+    thread.start()
+    started = threading.Event()
+    while not app.started and not started.wait(0.02):
+        pass
+    yield f"http://127.0.0.1:{listening.getsockname()[1]}/mcp"
+    app.should_exit = True
+    thread.join()
+    listening.close()
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_mcp_sdk_talks_through_the_guarded_client(mcp_site, mode):
+    """Both the stateless revision and the legacy handshake (with its GET event stream) work."""
+    async with client(cap=1_000_000) as http:
+        transport = streamable_http_client(mcp_site, http_client=http)
+        async with Client(transport, mode=mode) as session:
+            tools = await session.list_tools()
+            result = await session.call_tool("add", {"a": 2, "b": 3})
+
+    assert [tool.name for tool in tools.tools] == ["add"]
+    assert result.structured_content == {"result": 5}
+
+
+@pytest.mark.asyncio
+async def test_the_mcp_sdk_surfaces_a_refusal_in_an_exception_group(mcp_site):
+    async with client(allowed=[]) as http:
+        with pytest.raises(ExceptionGroup) as refusal:
+            async with Client(streamable_http_client(mcp_site, http_client=http)):
+                pass
+
+    assert refusal.group_contains(UnsafeAddress, depth=None)
