@@ -180,6 +180,7 @@ def test_a_url_on_a_name_or_an_allowed_address_passes_without_looking_anything_u
 
     check_url("https://mcp.example.com/mcp")
     check_url("http://mcp.example.com:8080/mcp?x=1")
+    check_url("https://bücher.example/mcp")
     check_url("http://127.0.0.1:8000/mcp")
     check_url("http://2130706433:8000/mcp")
     with pytest.raises(UnsafeUrl, match="metadata"):
