@@ -27,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from mcp_servers.netguard import ResponseTooLarge, UnsafeAddress, guarded_http_client
+from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_http_client
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ def _described(endpoint: Endpoint, error: BaseException, statuses: Sequence[int]
     name = endpoint.label
     if isinstance(error, TimeoutError):
         return f"{name} did not answer within {endpoint.seconds:g} seconds"
-    if isinstance(error, UnsafeAddress | ResponseTooLarge):
+    if isinstance(error, UnsafeAddress | UnsafeResponse):
         return f"{name}: {error}"
     if isinstance(error, httpx2.TimeoutException):
         return f"{name} did not answer in time ({type(error).__name__})"

@@ -118,10 +118,10 @@ def _special_use(ip: IPAddress) -> str | None:
 
 
 def allowed_networks() -> list[IPNetwork]:
-    """The networks the operator admits though not public: LOOP_MCP_ALLOWED_NETWORKS, as CIDR."""
+    """The networks the operator admits though not public: LOOP_MCP_PRIVATE_NETWORKS, as CIDR."""
     from django.conf import settings
 
-    configured: Sequence[str] = getattr(settings, "LOOP_MCP_ALLOWED_NETWORKS", None) or []
+    configured: Sequence[str] = getattr(settings, "LOOP_MCP_PRIVATE_NETWORKS", None) or []
     return [ipaddress.ip_network(network, strict=False) for network in configured]
 
 
@@ -141,7 +141,7 @@ def check_url(url: str) -> None:
         raise UnsafeUrl(f"{url!r} carries a user name or password; give credentials as headers")
     if not parsed.host:
         raise UnsafeUrl(f"{url!r} names no host")
-    address = _numeric_address(parsed.host)
+    address = _numeric_address(parsed.raw_host.decode("ascii"))
     reason = None if address is None else refused_reason(address, allowed_networks())
     if address is not None and reason is not None:
         raise UnsafeUrl(f"{url!r}: {UnsafeAddress(parsed.host, address, reason)}")
@@ -151,7 +151,7 @@ def _numeric_address(host: str) -> IPAddress | None:
     """The address `host` spells, as the system resolver reads it, or None when it is a name."""
     try:
         answers = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST)
-    except socket.gaierror:
+    except (OSError, UnicodeError):
         return None
     return ipaddress.ip_address(answers[0][4][0])
 
@@ -170,7 +170,7 @@ def vetted_addresses(host: str, port: int, allowed: Sequence[IPNetwork]) -> list
     """
     try:
         addresses = list(dict.fromkeys(resolve(host, port)))
-    except (socket.gaierror, UnicodeError) as error:
+    except (OSError, UnicodeError) as error:
         raise httpcore2.ConnectError(f"{host} does not resolve: {error}") from None
     if not addresses:
         raise httpcore2.ConnectError(f"{host} does not resolve")
@@ -314,6 +314,7 @@ class _GuardedAsyncTransport(httpx2.AsyncHTTPTransport):
     def __init__(self, allowed: Sequence[IPNetwork], max_response_bytes: int) -> None:
         context = _ssl_context()
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
+        # httpx2 takes no network backend, so the pool it just built (unused) is replaced.
         self._pool = httpcore2.AsyncConnectionPool(
             ssl_context=context,
             max_connections=_LIMITS.max_connections,
