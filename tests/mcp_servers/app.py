@@ -53,7 +53,6 @@ from mcp_types import (
 )
 from mcp_types import Tool as MCPTool
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -291,10 +290,13 @@ class IntrospectionVerifier:
 
 def oauth_settings(issuer: str, resource: str, lax_audience: bool) -> dict[str, Any]:
     """MCPServer keyword arguments that make it an OAuth protected resource of `issuer`."""
-    auth = AuthSettings(
-        issuer_url=AnyHttpUrl(issuer),
-        resource_server_url=AnyHttpUrl(resource),
-        validate_token_resource=not lax_audience,
+    # From text, so the issuer keeps its exact spelling (no trailing slash added).
+    auth = AuthSettings.model_validate(
+        {
+            "issuer_url": issuer,
+            "resource_server_url": resource,
+            "validate_token_resource": not lax_audience,
+        }
     )
     return {"auth": auth, "token_verifier": IntrospectionVerifier(issuer)}
 
@@ -302,8 +304,8 @@ def oauth_settings(issuer: str, resource: str, lax_audience: bool) -> dict[str, 
 def root_resource_metadata(issuer: str, resource: str) -> Callable[[Request], Awaitable[Response]]:
     """RFC 9728 metadata at the host's root too: the SDK publishes it path-inserted
     (/.well-known/oauth-protected-resource/mcp), and clients fall back to the root."""
-    metadata = ProtectedResourceMetadata(
-        resource=AnyHttpUrl(resource), authorization_servers=[AnyHttpUrl(issuer)]
+    metadata = ProtectedResourceMetadata.model_validate(
+        {"resource": resource, "authorization_servers": [issuer]}
     )
     return ProtectedResourceMetadataHandler(metadata).handle
 
