@@ -9,6 +9,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import httpx
@@ -32,8 +33,9 @@ from tests.mcp_servers.harness import (  # noqa: F401
     modern_server_fixture,
     oauth_mcp_server_fixture,
     oauth_server_fixture,
-    serve,
+    serve_all,
 )
+from tests.mcp_servers.misbehaving import WAYS
 
 TOOLS = {
     "add",
@@ -66,11 +68,15 @@ async def connected(url: str, headers: dict[str, str] | None = None) -> AsyncIte
 async def listing_fails(url: str, mode: str = "auto") -> MCPError:
     """The MCPError a client meets connecting and listing tools (unwrapped from the SDK's task
     groups)."""
-    with pytest.raises((MCPError, BaseExceptionGroup)) as caught:
+
+    async def attempt() -> None:
         async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
             transport = streamable_http_client(url, http_client=http)
             async with mcp.Client(transport, mode=mode) as client:
                 await client.list_tools()
+
+    with pytest.raises((MCPError, BaseExceptionGroup)) as caught:
+        await attempt()
     error: BaseException = caught.value
     while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
         error = error.exceptions[0]
@@ -89,7 +95,9 @@ def text_of(result: object) -> str:
     ("server_fixture", "version"),
     [("modern_server", LATEST_MODERN_VERSION), ("legacy_server", LATEST_HANDSHAKE_VERSION)],
 )
-async def test_each_revision_negotiates_its_version_and_answers(server_fixture, version, request):
+async def test_each_revision_negotiates_its_version_and_answers(
+    server_fixture: str, version: str, request: pytest.FixtureRequest
+) -> None:
     server = request.getfixturevalue(server_fixture)
     async with connected(server.url) as client:
         assert client.protocol_version == version
@@ -100,13 +108,13 @@ async def test_each_revision_negotiates_its_version_and_answers(server_fixture, 
     assert text_of(result) == "5"
 
 
-def test_the_versions_are_the_sdks():
+def test_the_versions_are_the_sdks() -> None:
     assert LATEST_MODERN_VERSION == "2026-07-28"
     assert LATEST_HANDSHAKE_VERSION == "2025-11-25"
 
 
 @pytest.mark.asyncio
-async def test_the_legacy_server_refuses_the_modern_revision(legacy_server):
+async def test_the_legacy_server_refuses_the_modern_revision(legacy_server: Served) -> None:
     """A client pinned to 2026-07-28 gets no answer from it, and the handshake opens a session."""
     refused = await listing_fails(legacy_server.url, mode=LATEST_MODERN_VERSION)
     assert "Unsupported protocol version" in str(refused)
@@ -128,7 +136,7 @@ async def test_the_legacy_server_refuses_the_modern_revision(legacy_server):
 
 
 @pytest.mark.asyncio
-async def test_answer_shapes(modern_server):
+async def test_answer_shapes(modern_server: Served) -> None:
     async with connected(modern_server.url) as client:
         image = await client.call_tool("image", {})
         link = await client.call_tool("link", {})
@@ -161,7 +169,7 @@ async def test_answer_shapes(modern_server):
 
 
 @pytest.mark.asyncio
-async def test_calls_that_reached_the_server_are_recorded(modern_server):
+async def test_calls_that_reached_the_server_are_recorded(modern_server: Served) -> None:
     modern_server.reset()
     async with connected(modern_server.url) as client:
         await client.call_tool("lookup", {"term": "otter"})
@@ -170,7 +178,9 @@ async def test_calls_that_reached_the_server_are_recorded(modern_server):
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("server_fixture", ["modern_server", "legacy_server"])
-async def test_the_changing_tool_changes_between_two_discoveries(server_fixture, request):
+async def test_the_changing_tool_changes_between_two_discoveries(
+    server_fixture: str, request: pytest.FixtureRequest
+) -> None:
     server = request.getfixturevalue(server_fixture)
     server.reset()
     async with connected(server.url) as client:
@@ -194,7 +204,7 @@ async def test_the_changing_tool_changes_between_two_discoveries(server_fixture,
 
 
 @pytest.mark.asyncio
-async def test_the_bearer_server_refuses_a_request_without_its_token(bearer_server):
+async def test_the_bearer_server_refuses_a_request_without_its_token(bearer_server: Served) -> None:
     with httpx.Client(trust_env=False) as http:
         response = http.post(bearer_server.url, json={}, headers={"Authorization": "Bearer wrong"})
     assert response.status_code == 401
@@ -205,16 +215,11 @@ async def test_the_bearer_server_refuses_a_request_without_its_token(bearer_serv
 
 @pytest.fixture(scope="module")
 def misbehaving() -> Iterator[dict[str, Served]]:
-    with (
-        serve("--misbehave", "malformed") as malformed,
-        serve("--misbehave", "status500") as status500,
-        serve("--misbehave", "cut") as cut,
-        serve("--misbehave", "drip") as drip,
-    ):
-        yield {"malformed": malformed, "status500": status500, "cut": cut, "drip": drip}
+    with serve_all(*(["--misbehave", way] for way in WAYS)) as servers:
+        yield dict(zip(WAYS, servers, strict=True))
 
 
-def test_misbehaving_servers(misbehaving):
+def test_misbehaving_servers(misbehaving: dict[str, Served]) -> None:
     request = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
     with httpx.Client(trust_env=False, timeout=30) as http:
         malformed = http.post(misbehaving["malformed"].url, json=request)
@@ -238,7 +243,7 @@ def pkce() -> tuple[str, str]:
     return verifier, challenge.decode().rstrip("=")
 
 
-def register(http: httpx.Client, issuer: str) -> dict:
+def register(http: httpx.Client, issuer: str) -> dict[str, Any]:
     metadata = {
         "redirect_uris": [REDIRECT_URI],
         "client_name": "Loop",
@@ -247,10 +252,13 @@ def register(http: httpx.Client, issuer: str) -> dict:
     }
     response = http.post(f"{issuer}/register", json=metadata)
     assert response.status_code == 201, response.text
-    return response.json()
+    found: dict[str, Any] = response.json()
+    return found
 
 
-def authorize(http: httpx.Client, issuer: str, client: dict, resource: str) -> dict:
+def authorize(
+    http: httpx.Client, issuer: str, client: dict[str, Any], resource: str
+) -> dict[str, Any]:
     """The whole code flow: authorize (auto-approved), then exchange the code with PKCE."""
     verifier, challenge = pkce()
     state = secrets.token_urlsafe(8)
@@ -284,7 +292,9 @@ def authorize(http: httpx.Client, issuer: str, client: dict, resource: str) -> d
     return {**token.json(), "exchange": exchange}
 
 
-def refresh(http: httpx.Client, issuer: str, client: dict, refresh_token: str) -> httpx.Response:
+def refresh(
+    http: httpx.Client, issuer: str, client: dict[str, Any], refresh_token: str
+) -> httpx.Response:
     form = {
         "grant_type": "refresh_token",
         "refresh_token": refresh_token,
@@ -295,10 +305,10 @@ def refresh(http: httpx.Client, issuer: str, client: dict, refresh_token: str) -
 
 
 def active(http: httpx.Client, issuer: str, access_token: str) -> bool:
-    return http.post(f"{issuer}/introspect", data={"token": access_token}).json()["active"]
+    return http.post(f"{issuer}/introspect", data={"token": access_token}).json()["active"] is True
 
 
-def test_the_authorization_server_publishes_its_metadata(oauth_server):
+def test_the_authorization_server_publishes_its_metadata(oauth_server: Served) -> None:
     issuer = oauth_server.url
     with httpx.Client(trust_env=False) as http:
         metadata = http.get(f"{issuer}/.well-known/oauth-authorization-server").json()
@@ -311,7 +321,9 @@ def test_the_authorization_server_publishes_its_metadata(oauth_server):
     assert set(metadata["grant_types_supported"]) == {"authorization_code", "refresh_token"}
 
 
-def test_code_flow_refresh_rotation_and_reuse_detection(oauth_server, oauth_mcp_server):
+def test_code_flow_refresh_rotation_and_reuse_detection(
+    oauth_server: Served, oauth_mcp_server: Served
+) -> None:
     issuer = oauth_server.url
     with httpx.Client(trust_env=False) as http:
         before = http.get(f"{issuer}/admin/stats").json()
@@ -339,7 +351,7 @@ def test_code_flow_refresh_rotation_and_reuse_detection(oauth_server, oauth_mcp_
         after = http.get(f"{issuer}/admin/stats").json()
 
     def grew(kind: str, grant_type: str) -> int:
-        return after[kind].get(grant_type, 0) - before[kind].get(grant_type, 0)
+        return int(after[kind].get(grant_type, 0)) - int(before[kind].get(grant_type, 0))
 
     assert grew("token_requests", "authorization_code") == 1
     assert grew("token_requests", "refresh_token") == 3
@@ -349,7 +361,9 @@ def test_code_flow_refresh_rotation_and_reuse_detection(oauth_server, oauth_mcp_
     assert after["registrations"] - before["registrations"] == 1
 
 
-def test_a_code_used_twice_revokes_what_it_granted(oauth_server, oauth_mcp_server):
+def test_a_code_used_twice_revokes_what_it_granted(
+    oauth_server: Served, oauth_mcp_server: Served
+) -> None:
     issuer = oauth_server.url
     with httpx.Client(trust_env=False) as http:
         client = register(http, issuer)
@@ -361,7 +375,7 @@ def test_a_code_used_twice_revokes_what_it_granted(oauth_server, oauth_mcp_serve
         assert refresh(http, issuer, client, tokens["refresh_token"]).status_code == 400
 
 
-def test_pkce_is_required_and_checked(oauth_server, oauth_mcp_server):
+def test_pkce_is_required_and_checked(oauth_server: Served, oauth_mcp_server: Served) -> None:
     issuer = oauth_server.url
     with httpx.Client(trust_env=False) as http:
         client = register(http, issuer)
@@ -398,8 +412,8 @@ def test_pkce_is_required_and_checked(oauth_server, oauth_mcp_server):
 
 @pytest.mark.asyncio
 async def test_the_protected_mcp_server_asks_the_authorization_server(
-    oauth_server, oauth_mcp_server
-):
+    oauth_server: Served, oauth_mcp_server: Served
+) -> None:
     issuer = oauth_server.url
     mcp_url = oauth_mcp_server.url
     with httpx.Client(trust_env=False) as http:
@@ -455,7 +469,9 @@ class MemoryStorage:
 
 
 @pytest.mark.asyncio
-async def test_the_sdks_own_oauth_client_completes_the_flow(oauth_server, oauth_mcp_server):
+async def test_the_sdks_own_oauth_client_completes_the_flow(
+    oauth_server: Served, oauth_mcp_server: Served
+) -> None:
     """The SDK's OAuthClientProvider discovers, registers, authorizes and calls, unaided."""
     answers: list[AuthorizationCodeResult] = []
 
@@ -474,7 +490,7 @@ async def test_the_sdks_own_oauth_client_completes_the_flow(oauth_server, oauth_
 
     auth = OAuthClientProvider(
         oauth_mcp_server.url,
-        OAuthClientMetadata(redirect_uris=[REDIRECT_URI], client_name="sdk"),
+        OAuthClientMetadata.model_validate({"redirect_uris": [REDIRECT_URI], "client_name": "sdk"}),
         MemoryStorage(),
         redirect_handler=follow,
         callback_handler=callback,

@@ -41,7 +41,7 @@ def run_until_stopped(make_app: Callable[[int], ASGIApp], port: int) -> None:
         make_app(real_port),
         log_level="warning",
         # A `hang` call must not hold the process open when the test is over.
-        timeout_graceful_shutdown=1,
+        timeout_graceful_shutdown=0.1,  # type: ignore[arg-type]  # asyncio.wait_for takes a float
     )
     server = uvicorn.Server(config)
 

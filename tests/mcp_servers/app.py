@@ -53,15 +53,13 @@ from mcp_types import (
 )
 from mcp_types import Tool as MCPTool
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tests.mcp_servers import HOST, run_until_stopped
+from tests.mcp_servers.misbehaving import MCP_PATH, misbehaving_app
 
-MCP_PATH = "/mcp"
 SERVER_NAME = "loop-test-server"
 CHANGING_FILE = "changing.json"
 CALLS_FILE = "calls.jsonl"
@@ -339,66 +337,6 @@ def _parse_header(text: str) -> tuple[str, str]:
     return name.strip(), value.strip()
 
 
-def misbehaving_app(how: str) -> ASGIApp:
-    """A server at `/mcp` whose every POST is answered wrongly at the HTTP level."""
-    answers: dict[str, Callable[[Request], Awaitable[Response]]] = {
-        "malformed": _malformed,
-        "status500": _status500,
-        "drip": _drip,
-    }
-
-    async def refuse(request: Request) -> Response:
-        return Response(status_code=405)
-
-    routes = [Route(MCP_PATH, refuse, methods=["GET", "DELETE"])]
-    if how == "cut":
-        return _Cut(Starlette(routes=routes))
-    routes.append(Route(MCP_PATH, answers[how], methods=["POST"]))
-    return Starlette(routes=routes)
-
-
-async def _malformed(request: Request) -> Response:
-    return Response(b'{"jsonrpc": "2.0", "id": <<not json', media_type="application/json")
-
-
-async def _status500(request: Request) -> Response:
-    return Response(b"Internal Server Error", status_code=500, media_type="text/plain")
-
-
-async def _drip(request: Request) -> Response:
-    """A well-formed answer to the request, one byte a second."""
-    message = await request.json()
-    body = json.dumps(
-        {"jsonrpc": "2.0", "id": message.get("id"), "error": {"code": -32603, "message": "slow"}}
-    ).encode()
-
-    async def bytes_slowly() -> Any:
-        for index in range(len(body)):
-            yield body[index : index + 1]
-            await anyio.sleep(1)
-
-    return StreamingResponse(bytes_slowly(), media_type="application/json")
-
-
-class _Cut:
-    """Every POST to /mcp is answered with headers promising a body, half a body, and a closed
-    connection."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != MCP_PATH:
-            await self.app(scope, receive, send)
-            return
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"1000")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send(
-            {"type": "http.response.body", "body": b'{"jsonrpc": "2.0", "res', "more_body": True}
-        )
-        raise ConnectionAbortedError("cut on purpose")
-
-
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
@@ -420,8 +358,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse(argv)
     if args.misbehave:
         run_until_stopped(lambda port: misbehaving_app(args.misbehave), args.port)
-    else:
-        run_until_stopped(lambda port: mcp_app(args, port), args.port)
+        return
+    run_until_stopped(lambda port: mcp_app(args, port), args.port)
 
 
 if __name__ == "__main__":

@@ -26,18 +26,20 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
-from tests.mcp_servers.app import CALLS_FILE, CHANGING_FILE, MCP_PATH
+from tests.mcp_servers.app import CALLS_FILE, CHANGING_FILE
+from tests.mcp_servers.misbehaving import MCP_PATH
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 APP = "tests.mcp_servers.app"
 OAUTH = "tests.mcp_servers.oauth_server"
+MISBEHAVING = "tests.mcp_servers.misbehaving"
 TOKEN = "test-token-1234"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 10.0
@@ -93,27 +95,60 @@ class Served:
 def serve(*args: str, module: str = APP, state_dir: Path | None = None) -> Iterator[Served]:
     """Run `python -m <module> --port 0 <args>` until the block ends."""
     with contextlib.ExitStack() as stack:
-        if state_dir is None:
-            state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcp-state-")))
-        command = [sys.executable, "-m", module, "--port", "0", *args]
-        if module == APP:
-            command += ["--state-dir", str(state_dir)]
-        stderr = stack.enter_context(tempfile.TemporaryFile("w+"))
-        env = {key: value for key, value in os.environ.items() if key not in _PROXY_VARIABLES}
-        process = subprocess.Popen(
-            command,
-            cwd=PROJECT_DIR,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
-        stack.callback(_stop, process)
-        port = _wait_for_port(process, stderr, command)
-        base_url = f"http://127.0.0.1:{port}"
-        url = base_url + MCP_PATH if module == APP else base_url
-        yield Served(url, base_url, port, process, state_dir)
+        starting = _start(stack, args, module, state_dir)
+        yield _ready(starting)
+
+
+@contextlib.contextmanager
+def serve_all(*servers: Sequence[str]) -> Iterator[list[Served]]:
+    """Several MCP servers (tests/mcp_servers/app.py, each with its own arguments), started side
+    by side: each spends seconds importing the SDK."""
+    with contextlib.ExitStack() as stack:
+        starting = [_start(stack, args, APP, None) for args in servers]
+        yield [_ready(each) for each in starting]
+
+
+@dataclass
+class _Starting:
+    process: subprocess.Popen[str]
+    command: list[str]
+    module: str
+    stderr: IO[str]
+    state_dir: Path
+
+
+def _start(
+    stack: contextlib.ExitStack, args: Sequence[str], module: str, state_dir: Path | None
+) -> _Starting:
+    if state_dir is None:
+        state_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcp-state-")))
+    command = [sys.executable, "-m", module, "--port", "0", *args]
+    if module == APP and "--misbehave" in args:
+        # The same server without the SDK's seconds of imports.
+        way = args[list(args).index("--misbehave") + 1]
+        command = [sys.executable, "-m", MISBEHAVING, "--port", "0", way]
+    elif module == APP:
+        command += ["--state-dir", str(state_dir)]
+    stderr = stack.enter_context(tempfile.TemporaryFile("w+"))  # noqa: SIM115 (the stack closes it)
+    env = {key: value for key, value in os.environ.items() if key not in _PROXY_VARIABLES}
+    process = subprocess.Popen(
+        command,
+        cwd=PROJECT_DIR,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+    stack.callback(_stop, process)
+    return _Starting(process, command, module, stderr, state_dir)
+
+
+def _ready(starting: _Starting) -> Served:
+    port = _wait_for_port(starting.process, starting.stderr, starting.command)
+    base_url = f"http://127.0.0.1:{port}"
+    url = base_url + MCP_PATH if starting.module == APP else base_url
+    return Served(url, base_url, port, starting.process, starting.state_dir)
 
 
 def serve_oauth(*args: str) -> contextlib.AbstractContextManager[Served]:
