@@ -77,6 +77,11 @@ class _Cut:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != MCP_PATH:
             await self.app(scope, receive, send)
             return
+        # The request is read first: a socket closed with unread data in it is reset, and the
+        # client would see a reset instead of a body that stops short.
+        more = True
+        while more:
+            more = (await receive()).get("more_body", False)
         headers = [(b"content-type", b"application/json"), (b"content-length", b"1000")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send(
