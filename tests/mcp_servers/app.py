@@ -39,6 +39,7 @@ from typing import Any
 import anyio
 import httpx2
 from mcp.server.auth.handlers.metadata import ProtectedResourceMetadataHandler
+from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
@@ -53,8 +54,10 @@ from mcp_types import (
 )
 from mcp_types import Tool as MCPTool
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tests.mcp_servers import HOST, run_until_stopped
@@ -319,17 +322,31 @@ def mcp_app(args: argparse.Namespace, port: int) -> ASGIApp:
     if args.auth == "oauth":
         metadata = root_resource_metadata(args.issuer, resource)
         server.custom_route("/.well-known/oauth-protected-resource", methods=["GET"])(metadata)
-    app: ASGIApp = server.streamable_http_app(
+    starlette = server.streamable_http_app(
         streamable_http_path=MCP_PATH, stateless_http=args.revision == "modern", host=HOST
     )
+    if args.revision == "legacy":
+        legacy_only(starlette)
+    app: ASGIApp = starlette
     required = dict(_parse_header(header) for header in args.header)
     if args.token:
         required["authorization"] = f"Bearer {args.token}"
     if required:
         app = RequireHeaders(app, required)
-    if args.revision == "legacy":
-        app = LegacyOnly(app)
     return app
+
+
+def legacy_only(app: Starlette) -> None:
+    """The `LegacyOnly` guard on the MCP endpoint, inside the SDK's bearer-token check as an SDK
+    1.x server's transport is: a request without a valid token is a 401 in either revision."""
+    for route in app.router.routes:
+        if isinstance(route, Route) and route.path == MCP_PATH:
+            if isinstance(route.app, RequireAuthMiddleware):
+                route.app.app = LegacyOnly(route.app.app)
+            else:
+                route.app = LegacyOnly(route.app)
+            return
+    raise LookupError(f"the SDK's app has no route {MCP_PATH}")
 
 
 def _parse_header(text: str) -> tuple[str, str]:
