@@ -61,7 +61,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tests.mcp_servers import HOST, run_until_stopped
-from tests.mcp_servers.misbehaving import MCP_PATH, misbehaving_app
+from tests.mcp_servers.misbehaving import MCP_PATH, WAYS, misbehaving_app
 
 SERVER_NAME = "loop-test-server"
 CHANGING_FILE = "changing.json"
@@ -364,7 +364,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--auth", choices=["none", "oauth"], default="none")
     parser.add_argument("--issuer", help="the authorization server's URL (with --auth oauth)")
     parser.add_argument("--lax-audience", action="store_true")
-    parser.add_argument("--misbehave", choices=["malformed", "status500", "cut", "drip"])
+    parser.add_argument("--misbehave", choices=WAYS, help="see tests/mcp_servers/misbehaving.py")
     args = parser.parse_args(argv)
     if args.auth == "oauth" and not args.issuer:
         parser.error("--auth oauth needs --issuer")
