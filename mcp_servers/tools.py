@@ -187,6 +187,8 @@ def _answer(target: Target, values: dict[str, Any]) -> client.Answer:
     except client.Unauthorized as refused:
         return _after_refusal(server, user, target, values, refused)
     except client.ServerFailed as failed:
+        # Listed again within the minute: the server may speak another revision now.
+        McpServer.objects.filter(pk=server.pk).update(stale=True)
         raise _as_tool_error(failed) from None
     except ToolError:
         raise
