@@ -26,6 +26,7 @@ import logging
 import secrets
 import threading
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -265,10 +266,25 @@ def _connection(server: McpServer, user: AbstractBaseUser) -> McpConnection:
 def _refreshed(server: McpServer, user: AbstractBaseUser, *, seen: str, force: bool) -> str:
     """The access token after one refresh: this process's, made under the row's lock, or the
     one another process made while this one waited for the lock."""
-    outcome = _refresh_locked(server, user, seen=seen, force=force)
+    if connection.in_atomic_block:
+        # The caller's transaction may yet roll back, and the rotated refresh token with it (the
+        # old one is dead by then): the refresh commits on a connection of its own.
+        with ThreadPoolExecutor(1, thread_name_prefix="oauth-refresh") as apart:
+            outcome = apart.submit(_refresh_apart, server, user, seen, force).result()
+    else:
+        outcome = _refresh_locked(server, user, seen=seen, force=force)
     if isinstance(outcome, NeedsReconnect):
         raise outcome  # after the commit: the connection stays marked for reconnecting
     return outcome
+
+
+def _refresh_apart(
+    server: McpServer, user: AbstractBaseUser, seen: str, force: bool
+) -> str | NeedsReconnect:
+    try:
+        return _refresh_locked(server, user, seen=seen, force=force)
+    finally:
+        connection.close()  # this thread's own connection
 
 
 def _refresh_locked(

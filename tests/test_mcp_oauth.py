@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx2
 import pytest
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from mcp_servers import client
@@ -50,6 +50,9 @@ from tests.mcp_servers.harness import (  # noqa: F401 (the fixtures)
     serve,
     serve_oauth,
 )
+
+# Committed for real: refreshes happen in threads and commit on connections of their own.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 REDIRECT = "https://loop.example/settings/tools/oauth/callback"
 THREADS = 50
@@ -182,7 +185,6 @@ def at_once(count: int, work: Callable[[], str]) -> tuple[list[str], list[BaseEx
     return results, errors
 
 
-@pytest.mark.django_db
 def test_connecting_discovers_registers_and_the_bearer_calls_the_server(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -210,7 +212,6 @@ def test_connecting_discovers_registers_and_the_bearer_calls_the_server(
     assert added(server, alice) == "42"
 
 
-@pytest.mark.django_db
 def test_connecting_again_reuses_the_registered_client(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -224,7 +225,6 @@ def test_connecting_again_reuses_the_registered_client(
     assert added(server, alice) == "42"
 
 
-@pytest.mark.django_db
 def test_a_token_not_due_is_used_as_it_is(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -238,7 +238,6 @@ def test_a_token_not_due_is_used_as_it_is(
     assert refreshes(oauth_server) == before
 
 
-@pytest.mark.django_db
 def test_an_expired_token_is_refreshed_silently_and_the_rotated_refresh_token_kept(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -260,7 +259,6 @@ def test_an_expired_token_is_refreshed_silently_and_the_rotated_refresh_token_ke
     assert admin(oauth_server, "stats")["reuse_detected"] == 0
 
 
-@pytest.mark.django_db
 def test_a_token_expiring_within_a_minute_is_refreshed_before_use(
     alice: AbstractBaseUser,
 ) -> None:
@@ -274,7 +272,6 @@ def test_a_token_expiring_within_a_minute_is_refreshed_before_use(
         assert added(server, alice) == "42"
 
 
-@pytest.mark.django_db(transaction=True)
 def test_fifty_runs_needing_a_refresh_at_once_make_one_refresh_request(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -294,7 +291,6 @@ def test_fifty_runs_needing_a_refresh_at_once_make_one_refresh_request(
     assert added(server, alice) == "42"
 
 
-@pytest.mark.django_db
 def test_a_401_refreshes_once_and_the_call_then_works(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -314,7 +310,6 @@ def test_a_401_refreshes_once_and_the_call_then_works(
     assert added(server, alice) == "42"
 
 
-@pytest.mark.django_db(transaction=True)
 def test_many_workers_refused_the_same_token_refresh_it_once(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -337,7 +332,6 @@ def test_many_workers_refused_the_same_token_refresh_it_once(
     assert added(server, alice) == "42"
 
 
-@pytest.mark.django_db
 def test_a_revoked_grant_asks_for_reconnecting_and_makes_no_more_requests(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -366,7 +360,6 @@ def test_a_revoked_grant_asks_for_reconnecting_and_makes_no_more_requests(
     assert refreshes(oauth_server) == before
 
 
-@pytest.mark.django_db
 def test_a_grant_revoked_before_a_401_asks_for_reconnecting(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -386,7 +379,6 @@ def test_a_grant_revoked_before_a_401_asks_for_reconnecting(
     assert added(server, alice) == "42"
 
 
-@pytest.mark.django_db
 def test_another_persons_state_does_not_finish_their_flow(
     alice: AbstractBaseUser,
     bob: AbstractBaseUser,
@@ -407,7 +399,6 @@ def test_another_persons_state_does_not_finish_their_flow(
         finish(alice, back["state"], back["code"], REDIRECT)
 
 
-@pytest.mark.django_db
 def test_a_wrong_or_missing_state_finishes_nothing(
     alice: AbstractBaseUser, oauth_mcp_server: Served
 ) -> None:
@@ -421,7 +412,6 @@ def test_a_wrong_or_missing_state_finishes_nothing(
     assert McpConnection.objects.get(server=server, user=alice).state == PENDING
 
 
-@pytest.mark.django_db
 def test_a_response_from_another_issuer_is_refused(
     alice: AbstractBaseUser, oauth_mcp_server: Served
 ) -> None:
@@ -436,7 +426,6 @@ def test_a_response_from_another_issuer_is_refused(
     assert found.sealed_tokens == ""
 
 
-@pytest.mark.django_db
 def test_no_one_can_connect_another_persons_server(
     alice: AbstractBaseUser, bob: AbstractBaseUser, oauth_mcp_server: Served
 ) -> None:
@@ -448,7 +437,6 @@ def test_no_one_can_connect_another_persons_server(
         bearer_for(server, bob)
 
 
-@pytest.mark.django_db
 def test_a_personal_server_on_loopback_is_refused_without_the_operators_leave(
     alice: AbstractBaseUser, oauth_mcp_server: Served, settings: Any
 ) -> None:
@@ -461,7 +449,6 @@ def test_a_personal_server_on_loopback_is_refused_without_the_operators_leave(
     assert not McpConnection.objects.filter(server=server).exists()
 
 
-@pytest.mark.django_db
 def test_disconnecting_forgets_the_tokens_and_revokes_the_grant(
     alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
@@ -477,7 +464,6 @@ def test_disconnecting_forgets_the_tokens_and_revokes_the_grant(
         bearer_for(server, alice)
 
 
-@pytest.mark.django_db
 def test_credentials_are_never_in_clear_in_the_database_or_the_logs(
     alice: AbstractBaseUser,
     oauth_server: Served,
@@ -518,3 +504,23 @@ def test_credentials_are_never_in_clear_in_the_database_or_the_logs(
         assert secret not in stored
         assert secret not in caplog.text
     assert "Refreshed" in caplog.text  # the logs were captured, and say what happened
+
+
+def test_a_refresh_inside_a_rolled_back_transaction_keeps_the_rotated_refresh_token(
+    alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served
+) -> None:
+    server = own_server(alice, oauth_mcp_server)
+    connect(server, alice)
+    old = stored_tokens(server, alice)
+    expire(oauth_server, server, alice)
+
+    with transaction.atomic():
+        token = bearer_for(server, alice)
+        transaction.set_rollback(True)  # the caller's work fails: its transaction rolls back
+
+    kept = stored_tokens(server, alice)
+    assert kept["access_token"] == token
+    assert kept["refresh_token"] != old["refresh_token"]
+    expire(oauth_server, server, alice)
+    assert added(server, alice) == "42"
+    assert admin(oauth_server, "stats")["reuse_detected"] == 0
