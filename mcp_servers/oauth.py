@@ -328,7 +328,7 @@ def _refresh_locked(
 def _lock_wait_bounded(server: McpServer) -> Iterator[None]:
     """No wait for the row lock longer than a refresh can take (each holder's request has its
     deadline), so a stuck database never stacks up every run of a person."""
-    seconds = 2 * _seconds() + 10
+    seconds = int(2 * _seconds() + 10)
     with connection.cursor() as cursor:
         cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{seconds * 1000}ms"])
     try:
@@ -348,8 +348,11 @@ class _GrantLost(Exception):
 def _refresh_grant(server: McpServer, found: McpConnection, tokens: OAuthToken) -> OAuthToken:
     if not tokens.refresh_token:
         raise _GrantLost(f"{server.name} gave no refresh token, and the access token expired")
-    discovered = Discovered.from_json(found.authorization_server)
-    client = _stored_client(found)
+    try:
+        discovered = Discovered.from_json(found.authorization_server)
+        client = _stored_client(found)
+    except (OAuthFailed, KeyError, TypeError, ValidationError):
+        raise _GrantLost("Loop's record of this connection could not be read") from None
     form = {
         "grant_type": "refresh_token",
         "refresh_token": tokens.refresh_token,
@@ -591,7 +594,7 @@ def _exchange_code(
     try:
         discovered = Discovered.from_json(found.authorization_server)
         verifier = decrypt(found.sealed_verifier)
-    except (CredentialUnreadable, KeyError, ValidationError):
+    except (CredentialUnreadable, KeyError, TypeError, ValidationError):
         raise OAuthFailed("The sign-in could not be read back; press Connect again.") from None
     if iss is not None and iss != str(discovered.metadata.issuer):
         raise OAuthFailed(
@@ -670,7 +673,7 @@ def _revoke(server: McpServer, found: McpConnection) -> None:
         form, headers = _authenticated(client, {"token": token, "token_type_hint": hint})
         with _http(server) as http:
             http.post(str(endpoint), data=form, headers=headers)
-    except (OAuthFailed, CredentialUnreadable, KeyError, ValidationError) as error:
+    except (OAuthFailed, CredentialUnreadable, KeyError, TypeError, ValidationError) as error:
         logger.info("Could not revoke a grant at %s: %s", server.name, type(error).__name__)
 
 
