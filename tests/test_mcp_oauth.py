@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -22,7 +23,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agent.core.results import ToolStatus
 from mcp_servers import client
+from mcp_servers.discovery import discover
 from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import (
     CONNECTED,
@@ -43,6 +46,7 @@ from mcp_servers.oauth import (
     start,
 )
 from mcp_servers.secrets import decrypt
+from mcp_servers.tools import tools_for
 from tests.mcp_servers.harness import (  # noqa: F401 (the fixtures)
     Served,
     oauth_mcp_server_fixture,
@@ -50,6 +54,7 @@ from tests.mcp_servers.harness import (  # noqa: F401 (the fixtures)
     serve,
     serve_oauth,
 )
+from tools.base import ToolContext, ToolRegistry
 
 # Committed for real: refreshes happen in threads and commit on connections of their own.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -524,3 +529,46 @@ def test_a_refresh_inside_a_rolled_back_transaction_keeps_the_rotated_refresh_to
     expire(oauth_server, server, alice)
     assert added(server, alice) == "42"
     assert admin(oauth_server, "stats")["reuse_detected"] == 0
+
+
+def test_a_runs_tool_refreshes_after_a_401_and_a_revoked_grant_is_an_error_result(
+    alice: AbstractBaseUser, oauth_server: Served, oauth_mcp_server: Served, tmp_path: Path
+) -> None:
+    """Through the run's own tool dispatch: a 401 costs one refresh and the call goes through;
+    a revoked grant is the tool's error result saying to reconnect, never an exception."""
+    server = own_server(alice, oauth_mcp_server)
+    connect(server, alice)
+    discover(server, alice)
+    registry = ToolRegistry(tools_for(alice))
+    context = ToolContext(user_id=alice.pk, username="alice", workspace=tmp_path)
+    admin(oauth_server, "expire")  # dead at the server, though Loop thinks it has an hour
+    before = refreshes(oauth_server)
+
+    answered = registry.dispatch("notes__add", '{"a": 2, "b": 40}', context)
+
+    assert answered.ok, answered.text
+    assert "42" in answered.text
+    assert refreshes(oauth_server) == before + 1
+    admin(oauth_server, "revoke")
+    refused = registry.dispatch("notes__add", '{"a": 2, "b": 40}', context)
+    assert refused.status is ToolStatus.ERROR
+    assert "press Reconnect" in refused.text
+    assert McpConnection.objects.get(server=server, user=alice).state == RECONNECT
+
+
+def test_an_unreachable_authorization_server_keeps_the_grant_for_the_next_try(
+    alice: AbstractBaseUser,
+) -> None:
+    with short_lived_servers() as (issuer, protected):
+        server = own_server(alice, protected)
+        connect(server, alice)
+        issuer.process.terminate()
+        issuer.process.wait()
+
+        with pytest.raises(OAuthFailed, match="could not be reached") as failed:
+            bearer_for(server, alice)
+
+        assert not isinstance(failed.value, NeedsReconnect)
+        found = McpConnection.objects.get(server=server, user=alice)
+        assert found.state == CONNECTED
+        assert found.sealed_tokens
