@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -155,12 +155,19 @@ def stored_tokens(server: McpServer, user: AbstractBaseUser) -> dict[str, Any]:
 
 
 @contextmanager
-def short_lived_servers() -> Iterator[tuple[Served, Served]]:
-    """An authorization server whose access tokens live 30 s, and an MCP server it protects."""
-    with serve_oauth("--access-seconds", "30") as issuer:
-        arguments = ("--revision", "modern", "--auth", "oauth", "--issuer", issuer.url)
+def servers_of_our_own(
+    revision: str = "modern", access_seconds: int = 3600
+) -> Iterator[tuple[Served, Served]]:
+    """An authorization server for this test alone, and an MCP server it protects."""
+    with serve_oauth("--access-seconds", str(access_seconds)) as issuer:
+        arguments = ("--revision", revision, "--auth", "oauth", "--issuer", issuer.url)
         with serve(*arguments) as protected:
             yield issuer, protected
+
+
+def short_lived_servers() -> AbstractContextManager[tuple[Served, Served]]:
+    """Access tokens that live 30 s: due for a refresh as soon as they are issued."""
+    return servers_of_our_own(access_seconds=30)
 
 
 def at_once(count: int, work: Callable[[], str]) -> tuple[list[str], list[BaseException]]:
@@ -215,6 +222,18 @@ def test_connecting_discovers_registers_and_the_bearer_calls_the_server(
     assert connected.expires_at > timezone.now()
     assert admin(oauth_server, "stats")["registrations"] == registrations + 1
     assert added(server, alice) == "42"
+
+
+def test_a_session_based_server_connects_and_refreshes_too(alice: AbstractBaseUser) -> None:
+    with servers_of_our_own(revision="legacy") as (issuer, protected):
+        server = own_server(alice, protected)
+        connect(server, alice)
+        assert added(server, alice) == "42"
+        expire(issuer, server, alice)
+
+        assert added(server, alice) == "42"
+
+        assert refreshes(issuer) == 1
 
 
 def test_connecting_again_reuses_the_registered_client(
