@@ -36,4 +36,5 @@ def endpoint_for(
         allowed=allowed_for(server),
         seconds=float(seconds or server.call_seconds or settings.LOOP_MCP_CALL_SECONDS),
         max_bytes=settings.LOOP_MCP_RESPONSE_BYTES,
+        revision=server.protocol_version,
     )

@@ -8,6 +8,8 @@ the breaker and the budgets apply as to any tool.
 """
 
 import copy
+import functools
+import json
 import logging
 from dataclasses import dataclass
 from functools import partial
@@ -78,7 +80,7 @@ def loop_tool(tool: McpTool, user: AbstractBaseUser) -> Tool:
     return Tool(
         name=tool.exposed_name,
         description=_description(tool),
-        arguments=arguments_model(tool.exposed_name, tool.input_schema),
+        arguments=arguments_model(tool.exposed_name, tool.input_schema, tool.digest),
         function=partial(call, target),
         timeout=float(server.call_seconds + BACKSTOP_SECONDS),
         default_ask=default_ask(tool),
@@ -143,8 +145,16 @@ def _problem(error: SchemaViolation) -> str:
     return f"{where}: {error.message[:200]}"
 
 
-def arguments_model(name: str, schema: dict[str, Any]) -> type[SchemaArguments]:
-    return type(f"Arguments_{name}", (SchemaArguments,), {"__pinned_schema__": schema})
+def arguments_model(name: str, schema: dict[str, Any], digest: str) -> type[SchemaArguments]:
+    """The tool's arguments class: made once per pinned definition (a class costs pydantic a
+    millisecond to make, and a run's tools are read at each start and resume)."""
+    return _arguments_model(name, digest, json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4096)
+def _arguments_model(name: str, digest: str, schema: str) -> type[SchemaArguments]:
+    pinned = json.loads(schema)
+    return type(f"Arguments_{name}", (SchemaArguments,), {"__pinned_schema__": pinned})
 
 
 def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> ToolOutput:
@@ -177,6 +187,8 @@ def _answer(target: Target, values: dict[str, Any]) -> client.Answer:
     except client.Unauthorized as refused:
         return _after_refusal(server, user, target, values, refused)
     except client.ServerFailed as failed:
+        # Listed again within the minute: the server may speak another revision now.
+        McpServer.objects.filter(pk=server.pk).update(stale=True)
         raise _as_tool_error(failed) from None
     except ToolError:
         raise
