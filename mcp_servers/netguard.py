@@ -8,7 +8,9 @@ early, friendly refusal of what can never work.
 """
 
 import contextlib
+import functools
 import ipaddress
+import os
 import socket
 import ssl
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -304,7 +306,14 @@ def _client_options(headers: dict[str, str] | None, timeout: float) -> dict[str,
 
 
 def _ssl_context() -> ssl.SSLContext:
-    """The system's trust roots, or those named by SSL_CERT_FILE / SSL_CERT_DIR (a private CA)."""
+    """The system's trust roots, or those named by SSL_CERT_FILE / SSL_CERT_DIR (a private CA):
+    one context per process while those stay the same (loading the roots costs 10 to 100 ms, and
+    every MCP call is a client of its own; a context is safe to share between connections)."""
+    return _ssl_context_for(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.lru_cache(maxsize=4)
+def _ssl_context_for(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
     return httpx2.create_ssl_context(verify=True, trust_env=True)
 
 
