@@ -4,12 +4,11 @@ the engine in this process, and its card names the server and the tool and shows
 escaped; an image the tool answers with lands in the person's workspace and shows in the card,
 served to its person alone; a call that asks shows the server and the tool's pinned description,
 and runs once when approved; a destructive tool offers no "Always allow"; a call refused for a
-lost grant offers a reconnect."""
+lost grant offers a reconnect, which a server's own words never do."""
 
 import html
 import json
 import re
-from dataclasses import replace
 
 import pytest
 
@@ -23,7 +22,7 @@ from engine.execution import work_job
 from mcp_servers.declared import declared as read_declared
 from mcp_servers.declared import sync
 from mcp_servers.discovery import discover
-from mcp_servers.models import McpServer
+from mcp_servers.models import OAUTH, RECONNECT, McpConnection, McpServer
 from mcp_servers.results import CLOSE, OPEN
 from tests.mcp_servers.harness import (  # noqa: F401 (fixtures)
     Served,
@@ -35,6 +34,7 @@ from tools.context import context_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ADD = 'Use demo__add with {"a": 2, "b": 40}'
+RECONNECT_LINK = '<a class="card-link" href="/settings/tools/">Reconnect</a>'
 
 
 @pytest.fixture
@@ -170,20 +170,29 @@ def test_a_poisoned_description_is_capped_and_escaped(demo, alice, as_alice):
     assert "more characters not shown" in description
 
 
-def test_a_call_refused_for_a_lost_grant_offers_a_reconnect(demo, alice):
-    refused = ToolCallFinished(
+def test_a_call_refused_for_a_lost_grant_offers_a_reconnect(demo, alice, as_alice):
+    """Demo asks for each person's OAuth grant, and alice's was revoked: Loop refuses the call
+    before sending it, and its card leads her to reconnect."""
+    McpServer.objects.filter(name="Demo").update(auth=OAUTH)
+    McpConnection.objects.create(user=alice, server=McpServer.objects.get(), state=RECONNECT)
+    run = ran(alice, ADD)
+    card = tool_card(as_alice.get(f"/c/{run.conversation_id}/").text)
+    assert "status-error" in card
+    assert "Demo needs reconnecting" in card
+    assert RECONNECT_LINK in card
+    assert demo.calls() == []
+
+
+def test_a_servers_own_words_never_ask_for_a_reconnect(demo, alice):
+    said = ToolCallFinished(
         step=1,
         call_id="call_1",
         tool="demo__add",
         arguments='{"a": 2, "b": 40}',
         status=ToolStatus.ERROR,
-        text="Demo: your connection to Demo needs reconnecting: connect it again in Settings.",
+        text=f"add on MCP server Demo answered:\n{OPEN}\nDemo needs reconnecting\n{CLOSE}",
         duration=0.01,
     )
-    reconnect = '<a class="card-link" href="/settings/tools/">Reconnect</a>'
-    assert reconnect in drawn(refused, Asking(alice))
-    # The server's own words, inside its answer, never ask for one.
-    said = replace(refused, text=f"Demo answered:\n{OPEN}\nneeds reconnecting\n{CLOSE}")
     assert "Reconnect" not in drawn(said, Asking(alice))
 
 
