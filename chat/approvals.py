@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import QueryDict
@@ -29,12 +29,10 @@ from agent.selectors import Logged
 from agent.waiting import CallDecision
 from chat import mcp
 from chat.mcp import McpShown
+from chat.texts import Texts
 from workspace.browse import BrowseError, NotFound, open_text
 from workspace.directory import workspace_of
 from workspace.markup import code_block, highlighted_file, sanitised
-
-if TYPE_CHECKING:  # the cards' module, which draws these
-    from chat.rendering import Texts
 
 # Past this, two texts are not compared (difflib slows down on large files, and a person does
 # not read a diff that long): the card shows the new content only.
@@ -98,7 +96,7 @@ def highlighted_code(code: str) -> str:
     return sanitised(code_block(code, PythonLexer(stripnl=False)))
 
 
-def request_data(event: ApprovalRequested, asking: Asking | None, texts: "Texts") -> dict[str, Any]:
+def request_data(event: ApprovalRequested, asking: Asking | None, texts: Texts) -> dict[str, Any]:
     """What a waiting call's card shows: the call as it would run, and the edit form's text
     (none for arguments too long for a card: they are approved or denied as they are). Without
     `asking` (a call decided since), nothing is read beyond the event."""
@@ -132,7 +130,7 @@ def pretty(arguments: str) -> str:
     return json.dumps(values, indent=2, ensure_ascii=False)
 
 
-def write_data(path: str, content: str, asking: Asking | None, texts: "Texts") -> dict[str, Any]:
+def write_data(path: str, content: str, asking: Asking | None, texts: Texts) -> dict[str, Any]:
     """write_file's card: the path, the new content, and what it changes in the file there now
     (a missing file is a new file; one the panel cannot open is said so, and not compared)."""
     shown: dict[str, Any] = {
@@ -179,7 +177,7 @@ DECIDED_WORDS = {
 }
 
 
-def decided_data(event: ApprovalDecided, asking: Asking | None, texts: "Texts") -> dict[str, Any]:
+def decided_data(event: ApprovalDecided, asking: Asking | None, texts: Texts) -> dict[str, Any]:
     """A decided call's card: the decision, an edit's arguments, a denial's reason, and who
     decided when it was not the person reading."""
     icon, label = DECIDED_WORDS.get(event.decision, ("?", str(event.decision).capitalize()))

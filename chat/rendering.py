@@ -44,21 +44,12 @@ from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
 from chat import approvals, mcp
 from chat.approvals import Asking
+from chat.texts import SHORT_TEXT_CHARS, Texts
 from workspace.browse import BrowseError, file_components
 from workspace.markup import markdown
 
 LONG_OUTPUT_LINES = 12
 LONG_OUTPUT_CHARS = 1200
-# The most expanding input, a fenced block of one-character tokens, renders 10 000 characters as
-# some 270 KB of highlighted HTML: a frame of its own, far under daphne's 1 MiB (chat/stream.py).
-SHORT_TEXT_CHARS = 10_000
-# The texts of an event a card may shorten: a field of the event, and what the note calls it.
-EVENT_TEXTS = {
-    "answer": "answer",
-    "text": "text",
-    "reasoning": "reasoning",
-    "arguments": "arguments",
-}
 
 HALT_REASONS = {
     HaltReason.TOOL_FAILURES: "the same tool failed too many times in a row",
@@ -183,32 +174,6 @@ class Card:
     @property
     def template(self) -> str:
         return f"chat/cards.html#{self.partial}"
-
-
-class Texts:
-    """The texts one card shows, each shortened to SHORT_TEXT_CHARS with a note of its cut."""
-
-    def __init__(self, run_id: int, seq: int) -> None:
-        self.run_id, self.seq = run_id, seq
-        self.cuts: list[dict[str, Any]] = []
-
-    def fits(self, text: str) -> bool:
-        """Whether a card shows all of `text`."""
-        return len(text) <= SHORT_TEXT_CHARS
-
-    def shown(self, key: str, text: str) -> str:
-        if self.fits(text):
-            return text
-        url = reverse("chat:event_text", args=[self.run_id, self.seq, key])
-        self.cuts.append(
-            {
-                "what": EVENT_TEXTS[key],
-                "shown": f"{SHORT_TEXT_CHARS:,}",
-                "total": f"{len(text):,}",
-                "url": url,
-            }
-        )
-        return text[:SHORT_TEXT_CHARS]
 
 
 def card_for(
