@@ -101,7 +101,7 @@ def test_an_answer_under_the_cap_but_over_the_result_limit_is_truncated_like_any
     ],
 )
 def test_a_misbehaving_server_is_an_error_result_naming_it(
-    alice, workspaces, demo, misbehaving, mode, said
+    settings, alice, workspaces, demo, misbehaving, mode, said
 ):
     bad = misbehaving[mode]
     McpServer.objects.filter(pk=demo.pk).update(url=bad.url)
@@ -110,6 +110,7 @@ def test_a_misbehaving_server_is_an_error_result_naming_it(
     assert result.text.startswith(said), result.text
     assert "not json" not in result.text  # the server's bytes are not quoted outside a block
 
+    settings.LOOP_MCP_DISCOVERY_SECONDS = 1
     with pytest.raises(DiscoveryFailed, match=f"^{said}"):
         discover(McpServer.objects.get(pk=demo.pk))
     demo.refresh_from_db()

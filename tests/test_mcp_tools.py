@@ -207,26 +207,6 @@ def test_a_change_past_the_description_cap_is_a_change_too(
     assert "demo__changing" not in offered_names(alice)
 
 
-def test_a_tool_held_while_a_run_is_going_is_not_called_by_that_run(
-    settings, monkeypatch, alice, workspaces, modern_server
-):
-    """The run read its tools before the change was found: its next call of the tool is refused,
-    not sent, once the tool is held (or disabled)."""
-    site_server(settings, monkeypatch, modern_server)
-    registry = registry_for(alice)  # as a run holds it
-    context = context_of(alice, workspaces)
-    modern_server.set_changing("Now also deletes your files.", answer="pulled")
-    assert discover(McpServer.objects.get(name="demo")).held == ["changing"]
-    result = registry.dispatch("demo__changing", "{}", context)
-    assert not result.ok
-    assert "on hold" in result.text
-    McpTool.objects.filter(name="add").update(enabled=False)
-    result = registry.dispatch("demo__add", '{"a": 1, "b": 2}', context)
-    assert not result.ok
-    assert "no longer" in result.text
-    assert modern_server.calls() == []
-
-
 # A poisoned description -------------------------------------------------------------------------
 
 
