@@ -576,3 +576,27 @@ def test_a_listing_with_an_unstorable_name_pins_the_rest(settings, monkeypatch, 
     assert set(changes.refused) == {"n" * 300, ""}
     assert changes.held == []
     assert McpTool.objects.filter(server=server).count() == len(listing.definitions)
+
+
+def test_a_persons_server_cannot_take_over_a_site_tools_name(
+    settings, monkeypatch, alice, workspaces, modern_server, legacy_server
+):
+    """Alice's own server, given the site server's prefix and a name that sorts after it, lists
+    tools of the same names: the site's stay what the model calls (and what grants name)."""
+    settings.LOOP_MCP_PRIVATE_NETWORKS = ["127.0.0.1/32"]
+    site_server(settings, monkeypatch, modern_server, auto=["add"])
+    legacy_server.reset()
+    mine = McpServer.objects.create(
+        owner=alice, source=PERSON, name="zz mine", prefix="demo", url=legacy_server.url
+    )
+    discover(mine)
+    registry = registry_for(alice)
+    add = registry.tools["demo__add"]
+    assert "(a tool of the MCP server demo;" in add.description
+    assert add.default_ask == ""  # the site's auto stands
+    names = [spec["function"]["name"] for spec in registry.specs()]
+    assert len(names) == len(set(names))
+    result = registry.dispatch("demo__add", '{"a": 2, "b": 40}', context_of(alice, workspaces))
+    assert body_of(result.text) == "42"
+    assert modern_server.calls() == [{"tool": "add", "arguments": {"a": 2, "b": 40}}]
+    assert legacy_server.calls() == []
