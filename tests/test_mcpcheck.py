@@ -3,12 +3,13 @@ own server, both protocol revisions, one needing a bearer token), as an operator
 
 import json
 from io import StringIO
+from ipaddress import ip_address
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from mcp_servers import declared
+from mcp_servers import declared, netguard
 from mcp_servers.management.commands.mcpcheck import NOT_KEPT
 from mcp_servers.models import CONNECTED, OAUTH, McpConnection, McpServer
 from tests.mcp_servers.harness import (  # noqa: F401
@@ -133,6 +134,18 @@ def test_mcpcheck_refuses_a_metadata_url_without_connecting():
     assert "Protocol revision" not in out
 
 
+def test_mcpcheck_refuses_a_name_that_resolves_to_the_metadata_address(monkeypatch):
+    """The URL's host is judged again when it is connected to, after DNS."""
+    monkeypatch.setattr(netguard, "resolve", lambda host, port: [ip_address("169.254.169.254")])
+
+    error, out = failed_check("http://metadata.internal.example/mcp")
+
+    assert error.returncode == 1
+    assert "metadata.internal.example resolves to 169.254.169.254" in str(error)
+    assert "a cloud metadata address" in str(error)
+    assert "Protocol revision" not in out
+
+
 # --- credentials ---------------------------------------------------------------------------------
 
 
@@ -181,7 +194,7 @@ def test_mcpcheck_masks_a_token_wherever_it_would_show(bearer_server):
 
     error, out = failed_check(url, "--header", f"X-Other: {TOKEN}")
 
-    assert "HTTP 401" in str(error)
+    assert str(error).endswith("(HTTP 401). Check the token or headers given.")
     assert TOKEN not in out + str(error)
 
 
@@ -262,3 +275,18 @@ def test_mcpcheck_options_that_do_not_go_together(declared_servers, modern_serve
         assert error.returncode == 2
         assert said in str(error)
         assert TOKEN not in str(error)
+
+
+def test_mcpcheck_of_a_declared_server_its_credentials_refused(declared_servers, bearer_server):
+    declared_servers(
+        {"name": "demo", "url": bearer_server.url, "headers": {"Authorization": "Bearer stale"}}
+    )
+
+    error, _ = failed_check("demo")
+
+    assert error.returncode == 1
+    assert str(error) == (
+        "demo refused Loop's credentials (HTTP 401). Its credentials need updating (the "
+        "console, or LOOP_MCP_SERVERS)."
+    )
+    assert "stale" not in str(error)

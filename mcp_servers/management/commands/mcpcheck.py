@@ -100,7 +100,7 @@ class Command(BaseCommand):
             endpoint, prefix = self.url_endpoint(target, options), URL_PREFIX
         else:
             endpoint, prefix = self.server_endpoint(target, options)
-        listing = self.listed(endpoint, bool(endpoint.headers))
+        listing = self.listed(endpoint, self.refused_hint(target, endpoint))
         self.show(listing)
         chosen = self.chosen_call(listing.definitions, options)
         if chosen is not None:
@@ -206,13 +206,20 @@ class Command(BaseCommand):
 
     # --- the listing ----------------------------------------------------------------------
 
-    def listed(self, endpoint: Endpoint, credentials: bool) -> Listing:
+    def refused_hint(self, target: str, endpoint: Endpoint) -> str:
+        """What to do when the server refuses the credentials sent (or their absence)."""
+        if "://" not in target:
+            return " Its credentials need updating (the console, or LOOP_MCP_SERVERS)."
+        if endpoint.headers:
+            return " Check the token or headers given."
+        return " Pass --bearer TOKEN or --header 'Name: value'."
+
+    def listed(self, endpoint: Endpoint, refused_hint: str) -> Listing:
         started = time.monotonic()
         try:
             listing = list_tools(endpoint)
         except Unauthorized as refused:
-            hint = "" if credentials else " Pass --bearer TOKEN or --header 'Name: value'."
-            self.fail(f"{refused}.{hint}", FAILED)
+            self.fail(f"{refused}.{refused_hint}", FAILED)
         except ServerFailed as failed:
             self.fail(f"Could not list the tools: {failed}", FAILED)
         took = time.monotonic() - started
