@@ -8,12 +8,15 @@ On a test database of its own (created and dropped), with the MCP test servers o
 session-based one before it) and a server of --tools search-like tools (bench/_many_tools.py),
 each a process of its own on 127.0.0.1.
 
-(a) A call: `add(2, 40)` --calls times (after a warm-up), p50 and p99 in ms. A built-in Loop
-    tool doing the addition, through ToolRegistry.dispatch (its backstop thread, as every
-    built-in tool runs); the MCP test server's `add` through mcp_servers.client.call_tool, a
-    fresh connection per call as Loop makes them; and the same through the Loop tool a run
-    gets (registry_for(person).dispatch: the pinned schema checked, the server's row read, the
-    endpoint made, the answer rendered as delimited untrusted text).
+(a) A call: `add(2, 40)` in --calls rounds (after a warm-up), each round taking every way of
+    calling in turn, p50 and p99 in ms. A built-in Loop tool doing the addition, through
+    ToolRegistry.dispatch (its backstop thread, as every built-in tool runs); the MCP test
+    server's `add` through mcp_servers.client.call_tool, a fresh connection per call as Loop
+    makes them; and the same through the Loop tool a run gets (registry_for(person).dispatch:
+    the pinned schema checked, the server's row read, the endpoint made, the answer rendered as
+    delimited untrusted text). Beside them, the one part of a call found to weigh most: the SSL
+    context the guard builds for every connection (the trust roots loaded, even for http), and
+    the Loop tool's call with that context built once per process instead (a what-if).
 (b) A discovery: mcp_servers.client.list_tools of each server, --calls times, p50 and p99; and
     discover() of the --tools server (the listing and its pinning checked against the database).
 (c) A run offered --tools MCP tools (their site server open to everyone) beside one offered none:
@@ -24,6 +27,7 @@ No floor: the figures are for docs/mcp.md.
 """
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -122,37 +126,68 @@ def checked(result: ToolResult, expected: str) -> None:
 def calls(
     revisions: dict[str, str], person: AbstractBaseUser, context: ToolContext, n: int
 ) -> None:
-    heading(f"(a) one call of add(2, 40), {n} times")
+    """Rounds take each way of calling in turn, so a busy neighbour weighs on all alike."""
+    heading(f"(a) one call of add(2, 40), {n} rounds")
     arguments = json.dumps(ADD_ARGUMENTS)
     builtin = ToolRegistry([ADD])
-    checked(builtin.dispatch("add", arguments, context), "42")
-    base, _ = row(
-        "built-in Loop tool (ToolRegistry.dispatch)",
-        timed(lambda: builtin.dispatch("add", arguments, context), n),
-    )
-    row(
-        "of an MCP call: the guard's SSL context, made per connection",
-        timed(netguard._ssl_context, n),
-    )
     registry = registry_for(person)
-    overheads = []
+    ways: dict[str, Callable[[], object]] = {
+        "built-in Loop tool (ToolRegistry.dispatch)": partial(
+            builtin.dispatch, "add", arguments, context
+        ),
+        "  of an MCP call: the guard's SSL context, made per call": netguard._ssl_context,
+    }
+    versions = {}
     for revision, url in revisions.items():
         reached = endpoint(url, revision)
-        listing = client.list_tools(reached)
-        row(
-            f"MCP {listing.protocol_version}: client.call_tool",
-            timed(partial(client.call_tool, reached, "add", ADD_ARGUMENTS), n),
-        )
+        version = versions[revision] = client.list_tools(reached).protocol_version
         name = f"{revision}__add"
         checked(registry.dispatch(name, arguments, context), "42")
-        loop_p50, _ = row(
-            f"MCP {listing.protocol_version}: Loop's tool (registry_for.dispatch)",
-            timed(partial(registry.dispatch, name, arguments, context), n),
+        ways[f"MCP {version}: client.call_tool"] = partial(
+            client.call_tool, reached, "add", ADD_ARGUMENTS
         )
-        overheads.append(
-            f"{listing.protocol_version} {loop_p50 - base:.1f} ms ({loop_p50 / base:.0f}x)"
+        ways[loop_way(version)] = partial(registry.dispatch, name, arguments, context)
+        ways[f"  {version}, the SSL context made once (what if)"] = partial(
+            context_made_once, registry.dispatch, name, arguments, context
         )
-    print(f"  an MCP call over a built-in one, p50: {'; '.join(overheads)}")
+    checked(builtin.dispatch("add", arguments, context), "42")
+    taken = rounds(ways, n)
+    base = statistics.median(taken["built-in Loop tool (ToolRegistry.dispatch)"]) * 1000
+    loop = {}
+    for way, seconds in taken.items():
+        loop[way] = row(way, seconds)[0]
+    over = "; ".join(
+        f"{version} +{loop[loop_way(version)] - base:.1f} ms" for version in versions.values()
+    )
+    print(f"  an MCP call (Loop's tool) over a built-in one, p50: {over}")
+
+
+def loop_way(version: str) -> str:
+    return f"MCP {version}: Loop's tool (registry_for.dispatch)"
+
+
+def rounds(ways: dict[str, Callable[[], object]], n: int) -> dict[str, list[float]]:
+    taken: dict[str, list[float]] = {way: [] for way in ways}
+    for number in range(WARM_UP + n):
+        for way, work in ways.items():
+            started = time.perf_counter()
+            work()
+            if number >= WARM_UP:
+                taken[way].append(time.perf_counter() - started)
+    return taken
+
+
+_made_once = functools.cache(netguard._ssl_context)
+
+
+def context_made_once(work: Callable[..., object], *args: object) -> object:
+    """`work` with the guard's SSL context built once per process instead of per connection."""
+    made_per_call = netguard._ssl_context
+    netguard._ssl_context = _made_once
+    try:
+        return work(*args)
+    finally:
+        netguard._ssl_context = made_per_call
 
 
 def discoveries(servers: dict[str, str], many: McpServer, n: int) -> None:
