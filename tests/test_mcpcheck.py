@@ -10,7 +10,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from mcp_servers import declared, netguard
-from mcp_servers.management.commands.mcpcheck import NOT_KEPT
+from mcp_servers.client import Definition
+from mcp_servers.management.commands.mcpcheck import NOT_KEPT, callable_unasked
 from mcp_servers.models import CONNECTED, OAUTH, McpConnection, McpServer
 from tests.mcp_servers.harness import (  # noqa: F401
     TOKEN,
@@ -290,3 +291,14 @@ def test_mcpcheck_of_a_declared_server_its_credentials_refused(declared_servers,
         "console, or LOOP_MCP_SERVERS)."
     )
     assert "stale" not in str(error)
+
+
+def test_mcpcheck_calls_unasked_only_a_read_only_tool_that_needs_no_arguments():
+    def tool(name: str, required: list[str], **annotations: bool) -> Definition:
+        schema = {"type": "object", "properties": {}, "required": required}
+        return Definition(name, "", "", schema, annotations)
+
+    assert callable_unasked(tool("status", [], read_only_hint=True))
+    assert not callable_unasked(tool("lookup", ["term"], read_only_hint=True))
+    assert not callable_unasked(tool("status", []))
+    assert not callable_unasked(tool("wipe", [], read_only_hint=True, destructive_hint=True))
