@@ -14,9 +14,7 @@ each a process of its own on 127.0.0.1.
     server's `add` through mcp_servers.client.call_tool, a fresh connection per call as Loop
     makes them; and the same through the Loop tool a run gets (registry_for(person).dispatch:
     the pinned schema checked, the server's row read, the endpoint made, the answer rendered as
-    delimited untrusted text). Beside them, the one part of a call found to weigh most: the SSL
-    context the guard builds for every connection (the trust roots loaded, even for http), and
-    the Loop tool's call with that context built once per process instead (a what-if).
+    delimited untrusted text).
 (b) A discovery: mcp_servers.client.list_tools of each server, --calls times, p50 and p99; and
     discover() of the --tools server (the listing and its pinning checked against the database).
 (c) A run offered --tools MCP tools (their site server open to everyone) beside one offered none:
@@ -27,7 +25,6 @@ No floor: the figures are for docs/mcp.md.
 """
 
 import argparse
-import functools
 import json
 import os
 import statistics
@@ -59,7 +56,7 @@ from agent.core.results import ToolResult, ToolStatus  # noqa: E402
 from agent.llm.mock import MockLLM  # noqa: E402
 from agent.toolset import registry_for  # noqa: E402
 from bench._many_tools import MCP_PATH as MANY_PATH  # noqa: E402
-from mcp_servers import client, netguard  # noqa: E402
+from mcp_servers import client  # noqa: E402
 from mcp_servers.discovery import discover  # noqa: E402
 from mcp_servers.endpoints import ANYWHERE  # noqa: E402
 from mcp_servers.models import McpServer  # noqa: E402
@@ -107,8 +104,10 @@ def heading(title: str) -> None:
     print(f"\n{title}\n  {'':<58}{'p50 ms':>9}{'p99 ms':>9}")
 
 
-def endpoint(url: str, name: str) -> client.Endpoint:
-    return client.Endpoint(label=name, url=url, allowed=ANYWHERE, seconds=30.0)
+def endpoint(url: str, name: str, revision: str = "") -> client.Endpoint:
+    """As Loop reaches a site server: a listing probes for the revision, a call speaks the one
+    the last listing found."""
+    return client.Endpoint(label=name, url=url, allowed=ANYWHERE, seconds=30.0, revision=revision)
 
 
 def site_server(name: str, url: str) -> McpServer:
@@ -135,21 +134,17 @@ def calls(
         "built-in Loop tool (ToolRegistry.dispatch)": partial(
             builtin.dispatch, "add", arguments, context
         ),
-        "  of an MCP call: the guard's SSL context, made per call": netguard._ssl_context,
     }
     versions = {}
     for revision, url in revisions.items():
-        reached = endpoint(url, revision)
-        version = versions[revision] = client.list_tools(reached).protocol_version
+        version = versions[revision] = client.list_tools(endpoint(url, revision)).protocol_version
+        reached = endpoint(url, revision, version)
         name = f"{revision}__add"
         checked(registry.dispatch(name, arguments, context), "42")
         ways[f"MCP {version}: client.call_tool"] = partial(
             client.call_tool, reached, "add", ADD_ARGUMENTS
         )
         ways[loop_way(version)] = partial(registry.dispatch, name, arguments, context)
-        ways[f"  {version}, the SSL context made once (what if)"] = partial(
-            context_made_once, registry.dispatch, name, arguments, context
-        )
     checked(builtin.dispatch("add", arguments, context), "42")
     taken = rounds(ways, n)
     base = statistics.median(taken["built-in Loop tool (ToolRegistry.dispatch)"]) * 1000
@@ -175,19 +170,6 @@ def rounds(ways: dict[str, Callable[[], object]], n: int) -> dict[str, list[floa
             if number >= WARM_UP:
                 taken[way].append(time.perf_counter() - started)
     return taken
-
-
-_made_once = functools.cache(netguard._ssl_context)
-
-
-def context_made_once(work: Callable[..., object], *args: object) -> object:
-    """`work` with the guard's SSL context built once per process instead of per connection."""
-    made_per_call = netguard._ssl_context
-    netguard._ssl_context = _made_once
-    try:
-        return work(*args)
-    finally:
-        netguard._ssl_context = made_per_call
 
 
 def discoveries(servers: dict[str, str], many: McpServer, n: int) -> None:

@@ -7,6 +7,7 @@ a URL's query and password are masked wherever they would show."""
 
 import json
 import time
+from dataclasses import replace
 from collections.abc import Sequence
 from typing import Any, ClassVar, NoReturn
 
@@ -104,7 +105,9 @@ class Command(BaseCommand):
         self.show(listing)
         chosen = self.chosen_call(listing.definitions, options)
         if chosen is not None:
-            self.make_call(endpoint, prefix, *chosen)
+            # As a run calls after a listing: in the revision the server spoke at it, no probe.
+            spoken = replace(endpoint, revision=listing.protocol_version)
+            self.make_call(spoken, prefix, *chosen)
 
     # --- the endpoint ---------------------------------------------------------------------
 
