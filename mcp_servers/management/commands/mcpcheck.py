@@ -7,8 +7,8 @@ a URL's query and password are masked wherever they would show."""
 
 import json
 import time
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, NoReturn
 
 import httpx2
@@ -29,9 +29,10 @@ from mcp_servers.client import (
     list_tools,
 )
 from mcp_servers.declared import ensure_declared
-from mcp_servers.endpoints import ANYWHERE, endpoint_for
+from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, McpConnection, McpServer
 from mcp_servers.netguard import UnsafeUrl, check_url
+from mcp_servers.networks import ANYWHERE
 from mcp_servers.results import rendered
 
 NOTHING_TO_CHECK = 2
