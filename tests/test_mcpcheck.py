@@ -4,8 +4,11 @@ own server, both protocol revisions, one needing a bearer token), as an operator
 import json
 from io import StringIO
 from ipaddress import ip_address
+from urllib.parse import parse_qsl, urlsplit
 
+import httpx2
 import pytest
+from django.contrib.auth.models import AbstractBaseUser
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -13,13 +16,19 @@ from mcp_servers import declared, netguard
 from mcp_servers.client import Definition
 from mcp_servers.management.commands.mcpcheck import NOT_KEPT, callable_unasked
 from mcp_servers.models import CONNECTED, OAUTH, McpConnection, McpServer
+from mcp_servers.oauth import finish, start
+from mcp_servers.secrets import decrypt
 from tests.mcp_servers.harness import (  # noqa: F401
     TOKEN,
+    Served,
     bearer_server_fixture,
     legacy_server_fixture,
     modern_server_fixture,
+    oauth_mcp_server_fixture,
+    oauth_server_fixture,
 )
 
+REDIRECT = "https://loop.example/settings/tools/oauth/callback"
 ADD = ("--call", "add", "--arguments", json.dumps({"a": 2, "b": 40}))
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 
@@ -47,6 +56,18 @@ def declared_servers(db, settings, monkeypatch):
         settings.LOOP_MCP_SERVERS = json.dumps(list(servers))
 
     return declare
+
+
+def connect(server: McpServer, user: AbstractBaseUser) -> dict[str, str]:
+    """The person's OAuth connection, made as their browser makes it (the test authorization
+    server approves at once); its tokens, as stored."""
+    with httpx2.Client(trust_env=False, timeout=10) as browser:
+        response = browser.get(start(server, user, REDIRECT))
+    back = dict(parse_qsl(urlsplit(response.headers["location"]).query))
+    finish(user, back["state"], back["code"], REDIRECT, iss=back["iss"])
+    found = McpConnection.objects.get(server=server, user=user)
+    tokens: dict[str, str] = json.loads(decrypt(found.sealed_tokens))
+    return tokens
 
 
 # --- a URL --------------------------------------------------------------------------------------
@@ -259,6 +280,23 @@ def test_mcpcheck_of_an_oauth_server_needs_a_person_and_names_who_connected(
         "Pass --user USERNAME to use theirs (connected: alice)."
     )
     assert "MCP server Calendar (a site server, https://calendar.example/mcp)" in out
+
+
+def test_mcpcheck_of_an_oauth_server_uses_the_persons_connection(
+    declared_servers, alice, oauth_server: Served, oauth_mcp_server: Served
+):
+    server = McpServer.objects.create(
+        name="Calendar", prefix="calendar", url=oauth_mcp_server.url, auth=OAUTH, everyone=True
+    )
+    tokens = connect(server, alice)
+
+    out = mcpcheck("calendar", "--user", "alice", *ADD)
+
+    assert f"Protocol revision: {MODERN}\n" in out
+    assert "<<<mcp result>>>\n42\n<<<end mcp result>>>\n" in out
+    assert out.endswith("Calendar works.\n")
+    assert tokens["access_token"] not in out
+    assert tokens["refresh_token"] not in out
 
 
 def test_mcpcheck_options_that_do_not_go_together(declared_servers, modern_server):

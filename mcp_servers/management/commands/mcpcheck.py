@@ -137,7 +137,10 @@ class Command(BaseCommand):
         for text in given:
             name, colon, value = text.partition(":")
             if not colon or not name.strip():
-                self.fail(f'--header takes "Name: value", not {text!r}.', NOTHING_TO_CHECK)
+                # Not echoed: a header without its colon is still a credential.
+                self.fail(
+                    '--header takes "Name: value" (one had no name or colon).', NOTHING_TO_CHECK
+                )
             headers[name.strip()] = value.strip()
         if bearer:
             headers["Authorization"] = f"Bearer {bearer}"
