@@ -14,7 +14,9 @@ each a process of its own on 127.0.0.1.
     server's `add` through mcp_servers.client.call_tool, a fresh connection per call as Loop
     makes them; and the same through the Loop tool a run gets (registry_for(person).dispatch:
     the pinned schema checked, the server's row read, the endpoint made, the answer rendered as
-    delimited untrusted text).
+    delimited untrusted text). And a call to the --tools server: the SDK lists a server's tools
+    after each call on a fresh connection (to check the answer against the tool's output
+    schema), so a call to a server of many tools costs its listing too.
 (b) A discovery: mcp_servers.client.list_tools of each server, --calls times, p50 and p99; and
     discover() of the --tools server (the listing and its pinning checked against the database).
 (c) A run offered --tools MCP tools (their site server open to everyone) beside one offered none:
@@ -123,7 +125,11 @@ def checked(result: ToolResult, expected: str) -> None:
 
 
 def calls(
-    revisions: dict[str, str], person: AbstractBaseUser, context: ToolContext, n: int
+    revisions: dict[str, str],
+    many_url: str,
+    person: AbstractBaseUser,
+    context: ToolContext,
+    n: int,
 ) -> None:
     """Rounds take each way of calling in turn, so a busy neighbour weighs on all alike."""
     heading(f"(a) one call of add(2, 40), {n} rounds")
@@ -145,6 +151,12 @@ def calls(
             client.call_tool, reached, "add", ADD_ARGUMENTS
         )
         ways[loop_way(version)] = partial(registry.dispatch, name, arguments, context)
+    # The SDK lists a server's tools after each call on a fresh connection (to check the answer
+    # against the tool's output schema): on a server of many tools, a call costs a listing.
+    many = endpoint(many_url, "many", versions["modern"])
+    ways[f"MCP {versions['modern']}: client.call_tool, a server of many tools"] = partial(
+        client.call_tool, many, "search_000", {"query": "x"}
+    )
     checked(builtin.dispatch("add", arguments, context), "42")
     taken = rounds(ways, n)
     base = statistics.median(taken["built-in Loop tool (ToolRegistry.dispatch)"]) * 1000
@@ -287,7 +299,7 @@ def main() -> None:
                 site_server(name, url)
             many_url = many_served.base_url + MANY_PATH  # the harness adds the path to its app's
             many = site_server("many", many_url)
-            calls(revisions, person, context, options.calls)
+            calls(revisions, many_url, person, context, options.calls)
             discoveries({**revisions, "many": many_url}, many, options.calls)
             many_offered(person, context, many, options.runs)
     finally:
