@@ -12,6 +12,7 @@ import difflib
 import json
 from collections.abc import Iterable
 from typing import Any, ClassVar
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -126,7 +127,7 @@ def status_table(rows: Iterable[dict[str, Any]], first: str) -> SafeString:
         "<tr><td>{}</td><td>{}</td>{}</tr>",
         (
             (
-                link(list_url(ToolExecution, tool=tool), tool),
+                link(f"{list_url(ToolExecution)}?{urlencode({'tool': tool})}", tool),
                 sum(counts.values()),
                 format_html_join("", "<td>{}</td>", ((counts.get(s, 0),) for s in STATUSES)),
             )
@@ -284,7 +285,9 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         "failure_count",
     )
     list_filter = (KindFilter, "source", "enabled", "auth")
-    search_fields = ("name", "prefix", "url")
+    # Not the URL: a person's may carry a token in its query, which a search would find out.
+    search_fields = ("name", "prefix")
+    autocomplete_fields = ("users", "groups")
     ordering = ("owner_id", "name")
     list_per_page = 50
     actions = ("check_now", "disable_servers")
