@@ -393,9 +393,9 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         super().save_related(request, form, formsets, change)
         server = form.instance
         if server.enabled:
-            self.check(request, server)
+            self.check_server(request, server)
 
-    def check(self, request: HttpRequest, server: McpServer) -> None:
+    def check_server(self, request: HttpRequest, server: McpServer) -> None:
         """List the server's tools now, and say what came of it."""
         if server.auth == OAUTH and server.is_site:
             self.message_user(
@@ -416,7 +416,7 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
     @admin.action(description="Check now: list the servers' tools", permissions=["check"])
     def check_now(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
         for server in queryset.order_by("pk"):
-            self.check(request, server)
+            self.check_server(request, server)
 
     @admin.action(description="Disable the selected servers", permissions=["disable"])
     def disable_servers(self, request: HttpRequest, queryset: QuerySet[McpServer]) -> None:
@@ -456,7 +456,7 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         if not self.has_check_permission(request):
             raise PermissionDenied
         server = get_object_or_404(McpServer, pk=server_id)
-        self.check(request, server)
+        self.check_server(request, server)
         return HttpResponseRedirect(change_url(server))
 
     def disable_view(self, request: HttpRequest, server_id: int) -> HttpResponse:

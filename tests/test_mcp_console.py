@@ -9,8 +9,10 @@ from html.parser import HTMLParser
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import Group, Permission, User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from agent.core.events import RunStatus
@@ -330,6 +332,23 @@ def test_who_may_see_and_who_may_change(viewer, bearer_server):
     assert viewer.get(ADD_SERVER).status_code == 403
     assert viewer.post(server_url(server), {"name": "Changed"}).status_code == 403
     assert viewer.post(server_url(server, "check")).status_code == 403
+    tool = McpTool.objects.create(
+        server=server,
+        name="add",
+        exposed_name="demo__add",
+        input_schema={"type": "object"},
+        digest="a" * 64,
+        pinned_at="2026-12-01T00:00Z",
+        held_definition={"description": "new", "input_schema": {"type": "object"}},
+        held_digest="b" * 64,
+    )
+    page = viewer.get(tool_url(tool)).content.decode()
+    assert "What changed" in page
+    assert 'id="accept-definition"' not in page
+    assert viewer.get(TOOLS).status_code == 200
+    accept = reverse("admin:mcp_servers_mcptool_accept", args=[tool.pk])
+    assert viewer.post(accept, {"digest": "b" * 64}).status_code == 403
+    assert viewer.post(tool_url(tool), {"enabled": "", "auto": "on"}).status_code == 403
     server.refresh_from_db()
     assert server.name == "Demo"
     assert server.discovered_at is None
@@ -480,3 +499,48 @@ def test_calls_are_counted_per_server_and_tool_and_a_persons_only_their_own(
     assert len(executions.context["cl"].result_list) == 4
     page = editor.get(server_url(bobs)).content.decode()
     assert ">demo__add</a></td><td>2</td><td>1</td><td>1</td><td>0</td>" in page
+
+
+def some_servers(count: int) -> None:
+    """Site and personal servers with users, groups, tools and calls: every column has work."""
+    group, _ = Group.objects.get_or_create(name="team")
+    for _ in range(count):
+        person = User.objects.create_user(f"person{McpServer.objects.count()}")
+        for owner in (None, person):
+            number = McpServer.objects.count()
+            server = McpServer.objects.create(
+                name=f"Server {number}",
+                prefix=f"s{number}",
+                owner=owner,
+                source=CONSOLE if owner is None else PERSON,
+                url="https://mcp.example.com/mcp",
+            )
+            server.users.add(person)
+            server.groups.add(group)
+            McpTool.objects.create(
+                server=server,
+                name="add",
+                exposed_name=f"s{number}__add",
+                input_schema={"type": "object"},
+                digest="a" * 64,
+                pinned_at="2026-12-01T00:00Z",
+            )
+            run = AgentRun.objects.create(user=person, task="t", provider="mock", model="mock")
+            ToolExecution.objects.create(
+                run=run, step=1, call_id="c", tool=f"s{number}__add", arguments="{}", duration=0
+            )
+
+
+def queries(client: Client, url: str) -> int:
+    client.get(url)  # warm: content types and the like are cached after the first request
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get(url)
+    assert response.status_code == 200, url
+    return len(captured)
+
+
+def test_the_lists_cost_the_same_queries_for_more_rows(editor):
+    some_servers(1)
+    few = {url: queries(editor, url) for url in (SERVERS, TOOLS, CONNECTIONS)}
+    some_servers(4)
+    assert {url: queries(editor, url) for url in (SERVERS, TOOLS, CONNECTIONS)} == few
