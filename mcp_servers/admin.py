@@ -237,7 +237,6 @@ class McpToolInline(admin.TabularInline):
     model = McpTool
     extra = 0
     can_delete = False
-    show_change_link = True
     fields = ("tool_page", "state", "hint_marks", "enabled", "auto", "pinned_at")
     readonly_fields = ("tool_page", "state", "hint_marks", "pinned_at")
 
@@ -343,7 +342,7 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         calls = ("Calls", {"fields": ("calls_by_tool",)})
         if not self.has_change_permission(request, obj):
             return (
-                (None, {"fields": ("name", "prefix", "kind", "address", "enabled")}),
+                (None, {"fields": ("name", "prefix_names", "kind", "address", "enabled")}),
                 ("Access", {"fields": ("auth", "credentials", "who_may_use", "trust_hints")}),
                 ("Calls", {"fields": ("call_seconds", "calls_by_tool")}),
                 health,
@@ -351,8 +350,9 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         credentials: tuple[str, ...] = ("auth", "headers", "token", "clear_credentials")
         if obj is not None:
             credentials = ("auth", "credentials", "headers", "token", "clear_credentials")
+        prefix = "prefix" if obj is None else "prefix_names"
         fieldsets: list[Any] = [
-            (None, {"fields": ("name", "url", "prefix", "enabled")}),
+            (None, {"fields": ("name", "url", prefix, "enabled")}),
             ("Credentials", {"fields": credentials}),
             ("Who may use it", {"fields": ("everyone", "users", "groups")}),
             ("Its tools", {"fields": ("trust_hints", "call_seconds")}),
@@ -362,11 +362,17 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: McpServer | None = None) -> Any:
-        shown = ("kind", "address", "credentials", "who_may_use", "calls_by_tool", *self.HEALTH)
-        if obj is not None and self.has_change_permission(request, obj):
-            # A new prefix would rename every tool, and part its calls from their history.
-            return ("prefix", *shown)
-        return shown
+        # Once added, the prefix stays: a new one would rename every tool, and part its calls
+        # from their history.
+        return (
+            "prefix_names",
+            "kind",
+            "address",
+            "credentials",
+            "who_may_use",
+            "calls_by_tool",
+            *self.HEALTH,
+        )
 
     def get_form(
         self,
@@ -486,6 +492,10 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     # Columns and read-only fields.
+
+    @admin.display(description="prefix")
+    def prefix_names(self, server: McpServer) -> str:
+        return f"{server.prefix} (the model sees its tools as {server.prefix}{SEPARATOR}<tool>)"
 
     @admin.display(description="where")
     def address(self, server: McpServer) -> str:

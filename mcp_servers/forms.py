@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx2
 from django import forms
+from django.utils.html import escape
 
 from mcp_servers.endpoints import ANYWHERE
 from mcp_servers.models import HEADERS, NO_AUTH, McpServer
@@ -102,6 +103,9 @@ class SiteServerForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["url"].required = True
+        if "prefix" in self.fields:  # set once, when the server is added
+            # The admin draws a help text as HTML: the model's <prefix>__<tool> would vanish.
+            self.fields["prefix"].help_text = escape(self.fields["prefix"].help_text)
         if self.instance.sealed_headers:
             for name in ("headers", "token"):
                 self.fields[name].help_text += " Set: leave empty to keep."

@@ -141,6 +141,7 @@ def form_of(page: str, **changes: Any) -> dict[str, Any]:
 
 def add_server(client: Client, **fields: Any) -> Any:
     page = client.get(ADD_SERVER).content.decode()
+    assert "tools as &lt;prefix&gt;__&lt;tool&gt;." in page
     chosen = {"name": "Demo", "prefix": "demo", "everyone": "on", "enabled": "on"} | fields
     return client.post(ADD_SERVER, form_of(page, **chosen), follow=True)
 
@@ -209,9 +210,11 @@ def test_saving_without_new_credentials_keeps_them_and_clearing_drops_them(edito
     sealed = server.sealed_headers
 
     page = editor.get(server_url(server)).content.decode()
-    response = editor.post(server_url(server), form_of(page, name="Demo two"), follow=True)
+    assert "demo (the model sees its tools as demo__&lt;tool&gt;)" in page
+    changes = form_of(page, name="Demo two", prefix="renamed")
+    response = editor.post(server_url(server), changes, follow=True)
     server.refresh_from_db()
-    assert (server.name, server.sealed_headers) == ("Demo two", sealed)
+    assert (server.name, server.prefix, server.sealed_headers) == ("Demo two", "demo", sealed)
     assert "Demo two listed its tools" in said(response)
 
     page = editor.get(server_url(server)).content.decode()
