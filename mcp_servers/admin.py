@@ -402,8 +402,17 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
             self.check_server(request, server)
 
     def check_server(self, request: HttpRequest, server: McpServer) -> None:
-        """List the server's tools now, and say what came of it."""
-        if server.auth == OAUTH and server.is_site:
+        """List the server's tools now, and say what came of it. A person's server is theirs
+        to check: Loop would connect with their credentials, on an operator's word."""
+        if not server.is_site:
+            self.message_user(
+                request,
+                f"{server.name} is a person's own server: its person checks it, from their "
+                "settings page.",
+                messages.WARNING,
+            )
+            return
+        if server.auth == OAUTH:
             self.message_user(
                 request,
                 f"{server.name} uses OAuth: its tools are listed with a person's connection, "
@@ -484,7 +493,7 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         if obj is not None:
             context |= {
                 "server": obj,
-                "can_check": self.has_check_permission(request),
+                "can_check": obj.is_site and self.has_check_permission(request),
                 "can_disable": obj.enabled
                 and obj.source != ENVIRONMENT
                 and self.has_disable_permission(request),
@@ -835,7 +844,14 @@ class McpConnectionAdmin(AuditAdmin):
     """People's OAuth connections, read-only: who is connected to what and in which state. No
     token, client secret or flow state is on any page (nor in the search)."""
 
-    list_display = ("user_name", "server_page", "state_badge", "expires_at", "refreshed_at")
+    list_display = (
+        "user_name",
+        "server_page",
+        "state_badge",
+        "expires_at",
+        "refreshed_at",
+        "last_error",
+    )
     list_select_related = ("user", "server")
     list_filter = ("state",)
     search_fields = ("user__username", "server__name")

@@ -308,6 +308,10 @@ def test_a_persons_server_and_connection_show_no_credential_and_may_only_be_disa
         assert not [secret for secret in secrets if secret in page], url
     assert "https://mail.example.com/mcp?…" in editor.get(SERVERS).content.decode()
 
+    assert 'id="check-server"' not in editor.get(server_url(server)).content.decode()
+    response = editor.post(server_url(server, "check"), follow=True)
+    assert "its person checks it" in said(response)
+    assert McpServer.objects.get(pk=server.pk).discovered_at is None
     assert editor.post(server_url(server), {"name": "Taken"}).status_code == 403
     assert editor.post(connection_page, {"state": "reconnect"}).status_code == 403
     response = editor.post(
