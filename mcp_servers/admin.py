@@ -69,7 +69,7 @@ from mcp_servers.pinning import SEPARATOR, Changes, accept_held
 # A call that went wrong on the server's side (a denial or a skip is the run's, not the server's).
 FAILED = (ToolStatus.ERROR, ToolStatus.TIMEOUT)
 STATUSES = tuple(ToolStatus)
-NOBODY = format_html('<span class="loop-none">{}</span>', "—")
+EMPTY = format_html('<span class="loop-none">{}</span>', "—")
 
 
 # Calls: ToolExecution rows named <prefix>__<tool>, a personal server's only its person's --------
@@ -92,7 +92,7 @@ def counted(calls: QuerySet[ToolExecution]) -> Subquery:
     )
 
 
-def calls_counted(tool: F | OuterRef | None, prefix: str, owner: str, failed: bool) -> Case:
+def calls_counted(tool: OuterRef | None, prefix: str, owner: str, failed: bool) -> Case:
     """For each listed row, the count of its calls (`tool` names one tool, else the server's
     prefix names them all); `prefix` and `owner` are the paths to the server's fields."""
     named = ToolExecution.objects.all()
@@ -114,7 +114,7 @@ def calls_counted(tool: F | OuterRef | None, prefix: str, owner: str, failed: bo
     )
 
 
-def status_table(rows: Iterable[dict[str, Any]], first: str) -> SafeString:
+def status_table(rows: Iterable[dict[str, Any]]) -> SafeString:
     """Counts by status, a row per tool: `rows` are {"tool", "status", "n"}."""
     by_tool: dict[str, dict[str, int]] = {}
     for row in rows:
@@ -135,9 +135,8 @@ def status_table(rows: Iterable[dict[str, Any]], first: str) -> SafeString:
         ),
     )
     return format_html(
-        '<table class="loop-table loop-numbers"><thead><tr><th>{}</th><th>calls</th>{}</tr>'
+        '<table class="loop-table loop-numbers"><thead><tr><th>tool</th><th>calls</th>{}</tr>'
         "</thead><tbody>{}</tbody></table>",
-        first,
         head,
         body,
     )
@@ -188,14 +187,14 @@ def hints(annotations: dict[str, Any]) -> SafeString:
     if annotations.get("destructive_hint") is True:
         marks.append(badge("destructive", tone="bad", symbol="⚠"))
     if not marks:
-        return NOBODY
+        return EMPTY
     return format_html_join(" ", "{}", ((mark,) for mark in marks))
 
 
 def as_text(text: str) -> SafeString:
     """A server's words, escaped: shown as text, never as the page's HTML."""
     if not text:
-        return NOBODY
+        return EMPTY
     return format_html('<pre class="loop-text">{}</pre>', text)
 
 
@@ -559,7 +558,7 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
 
     @admin.display(description="calls by tool and status")
     def calls_by_tool(self, server: McpServer) -> SafeString:
-        return status_table(by_status(calls_of(server)), "tool")
+        return status_table(by_status(calls_of(server)))
 
 
 # Tools --------------------------------------------------------------------------------------------
@@ -793,7 +792,7 @@ class McpToolAdmin(MalformedFiltersSaid, admin.ModelAdmin):
     @admin.display(description="calls by status")
     def calls_by_status(self, tool: McpTool) -> SafeString:
         calls = calls_of(tool.server).filter(tool=tool.exposed_name)
-        return status_table(by_status(calls), "tool")
+        return status_table(by_status(calls))
 
 
 def pinned_definition(tool: McpTool) -> dict[str, Any]:
