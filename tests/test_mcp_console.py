@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, Permission, User
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -21,6 +22,7 @@ from agent.runs import start_run
 from engine.execution import execute_run
 from mcp_servers import declared
 from mcp_servers.discovery import discover
+from mcp_servers.forms import check_site_url, parsed_headers
 from mcp_servers.models import CONSOLE, ENVIRONMENT, PERSON, McpConnection, McpServer, McpTool
 from mcp_servers.secrets import decrypt, encrypt
 from tests.mcp_servers.app import POISON
@@ -236,6 +238,21 @@ def test_a_form_with_an_error_shows_no_credential_back(editor):
     assert not McpServer.objects.exists()
     assert "a cloud metadata address" in response.content.decode()
     assert "typed-secret-1" not in response.content.decode()
+
+    response = add_server(
+        editor,
+        url="https://mcp.example.com/mcp",
+        auth="headers",
+        headers="Authorization: Bearer typed-secret-2",
+        token="typed-secret-3",
+    )
+    page = response.content.decode()
+    assert "An Authorization header and a token: give one." in page
+    assert "typed-secret-2" not in page
+    assert "typed-secret-3" not in page
+    response = add_server(editor, url="https://mcp.example.com/mcp", auth="headers")
+    assert "Give the headers or the bearer token to send." in response.content.decode()
+    assert not McpServer.objects.exists()
 
 
 def test_a_site_server_may_be_on_a_private_network_but_not_at_a_metadata_address(editor):
@@ -551,3 +568,38 @@ def test_the_lists_cost_the_same_queries_for_more_rows(editor):
     few = {url: queries(editor, url) for url in (SERVERS, TOOLS, CONNECTIONS)}
     some_servers(4)
     assert {url: queries(editor, url) for url in (SERVERS, TOOLS, CONNECTIONS)} == few
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://mcp.example.com/mcp", True),
+        ("http://127.0.0.1:8000/mcp", True),
+        ("http://10.0.0.7/mcp", True),
+        ("http://[::1]:9000/mcp", True),
+        ("http://169.254.169.254/latest", False),
+        ("http://[::ffff:169.254.169.254]/", False),
+        ("http://0xa9fea9fe/", False),  # 169.254.169.254 spelled otherwise
+        ("http://100.100.100.200/", False),
+        ("http://user:password@10.0.0.7/mcp", False),
+        ("ftp://10.0.0.7/mcp", False),
+    ],
+)
+def test_a_site_servers_address(url, allowed):
+    try:
+        check_site_url(url)
+    except ValidationError:
+        assert not allowed
+    else:
+        assert allowed
+
+
+def test_header_lines_are_read_and_a_bad_one_is_not_repeated():
+    assert parsed_headers("X-Key: a:b \n\n Accept : text/plain") == {
+        "X-Key": "a:b",
+        "Accept": "text/plain",
+    }
+    for text in ("no colon secret-1", "Bad Name: secret-1", "X-Empty:"):
+        with pytest.raises(ValidationError) as refused:
+            parsed_headers(text)
+        assert "secret-1" not in str(refused.value)
