@@ -56,6 +56,7 @@ from mcp_servers.declared import ensure_declared
 from mcp_servers.discovery import DiscoveryFailed, discover
 from mcp_servers.forms import SiteServerForm
 from mcp_servers.models import (
+    CONNECTED,
     CONSOLE,
     ENVIRONMENT,
     OAUTH,
@@ -411,16 +412,19 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
                 messages.WARNING,
             )
             return
+        as_user = None
         if server.auth == OAUTH:
-            self.message_user(
-                request,
-                f"{server.name} uses OAuth: its tools are listed with a person's connection, "
-                "when someone connects from their settings page.",
-                messages.INFO,
-            )
-            return
+            as_user = request.user
+            if not server.connections.filter(user=as_user, state=CONNECTED).exists():
+                self.message_user(
+                    request,
+                    f"{server.name} uses OAuth: its tools are listed with a person's connection. "
+                    "Connect from your settings page, then check it again.",
+                    messages.INFO,
+                )
+                return
         try:
-            changes = discover(server)
+            changes = discover(server, as_user)
         except DiscoveryFailed as failed:
             self.message_user(request, f"{server.name} was not listed: {failed}", messages.ERROR)
             return
@@ -520,9 +524,13 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         return user_link(server.owner)
 
     @admin.display(description="credentials")
-    def credentials(self, server: McpServer) -> str:
+    def credentials(self, server: McpServer) -> SafeString | str:
         if server.auth == OAUTH:
-            return "OAuth: each person's own connection (see MCP connections)."
+            connected = server.connections.filter(state=CONNECTED).count()
+            listed = link(list_url(McpConnection, server__id__exact=server.pk), "connections")
+            return format_html(
+                "OAuth: each person's own grant; {} connected (see {}).", connected, listed
+            )
         return "Set (sealed; never shown)." if server.sealed_headers else "None."
 
     @admin.display(description="who may use it")

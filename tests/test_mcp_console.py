@@ -7,7 +7,9 @@ poisoned description is shown as escaped, capped text; calls are counted per ser
 import json
 from html.parser import HTMLParser
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
+import httpx2
 import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.core.exceptions import ValidationError
@@ -23,7 +25,16 @@ from engine.execution import execute_run
 from mcp_servers import declared
 from mcp_servers.discovery import discover
 from mcp_servers.forms import check_site_url, parsed_headers
-from mcp_servers.models import CONSOLE, ENVIRONMENT, PERSON, McpConnection, McpServer, McpTool
+from mcp_servers.models import (
+    CONSOLE,
+    ENVIRONMENT,
+    OAUTH,
+    PERSON,
+    McpConnection,
+    McpServer,
+    McpTool,
+)
+from mcp_servers.oauth import finish, start
 from mcp_servers.secrets import decrypt, encrypt
 from tests.mcp_servers.app import POISON
 from tests.mcp_servers.harness import (  # noqa: F401 (fixtures)
@@ -31,6 +42,8 @@ from tests.mcp_servers.harness import (  # noqa: F401 (fixtures)
     Served,
     bearer_server_fixture,
     modern_server_fixture,
+    oauth_mcp_server_fixture,
+    oauth_server_fixture,
 )
 
 pytestmark = pytest.mark.django_db
@@ -154,6 +167,16 @@ def site_server(served: Served, name: str = "Demo", prefix: str = "demo", **more
     )
     discover(server)
     return server
+
+
+REDIRECT = "https://loop.example/settings/tools/oauth/callback"
+
+
+def authorize(authorization_url: str) -> dict[str, str]:
+    """What the browser brings back: the test authorization server approves at once."""
+    with httpx2.Client(trust_env=False, timeout=10) as browser:
+        location = browser.get(authorization_url).headers["location"]
+    return {key: values[0] for key, values in parse_qs(urlsplit(location).query).items()}
 
 
 def said(response: Any) -> str:
@@ -603,3 +626,31 @@ def test_header_lines_are_read_and_a_bad_one_is_not_repeated():
         with pytest.raises(ValidationError) as refused:
             parsed_headers(text)
         assert "secret-1" not in str(refused.value)
+
+
+@pytest.mark.django_db(transaction=True)  # the OAuth flow commits its grant on its own connection
+def test_an_oauth_site_server_is_checked_with_the_operators_own_connection(oauth_mcp_server):
+    operator = staff("operator", *EDITOR_PERMISSIONS)
+    client = logged_in(operator)
+    server = McpServer.objects.create(
+        name="Notes", prefix="notes", url=oauth_mcp_server.url, auth=OAUTH, everyone=True
+    )
+    response = client.post(server_url(server, "check"), follow=True)
+    assert "Connect from your settings page" in said(response)
+    assert not server.tools.exists()
+
+    back = authorize(start(server, operator, REDIRECT))
+    finish(operator, back["state"], back["code"], REDIRECT, iss=back["iss"])
+    response = client.post(server_url(server, "check"), follow=True)
+    assert "Notes listed its tools: 13 added" in said(response)
+    granted = McpConnection.objects.get(server=server, user=operator)
+    tokens = json.loads(decrypt(granted.sealed_tokens))
+    secrets = (granted.sealed_tokens, tokens["access_token"], tokens["refresh_token"])
+    page_of_it = reverse("admin:mcp_servers_mcpconnection_change", args=[granted.pk])
+    assert "1 connected" in client.get(server_url(server)).content.decode()
+    its_connections = client.get(CONNECTIONS, {"server__id__exact": server.pk})
+    assert list(its_connections.context["cl"].result_list) == [granted]
+    for url in (server_url(server), CONNECTIONS, page_of_it):
+        page = client.get(url).content.decode()
+        assert "operator" in page
+        assert not [secret for secret in secrets if secret in page], url
