@@ -52,6 +52,7 @@ SERVERS = reverse("admin:mcp_servers_mcpserver_changelist")
 ADD_SERVER = reverse("admin:mcp_servers_mcpserver_add")
 TOOLS = reverse("admin:mcp_servers_mcptool_changelist")
 CONNECTIONS = reverse("admin:mcp_servers_mcpconnection_changelist")
+REDIRECT = "https://loop.example/settings/tools/oauth/callback"
 EDITOR_PERMISSIONS = (
     "mcp_servers.view_mcpserver",
     "mcp_servers.add_mcpserver",
@@ -167,9 +168,6 @@ def site_server(served: Served, name: str = "Demo", prefix: str = "demo", **more
     )
     discover(server)
     return server
-
-
-REDIRECT = "https://loop.example/settings/tools/oauth/callback"
 
 
 def authorize(authorization_url: str) -> dict[str, str]:
@@ -654,3 +652,12 @@ def test_an_oauth_site_server_is_checked_with_the_operators_own_connection(oauth
         page = client.get(url).content.decode()
         assert "operator" in page
         assert not [secret for secret in secrets if secret in page], url
+
+
+def test_the_console_index_links_the_servers_and_the_tools_held_for_review():
+    operator = staff("operator", "agent.view_agentrun", *EDITOR_PERMISSIONS)
+    page = logged_in(operator).get(reverse("admin:index")).content.decode()
+    assert f'href="{SERVERS}" id="mcp-servers"' in page
+    assert f'href="{TOOLS}?state=held" id="mcp-held"' in page
+    held = logged_in(operator).get(TOOLS, {"state": "held"})
+    assert held.status_code == 200
