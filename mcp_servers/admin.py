@@ -52,9 +52,9 @@ from console.widgets import (
     tool_badge,
     user_link,
 )
+from mcp_servers.console_forms import SiteServerForm
 from mcp_servers.declared import ensure_declared
 from mcp_servers.discovery import DiscoveryFailed, discover
-from mcp_servers.forms import SiteServerForm
 from mcp_servers.models import (
     CONNECTED,
     CONSOLE,

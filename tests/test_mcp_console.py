@@ -23,8 +23,8 @@ from agent.models import AgentRun, ToolExecution
 from agent.runs import start_run
 from engine.execution import execute_run
 from mcp_servers import declared
+from mcp_servers.console_forms import check_site_url, parsed_headers
 from mcp_servers.discovery import discover
-from mcp_servers.forms import check_site_url, parsed_headers
 from mcp_servers.models import (
     CONSOLE,
     ENVIRONMENT,

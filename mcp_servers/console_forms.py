@@ -1,6 +1,6 @@
 """The console's form for a site server: its address checked before anything connects, and its
 credentials taken in and sealed, never shown back (not even the ones just typed, when the form
-comes back with an error)."""
+comes back with an error). A person's own servers have theirs in mcp_servers/forms.py."""
 
 import ipaddress
 import json
