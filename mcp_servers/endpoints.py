@@ -8,7 +8,8 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from mcp_servers.client import Endpoint
 from mcp_servers.models import OAUTH, McpServer
-from mcp_servers.networks import ANYWHERE, allowed_for, private_networks  # noqa: F401 (were here)
+from mcp_servers.networks import allowed_for
+from mcp_servers.oauth import bearer_for
 from mcp_servers.secrets import decrypt
 
 
@@ -25,8 +26,6 @@ def endpoint_for(
     """The endpoint for `user` (whose OAuth token it carries, refreshed if due)."""
     headers = headers_of(server)
     if server.auth == OAUTH:
-        from mcp_servers.oauth import bearer_for  # the OAuth flow imports this module
-
         headers["Authorization"] = f"Bearer {bearer_for(server, user)}"
     return Endpoint(
         label=server.name,

@@ -26,6 +26,7 @@ from mcp_servers import client, results
 from mcp_servers.declared import ensure_declared
 from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, RECONNECT, McpServer, McpTool
+from mcp_servers.oauth import refresh_after_refusal
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
 from tools.files import store_bytes
 
@@ -201,8 +202,6 @@ def _after_refusal(
     server, user = target.server, target.user
     if server.auth != OAUTH:
         raise ToolError(f"{refused}. Its credentials need updating.") from None
-    from mcp_servers.oauth import refresh_after_refusal
-
     refresh_after_refusal(server, user)
     try:
         return client.call_tool(endpoint_for(server, user), target.remote, values)

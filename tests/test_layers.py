@@ -1,7 +1,7 @@
 """The layers read agent.core -> workspace -> tools -> memory -> mcp_servers -> agent -> engine ->
-{console, chat, accounts}, one way: a lower layer never imports a higher one, nor names a higher app's model in its
-schema or its migrations. agent.core, the loop and its vocabulary, is the bottom: no Django,
-nothing else of Loop."""
+{console, chat, accounts}, one way: a lower layer never imports a higher one, nor names a higher
+app's model in its schema or its migrations. agent.core, the loop and its vocabulary, is the
+bottom: no Django, nothing else of Loop."""
 
 import ast
 import sys
