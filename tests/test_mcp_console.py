@@ -1,4 +1,4 @@
-"""The console's MCP pages (mcp_servers/admin.py), against the real MCP test servers: a site
+"""The console's MCP pages (console/mcp_servers.py), against the real MCP test servers: a site
 server added through the form has its credentials sealed and its tools listed at once; the
 environment's servers and people's own are read-only, and a person's credentials never reach a
 page; a held definition is shown beside the pinned one and accepting it pins the new digest; a
@@ -21,9 +21,9 @@ from django.urls import reverse
 from agent.core.events import RunStatus
 from agent.models import AgentRun, ToolExecution
 from agent.runs import start_run
+from console.mcp_forms import check_site_url, parsed_headers
 from engine.execution import execute_run
 from mcp_servers import declared
-from mcp_servers.console_forms import check_site_url, parsed_headers
 from mcp_servers.discovery import discover
 from mcp_servers.models import (
     CONSOLE,

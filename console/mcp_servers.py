@@ -41,6 +41,7 @@ from django.views.decorators.http import require_POST
 
 from agent.core.results import ToolStatus
 from agent.models import ToolExecution
+from console.mcp_forms import SiteServerForm
 from console.widgets import (
     AuditAdmin,
     MalformedFiltersSaid,
@@ -52,7 +53,6 @@ from console.widgets import (
     tool_badge,
     user_link,
 )
-from mcp_servers.console_forms import SiteServerForm
 from mcp_servers.declared import ensure_declared
 from mcp_servers.discovery import DiscoveryFailed, discover
 from mcp_servers.models import (
@@ -883,8 +883,3 @@ class McpConnectionAdmin(AuditAdmin):
         tones = {"connected": ("good", "✓"), "reconnect": ("bad", "↻"), "pending": ("quiet", "…")}
         tone, symbol = tones.get(connection.state, ("quiet", "•"))
         return badge(connection.get_state_display(), tone=tone, symbol=symbol)
-
-
-admin.site.register(McpServer, McpServerAdmin)
-admin.site.register(McpTool, McpToolAdmin)
-admin.site.register(McpConnection, McpConnectionAdmin)
