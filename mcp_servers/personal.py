@@ -19,7 +19,7 @@ import httpx2
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from mcp_servers import netguard
 from mcp_servers.discovery import DiscoveryFailed, discover
@@ -277,8 +277,8 @@ def site_servers(user: AbstractBaseUser) -> QuerySet[McpServer]:
 
 def connectable(user: AbstractBaseUser) -> QuerySet[McpServer]:
     """The OAuth servers `user` may connect: their own, and the site's open to them."""
-    own = McpServer.objects.filter(owner=user, auth=OAUTH)
-    return (own | site_servers(user).filter(auth=OAUTH)).distinct()
+    mine_or_open = Q(owner=user) | (open_to(user) & Q(enabled=True))
+    return McpServer.objects.filter(mine_or_open, auth=OAUTH).distinct()
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,8 @@ def _list_tools(request: HttpRequest, server: McpServer) -> None:
 
 
 def _connected(user: AbstractBaseUser, server: McpServer) -> bool:
-    return McpConnection.objects.filter(user=user, server=server).exclude(state=PENDING).exists()
+    connections = McpConnection.objects.filter(user=user, server=server)
+    return bool(connections.exclude(state=PENDING).exists())
 
 
 def server_from(
@@ -212,7 +213,7 @@ connectable = server_from(personal.connectable)
 
 
 def _callback_uri(request: HttpRequest) -> str:
-    return request.build_absolute_uri(reverse("mcp_oauth_callback"))
+    return str(request.build_absolute_uri(reverse("mcp_oauth_callback")))
 
 
 @connectable
