@@ -31,7 +31,7 @@ class ServerForm(forms.Form):
     token = forms.CharField(
         required=False,
         max_length=4096,
-        label="Bearer token",
+        label="Token",
         strip=True,
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
     )
