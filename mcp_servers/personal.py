@@ -287,12 +287,13 @@ class Checked:
 
     changes: Changes | None
     error: str = ""
+    site: bool = False  # a site server's held changes are its operator's to review
 
     @property
     def message(self) -> str:
         if self.changes is None:
             return f"Could not list its tools: {self.error}"
-        return found_message(self.changes)
+        return found_message(self.changes, self.site)
 
 
 def check(server: McpServer, user: AbstractBaseUser) -> Checked:
@@ -300,17 +301,18 @@ def check(server: McpServer, user: AbstractBaseUser) -> Checked:
     if server.owner_id is not None and not personal_allowed():
         raise Refused("This site no longer allows servers of your own.")
     try:
-        return Checked(discover(server, user))
+        return Checked(discover(server, user), site=server.is_site)
     except DiscoveryFailed as failed:
-        return Checked(None, str(failed))
+        return Checked(None, str(failed), site=server.is_site)
 
 
-def found_message(changes: Changes) -> str:
+def found_message(changes: Changes, site: bool = False) -> str:
+    reviewer = "the operator's" if site else "your"
     parts = []
     if changes.added:
         parts.append(f"new tools: {', '.join(changes.added)}")
     if changes.held:
-        parts.append(f"changed, held for your review: {', '.join(changes.held)}")
+        parts.append(f"changed, held for {reviewer} review: {', '.join(changes.held)}")
     if changes.missing:
         parts.append(f"no longer listed: {', '.join(changes.missing)}")
     if changes.refused:

@@ -257,12 +257,13 @@ def oauth_callback(request: HttpRequest) -> HttpResponse:
         messages.error(request, f"The server did not grant access: {refused[:100]} {said}".strip())
         return redirect(PAGE)
     state, code = request.GET.get("state", ""), request.GET.get("code", "")
+    # RFC 9207: the issuer the browser came back from, checked against the flow's.
+    issuer = request.GET.get("iss")
     try:
-        server = oauth.finish(request.user, state, code, _callback_uri(request))
+        server = oauth.finish(request.user, state, code, _callback_uri(request), iss=issuer)
     except oauth.OAuthFailed as failed:
         messages.error(request, f"Could not connect: {failed}")
         return redirect(PAGE)
     messages.success(request, f"Connected {server.name}.")
-    if server.owner_id == request.user.pk:
-        _list_tools(request, server)
+    _list_tools(request, server)
     return redirect(PAGE)
