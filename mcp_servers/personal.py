@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
 from mcp_servers import netguard
+from mcp_servers.declared import ensure_declared
 from mcp_servers.discovery import DiscoveryFailed, discover
 from mcp_servers.endpoints import headers_of, private_networks
 from mcp_servers.models import (
@@ -271,7 +272,8 @@ def own_servers(user: AbstractBaseUser) -> QuerySet[McpServer]:
 
 def site_servers(user: AbstractBaseUser) -> QuerySet[McpServer]:
     """The site's servers `user` may use, OAuth ones they have not connected included (they
-    connect them here)."""
+    connect them here). Those declared in LOOP_MCP_SERVERS are brought in first."""
+    ensure_declared()
     return McpServer.objects.filter(open_to(user), enabled=True).distinct().order_by("name")
 
 

@@ -6,12 +6,14 @@ person's server a 404 everywhere and absent from the page; nothing of it while t
 allows no servers of people's own."""
 
 import html
+import json
 import re
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from agent.toolset import registry_for
 from mcp_servers.discovery import discover
@@ -403,3 +405,31 @@ def test_every_form_needs_its_csrf_token(alice, modern_server, personal_on):
 def test_the_settings_pages_link_to_tools(as_alice):
     for url in ("/settings/approvals/", "/waiting/", "/"):
         assert f'href="{PAGE}"' in as_alice.get(url).text, url
+
+
+def test_a_server_declared_in_the_environment_is_listed(as_alice, settings):
+    settings.LOOP_MCP_SERVERS = json.dumps(
+        [{"name": "Declared docs", "url": "https://docs.example.com/mcp"}]
+    )
+
+    assert "Declared docs" in as_alice.get(PAGE).text
+
+
+def test_the_page_reads_the_same_number_of_queries_whatever_it_lists(
+    as_alice, alice, modern_server, personal_on
+):
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert as_alice.get(PAGE).status_code == 200
+        return len(captured)
+
+    for name in ("One", "Weather"):
+        site = McpServer.objects.create(
+            name=name, prefix=name.lower(), url=modern_server.url, everyone=True
+        )
+        discover(site)
+        add(as_alice, modern_server.url, name=f"My {name}")
+        if name == "One":
+            once = queries()
+
+    assert queries() == once
