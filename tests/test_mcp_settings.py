@@ -433,3 +433,16 @@ def test_the_page_reads_the_same_number_of_queries_whatever_it_lists(
             once = queries()
 
     assert queries() == once
+
+
+def test_every_connection_is_checked_again_not_only_the_form(
+    as_alice, alice, modern_server, personal_on
+):
+    add(as_alice, modern_server.url)
+    server = McpServer.objects.get(owner=alice)
+    personal_on.LOOP_MCP_PRIVATE_NETWORKS = []
+
+    page = html.unescape(as_alice.post(f"{PAGE}{server.pk}/check/", follow=True).text)
+
+    assert "Could not list its tools" in page
+    assert "127.0.0.1 is a loopback address" in page
