@@ -446,3 +446,16 @@ def test_every_connection_is_checked_again_not_only_the_form(
 
     assert "Could not list its tools" in page
     assert "127.0.0.1 is a loopback address" in page
+
+
+def test_an_oauth_grant_ends_when_its_server_moves(as_alice, alice, modern_server, personal_on):
+    add(as_alice, modern_server.url, name="Notes", auth="oauth")
+    server = McpServer.objects.get(owner=alice)
+    McpConnection.objects.create(user=alice, server=server, state=CONNECTED, sealed_tokens="x")
+    moved = modern_server.url.replace("/mcp", "/other")
+
+    as_alice.post(f"{PAGE}{server.pk}/", {"name": "Notes", "url": moved, "auth": "oauth"})
+
+    server.refresh_from_db()
+    assert server.url == moved
+    assert not McpConnection.objects.filter(server=server).exists()
