@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from mcp_servers.models import McpServer, McpTool
 from tests.mcp_servers.harness import TOKEN, Served, serve
-from tests.test_browser import ARTIFACTS, PASSWORD, browser, db, site
+from tests.test_browser import ARTIFACTS, LAPTOP, PASSWORD, PHONE, browser, db, site
 from tests.test_browser_access import axe_violations
 from tests.test_web_browser_csp import watched_page
 
@@ -104,12 +104,18 @@ def test_a_person_adds_a_server_chooses_its_tools_and_accepts_a_change(
     assert TOKEN not in page.content()
     assert violations == []
 
-    checked = browser.new_context(viewport={"width": 1280, "height": 800}, bypass_csp=True)
+    checked = browser.new_context(viewport=LAPTOP, bypass_csp=True)
     axe_page = checked.new_page()
     log_in(axe_page, personal_site)
-    for path in ("/settings/tools/", f"/settings/tools/{server_id()}/"):
-        axe_page.goto(f"{personal_site}{path}")
-        assert axe_violations(axe_page) == [], path
+    for viewport in (LAPTOP, PHONE):
+        axe_page.set_viewport_size(viewport)
+        for path in ("/settings/tools/", f"/settings/tools/{server_id()}/"):
+            axe_page.goto(f"{personal_site}{path}")
+            assert axe_violations(axe_page) == [], path
+            # Nothing wider than the screen: no sideways scrolling on a phone.
+            assert axe_page.evaluate("document.documentElement.scrollWidth <= innerWidth"), path
+    axe_page.goto(f"{personal_site}/settings/tools/")
+    axe_page.screenshot(path=ARTIFACTS / "mcp-settings-phone.png", full_page=True)
 
 
 def server_id() -> int:
