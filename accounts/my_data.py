@@ -47,6 +47,7 @@ from agent.models import (
 )
 from agent.runs import request_cancel
 from agent.transcripts import transcripts
+from mcp_servers.models import McpServer
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
 from tools.fence import fence_directory
@@ -75,7 +76,8 @@ Your data from Loop, exported {exported} for {username}.
 
 account.json        Your account: name, e-mail, when you joined and last logged in, and your
                     approval settings: which tool calls wait for your decision, and the tools
-                    you always allowed in a conversation (revoked ones with when).
+                    you always allowed in a conversation (revoked ones with when), and
+                    your own MCP servers with their tools (never their credentials).
 conversations/      One file per conversation, <id>-<title>.json: its title, when it was
                     started, updated and (if you deleted it) deleted, and every run's
                     transcript, oldest first. Conversations you deleted are included: Loop
@@ -196,7 +198,28 @@ def account_of(user: AbstractBaseUser) -> dict[str, Any]:
         "date_joined": when(getattr(user, "date_joined", None)),
         "last_login": when(user.last_login),
         "approvals": approvals_of(user),
+        "mcp_servers": mcp_servers_of(user),
     }
+
+
+def mcp_servers_of(user: AbstractBaseUser) -> list[dict[str, Any]]:
+    """The person's own MCP servers and their tools; never a credential (those are sealed, and
+    stay on the site): two queries."""
+    servers = McpServer.objects.filter(owner=user).order_by("pk").prefetch_related("tools")
+    return [
+        {
+            "name": server.name,
+            "url": server.url,
+            "prefix": server.prefix,
+            "auth": server.auth,
+            "created_at": when(server.created_at),
+            "tools": [
+                {"name": tool.name, "enabled": tool.enabled, "auto": tool.auto}
+                for tool in server.tools.all()
+            ],
+        }
+        for server in servers
+    ]
 
 
 def approvals_of(user: AbstractBaseUser) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from agent.queued import conversations_waiting
 from agent.retention import prune
 from agent.runs import start_waiting
 from engine.execution import JobOutcome, work_job
+from mcp_servers.discovery import discover_site_servers
 from memory.forgetting import purge_forgotten_texts
 
 logger = logging.getLogger(__name__)
@@ -163,6 +164,23 @@ async def expire_waiting_calls(timestamp: int) -> int:
     LOOP_APPROVAL_SECONDS ends halted, the call never run (agent/approvals.py). Returns how many
     runs ended."""
     return await sync_to_async(expire_waiting)()
+
+
+@app.periodic(cron="* * * * *", periodic_id="discover_mcp_servers")
+@app.task(name="mcp.discover_servers", queue=RECOVERY_QUEUE, queueing_lock="discover_mcp")
+async def discover_mcp_servers(timestamp: int) -> int:
+    """Every minute, the MCP servers due: the site's every LOOP_MCP_LIST_EVERY_SECONDS, and any
+    that said its tools changed during a call, are listed again, so a changed tool is held for
+    review and a server's health is current (mcp_servers/discovery.py). Returns how many
+    answered. In a thread of its own: a slow server holds no other task's thread."""
+    return await sync_to_async(discover_in_a_thread, thread_sensitive=False)()
+
+
+def discover_in_a_thread() -> int:
+    try:
+        return discover_site_servers()
+    finally:
+        connection.close()
 
 
 def reclaim_runs_of_dead_workers_here() -> int:

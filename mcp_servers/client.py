@@ -25,9 +25,10 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from mcp_servers.netguard import ResponseTooLarge, UnsafeAddress, guarded_http_client
+from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_http_client
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,9 @@ class Endpoint:
     allowed: tuple[Network, ...] = ()
     seconds: float = 60.0
     max_bytes: int = 4 * 1024 * 1024
+    # The revision the server spoke at its last listing: a call speaks it at once, without
+    # probing ("": probe, and fall back to the handshake, as a listing always does).
+    revision: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ def call_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -> Answe
 
 async def alist_tools(endpoint: Endpoint) -> Listing:
     watch = _Watch()
-    async with _failures(endpoint, watch), _connected(endpoint, watch) as client:
+    async with _failures(endpoint, watch), _connected(endpoint, watch, "auto") as client:
         definitions = await _all_tools(client)
         info = client.server_info
         named = f"{info.name} {info.version}".strip() if info else ""
@@ -137,7 +141,8 @@ async def alist_tools(endpoint: Endpoint) -> Listing:
 
 async def acall_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -> Answer:
     watch = _Watch()
-    async with _failures(endpoint, watch), _connected(endpoint, watch) as client:
+    mode = _mode(endpoint.revision)
+    async with _failures(endpoint, watch), _connected(endpoint, watch, mode) as client:
         result = await client.call_tool(name, arguments)
         return Answer(result, watch.tools_changed)
 
@@ -165,12 +170,18 @@ def _definition(tool: types.Tool) -> Definition:
     )
 
 
+def _mode(revision: str) -> str:
+    if revision in MODERN_PROTOCOL_VERSIONS:
+        return revision
+    return "legacy" if revision in HANDSHAKE_PROTOCOL_VERSIONS else "auto"
+
+
 @asynccontextmanager
-async def _connected(endpoint: Endpoint, watch: _Watch) -> AsyncIterator[Client]:
+async def _connected(endpoint: Endpoint, watch: _Watch, mode: str) -> AsyncIterator[Client]:
     with anyio.fail_after(endpoint.seconds):
         async with Client(
             _transport(endpoint, watch),
-            mode="auto",
+            mode=mode,
             client_info=CLIENT_INFO,
             message_handler=watch.message,
             read_timeout_seconds=endpoint.seconds,
@@ -222,7 +233,7 @@ def _described(endpoint: Endpoint, error: BaseException, statuses: Sequence[int]
     name = endpoint.label
     if isinstance(error, TimeoutError):
         return f"{name} did not answer within {endpoint.seconds:g} seconds"
-    if isinstance(error, UnsafeAddress | ResponseTooLarge):
+    if isinstance(error, UnsafeAddress | UnsafeResponse):
         return f"{name}: {error}"
     if isinstance(error, httpx2.TimeoutException):
         return f"{name} did not answer in time ({type(error).__name__})"

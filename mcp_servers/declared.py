@@ -112,12 +112,23 @@ _synced: str | None = None
 
 
 def ensure_declared() -> None:
-    """Bring the environment's servers into the database, once per process per setting."""
+    """Bring the environment's servers into the database: at a process's first look, when the
+    setting changed, or when its rows are not all there (a database restored, or emptied by a
+    test); one count query while they are."""
     global _synced
-    if _synced == settings.LOOP_MCP_SERVERS:
+    raw = settings.LOOP_MCP_SERVERS
+    if _synced == raw and (not raw.strip() or _all_there(raw)):
         return
     sync(declared())
-    _synced = settings.LOOP_MCP_SERVERS
+    _synced = raw
+
+
+def _all_there(raw: str) -> bool:
+    names = [server.name for server in declared(raw)]
+    present = McpServer.objects.filter(
+        source=ENVIRONMENT, owner__isnull=True, enabled=True, name__in=names
+    )
+    return present.count() == len(names)
 
 
 @transaction.atomic

@@ -6,8 +6,12 @@ recorded as the server's health and changes no pinned tool.
 """
 
 import logging
+from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q
+from django.utils import timezone
 
 from mcp_servers import client
 from mcp_servers.declared import apply_choices, declared_tools, ensure_declared
@@ -25,7 +29,10 @@ class DiscoveryFailed(Exception):
 def discover(server: McpServer, user: AbstractBaseUser | None = None) -> Changes:
     """List the server's tools as `user` (an OAuth server's, or the owner of a personal one)."""
     try:
-        listing = client.list_tools(endpoint_for(server, user or server.owner))
+        endpoint = endpoint_for(
+            server, user or server.owner, seconds=settings.LOOP_MCP_DISCOVERY_SECONDS
+        )
+        listing = client.list_tools(endpoint)
     except Exception as error:  # the client's failures, credentials, a lost grant
         said = str(error) if isinstance(error, client.ServerFailed) else f"{server.name}: {error}"
         McpServer.objects.filter(pk=server.pk).update(last_error=said[:2000], stale=False)
@@ -39,12 +46,15 @@ def discover(server: McpServer, user: AbstractBaseUser | None = None) -> Changes
 
 
 def discover_site_servers() -> int:
-    """The periodic task's work: every enabled site server that needs no person's grant, and
-    every server a call marked stale. Says how many were listed."""
+    """The periodic task's work: each enabled server that needs no person's grant and was not
+    listed for LOOP_MCP_LIST_EVERY_SECONDS, or that a call marked stale (it said its tools
+    changed). Says how many answered."""
     ensure_declared()
+    due = timezone.now() - timedelta(seconds=settings.LOOP_MCP_LIST_EVERY_SECONDS)
+    servers = McpServer.objects.filter(enabled=True).exclude(auth=OAUTH)
+    site = Q(owner__isnull=True) & (Q(discovered_at__isnull=True) | Q(discovered_at__lt=due))
     listed = 0
-    due = McpServer.objects.filter(enabled=True, owner__isnull=True).exclude(auth=OAUTH)
-    for server in due | McpServer.objects.filter(enabled=True, stale=True).exclude(auth=OAUTH):
+    for server in servers.filter(site | Q(stale=True)):
         try:
             discover(server)
             listed += 1

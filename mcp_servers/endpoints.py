@@ -1,33 +1,16 @@
 """How Loop reaches a server for a person: its URL or command, its credentials unsealed for
 this one connection, the networks it may reach, its deadline and size bound."""
 
-import ipaddress
 import json
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
-from mcp_servers.client import Endpoint, Network
+from mcp_servers.client import Endpoint
 from mcp_servers.models import OAUTH, McpServer
+from mcp_servers.networks import allowed_for
+from mcp_servers.oauth import bearer_for
 from mcp_servers.secrets import decrypt
-
-# An operator's own server may be on the operator's network; the guard still refuses the cloud
-# metadata addresses (mcp_servers/netguard.py).
-ANYWHERE: tuple[Network, ...] = (
-    ipaddress.ip_network("0.0.0.0/0"),
-    ipaddress.ip_network("::/0"),
-)
-
-
-def private_networks() -> tuple[Network, ...]:
-    """The private networks an operator admits for people's own servers."""
-    return tuple(
-        ipaddress.ip_network(item, strict=False) for item in settings.LOOP_MCP_PRIVATE_NETWORKS
-    )
-
-
-def allowed_for(server: McpServer) -> tuple[Network, ...]:
-    return ANYWHERE if server.is_site else private_networks()
 
 
 def headers_of(server: McpServer) -> dict[str, str]:
@@ -43,8 +26,6 @@ def endpoint_for(
     """The endpoint for `user` (whose OAuth token it carries, refreshed if due)."""
     headers = headers_of(server)
     if server.auth == OAUTH:
-        from mcp_servers.oauth import bearer_for  # the OAuth flow imports this module
-
         headers["Authorization"] = f"Bearer {bearer_for(server, user)}"
     return Endpoint(
         label=server.name,
@@ -54,4 +35,5 @@ def endpoint_for(
         allowed=allowed_for(server),
         seconds=float(seconds or server.call_seconds or settings.LOOP_MCP_CALL_SECONDS),
         max_bytes=settings.LOOP_MCP_RESPONSE_BYTES,
+        revision=server.protocol_version,
     )

@@ -8,7 +8,9 @@ early, friendly refusal of what can never work.
 """
 
 import contextlib
+import functools
 import ipaddress
+import os
 import socket
 import ssl
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -118,19 +120,18 @@ def _special_use(ip: IPAddress) -> str | None:
 
 
 def allowed_networks() -> list[IPNetwork]:
-    """The networks the operator admits though not public: LOOP_MCP_ALLOWED_NETWORKS, as CIDR."""
+    """The networks the operator admits though not public: LOOP_MCP_PRIVATE_NETWORKS, as CIDR."""
     from django.conf import settings
 
-    configured: Sequence[str] = getattr(settings, "LOOP_MCP_ALLOWED_NETWORKS", None) or []
+    configured: Sequence[str] = getattr(settings, "LOOP_MCP_PRIVATE_NETWORKS", None) or []
     return [ipaddress.ip_network(network, strict=False) for network in configured]
 
 
-def check_url(url: str, allowed: Sequence[IPNetwork] | None = None) -> None:
+def check_url(url: str) -> None:
     """Refuse, with a message a person can act on, a URL no request will ever be let through to.
 
     A name is not looked up here (that is done, and must be done, at each connection); an address
     is judged in every spelling the system resolver accepts (2130706433, 0x7f.1 are 127.0.0.1).
-    `allowed` is the networks the connections will admit (default: allowed_networks()).
     """
     try:
         parsed = httpx2.URL(url)
@@ -142,9 +143,8 @@ def check_url(url: str, allowed: Sequence[IPNetwork] | None = None) -> None:
         raise UnsafeUrl(f"{url!r} carries a user name or password; give credentials as headers")
     if not parsed.host:
         raise UnsafeUrl(f"{url!r} names no host")
-    address = _numeric_address(parsed.host)
-    admitted = allowed_networks() if allowed is None else allowed
-    reason = None if address is None else refused_reason(address, admitted)
+    address = _numeric_address(parsed.raw_host.decode("ascii"))
+    reason = None if address is None else refused_reason(address, allowed_networks())
     if address is not None and reason is not None:
         raise UnsafeUrl(f"{url!r}: {UnsafeAddress(parsed.host, address, reason)}")
 
@@ -153,7 +153,7 @@ def _numeric_address(host: str) -> IPAddress | None:
     """The address `host` spells, as the system resolver reads it, or None when it is a name."""
     try:
         answers = socket.getaddrinfo(host, None, flags=socket.AI_NUMERICHOST)
-    except socket.gaierror:
+    except (OSError, UnicodeError):
         return None
     return ipaddress.ip_address(answers[0][4][0])
 
@@ -172,7 +172,7 @@ def vetted_addresses(host: str, port: int, allowed: Sequence[IPNetwork]) -> list
     """
     try:
         addresses = list(dict.fromkeys(resolve(host, port)))
-    except (socket.gaierror, UnicodeError) as error:
+    except (OSError, UnicodeError) as error:
         raise httpcore2.ConnectError(f"{host} does not resolve: {error}") from None
     if not addresses:
         raise httpcore2.ConnectError(f"{host} does not resolve")
@@ -306,7 +306,14 @@ def _client_options(headers: dict[str, str] | None, timeout: float) -> dict[str,
 
 
 def _ssl_context() -> ssl.SSLContext:
-    """The system's trust roots, or those named by SSL_CERT_FILE / SSL_CERT_DIR (a private CA)."""
+    """The system's trust roots, or those named by SSL_CERT_FILE / SSL_CERT_DIR (a private CA):
+    one context per process while those stay the same (loading the roots costs 10 to 100 ms, and
+    every MCP call is a client of its own; a context is safe to share between connections)."""
+    return _ssl_context_for(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.lru_cache(maxsize=4)
+def _ssl_context_for(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
     return httpx2.create_ssl_context(verify=True, trust_env=True)
 
 
@@ -316,6 +323,7 @@ class _GuardedAsyncTransport(httpx2.AsyncHTTPTransport):
     def __init__(self, allowed: Sequence[IPNetwork], max_response_bytes: int) -> None:
         context = _ssl_context()
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
+        # httpx2 takes no network backend, so the pool it just built (unused) is replaced.
         self._pool = httpcore2.AsyncConnectionPool(
             ssl_context=context,
             max_connections=_LIMITS.max_connections,

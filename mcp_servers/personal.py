@@ -24,7 +24,7 @@ from django.db.models import Q, QuerySet
 from mcp_servers import netguard
 from mcp_servers.declared import ensure_declared
 from mcp_servers.discovery import DiscoveryFailed, discover
-from mcp_servers.endpoints import headers_of, private_networks
+from mcp_servers.endpoints import headers_of
 from mcp_servers.models import (
     HEADERS,
     NO_AUTH,
@@ -36,6 +36,7 @@ from mcp_servers.models import (
     McpTool,
     prefix_validator,
 )
+from mcp_servers.networks import private_networks
 from mcp_servers.pinning import Changes
 from mcp_servers.secrets import encrypt
 from mcp_servers.tools import destructive, open_to
@@ -105,7 +106,7 @@ def check_url(url: str) -> None:
         raise Refused("This site does not allow servers of your own.")
     allowed = private_networks()
     try:
-        netguard.check_url(url, allowed)
+        netguard.check_url(url)
     except netguard.UnsafeUrl as error:
         raise Refused(str(error)) from None
     parsed = httpx2.URL(url)

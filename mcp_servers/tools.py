@@ -8,13 +8,14 @@ the breaker and the budgets apply as to any tool.
 """
 
 import copy
+import functools
+import json
 import logging
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Q, QuerySet
@@ -26,6 +27,7 @@ from mcp_servers import client, results
 from mcp_servers.declared import ensure_declared
 from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, RECONNECT, McpServer, McpTool
+from mcp_servers.oauth import refresh_after_refusal
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
 from tools.files import store_bytes
 
@@ -69,22 +71,21 @@ def tools_for(user: AbstractBaseUser) -> list[Tool]:
 
 @dataclass(frozen=True)
 class Target:
-    """What a call needs of its tool, read when the run's tools were: no query to start."""
+    """What a call needs of its tool, read with the run's tools: a call to a server that needs
+    no person's grant reads nothing from the database."""
 
-    server_id: int
-    server: str
-    prefix: str
+    server: McpServer
     remote: str
-    user_id: int
+    user: AbstractBaseUser
 
 
 def loop_tool(tool: McpTool, user: AbstractBaseUser) -> Tool:
     server = tool.server
-    target = Target(server.pk, server.name, server.prefix, tool.name, user.pk)
+    target = Target(server, tool.name, user)
     return Tool(
         name=tool.exposed_name,
         description=_description(tool),
-        arguments=arguments_model(tool.exposed_name, tool.input_schema),
+        arguments=arguments_model(tool.exposed_name, tool.input_schema, tool.digest),
         function=partial(call, target),
         timeout=float(server.call_seconds + BACKSTOP_SECONDS),
         default_ask=default_ask(tool),
@@ -149,21 +150,30 @@ def _problem(error: SchemaViolation) -> str:
     return f"{where}: {error.message[:200]}"
 
 
-def arguments_model(name: str, schema: dict[str, Any]) -> type[SchemaArguments]:
-    return type(f"Arguments_{name}", (SchemaArguments,), {"__pinned_schema__": schema})
+def arguments_model(name: str, schema: dict[str, Any], digest: str) -> type[SchemaArguments]:
+    """The tool's arguments class: made once per pinned definition (a class costs pydantic a
+    millisecond to make, and a run's tools are read at each start and resume)."""
+    return _arguments_model(name, digest, json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=4096)
+def _arguments_model(name: str, digest: str, schema: str) -> type[SchemaArguments]:
+    pinned = json.loads(schema)
+    return type(f"Arguments_{name}", (SchemaArguments,), {"__pinned_schema__": pinned})
 
 
 def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> ToolOutput:
     """Send one call; the answer is the tool's output, every failure the tool's error."""
+    server = target.server
     try:
         answer = _answer(target, arguments.values())
         if answer.tools_changed:
-            McpServer.objects.filter(pk=target.server_id).update(stale=True)
+            McpServer.objects.filter(pk=server.pk).update(stale=True)
         text = results.rendered(
             answer.result,
-            server=target.server,
+            server=server.name,
             tool=target.remote,
-            prefix=target.prefix,
+            prefix=server.prefix,
             store=partial(store_bytes, context),
         )
     finally:
@@ -174,36 +184,30 @@ def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> To
 
 
 def _answer(target: Target, values: dict[str, Any]) -> client.Answer:
-    server = McpServer.objects.filter(pk=target.server_id, enabled=True).first()
-    if server is None:
-        raise ToolError(f"The MCP server {target.server} is no longer available.")
-    user = server.owner if server.owner_id == target.user_id else _user(target.user_id)
+    server = target.server
     try:
-        return client.call_tool(endpoint_for(server, user), target.remote, values)
+        return client.call_tool(endpoint_for(server, target.user), target.remote, values)
     except client.Unauthorized as refused:
-        return _after_refusal(server, user, target, values, refused)
+        return _after_refusal(target, values, refused)
     except client.ServerFailed as failed:
+        # Listed again within the minute: the server may speak another revision now.
+        McpServer.objects.filter(pk=server.pk).update(stale=True)
         raise _as_tool_error(failed) from None
     except ToolError:
         raise
     except Exception as error:  # credentials that cannot be read, a lost grant
-        logger.warning("MCP call to %s failed before sending: %s", target.server, error)
-        raise ToolError(f"{target.server}: {error}") from None
+        logger.warning("MCP call to %s failed before sending: %s", server.name, error)
+        raise ToolError(f"{server.name}: {error}") from None
 
 
 def _after_refusal(
-    server: McpServer,
-    user: AbstractBaseUser,
-    target: Target,
-    values: dict[str, Any],
-    refused: client.Unauthorized,
+    target: Target, values: dict[str, Any], refused: client.Unauthorized
 ) -> client.Answer:
     """A 401: an OAuth server's token is refreshed once and the call sent again; any other
     refusal, or a second one, is the person's to fix (reconnect, or new credentials)."""
+    server, user = target.server, target.user
     if server.auth != OAUTH:
         raise ToolError(f"{refused}. Its credentials need updating.") from None
-    from mcp_servers.oauth import refresh_after_refusal
-
     refresh_after_refusal(server, user)
     try:
         return client.call_tool(endpoint_for(server, user), target.remote, values)
@@ -215,7 +219,3 @@ def _as_tool_error(failed: client.ServerFailed) -> ToolError:
     if isinstance(failed, client.TimedOut):
         return ToolTimeout(str(failed))
     return ToolError(str(failed))
-
-
-def _user(user_id: int) -> AbstractBaseUser:
-    return get_user_model().objects.get(pk=user_id)

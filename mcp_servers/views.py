@@ -17,7 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from mcp_servers import personal
+from mcp_servers import oauth, personal
 from mcp_servers.forms import ServerForm, ToolChoicesForm
 from mcp_servers.models import OAUTH, PENDING, RECONNECT, McpConnection, McpServer, McpTool
 from mcp_servers.pinning import accept_held
@@ -221,8 +221,6 @@ def _callback_uri(request: HttpRequest) -> str:
 def connect(request: HttpRequest, server: McpServer) -> HttpResponse:
     """The start of the OAuth sign-in: a page that sends the browser to the server's
     authorization page (a redirect answering a form would break the page's form-action policy)."""
-    from mcp_servers import oauth  # the OAuth flow (mcp_servers/oauth.py)
-
     if server.owner_id is not None and not personal.personal_allowed():
         messages.error(request, "This site no longer allows servers of your own.")
         return redirect(PAGE)
@@ -238,8 +236,6 @@ def connect(request: HttpRequest, server: McpServer) -> HttpResponse:
 @connectable
 @require_POST
 def disconnect(request: HttpRequest, server: McpServer) -> HttpResponse:
-    from mcp_servers import oauth  # the OAuth flow (mcp_servers/oauth.py)
-
     oauth.disconnect(server, request.user)
     messages.success(request, f"Disconnected {server.name}: Loop forgot its tokens.")
     return redirect(PAGE)
@@ -249,8 +245,6 @@ def disconnect(request: HttpRequest, server: McpServer) -> HttpResponse:
 def oauth_callback(request: HttpRequest) -> HttpResponse:
     """Where the authorization server sends the browser back: the grant finished for this
     person (the state names their flow), then their server's tools listed."""
-    from mcp_servers import oauth  # the OAuth flow (mcp_servers/oauth.py)
-
     refused = request.GET.get("error", "")
     if refused:
         said = request.GET.get("error_description", "")[:300]
