@@ -7,7 +7,7 @@ from django import forms
 from django.http import QueryDict
 
 from mcp_servers.models import HEADERS, PREFIX_CHARS, McpServer, McpTool
-from mcp_servers.personal import AUTH_MODES, BEARER, Settings, auth_mode
+from mcp_servers.personal import AUTH_MODES, BEARER, Given, auth_mode
 
 KEPT = "Set: leave empty to keep it."
 
@@ -59,11 +59,11 @@ class ServerForm(forms.Form):
         if field:
             self.fields[field].help_text = KEPT
 
-    def settings(self) -> Settings:
+    def given(self) -> Given:
         """What was given, for mcp_servers.personal (call after is_valid)."""
         data = self.cleaned_data
         secret = data["token"] if data["auth"] == BEARER else data["headers"]
-        return Settings(
+        return Given(
             name=data["name"].strip(),
             url=data["url"].strip(),
             auth=data["auth"],

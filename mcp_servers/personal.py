@@ -172,7 +172,7 @@ def bearer_headers(token: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class Settings:
+class Given:
     """What the person gave for one server. An empty `secret` keeps the credentials stored,
     when they are of the same kind."""
 
@@ -193,7 +193,7 @@ def auth_mode(server: McpServer) -> str:
     return HEADERS
 
 
-def _sealed(given: Settings, server: McpServer | None) -> str:
+def _sealed(given: Given, server: McpServer | None) -> str:
     """The credentials to store: the new ones sealed, or the stored ones kept when none are
     given, the mode is unchanged and the server's origin is too (a new host gets no old token)."""
     if given.auth in (NO_AUTH, OAUTH):
@@ -220,7 +220,7 @@ def _stored_auth(mode: str) -> str:
     return HEADERS if mode == BEARER else mode
 
 
-def add_server(user: AbstractBaseUser, given: Settings) -> McpServer:
+def add_server(user: AbstractBaseUser, given: Given) -> McpServer:
     """A new server of `user`'s, its URL and prefix checked and its credentials sealed."""
     check_url(given.url)
     prefix = given.prefix or prefix_from(given.name)
@@ -244,7 +244,7 @@ def add_server(user: AbstractBaseUser, given: Settings) -> McpServer:
         ) from None
 
 
-def update_server(server: McpServer, given: Settings) -> McpServer:
+def update_server(server: McpServer, given: Given) -> McpServer:
     """The server changed as the person asked. Its prefix stays (it names the tools their
     conversations allowed); an OAuth grant ends when the address or the mode changes, since its
     tokens were issued for that server."""

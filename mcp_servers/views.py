@@ -96,7 +96,7 @@ def tools_settings(request: HttpRequest) -> HttpResponse:
         return redirect(PAGE)
     if form.is_valid():
         try:
-            server = personal.add_server(request.user, form.settings())
+            server = personal.add_server(request.user, form.given())
         except personal.Refused as refused:
             form.add_error(None, str(refused))
         else:
@@ -156,7 +156,7 @@ def server_settings(request: HttpRequest, server: McpServer) -> HttpResponse:
     form = ServerForm(request.POST if request.method == "POST" else None, server=server)
     if request.method == "POST" and form.is_valid():
         try:
-            personal.update_server(server, form.settings())
+            personal.update_server(server, form.given())
         except personal.Refused as refused:
             form.add_error(None, str(refused))
         else:
