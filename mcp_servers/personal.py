@@ -18,6 +18,7 @@ import httpcore2
 import httpx2
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
@@ -104,17 +105,17 @@ def check_url(url: str) -> None:
     public and not in LOOP_MCP_PRIVATE_NETWORKS. Cloud metadata addresses are always refused."""
     if not personal_allowed():
         raise Refused("This site does not allow servers of your own.")
-    allowed = private_networks()
     try:
         netguard.check_url(url)
     except netguard.UnsafeUrl as error:
         raise Refused(str(error)) from None
     parsed = httpx2.URL(url)
-    if not host_admitted(parsed.host, settings.LOOP_MCP_PERSONAL_HOSTS):
+    host = parsed.raw_host.decode("ascii")  # an international name in its DNS form
+    if not host_admitted(host, settings.LOOP_MCP_PERSONAL_HOSTS):
         raise Refused(f"{parsed.host} is not among the hosts this site allows for your servers.")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
-        netguard.vetted_addresses(parsed.host, port, allowed)
+        netguard.vetted_addresses(host, port, private_networks())
     except (netguard.UnsafeAddress, httpcore2.ConnectError) as error:
         raise Refused(str(error)) from None
 
@@ -125,12 +126,12 @@ def prefix_from(name: str) -> str:
     return prefix[:PREFIX_CHARS].strip("_")
 
 
-def check_prefix(user: AbstractBaseUser, prefix: str, server: McpServer | None = None) -> None:
+def check_prefix(user: AbstractBaseUser, prefix: str) -> None:
     """Refuse a prefix the model could not tell from another tool's: a site server's, another
     of the person's servers', or the name of one of Loop's own tools."""
     try:
         prefix_validator(prefix)
-    except Exception:
+    except ValidationError:
         raise Refused(
             f"{prefix!r} cannot be a prefix: lower-case letters and digits, joined by single "
             "underscores, starting with a letter."
@@ -139,14 +140,12 @@ def check_prefix(user: AbstractBaseUser, prefix: str, server: McpServer | None =
         raise Refused(f"{prefix!r} is the name of one of Loop's own tools; choose another prefix.")
     taken = McpServer.objects.filter(prefix=prefix, owner__isnull=True)
     mine = McpServer.objects.filter(prefix=prefix, owner=user)
-    if server is not None:
-        mine = mine.exclude(pk=server.pk)
     if taken.exists() or mine.exists():
         raise Refused(f"The prefix {prefix!r} is taken by another server; choose another.")
 
 
 def parse_headers(text: str) -> dict[str, str]:
-    """ "Name: value" lines, one header each; empty lines are skipped."""
+    """The headers of a person's lines of the form `Name: value`; empty lines are skipped."""
     headers: dict[str, str] = {}
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) > MAX_HEADERS:
