@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import QueryDict
@@ -27,12 +27,12 @@ from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.models import AgentRun, ApprovalRequest
 from agent.selectors import Logged
 from agent.waiting import CallDecision
+from chat import mcp
+from chat.mcp import McpShown
+from chat.texts import Texts
 from workspace.browse import BrowseError, NotFound, open_text
 from workspace.directory import workspace_of
 from workspace.markup import code_block, highlighted_file, sanitised
-
-if TYPE_CHECKING:  # the cards' module, which draws these
-    from chat.rendering import Texts
 
 # Past this, two texts are not compared (difflib slows down on large files, and a person does
 # not read a diff that long): the card shows the new content only.
@@ -46,7 +46,8 @@ EDITED_FIELDS = {RUN_CODE: CODE, WRITE_FILE: CONTENT}
 class Asking:
     """What the cards of waiting calls need beyond their events, read once for a page or a
     frame, and only when a card needs it: the person (whose workspace holds the file a write
-    would replace) and the site's modes (a tool the site asks about cannot be always allowed)."""
+    would replace), the site's modes (a tool the site asks about cannot be always allowed) and
+    the person's MCP tools (which server a call's tool is of)."""
 
     user: AbstractBaseUser
 
@@ -58,8 +59,19 @@ class Asking:
     def workspace(self) -> Path:
         return workspace_of(self.user)
 
+    @cached_property
+    def mcp_tools(self) -> dict[str, McpShown]:
+        return mcp.tools_of(self.user)
+
+    def mcp_tool(self, tool: str) -> McpShown | None:
+        """The person's MCP tool of that name (read only for a name that could be one)."""
+        return self.mcp_tools.get(tool) if mcp.is_mcp(tool) else None
+
     def may_always_allow(self, tool: str) -> bool:
-        return not site_asks(tool, self.modes)
+        """Not for a tool the site asks about, nor for one that asks whatever the person allowed
+        (an MCP tool its server calls destructive): the choice would change nothing."""
+        shown = self.mcp_tool(tool)
+        return not site_asks(tool, self.modes) and not (shown and shown.always_ask)
 
 
 def parsed(arguments: str) -> dict[str, Any] | None:
@@ -84,7 +96,7 @@ def highlighted_code(code: str) -> str:
     return sanitised(code_block(code, PythonLexer(stripnl=False)))
 
 
-def request_data(event: ApprovalRequested, asking: Asking | None, texts: "Texts") -> dict[str, Any]:
+def request_data(event: ApprovalRequested, asking: Asking | None, texts: Texts) -> dict[str, Any]:
     """What a waiting call's card shows: the call as it would run, and the edit form's text
     (none for arguments too long for a card: they are approved or denied as they are). Without
     `asking` (a call decided since), nothing is read beyond the event."""
@@ -100,6 +112,7 @@ def request_data(event: ApprovalRequested, asking: Asking | None, texts: "Texts"
         "editor": editor,
         "edit_text": edit_text if texts.fits(edit_text) else None,
         "always": asking is not None and asking.may_always_allow(event.tool),
+        "mcp": asking.mcp_tool(event.tool) if asking is not None else None,
     }
     if editor == CODE:
         shown["code_html"] = highlighted_code(texts.shown("arguments", values[CODE]))
@@ -117,7 +130,7 @@ def pretty(arguments: str) -> str:
     return json.dumps(values, indent=2, ensure_ascii=False)
 
 
-def write_data(path: str, content: str, asking: Asking | None, texts: "Texts") -> dict[str, Any]:
+def write_data(path: str, content: str, asking: Asking | None, texts: Texts) -> dict[str, Any]:
     """write_file's card: the path, the new content, and what it changes in the file there now
     (a missing file is a new file; one the panel cannot open is said so, and not compared)."""
     shown: dict[str, Any] = {
@@ -164,7 +177,7 @@ DECIDED_WORDS = {
 }
 
 
-def decided_data(event: ApprovalDecided, asking: Asking | None, texts: "Texts") -> dict[str, Any]:
+def decided_data(event: ApprovalDecided, asking: Asking | None, texts: Texts) -> dict[str, Any]:
     """A decided call's card: the decision, an edit's arguments, a denial's reason, and who
     decided when it was not the person reading."""
     icon, label = DECIDED_WORDS.get(event.decision, ("?", str(event.decision).capitalize()))
@@ -174,6 +187,7 @@ def decided_data(event: ApprovalDecided, asking: Asking | None, texts: "Texts") 
         "icon": icon,
         "label": label,
         "reason": event.reason,
+        "mcp": asking.mcp_tool(event.tool) if asking is not None else None,
     }
     if asking is None or event.by != asking.user.get_username():
         shown["by"] = event.by

@@ -42,23 +42,14 @@ from agent.core.results import ToolStatus
 from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
-from chat import approvals
+from chat import approvals, mcp
 from chat.approvals import Asking
+from chat.texts import SHORT_TEXT_CHARS, Texts
 from workspace.browse import BrowseError, file_components
 from workspace.markup import markdown
 
 LONG_OUTPUT_LINES = 12
 LONG_OUTPUT_CHARS = 1200
-# The most expanding input, a fenced block of one-character tokens, renders 10 000 characters as
-# some 270 KB of highlighted HTML: a frame of its own, far under daphne's 1 MiB (chat/stream.py).
-SHORT_TEXT_CHARS = 10_000
-# The texts of an event a card may shorten: a field of the event, and what the note calls it.
-EVENT_TEXTS = {
-    "answer": "answer",
-    "text": "text",
-    "reasoning": "reasoning",
-    "arguments": "arguments",
-}
 
 HALT_REASONS = {
     HaltReason.TOOL_FAILURES: "the same tool failed too many times in a row",
@@ -185,32 +176,6 @@ class Card:
         return f"chat/cards.html#{self.partial}"
 
 
-class Texts:
-    """The texts one card shows, each shortened to SHORT_TEXT_CHARS with a note of its cut."""
-
-    def __init__(self, run_id: int, seq: int) -> None:
-        self.run_id, self.seq = run_id, seq
-        self.cuts: list[dict[str, Any]] = []
-
-    def fits(self, text: str) -> bool:
-        """Whether a card shows all of `text`."""
-        return len(text) <= SHORT_TEXT_CHARS
-
-    def shown(self, key: str, text: str) -> str:
-        if self.fits(text):
-            return text
-        url = reverse("chat:event_text", args=[self.run_id, self.seq, key])
-        self.cuts.append(
-            {
-                "what": EVENT_TEXTS[key],
-                "shown": f"{SHORT_TEXT_CHARS:,}",
-                "total": f"{len(text):,}",
-                "url": url,
-            }
-        )
-        return text[:SHORT_TEXT_CHARS]
-
-
 def card_for(
     run_id: int, seq: int, event: Event | Unreadable, asking: Asking | None = None
 ) -> Card | None:
@@ -253,7 +218,7 @@ def event_card(
             return Card(
                 "tool",
                 f"call-{run_id}-{event.step}-{event.call_id}",
-                tool_data(event, texts) | {"run_id": run_id},
+                tool_data(event, texts) | mcp_data(event, asking) | {"run_id": run_id},
                 replaces=finished,
             )
         case BreakerTripped() | RunHalted():
@@ -323,6 +288,21 @@ def tool_data(event: ToolCallStarted | ToolCallFinished, texts: Texts) -> dict[s
             "truncated": event.truncated,
         }
     )
+
+
+def mcp_data(event: ToolCallStarted | ToolCallFinished, asking: Asking | None) -> dict[str, Any]:
+    """An MCP tool's call, for a card drawn for its person: its server and tool by name, and
+    once it ended, the images its answer kept in their workspace, or, when Loop refused it for a
+    grant to renew, the way to reconnect. Nothing for any other call."""
+    shown = asking.mcp_tool(event.tool) if asking is not None else None
+    if shown is None:
+        return {}
+    data: dict[str, Any] = {"mcp": shown}
+    if isinstance(event, ToolCallFinished):
+        data["images"] = mcp.saved_images(shown, event.text)
+        if event.status != ToolStatus.OK and mcp.needs_reconnecting(event.text):
+            data["reconnect"] = mcp.reconnect_url()
+    return data
 
 
 def call_status(event: ToolCallFinished) -> dict[str, str]:

@@ -28,7 +28,7 @@ from chat.rendering import asking_of, card_for, draw, in_steps, labelled, render
 
 ALL_STEPS = 2**31
 # daphne refuses a message over 1 MiB; a frame stays well under it. Only one card bigger than
-# this (bounded by chat/rendering.py's SHORT_TEXT_CHARS) goes out alone in a frame of its own.
+# this (bounded by chat/texts.py's SHORT_TEXT_CHARS) goes out alone in a frame of its own.
 FRAME_BYTES = 256 * 1024
 FRAME_TAIL_BYTES = 8 * 1024  # kept for what ends a frame: seq marker, status, removals
 EVENTS_PER_READ = 100  # a catch-up reads the log in pages, never a whole long run at once

@@ -30,7 +30,6 @@ from agent.models import AgentRun, Conversation
 from chat import sidebar
 from chat.approvals import Asking, decisions_from, latest_decisions, waiting_calls, waiting_of
 from chat.rendering import (
-    EVENT_TEXTS,
     card_for,
     draw,
     labelled,
@@ -38,6 +37,7 @@ from chat.rendering import (
     pruned_cards,
     render_card,
 )
+from chat.texts import EVENT_TEXTS
 from tools.base import ToolError
 from workspace.views import quota_context
 

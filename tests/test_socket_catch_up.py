@@ -21,8 +21,9 @@ from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import start_run
 from agent.selectors import events_of
-from chat.rendering import SHORT_TEXT_CHARS, page_cards
+from chat.rendering import page_cards
 from chat.stream import FRAME_BYTES
+from chat.texts import SHORT_TEXT_CHARS
 from tests.socket_harness import (
     DAPHNE_MAX_MESSAGE,
     WAIT,

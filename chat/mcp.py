@@ -1,0 +1,105 @@
+"""What a card shows of a call to one of its person's MCP tools (mcp_servers/): the server and the
+tool's own name, the tool's pinned description while a call waits, the images its answer saved in
+the person's workspace, and a way to reconnect when the person's OAuth grant was lost.
+
+A tool is known by the name the model called it (`<prefix>__<tool>`) among the tools a run of
+the person gets (agent.toolset.registry_for); any other name (a tool removed since, a name the
+model made up) is shown as it is. The answer itself is the server's untrusted text: the cards
+show it escaped, as every tool's output, never as HTML or markdown.
+"""
+
+import re
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.urls import reverse
+
+from agent.toolset import registry_for
+from mcp_servers.pinning import SEPARATOR
+from mcp_servers.results import OPEN
+from mcp_servers.tools import offered_tools
+from workspace.browse import BrowseError, file_components
+
+
+def reconnect_url() -> str:
+    """Where a person reconnects their OAuth grants: their Tools settings page."""
+    return reverse("mcp_settings")
+
+
+# What Loop's own refusal says of a grant to renew (mcp_servers.oauth.NeedsReconnect).
+NEEDS_RECONNECTING = "needs reconnecting"
+# A description is capped when pinned (LOOP_MCP_DESCRIPTION_CHARS); the card caps it again, so
+# no description, however it was stored, fills the page.
+DESCRIPTION_CHARS = 2000
+# What mcp_servers.results says of an image it kept.
+SAVED_IMAGE = re.compile(r"\[image saved in the workspace as ([^\]\n]+)\]")
+IMAGE_SUFFIXES = "png|jpg|gif|webp"
+
+
+@dataclass(frozen=True)
+class McpShown:
+    """One MCP tool of the person, as their cards name it."""
+
+    server: str
+    tool: str  # the server's own name for it
+    prefix: str
+    description: str
+    always_ask: bool  # destructive: a conversation's "always allow" would not lift its asking
+
+
+def is_mcp(name: str) -> bool:
+    return SEPARATOR in name
+
+
+def tools_of(user: AbstractBaseUser) -> dict[str, McpShown]:
+    """The person's MCP tools by the name the model calls them: those a run of theirs gets."""
+    registry = registry_for(user)
+    return {
+        row.exposed_name: McpShown(
+            server=row.server.name,
+            tool=row.name,
+            prefix=row.server.prefix,
+            description=capped(row.description or row.title),
+            always_ask=registry.tools[row.exposed_name].always_ask,
+        )
+        for row in offered_tools(user)
+        if row.exposed_name in registry.tools
+    }
+
+
+def capped(description: str) -> str:
+    if len(description) <= DESCRIPTION_CHARS:
+        return description
+    return description[:DESCRIPTION_CHARS] + "…"
+
+
+def saved_images(shown: McpShown, text: str) -> list[dict[str, str]]:
+    """The images the answer says it kept, each with its <img> URL and its Files panel link: only
+    paths of the shape mcp_servers.results gives this tool's images (a server's text that
+    claims another file shows none), and only ever from the workspace of the person reading
+    (the Files panel's views serve their own files alone)."""
+    shape = re.compile(
+        rf"mcp/{re.escape(shown.prefix)}/{re.escape(shown.tool)}-[0-9a-f]{{12}}\.({IMAGE_SUFFIXES})"
+    )
+    images = []
+    for path in dict.fromkeys(SAVED_IMAGE.findall(text)):
+        if not shape.fullmatch(path):
+            continue
+        try:
+            inside = "/".join(file_components(path))
+        except BrowseError:
+            continue
+        images.append(
+            {
+                "path": inside,
+                "src": reverse("files_image", args=[inside]),
+                "url": reverse("files_view", args=[inside]),
+            }
+        )
+    return images
+
+
+def needs_reconnecting(text: str) -> bool:
+    """Whether Loop refused the call because the person's grant must be renewed: its own words,
+    never the server's (its answer, inside the delimited block, cannot ask for a reconnect)."""
+    return NEEDS_RECONNECTING in text.split(OPEN, 1)[0]
