@@ -20,8 +20,12 @@ from mcp_servers.results import OPEN
 from mcp_servers.tools import offered_tools
 from workspace.browse import BrowseError, file_components
 
-# Where a person reconnects their OAuth grants (mcp_servers' settings page).
-RECONNECT_URL = "/settings/tools/"
+
+def reconnect_url() -> str:
+    """Where a person reconnects their OAuth grants: their Tools settings page."""
+    return reverse("mcp_settings")
+
+
 # What Loop's own refusal says of a grant to renew (mcp_servers.oauth.NeedsReconnect).
 NEEDS_RECONNECTING = "needs reconnecting"
 # A description is capped when pinned (LOOP_MCP_DESCRIPTION_CHARS); the card caps it again, so

@@ -301,7 +301,7 @@ def mcp_data(event: ToolCallStarted | ToolCallFinished, asking: Asking | None) -
     if isinstance(event, ToolCallFinished):
         data["images"] = mcp.saved_images(shown, event.text)
         if event.status != ToolStatus.OK and mcp.needs_reconnecting(event.text):
-            data["reconnect"] = mcp.RECONNECT_URL
+            data["reconnect"] = mcp.reconnect_url()
     return data
 
 

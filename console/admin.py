@@ -1,6 +1,6 @@
 """Which model each page of the operators' console shows: every registration in one place. The
-pages themselves are in console/runs.py, console/tool_executions.py, console/approvals.py and
-console/memories.py; people and sign-ups are accounts/admin.py."""
+pages themselves are in console/runs.py, console/tool_executions.py, console/approvals.py,
+console/memories.py and console/mcp_servers.py; people and sign-ups are accounts/admin.py."""
 
 from django.contrib import admin
 
@@ -14,9 +14,11 @@ from agent.models import (
     ToolGrant,
 )
 from console.approvals import ApprovalRequestAdmin, SiteToolPolicyAdmin, ToolGrantAdmin
+from console.mcp_servers import McpConnectionAdmin, McpServerAdmin, McpToolAdmin
 from console.memories import ForgottenMemoryAdmin, MemoryAdmin
 from console.runs import AgentRunAdmin, BreakerTripAdmin, RunEventAdmin
 from console.tool_executions import ToolExecutionAdmin
+from mcp_servers.models import McpConnection, McpServer, McpTool
 from memory.models import ForgottenMemory, Memory
 
 admin.site.register(AgentRun, AgentRunAdmin)
@@ -28,3 +30,6 @@ admin.site.register(ForgottenMemory, ForgottenMemoryAdmin)
 admin.site.register(ApprovalRequest, ApprovalRequestAdmin)
 admin.site.register(SiteToolPolicy, SiteToolPolicyAdmin)
 admin.site.register(ToolGrant, ToolGrantAdmin)
+admin.site.register(McpServer, McpServerAdmin)
+admin.site.register(McpTool, McpToolAdmin)
+admin.site.register(McpConnection, McpConnectionAdmin)

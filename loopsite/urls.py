@@ -9,6 +9,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("files/", include("workspace.urls")),
     path("memories/", include("chat.memories_urls")),
+    path("settings/tools/", include("mcp_servers.urls")),
     path("settings/", include("accounts.settings_urls")),
     path("", include("chat.urls")),
 ]

@@ -38,11 +38,21 @@ def discover(server: McpServer, user: AbstractBaseUser | None = None) -> Changes
         McpServer.objects.filter(pk=server.pk).update(last_error=said[:2000], stale=False)
         logger.info("MCP discovery of %s failed: %s", server.name, said)
         raise DiscoveryFailed(said) from None
-    enabled = declared_tools(server.name) if server.source == ENVIRONMENT else None
-    changes = apply_listing(server, listing, enabled)
+    changes = apply_listing(server, listing, enabled_when_new(server))
     if server.source == ENVIRONMENT:
         apply_choices(server)
     return changes
+
+
+def enabled_when_new(server: McpServer) -> set[str] | None:
+    """Which tools first seen now are enabled (None: all). At a server's first listing, all of
+    them (its operator or person just added it, and reviews the list); later, none: a tool a
+    server adds afterwards waits for its reviewer to read it and enable it. A server declared in
+    the environment follows its `tools`."""
+    if server.source == ENVIRONMENT:
+        return declared_tools(server.name)
+    first = not McpServer.objects.filter(pk=server.pk, discovered_at__isnull=False).exists()
+    return None if first else set()
 
 
 def discover_site_servers() -> int:

@@ -127,8 +127,9 @@ def allowed_networks() -> list[IPNetwork]:
     return [ipaddress.ip_network(network, strict=False) for network in configured]
 
 
-def check_url(url: str) -> None:
-    """Refuse, with a message a person can act on, a URL no request will ever be let through to.
+def check_url(url: str, allowed: Sequence[IPNetwork] | None = None) -> None:
+    """Refuse, with a message a person can act on, a URL no request will ever be let through to
+    (`allowed`: the networks its connections will admit; default allowed_networks()).
 
     A name is not looked up here (that is done, and must be done, at each connection); an address
     is judged in every spelling the system resolver accepts (2130706433, 0x7f.1 are 127.0.0.1).
@@ -144,7 +145,8 @@ def check_url(url: str) -> None:
     if not parsed.host:
         raise UnsafeUrl(f"{url!r} names no host")
     address = _numeric_address(parsed.raw_host.decode("ascii"))
-    reason = None if address is None else refused_reason(address, allowed_networks())
+    admitted = allowed_networks() if allowed is None else allowed
+    reason = None if address is None else refused_reason(address, admitted)
     if address is not None and reason is not None:
         raise UnsafeUrl(f"{url!r}: {UnsafeAddress(parsed.host, address, reason)}")
 

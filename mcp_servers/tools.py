@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Q, QuerySet
@@ -43,14 +44,19 @@ OPEN_KEYWORDS = frozenset(
 BACKSTOP_SECONDS = 5
 
 
-def servers_for(user: AbstractBaseUser) -> QuerySet[McpServer]:
-    """The servers whose tools `user` may use: their own, and the site's open to them."""
-    ensure_declared()
-    mine = Q(owner=user)
-    site = Q(owner__isnull=True) & (
+def open_to(user: AbstractBaseUser) -> Q:
+    """The site servers `user` may use: those open to everyone, to them, or to a group of theirs."""
+    return Q(owner__isnull=True) & (
         Q(everyone=True) | Q(users=user) | Q(groups__in=user.groups.all())
     )
-    usable = McpServer.objects.filter(mine | site, enabled=True).distinct()
+
+
+def servers_for(user: AbstractBaseUser) -> QuerySet[McpServer]:
+    """The servers whose tools `user` may use: the site's open to them, and their own while the
+    operator allows people's own servers (LOOP_MCP_PERSONAL_HOSTS)."""
+    ensure_declared()
+    mine = Q(owner=user) if settings.LOOP_MCP_PERSONAL_HOSTS else Q(pk__in=[])
+    usable = McpServer.objects.filter(mine | open_to(user), enabled=True).distinct()
     connected = Q(connections__user=user, connections__state__in=[CONNECTED, RECONNECT])
     return usable.filter(~Q(auth=OAUTH) | connected).distinct()
 
