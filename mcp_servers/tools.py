@@ -71,9 +71,9 @@ def offered_tools(user: AbstractBaseUser) -> list[McpTool]:
 
 def tools_for(user: AbstractBaseUser) -> list[Tool]:
     """The person's MCP tools as Loop tools (read once, when a run starts or resumes). A name two
-    of them share (their own server given a site server's prefix) is the site server's tool: a
-    person's server does not stand in for a tool its operator set up, nor inherit what was
-    granted or decided under that name; which server sorts first by name decided it before."""
+    of them share (a site server added with the prefix their own server has) is the site
+    server's tool: a person's server does not stand in for a tool its operator set up, nor
+    inherit what was granted under that name; which server sorted first by name decided it."""
     offered = offered_tools(user)
     chosen: dict[str, McpTool] = {}
     for tool in sorted(offered, key=lambda tool: not tool.server.is_site):

@@ -581,8 +581,9 @@ def test_a_listing_with_an_unstorable_name_pins_the_rest(settings, monkeypatch, 
 def test_a_persons_server_cannot_take_over_a_site_tools_name(
     settings, monkeypatch, alice, workspaces, modern_server, legacy_server
 ):
-    """Alice's own server, given the site server's prefix and a name that sorts after it, lists
-    tools of the same names: the site's stay what the model calls (and what grants name)."""
+    """Alice's own server and a site server with the same prefix (the site's added after hers:
+    her page refuses a prefix a site server has) list tools of the same names: the site's are
+    what the model calls (and what grants name), whichever server's name sorts first."""
     settings.LOOP_MCP_PRIVATE_NETWORKS = ["127.0.0.1/32"]
     site_server(settings, monkeypatch, modern_server, auto=["add"])
     legacy_server.reset()
