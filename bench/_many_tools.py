@@ -1,4 +1,4 @@
-"""An MCP server offering many tools, for bench/mcp.py's run with 100 MCP tools offered.
+"""An MCP server offering many tools, for bench/mcp_calls.py's run with 100 MCP tools offered.
 
     python -m bench._many_tools --port 0 [--tools 100]
 

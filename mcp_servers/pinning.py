@@ -122,6 +122,7 @@ def apply_listing(server: McpServer, listing: Listing, enabled: set[str] | None 
     `enabled` names the ones to enable), an unchanged one stays, a changed one is held."""
     changes = Changes()
     known = {tool.name: tool for tool in McpTool.objects.select_for_update().filter(server=server)}
+    taken = {tool.exposed_name for tool in known.values()}
     now = timezone.now()
     for definition in listing.definitions[: settings.LOOP_MCP_TOOLS_PER_SERVER]:
         why = refused(definition)
@@ -130,7 +131,7 @@ def apply_listing(server: McpServer, listing: Listing, enabled: set[str] | None 
             continue
         tool = known.pop(definition.name, None)
         if tool is None:
-            _pin(server, definition, enabled, now)
+            taken.add(_pin(server, definition, enabled, now, taken))
             changes.added.append(definition.name)
         elif _compare(tool, definition, now):
             changes.held.append(definition.name)
@@ -143,8 +144,10 @@ def apply_listing(server: McpServer, listing: Listing, enabled: set[str] | None 
     return changes
 
 
-def _pin(server: McpServer, definition: Definition, enabled: set[str] | None, now: Any) -> None:
-    taken = set(server.tools.values_list("exposed_name", flat=True))
+def _pin(
+    server: McpServer, definition: Definition, enabled: set[str] | None, now: Any, taken: set[str]
+) -> str:
+    """Pin a tool seen for the first time; its exposed name (unique on the server)."""
     name = exposed_name(server.prefix, definition.name)
     if name in taken:  # two remote names that read the same once made safe
         name = exposed_name(server.prefix, f"{definition.name}_{digest_of(definition)[:6]}")
@@ -156,6 +159,7 @@ def _pin(server: McpServer, definition: Definition, enabled: set[str] | None, no
         pinned_at=now,
         enabled=enabled is None or definition.name in enabled,
     )
+    return name
 
 
 def _pinned_fields(definition: Definition) -> dict[str, Any]:

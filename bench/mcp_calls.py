@@ -1,7 +1,7 @@
 """What an MCP tool costs beside Loop's own tools (issue 30): a call, a discovery, and a run
 offered 100 MCP tools.
 
-    .venv/bin/python bench/mcp.py [--calls 200] [--tools 100] [--runs 50]
+    .venv/bin/python bench/mcp_calls.py [--calls 200] [--tools 100] [--runs 50]
 
 On a test database of its own (created and dropped), with the MCP test servers of the tests
 (tests/mcp_servers: the SDK's own server, in the stateless 2026-07-28 revision and in the
@@ -14,9 +14,8 @@ each a process of its own on 127.0.0.1.
     server's `add` through mcp_servers.client.call_tool, a fresh connection per call as Loop
     makes them; and the same through the Loop tool a run gets (registry_for(person).dispatch:
     the pinned schema checked, the server's row read, the endpoint made, the answer rendered as
-    delimited untrusted text). And a call to the --tools server: the SDK lists a server's tools
-    after each call on a fresh connection (to check the answer against the tool's output
-    schema), so a call to a server of many tools costs its listing too.
+    delimited untrusted text). And a call to the --tools server (Loop skips the SDK's listing
+    after a call, so a server of many tools costs no more to call).
 (b) A discovery: mcp_servers.client.list_tools of each server, --calls times, p50 and p99; and
     discover() of the --tools server (the listing and its pinning checked against the database).
 (c) A run offered --tools MCP tools (their site server open to everyone) beside one offered none:
@@ -38,12 +37,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-# The project's root in place of this script's directory, where this file would shadow the SDK's
-# own `mcp` package.
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "loopsite.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
