@@ -137,18 +137,27 @@ def check_url(url: str, allowed: Sequence[IPNetwork] | None = None) -> None:
     try:
         parsed = httpx2.URL(url)
     except httpx2.InvalidURL as error:
-        raise UnsafeUrl(f"{url!r} is not a valid URL: {error}") from None
+        raise UnsafeUrl(f"That is not a valid URL: {error}") from None
+    shown = _said(parsed)
     if parsed.scheme not in ("https", "http"):
-        raise UnsafeUrl(f"{url!r}: Loop connects to servers over https or http only")
+        raise UnsafeUrl(f"{shown}: Loop connects to servers over https or http only")
     if parsed.userinfo:
-        raise UnsafeUrl(f"{url!r} carries a user name or password; give credentials as headers")
+        raise UnsafeUrl(f"{shown} carries a user name or password; give credentials as headers")
     if not parsed.host:
-        raise UnsafeUrl(f"{url!r} names no host")
+        raise UnsafeUrl(f"{shown} names no host")
     address = _numeric_address(parsed.raw_host.decode("ascii"))
     admitted = allowed_networks() if allowed is None else allowed
     reason = None if address is None else refused_reason(address, admitted)
     if address is not None and reason is not None:
-        raise UnsafeUrl(f"{url!r}: {UnsafeAddress(parsed.host, address, reason)}")
+        raise UnsafeUrl(f"{shown}: {UnsafeAddress(parsed.host, address, reason)}")
+
+
+def _said(url: httpx2.URL) -> str:
+    """The URL as a refusal may quote it: no user name, password or query (where credentials
+    hide)."""
+    host = url.host or ""
+    port = f":{url.port}" if url.port else ""
+    return repr(f"{url.scheme}://{host}{port}{url.path}")
 
 
 def _numeric_address(host: str) -> IPAddress | None:
