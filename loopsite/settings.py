@@ -363,7 +363,17 @@ LOGGING = {
     "loggers": {
         name: {"level": LOG_LEVEL}
         for name in (
-            *("agent", "engine", "workspace", "tools", "memory", "chat", "accounts", "console"),
+            *(
+                "agent",
+                "engine",
+                "workspace",
+                "tools",
+                "memory",
+                "chat",
+                "accounts",
+                "console",
+                "mcp_servers",
+            ),
             *("loopsite", "django", "daphne"),
         )
     },
