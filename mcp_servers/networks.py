@@ -5,6 +5,7 @@ which must not import each other's way round.
 """
 
 import ipaddress
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -28,3 +29,22 @@ def private_networks() -> tuple[IPNetwork, ...]:
 
 def allowed_for(server: McpServer) -> tuple[IPNetwork, ...]:
     return ANYWHERE if server.is_site else private_networks()
+
+
+def host_admitted(host: str, patterns: list[str]) -> bool:
+    """Whether the operator's list admits `host`: an exact name, `*.example.com` (a name under
+    example.com, not example.com itself), or `*` (any host)."""
+    host = host.lower().rstrip(".")
+    for pattern in (item.strip().lower().rstrip(".") for item in patterns):
+        if pattern == "*" or pattern == host:
+            return True
+        if pattern.startswith("*.") and host.endswith(pattern[1:]):
+            return True
+    return False
+
+
+def personal_host_admitted(server: McpServer) -> bool:
+    """Whether a person's server is on a host LOOP_MCP_PERSONAL_HOSTS admits now (the list may
+    have shrunk since it was added)."""
+    host = urlsplit(server.url).hostname or ""
+    return host_admitted(host, settings.LOOP_MCP_PERSONAL_HOSTS)

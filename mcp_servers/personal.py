@@ -37,7 +37,7 @@ from mcp_servers.models import (
     McpTool,
     prefix_validator,
 )
-from mcp_servers.networks import private_networks
+from mcp_servers.networks import host_admitted, private_networks
 from mcp_servers.pinning import Changes
 from mcp_servers.secrets import encrypt
 from mcp_servers.tools import destructive, open_to
@@ -85,18 +85,6 @@ class Refused(Exception):
 def personal_allowed() -> bool:
     """Whether the operator lets people add servers of their own at all."""
     return bool(settings.LOOP_MCP_PERSONAL_HOSTS)
-
-
-def host_admitted(host: str, patterns: list[str]) -> bool:
-    """Whether the operator's list admits `host`: an exact name, `*.example.com` (a name under
-    example.com, not example.com itself), or `*` (any host)."""
-    host = host.lower().rstrip(".")
-    for pattern in (item.strip().lower().rstrip(".") for item in patterns):
-        if pattern == "*" or pattern == host:
-            return True
-        if pattern.startswith("*.") and host.endswith(pattern[1:]):
-            return True
-    return False
 
 
 def check_url(url: str) -> None:

@@ -27,6 +27,7 @@ from mcp_servers import client, results
 from mcp_servers.declared import ensure_declared
 from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, RECONNECT, McpServer, McpTool
+from mcp_servers.networks import personal_host_admitted
 from mcp_servers.oauth import refresh_after_refusal
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
 from tools.files import store_bytes
@@ -66,7 +67,8 @@ def offered_tools(user: AbstractBaseUser) -> list[McpTool]:
     tools = McpTool.objects.filter(
         server__in=servers, enabled=True, held_digest="", missing_since__isnull=True
     )
-    return list(tools.select_related("server").order_by("server__name", "name"))
+    found = tools.select_related("server").order_by("server__name", "name")
+    return [tool for tool in found if tool.server.is_site or personal_host_admitted(tool.server)]
 
 
 def tools_for(user: AbstractBaseUser) -> list[Tool]:

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from mcp_servers.discovery import discover, discover_site_servers
 from mcp_servers.models import McpServer, McpTool
+from mcp_servers.tools import offered_tools
 from tests.mcp_servers.harness import modern_server_fixture  # noqa: F401
 
 pytestmark = pytest.mark.django_db
@@ -60,3 +61,17 @@ def test_the_periodic_task_lists_only_the_servers_due(console_server, settings):
     McpServer.objects.filter(pk=console_server.pk).update(url="http://127.0.0.1:9/mcp", stale=True)
     assert discover_site_servers() == 0  # it failed: counted out, its health says why
     assert McpServer.objects.get(pk=console_server.pk).last_error.startswith("Demo")
+
+
+def test_a_persons_server_leaves_their_runs_when_its_host_is_no_longer_admitted(
+    settings, modern_server, alice
+):
+    settings.LOOP_MCP_PERSONAL_HOSTS = ["127.0.0.1"]
+    settings.LOOP_MCP_PRIVATE_NETWORKS = ["127.0.0.1/32"]
+    mine = McpServer.objects.create(name="Mine", prefix="mine", owner=alice, url=modern_server.url)
+    discover(mine)
+    assert "mine__add" in {tool.exposed_name for tool in offered_tools(alice)}
+    settings.LOOP_MCP_PERSONAL_HOSTS = ["mcp.example.com"]
+    assert offered_tools(alice) == []
+    settings.LOOP_MCP_PERSONAL_HOSTS = []
+    assert offered_tools(alice) == []
