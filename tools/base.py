@@ -98,14 +98,20 @@ class Tool:
         return copy.deepcopy(spec_of(self))
 
 
-@functools.lru_cache(maxsize=1024)  # a tool set that changes (MCP, later) stays bounded
 def spec_of(tool: Tool) -> dict[str, Any]:
+    return _spec(tool.name, tool.description, tool.arguments)
+
+
+# Keyed by what the spec is made of, not by the tool: an MCP tool is a new Tool at each run (it
+# acts for the run's person) with the same name, description and arguments class as the last.
+@functools.lru_cache(maxsize=1024)  # a tool set that changes (MCP servers') stays bounded
+def _spec(name: str, description: str, arguments: type[BaseModel]) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": tool.arguments.model_json_schema(),
+            "name": name,
+            "description": description,
+            "parameters": arguments.model_json_schema(),
         },
     }
 
