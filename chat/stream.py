@@ -77,7 +77,7 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
     if not events:
         if run is None:
             return Unsent(frames=[], last=after, replied=0, more=False)
-        frames = [seq_marker(run_id, after, finished=run.is_finished) + waiting_status(run)]
+        frames = [seq_marker(run_id, after, finished=run.is_finished) + settled_status(user, run)]
         return Unsent(frames=frames, last=after, replied=0, more=False)
     if run is None and lifecycle(events):  # the run went away between the two reads
         return Unsent(frames=[], last=after, replied=0, more=False)
@@ -90,14 +90,15 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
     )
 
 
-def waiting_status(run: AgentRun) -> str:
-    """A waiting run's status, redrawn when a read finds nothing new: the page may have read the
-    run's row just before it parked and its events just after (two queries), and would show it
-    working until its person decides."""
-    if run.status != RunStatus.AWAITING_APPROVAL:
+def settled_status(user: Any, run: AgentRun) -> str:
+    """The status of a run that ended or waits for its person, redrawn when a read finds nothing
+    new: the page drew its turn from the run's row read before its events (the conversation's
+    view, a turn sent in), and may show the run working, without its Continue, Edit and
+    Regenerate, though its log says it ended or parked."""
+    if not (run.is_finished or run.status == RunStatus.AWAITING_APPROVAL):
         return ""
-    offered = selectors.model_offered(run)
-    return draw("run_status", run=run, oob=True, model_offered=offered, waiting=waiting_calls(run))
+    with_state = selectors.run_of_with_state(user, run.pk)
+    return "" if with_state is None else "".join(status_of(with_state))
 
 
 def pushed(run_id: int, rows: list[list[Any]], after: int) -> Unsent | None:
@@ -190,21 +191,28 @@ def framed(
         # The run may have been continued since (then it is not finished, and the page keeps
         # watching).
         finished = finished and run.is_finished
-        offered = selectors.model_offered(run)
-        waiting = waiting_calls(run)
-        tail.append(draw("run_status", run=run, oob=True, model_offered=offered, waiting=waiting))
-        if run.is_finished:
-            feedback = getattr(run, "feedback", None)
-            tail.append(draw("feedback", run=run, feedback=feedback, oob=True))
-            tail.append(draw("turn_actions", run=run, oob=True))
-        if run.conversation is not None:
-            conversation = labelled(run.conversation)
-            tail.append(draw("conversation_status", conversation=conversation, oob=True))
-        if asking is not None and decisions(events):
-            tail.append(draw("waiting_count", awaiting=waiting_of(asking.user), oob=True))
+        tail = status_of(run, asking if decisions(events) else None)
     frame.append(seq_marker(run_id, events[-1].seq, finished=finished))
     frames.append("".join(frame + tail))
     return frames
+
+
+def status_of(run: AgentRun, asking: Asking | None = None) -> list[str]:
+    """The run's status, feedback and actions once it ended, and the sidebar's icon, from its row;
+    and, given `asking`, the count of calls waiting for that person."""
+    offered = selectors.model_offered(run)
+    waiting = waiting_calls(run)
+    tail = [draw("run_status", run=run, oob=True, model_offered=offered, waiting=waiting)]
+    if run.is_finished:
+        feedback = getattr(run, "feedback", None)
+        tail.append(draw("feedback", run=run, feedback=feedback, oob=True))
+        tail.append(draw("turn_actions", run=run, oob=True))
+    if run.conversation is not None:
+        conversation = labelled(run.conversation)
+        tail.append(draw("conversation_status", conversation=conversation, oob=True))
+    if asking is not None:
+        tail.append(draw("waiting_count", awaiting=waiting_of(asking.user), oob=True))
+    return tail
 
 
 def seq_marker(run_id: int, seq: int, *, finished: bool = False) -> str:

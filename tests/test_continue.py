@@ -198,6 +198,26 @@ def test_a_catch_up_across_the_old_end_keeps_the_page_watching(alice, workspaces
     assert read.resumed
 
 
+def test_a_turn_drawn_from_a_row_read_before_the_end_gets_continue_from_the_socket(
+    alice, workspaces
+):
+    """The conversation's view reads the run's row, then its events: a run that ended between
+    the two is drawn with its end's card but as working (no Continue, no Edit). The page watches
+    it after its last event; the socket, finding nothing new and the run ended, redraws its
+    status and actions (seen in CI: a halted run's Continue never came)."""
+    run = halted_run(alice)
+    last = run.events.order_by("-seq").values_list("seq", flat=True).first()
+    [frame] = read_unsent.func(alice, run.pk, last).frames
+    assert "data-watch" not in frame  # the page stops watching: it has ended
+    assert 'class="continue"' in frame
+    assert "Edit the task" in frame
+    assert "Regenerate" in frame
+    queued = start_run(alice, "What is 17 * 23?", model="mock")
+    [frame] = read_unsent.func(alice, queued.pk, 0).frames
+    assert "data-watch" in frame
+    assert "Edit the task" not in frame  # a live run's status is the events' to redraw
+
+
 def read_unsent_now(user: User, run_id: int):
     # read_unsent is the consumer's database read, wrapped for its event loop.
     return read_unsent.func(user, run_id, 0)
