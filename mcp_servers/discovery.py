@@ -71,3 +71,21 @@ def discover_site_servers() -> int:
         except DiscoveryFailed:
             continue
     return listed
+
+
+def discover_new_site_servers() -> int:
+    """List the site's servers never tried yet (declared just now, say), so a command that works
+    a run at once (`runagent`) offers their tools without waiting for the periodic task. A
+    server that failed once is left to the periodic task. Says how many answered."""
+    ensure_declared()
+    new = McpServer.objects.filter(
+        enabled=True, owner__isnull=True, discovered_at__isnull=True, last_error=""
+    ).exclude(auth=OAUTH)
+    listed = 0
+    for server in new:
+        try:
+            discover(server)
+            listed += 1
+        except DiscoveryFailed:
+            continue
+    return listed

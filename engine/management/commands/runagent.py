@@ -56,6 +56,7 @@ from engine.decisions import (
     waiting_count,
 )
 from engine.execution import RunNotQueued, StopSource, execute_run, resume_here
+from mcp_servers.discovery import discover_new_site_servers
 
 CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -145,6 +146,7 @@ class Command(BaseCommand):
             )
         limits = self.limits(options["max_iterations"])
         user = self.user(options["user"])
+        discover_new_site_servers()  # a server declared just now: its tools, for this run too
         try:
             run = start_run(user, options["task"], model=options["model"], limits=limits)
         except (InvalidTask, ModelUnavailable) as error:
