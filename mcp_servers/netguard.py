@@ -328,6 +328,15 @@ def _ssl_context_for(cert_file: str | None, cert_dir: str | None) -> ssl.SSLCont
     return httpx2.create_ssl_context(verify=True, trust_env=True)
 
 
+def _pool_options(context: ssl.SSLContext) -> dict[str, Any]:
+    return {
+        "ssl_context": context,
+        "max_connections": _LIMITS.max_connections,
+        "max_keepalive_connections": _LIMITS.max_keepalive_connections,
+        "keepalive_expiry": _LIMITS.keepalive_expiry,
+    }
+
+
 class _GuardedAsyncTransport(httpx2.AsyncHTTPTransport):
     """httpx2's own transport, over a connection pool that connects through the guard."""
 
@@ -336,11 +345,7 @@ class _GuardedAsyncTransport(httpx2.AsyncHTTPTransport):
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
         # httpx2 takes no network backend, so the pool it just built (unused) is replaced.
         self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=context,
-            max_connections=_LIMITS.max_connections,
-            max_keepalive_connections=_LIMITS.max_keepalive_connections,
-            keepalive_expiry=_LIMITS.keepalive_expiry,
-            network_backend=_GuardedAsyncBackend(allowed),
+            **_pool_options(context), network_backend=_GuardedAsyncBackend(allowed)
         )
         self._max_response_bytes = max_response_bytes
 
@@ -360,11 +365,7 @@ class _GuardedSyncTransport(httpx2.HTTPTransport):
         context = _ssl_context()
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
         self._pool = httpcore2.ConnectionPool(
-            ssl_context=context,
-            max_connections=_LIMITS.max_connections,
-            max_keepalive_connections=_LIMITS.max_keepalive_connections,
-            keepalive_expiry=_LIMITS.keepalive_expiry,
-            network_backend=_GuardedSyncBackend(allowed),
+            **_pool_options(context), network_backend=_GuardedSyncBackend(allowed)
         )
         self._max_response_bytes = max_response_bytes
 
