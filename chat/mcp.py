@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser
 from django.urls import reverse
 
-from agent.toolset import registry_for
 from mcp_servers.pinning import SEPARATOR
 from mcp_servers.results import OPEN
-from mcp_servers.tools import offered_tools
+from mcp_servers.tools import destructive, run_tools
 from workspace.browse import BrowseError, file_components
 
 
@@ -53,17 +52,15 @@ def is_mcp(name: str) -> bool:
 
 def tools_of(user: AbstractBaseUser) -> dict[str, McpShown]:
     """The person's MCP tools by the name the model calls them: those a run of theirs gets."""
-    registry = registry_for(user)
     return {
         row.exposed_name: McpShown(
             server=row.server.name,
             tool=row.name,
             prefix=row.server.prefix,
             description=capped(row.description or row.title),
-            always_ask=registry.tools[row.exposed_name].always_ask,
+            always_ask=destructive(row),
         )
-        for row in offered_tools(user)
-        if row.exposed_name in registry.tools
+        for row in run_tools(user)
     }
 
 

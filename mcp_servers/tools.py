@@ -71,16 +71,21 @@ def offered_tools(user: AbstractBaseUser) -> list[McpTool]:
     return [tool for tool in found if tool.server.is_site or personal_host_admitted(tool.server)]
 
 
-def tools_for(user: AbstractBaseUser) -> list[Tool]:
-    """The person's MCP tools as Loop tools (read once, when a run starts or resumes). A name two
-    of them share (a site server added with the prefix their own server has) is the site
-    server's tool: a person's server does not stand in for a tool its operator set up, nor
-    inherit what was granted under that name; which server sorted first by name decided it."""
+def run_tools(user: AbstractBaseUser) -> list[McpTool]:
+    """The person's MCP tools, one per name the model calls: a name two of them share (a site
+    server added with the prefix their own server has) is the site server's tool. A person's
+    server does not stand in for a tool its operator set up, nor inherit what was granted under
+    that name; which server sorted first by name decided it."""
     offered = offered_tools(user)
     chosen: dict[str, McpTool] = {}
     for tool in sorted(offered, key=lambda tool: not tool.server.is_site):
         chosen.setdefault(tool.exposed_name, tool)
-    return [loop_tool(tool, user) for tool in offered if chosen[tool.exposed_name] is tool]
+    return [tool for tool in offered if chosen[tool.exposed_name] is tool]
+
+
+def tools_for(user: AbstractBaseUser) -> list[Tool]:
+    """The person's MCP tools as Loop tools (read once, when a run starts or resumes)."""
+    return [loop_tool(tool, user) for tool in run_tools(user)]
 
 
 @dataclass(frozen=True)
