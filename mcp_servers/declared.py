@@ -8,6 +8,7 @@ own (source "environment") that the console shows read-only; the environment sta
 over its settings at every start.
 """
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -123,8 +124,14 @@ def ensure_declared() -> None:
     _synced = raw
 
 
+@functools.lru_cache(maxsize=4)
+def _declared_names(raw: str) -> tuple[str, ...]:
+    return tuple(server.name for server in declared(raw))
+
+
 def _all_there(raw: str) -> bool:
-    names = [server.name for server in declared(raw)]
+    """One count query (a run start asks): the setting is parsed once per value."""
+    names = _declared_names(raw)
     present = McpServer.objects.filter(
         source=ENVIRONMENT, owner__isnull=True, enabled=True, name__in=names
     )
