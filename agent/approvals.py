@@ -162,19 +162,20 @@ class Policy:
 class LazyPolicy:
     """The run's policy, read at its first tool call: a run that calls none reads nothing."""
 
-    def __init__(self, run: AgentRun, context: ToolContext) -> None:
-        self.run, self.context = run, context
+    def __init__(self, run: AgentRun, context: ToolContext, tools: dict[str, Tool] | None) -> None:
+        self.run, self.context, self.tools = run, context, tools
         self.policy: Policy | None = None
 
     def __call__(self, call: ToolCall) -> Ask | None:
         if self.policy is None:
-            self.policy = policy_for(self.run, self.context)
+            self.policy = policy_for(self.run, self.context, self.tools)
         return self.policy(call)
 
 
-def policy_for(run: AgentRun, context: ToolContext) -> Policy:
+def policy_for(run: AgentRun, context: ToolContext, tools: dict[str, Tool] | None = None) -> Policy:
+    """`tools`: the run's own, when its worker has them already (else read: its person's)."""
     return Policy(
-        tools=registry_for(run.user).tools,
+        tools=registry_for(run.user).tools if tools is None else tools,
         context=context,
         modes=site_modes(),
         preference=preference_of(run.user),
@@ -182,8 +183,10 @@ def policy_for(run: AgentRun, context: ToolContext) -> Policy:
     )
 
 
-def approval_for(run: AgentRun, context: ToolContext) -> Approval:
-    return LazyPolicy(run, context)
+def approval_for(
+    run: AgentRun, context: ToolContext, tools: dict[str, Tool] | None = None
+) -> Approval:
+    return LazyPolicy(run, context, tools)
 
 
 # Deciding ---------------------------------------------------------------------------------------

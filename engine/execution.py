@@ -53,7 +53,7 @@ from agent.selectors import conversation_context
 from agent.toolset import registry_for
 from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
-from tools.base import ToolContext
+from tools.base import BoundTools, ToolContext
 from tools.context import context_for
 from tools.fence import raise_fence
 from tools.files import WRITE_FILE
@@ -350,7 +350,8 @@ def work(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
         )
         tools = tools or tools_for(run, stopped=interrupt.is_set)
-        approval = approval_for(run, tool_context(run))
+        known = tools.registry.tools if isinstance(tools, BoundTools) else None
+        approval = approval_for(run, tool_context(run), known)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
         recorder.end(
