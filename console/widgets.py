@@ -5,12 +5,13 @@ import json
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -163,14 +164,20 @@ IGNORED_FILTERS = (
 
 class MalformedFiltersSaid:
     """Django answers a filter that does not fit a list (`?run__id__exact=abc`, a field the list
-    does not have) by redirecting to the whole list with `?e=1`: say there what happened."""
+    does not have) by redirecting to the whole list with `?e=1`: say there what happened. A
+    lookup Django refuses outright (from 5.2.20, a relation the list does not filter on, such as
+    the Group list's `?user=`) is answered the same way rather than with a 400: the whole list,
+    which the operator may see anyway, and nothing the refused lookup would have told."""
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         if ERROR_FLAG in request.GET:
             messages.warning(request, IGNORED_FILTERS)
-        return super().changelist_view(request, extra_context)
+        try:
+            return super().changelist_view(request, extra_context)
+        except DisallowedModelAdminLookup:
+            return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
 
 
 class AuditAdmin(MalformedFiltersSaid, admin.ModelAdmin):
