@@ -3,6 +3,8 @@ asked about and what became of it (the audit row), the site's policy as staff se
 person's own choices, and the tools a person allowed for one conversation. Registered through
 agent/models.py."""
 
+from datetime import datetime, timedelta
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -13,6 +15,16 @@ from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
 DECISIONS = [(str(value), str(value).capitalize()) for value in Decision]
 WEB, TERMINAL, CONSOLE = "web", "terminal", "console"
 VIA = [(WEB, "The chat page"), (TERMINAL, "The terminal (runagent)"), (CONSOLE, "The console")]
+
+
+def approval_window() -> timedelta:
+    """How long a call may wait for its decision (LOOP_APPROVAL_SECONDS)."""
+    return timedelta(seconds=settings.LOOP_APPROVAL_SECONDS)
+
+
+def deadline_after(asked_at: datetime) -> datetime:
+    """When a call asked about at `asked_at` may no longer be decided: past it, it never runs."""
+    return asked_at + approval_window()
 
 
 class ApprovalRequest(models.Model):
@@ -59,6 +71,14 @@ class ApprovalRequest(models.Model):
     @property
     def waiting(self) -> bool:
         return not self.decision
+
+    @property
+    def deadline(self) -> datetime:
+        return deadline_after(self.created_at)
+
+    def expired(self, now: datetime) -> bool:
+        """Past its deadline at `now`: no decision may be taken on it any more."""
+        return self.deadline < now
 
 
 class ApprovalMode(models.TextChoices):

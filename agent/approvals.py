@@ -9,7 +9,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -19,7 +19,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from pydantic import ValidationError
 
-from agent.approval_records import CONSOLE, WEB
+from agent.approval_records import CONSOLE, WEB, approval_window
+from agent.bus import EventRow
 from agent.core.approval import Approval, Ask
 from agent.core.events import (
     Decision,
@@ -237,25 +238,78 @@ def decide_on(
     via: str = WEB,
 ) -> list[ApprovalRequest]:
     """Each decision is checked against its waiting call (still waiting, the run still
-    waiting, the digest its own, an edit valid for the tool) before anything changes; then the
-    decisions, their events, and, once no call of the run waits any more, the run's return to
-    the queue, in one transaction. Its page hears it once committed."""
+    waiting, before its deadline, the digest its own, an edit valid for the tool) before
+    anything changes; then the decisions, their events, and, once no call of the run waits any
+    more, the run's return to the queue, in one transaction. Its page hears it once committed.
+    A run past the deadline of a call it waits on is refused any decision, and expires."""
     if not decisions:
         raise DecisionRefused("Say what to do with the call.")
+    taken = taken_in_time(runs, run_id, decisions, by=by, queue_it=queue_it, via=via)
+    if isinstance(taken, ApprovalRequest):  # too late: the run ends as the expiry ends it
+        expire(taken.run_id)
+        raise DecisionRefused(expired_text(taken))
+    taken.recorder.announce(taken.rows)
+    return taken.requests
+
+
+@dataclass
+class Taken:
+    """Decisions recorded, for their run's page to hear once committed."""
+
+    requests: list[ApprovalRequest]
+    recorder: RunRecorder
+    rows: list[EventRow]
+
+
+def taken_in_time(
+    runs: QuerySet[AgentRun],
+    run_id: int,
+    decisions: Sequence[CallDecision],
+    *,
+    by: AbstractBaseUser,
+    queue_it: bool,
+    via: str,
+) -> Taken | ApprovalRequest:
+    """The decisions checked and recorded in one transaction; or, nothing taken, the call the
+    run waits on whose deadline passed."""
     with transaction.atomic():
         run = runs.select_for_update(of=("self",)).select_related("user").get(pk=run_id)
         waiting = {request.call_id: request for request in waiting_calls(run)}
+        # Read under the run's lock, which the expiry takes too: a decision is taken before
+        # the deadline or not at all, never both taken and expired.
+        late = past_deadline(waiting.values())
+        if late is not None:
+            return late
         checked = [checked_decision(run, waiting, decision) for decision in decisions]
         events: list[Event] = [record_decision(r, d, by, via) for r, d in checked]
-        grant_tools(run, [(request, decision) for request, decision in checked], by)
+        grant_tools(run, checked, by)
         recorder = RunRecorder(run)
         rows = recorder.record(events)
         if not run.approvals.filter(decision="").exists():
             AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)
             if queue_it:
                 queue(run, DECIDED_PRIORITY)
-    recorder.announce(rows)
-    return [request for request, _ in checked]
+    return Taken([request for request, _ in checked], recorder, rows)
+
+
+def past_deadline(requests: Iterable[ApprovalRequest]) -> ApprovalRequest | None:
+    """The call of these whose deadline passed first, if any has passed."""
+    now = timezone.now()
+    return min((r for r in requests if r.expired(now)), key=lambda r: r.deadline, default=None)
+
+
+def expired_text(request: ApprovalRequest) -> str:
+    return (
+        f"This request expired at {moment_words(request.deadline)}; the {request.tool} call did "
+        "not run. Continue the run to be asked again."
+    )
+
+
+def moment_words(moment: datetime) -> str:
+    """A moment as a person reads it: the time in the site's zone, with its day unless today."""
+    local = timezone.localtime(moment)
+    day = "" if local.date() == timezone.localdate() else f"{local.day} {local:%b} "
+    return f"{day}{local:%H:%M %Z}"
 
 
 def waiting_calls(run: AgentRun) -> list[ApprovalRequest]:
@@ -290,6 +344,8 @@ def not_waiting(run: AgentRun, call_id: str) -> str:
     request = run.approvals.filter(call_id=call_id).first()
     if request is None:
         return "This run has no such call waiting for a decision: nothing was done."
+    if request.decision == Decision.EXPIRED:
+        return expired_text(request)
     if request.decision:
         return (
             f"The {request.tool} call was decided already ({request.decision}); a call is "
@@ -358,16 +414,23 @@ def revoke_grant(user: AbstractBaseUser, conversation_id: int, tool: str) -> int
 
 
 def expire_waiting() -> int:
-    """The runs whose oldest waiting call is older than LOOP_APPROVAL_SECONDS end halted, the
-    calls never run (a wait never fails open). Says how many ended."""
-    limit = timezone.now() - timedelta(seconds=settings.LOOP_APPROVAL_SECONDS)
+    """The runs whose oldest waiting call is past its deadline end halted, the calls never run
+    (a wait never fails open). Says how many ended."""
+    limit = timezone.now() - approval_window()
     stale = ApprovalRequest.objects.filter(
         decision="", created_at__lt=limit, run__status=RunStatus.AWAITING_APPROVAL
     )
     ended = 0
     for run_id in sorted(set(stale.values_list("run_id", flat=True))):
-        ended += end_waiting(run_id, RunStatus.HALTED, on_end=start_next_queued)
+        ended += expire(run_id)
     return ended
+
+
+def expire(run_id: int) -> bool:
+    """A run past the deadline of a call it waits on ends halted for want of a decision, its
+    waiting calls never run: the periodic sweep's end and a late decision's, the same. False if
+    it no longer waits."""
+    return end_waiting(run_id, RunStatus.HALTED, on_end=start_next_queued)
 
 
 def waiting_for(user: AbstractBaseUser) -> QuerySet[ApprovalRequest]:

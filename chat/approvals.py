@@ -5,18 +5,23 @@ the file it would replace), and how the card's forms become the decisions the co
 import difflib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import QueryDict
+from django.utils import timezone
+from django.utils.timesince import timeuntil
 from pygments.lexers import DiffLexer, PythonLexer
 
+from agent.approval_records import deadline_after
 from agent.approvals import (
     RUN_CODE,
     WRITE_FILE,
     DecisionRefused,
+    moment_words,
     site_asks,
     site_modes,
     waiting_for,
@@ -25,7 +30,7 @@ from agent.core.events import ApprovalDecided, ApprovalRequested, Decision, RunS
 from agent.core.results import ToolStatus
 from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.models import AgentRun, ApprovalRequest
-from agent.selectors import Logged
+from agent.selectors import Logged, runs_for
 from agent.waiting import CallDecision
 from chat import mcp
 from chat.mcp import McpShown
@@ -63,6 +68,13 @@ class Asking:
     def mcp_tools(self) -> dict[str, McpShown]:
         return mcp.tools_of(self.user)
 
+    @cached_property
+    def deadlines(self) -> dict[tuple[int, str], datetime]:
+        """When each call waiting for the person may no longer be decided, by run and call."""
+        asked = ApprovalRequest.objects.filter(decision="", run__in=runs_for(self.user))
+        rows = asked.values_list("run_id", "call_id", "created_at")
+        return {(run_id, call_id): deadline_after(at) for run_id, call_id, at in rows}
+
     def mcp_tool(self, tool: str) -> McpShown | None:
         """The person's MCP tool of that name (read only for a name that could be one)."""
         return self.mcp_tools.get(tool) if mcp.is_mcp(tool) else None
@@ -96,10 +108,13 @@ def highlighted_code(code: str) -> str:
     return sanitised(code_block(code, PythonLexer(stripnl=False)))
 
 
-def request_data(event: ApprovalRequested, asking: Asking | None, texts: Texts) -> dict[str, Any]:
-    """What a waiting call's card shows: the call as it would run, and the edit form's text
-    (none for arguments too long for a card: they are approved or denied as they are). Without
-    `asking` (a call decided since), nothing is read beyond the event."""
+def request_data(
+    run_id: int, event: ApprovalRequested, asking: Asking | None, texts: Texts
+) -> dict[str, Any]:
+    """What a waiting call's card shows: the call as it would run, until when it may be decided,
+    and the edit form's text (none for arguments too long for a card: they are approved or
+    denied as they are). Without `asking` (a call decided since), nothing is read beyond the
+    event."""
     values = parsed(event.arguments) or {}
     editor = editor_of(event.tool, event.arguments)
     edit_text = values[editor] if editor != ARGUMENTS else pretty(event.arguments)
@@ -113,7 +128,10 @@ def request_data(event: ApprovalRequested, asking: Asking | None, texts: Texts) 
         "edit_text": edit_text if texts.fits(edit_text) else None,
         "always": asking is not None and asking.may_always_allow(event.tool),
         "mcp": asking.mcp_tool(event.tool) if asking is not None else None,
+        "run_id": run_id,
     }
+    if asking is not None and (deadline := asking.deadlines.get((run_id, event.call_id))):
+        shown["deadline"] = deadline_data(deadline)
     if editor == CODE:
         shown["code_html"] = highlighted_code(texts.shown("arguments", values[CODE]))
     elif editor == CONTENT and isinstance(values.get("path"), str):
@@ -121,6 +139,17 @@ def request_data(event: ApprovalRequested, asking: Asking | None, texts: Texts) 
     else:
         shown["arguments"] = texts.shown("arguments", pretty(event.arguments))
     return shown
+
+
+def deadline_data(deadline: datetime) -> dict[str, Any]:
+    """The card's "Decide by 14:05 UTC (in 3 minutes)"; past it, when the request expired."""
+    now = timezone.now()
+    return {
+        "at": deadline,
+        "words": moment_words(deadline),
+        "left": timeuntil(deadline, now),
+        "passed": deadline < now,
+    }
 
 
 def pretty(arguments: str) -> str:

@@ -256,8 +256,7 @@ def approval_card(
     if isinstance(event, ApprovalDecided):
         shown = approvals.decided_data(event, asking, texts)
         return Card("approval", card_id, shown, replaces=True)
-    shown = approvals.request_data(event, asking, texts)
-    return Card("approval", card_id, {"run_id": run_id, **shown})
+    return Card("approval", card_id, approvals.request_data(run_id, event, asking, texts))
 
 
 def reason_text(reason: HaltReason | str) -> str:

@@ -8,13 +8,15 @@ sandbox, by engine.execution (tests/test_engine.py)."""
 
 import json
 import re
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
-from agent.approvals import decide_as_operator, expire_waiting
+from agent.approvals import decide_as_operator, expire_waiting, moment_words
 from agent.core.events import ApprovalDecided, Decision, ToolCallFinished
 from agent.core.results import ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
@@ -361,6 +363,39 @@ def test_expired_the_card_says_nobody_decided_in_time(asks, settings, alice, as_
     assert expire_waiting() == 1
     card = card_html(as_alice.get(f"/c/{run.conversation_id}/").text, run, run.approvals.get())
     assert "Expired: nobody decided in time, so it did not run" in card
+    assert "<form" not in card
+
+
+def test_a_waiting_card_says_until_when_it_may_be_decided_on_the_page_and_the_socket(
+    asks, settings, alice, as_alice
+):
+    settings.LOOP_APPROVAL_SECONDS = 3 * 60 * 60
+    run = parked(alice, call("run_code", {"code": CODE}), answer("never"))
+    request = run.approvals.get()
+    asked = timezone.now() - timedelta(hours=1)
+    ApprovalRequest.objects.filter(pk=request.pk).update(created_at=asked)
+    deadline = asked + timedelta(hours=3)
+    words = moment_words(deadline)
+    assert re.fullmatch(r"(\d{1,2} [A-Z][a-z]{2} )?\d\d:\d\d UTC", words), words
+    said = f'Decide by <time datetime="{deadline.isoformat()}">{words}</time> (expires in 1\xa0hour'
+    page = as_alice.get(f"/c/{run.conversation_id}/").text
+    assert said in card_html(page, run, request)
+    pushed = "".join(read_unsent.func(alice, run.pk, 0).frames)
+    assert said in card_html(pushed, run, request)
+
+
+def test_a_card_drawn_past_its_deadline_says_it_expired_and_offers_no_decision(
+    asks, settings, alice, as_alice
+):
+    settings.LOOP_APPROVAL_SECONDS = 45
+    run = parked(alice, call("run_code", {"code": CODE}), answer("never"))
+    request = run.approvals.get()
+    ApprovalRequest.objects.filter(pk=request.pk).update(
+        created_at=timezone.now() - timedelta(seconds=46)
+    )
+    card = card_html(as_alice.get(f"/c/{run.conversation_id}/").text, run, request)
+    assert "This request expired at" in card
+    assert "the call will not run" in card
     assert "<form" not in card
 
 
