@@ -26,7 +26,7 @@ from agent.runs import new_conversation, start_run, submit_run
 from engine.execution import execute_run
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
-from tools.fence import raise_fence
+from tools.fence import raise_fence, started_moment
 from tools.files import WRITE_FILE
 from tools.sandbox import BubblewrapSandbox, Execution, ForRun, Launched, Limits
 from workspace.directory import ensure_workspace, workspace_path
@@ -222,6 +222,21 @@ def test_a_call_s_change_just_before_a_snippet_starts_is_no_clash(workspaces: Pa
         assert result.ok, result.text
         assert "another call" not in result.text
         assert (workspace / NOTES).read_text() == f"{number}\nappended\n"
+
+
+def test_a_snippet_s_start_is_after_every_change_made_before_it(tmp_path: Path) -> None:
+    """A file whose times were read gets its next change time from the fine clock (multigrain
+    timestamps), past the coarse clock's last tick: the moment a snippet starts must still be
+    after it, or the change reads as another call's, made while the snippet ran."""
+    for number in range(100):
+        handle = os.open(tmp_path / str(number), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.fstat(handle)
+            os.write(handle, b"changed\n")
+            changed_at = os.fstat(handle).st_ctime_ns
+        finally:
+            os.close(handle)
+        assert changed_at < started_moment()
 
 
 def appends(name: str, lines: list[str]) -> list[tuple[str, dict]]:
