@@ -160,14 +160,14 @@ def test_a_change_made_while_a_snippet_ran_is_kept_and_the_snippet_s_beside_it(f
     )
     execution = sandbox.run(code, ForRun(45, attempt=1))
     wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
-    put(workspace, NOTES, "first\ntheirs\n")  # another call's save, meanwhile
+    put(workspace, NOTES, "theirs\n")  # another call's rewrite, meanwhile
     put(workspace, "gone.txt", "changed, keep me\n")
     sandbox.wake()
 
     done = execution.result(timeout=60)
     assert done.files_saved
     aside = workspace / "notes (conflict from run 45).txt"
-    assert (workspace / NOTES).read_text() == "first\ntheirs\n"
+    assert (workspace / NOTES).read_text() == "theirs\n"
     assert aside.read_text() == "first\nours\n"
     assert f"{NOTES} (this program's version is saved as {aside.name})" in done.files_note
     assert (workspace / "gone.txt").read_text() == "changed, keep me\n"
@@ -222,6 +222,101 @@ def test_a_call_s_change_just_before_a_snippet_starts_is_no_clash(workspaces: Pa
         assert result.ok, result.text
         assert "another call" not in result.text
         assert (workspace / NOTES).read_text() == f"{number}\nappended\n"
+
+
+@pytest.fixture
+def beside(frozen) -> tuple[Path, FrozenSaver, ToolContext]:
+    """A frozen sandbox, and a context whose calls run in sandboxes of their own beside it on the
+    same workspace; its notes made by write_file, as a model's first call would."""
+    workspace, sandbox = frozen
+    context = ToolContext(user_id=int(workspace.name), username="alice", workspace=workspace)
+    write = json.dumps({"path": NOTES, "content": "first\nsecond\n"})
+    assert ToolRegistry([WRITE_FILE]).dispatch("write_file", write, context).ok
+    return workspace, sandbox, context
+
+
+APPEND_OURS = APPEND.format(name=NOTES, line="ours\n")
+APPEND_THEIRS = APPEND.format(name=NOTES, line="theirs\n")
+
+
+def test_an_append_while_another_call_appended_is_saved_after_that_call_s(beside) -> None:
+    """Issue 39 §6, at its smallest: a snippet appends a line while another call appends one and
+    saves first: the file has both lines after what both started from, and no copy beside it."""
+    workspace, sandbox, context = beside
+    execution = sandbox.run(APPEND_OURS, ForRun(47, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    assert run(context, APPEND_THEIRS).ok  # another call's, in a sandbox of its own, saved
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert done.files_saved
+    assert (workspace / NOTES).read_text() == "first\nsecond\ntheirs\nours\n"
+    assert sorted(os.listdir(workspace)) == [NOTES]
+    assert f"what that call added: {NOTES}." in done.files_note
+
+
+REWRITE = f"open({NOTES!r}, 'w').write('rewritten\\n')\n"
+TRUNCATE = f"open({NOTES!r}, 'r+').truncate(len('first\\n'))\n"
+
+
+ORIGINAL_AND_OURS = "first\nsecond\nours\n"
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "set_aside"),
+    [
+        (APPEND_OURS, REWRITE, ORIGINAL_AND_OURS),
+        (APPEND_OURS, TRUNCATE, ORIGINAL_AND_OURS),
+        (REWRITE, APPEND_THEIRS, "rewritten\n"),
+        (TRUNCATE, APPEND_THEIRS, "first\n"),
+    ],
+    ids=[
+        "append-while-rewritten",
+        "append-while-cut",
+        "rewrite-while-appended",
+        "cut-while-appended",
+    ],
+)
+def test_an_append_and_a_rewrite_or_cut_meanwhile_clash(beside, ours, theirs, set_aside) -> None:
+    """Appends merge only when both sides only appended: a snippet that appended while another
+    call rewrote or truncated the file, or rewrote or truncated it while another appended, leaves
+    the other call's version and a conflict copy of its own beside it."""
+    workspace, sandbox, context = beside
+    execution = sandbox.run(ours, ForRun(48, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    assert run(context, theirs).ok  # another call's, in a sandbox of its own, saved
+    kept = (workspace / NOTES).read_text()
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert done.files_saved
+    aside = workspace / "notes (conflict from run 48).txt"
+    assert (workspace / NOTES).read_text() == kept
+    assert aside.read_text() == set_aside
+    assert f"{NOTES} (this program's version is saved as {aside.name})" in done.files_note
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twelve_parallel_appends_to_one_file_all_land_in_it(alice, workspaces) -> None:
+    """Issue 39 §6: twelve run_code calls at once, each appending a line to a file write_file
+    made: the file ends with its first content and all twelve lines, and no copy is beside it."""
+    lines = [f"line-{number}" for number in range(12)]
+    script = [
+        calls(("write_file", {"path": NOTES, "content": "first\n"})),
+        calls(*appends(NOTES, lines)),
+        answer("Done."),
+    ]
+    limits = RunLimits(max_iterations=4, max_tool_calls=20, max_parallel_calls=12)
+    run = execute_run(
+        start_run(alice, "Append", model="mock", limits=limits), llm=ScriptedLLM(script)
+    )
+
+    workspace = workspace_path(alice.pk)
+    written = (workspace / NOTES).read_text().splitlines()
+    assert written[0] == "first"
+    assert sorted(written[1:]) == sorted(lines)
+    assert sorted(os.listdir(workspace)) == [NOTES]
+    assert all(execution.status == ToolStatus.OK for execution in run.tool_executions.all())
 
 
 def test_a_snippet_s_start_is_after_every_change_made_before_it(tmp_path: Path) -> None:
