@@ -255,6 +255,46 @@ def test_an_append_while_another_call_appended_is_saved_after_that_call_s(beside
     assert f"what that call added: {NOTES}." in done.files_note
 
 
+def test_an_append_taken_over_meanwhile_is_not_merged(beside) -> None:
+    """The fence holds for appends too: a snippet whose run was taken over while another call
+    appended saves nothing, merged or not."""
+    workspace, sandbox, context = beside
+    raise_fence(workspace, 49, 1)
+    execution = sandbox.run(APPEND_OURS, ForRun(49, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    raise_fence(workspace, 49, 2)
+    assert run(context, APPEND_THEIRS).ok
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert not done.files_saved
+    assert (workspace / NOTES).read_text() == "first\nsecond\ntheirs\n"
+
+
+@pytest.fixture
+def full_after_theirs(settings) -> None:
+    """A quota the workspace reaches, exactly, once another call appended `theirs`: the notes
+    (13 bytes, then 20) and 1,000 bytes of ballast."""
+    settings.LOOP_WORKSPACE_MAX_BYTES = 1_020
+    settings.LOOP_WORKSPACE_MAX_FILES = 100
+
+
+def test_an_append_past_the_quota_is_not_merged(full_after_theirs, beside) -> None:
+    """A merged file counts whole against the quota: with the workspace at its quota after
+    another call's append, what this snippet appended is not saved, and its stderr says so."""
+    workspace, sandbox, context = beside
+    put(workspace, "ballast.bin", "x" * 1_000)
+    execution = sandbox.run(APPEND_OURS, ForRun(50, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    assert run(context, APPEND_THEIRS).ok
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert (workspace / NOTES).read_text() == "first\nsecond\ntheirs\n"
+    assert sorted(os.listdir(workspace)) == ["ballast.bin", NOTES]
+    assert f"[Not saved, over the quota: {NOTES}." in done.stderr
+
+
 REWRITE = f"open({NOTES!r}, 'w').write('rewritten\\n')\n"
 TRUNCATE = f"open({NOTES!r}, 'r+').truncate(len('first\\n'))\n"
 
