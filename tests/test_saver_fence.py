@@ -26,7 +26,7 @@ from agent.runs import new_conversation, start_run, submit_run
 from engine.execution import execute_run
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
-from tools.fence import raise_fence
+from tools.fence import raise_fence, started_moment
 from tools.files import WRITE_FILE
 from tools.sandbox import BubblewrapSandbox, Execution, ForRun, Launched, Limits
 from workspace.directory import ensure_workspace, workspace_path
@@ -160,14 +160,14 @@ def test_a_change_made_while_a_snippet_ran_is_kept_and_the_snippet_s_beside_it(f
     )
     execution = sandbox.run(code, ForRun(45, attempt=1))
     wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
-    put(workspace, NOTES, "first\ntheirs\n")  # another call's save, meanwhile
+    put(workspace, NOTES, "theirs\n")  # another call's rewrite, meanwhile
     put(workspace, "gone.txt", "changed, keep me\n")
     sandbox.wake()
 
     done = execution.result(timeout=60)
     assert done.files_saved
     aside = workspace / "notes (conflict from run 45).txt"
-    assert (workspace / NOTES).read_text() == "first\ntheirs\n"
+    assert (workspace / NOTES).read_text() == "theirs\n"
     assert aside.read_text() == "first\nours\n"
     assert f"{NOTES} (this program's version is saved as {aside.name})" in done.files_note
     assert (workspace / "gone.txt").read_text() == "changed, keep me\n"
@@ -222,6 +222,156 @@ def test_a_call_s_change_just_before_a_snippet_starts_is_no_clash(workspaces: Pa
         assert result.ok, result.text
         assert "another call" not in result.text
         assert (workspace / NOTES).read_text() == f"{number}\nappended\n"
+
+
+@pytest.fixture
+def beside(frozen) -> tuple[Path, FrozenSaver, ToolContext]:
+    """A frozen sandbox, and a context whose calls run in sandboxes of their own beside it on the
+    same workspace; its notes made by write_file, as a model's first call would."""
+    workspace, sandbox = frozen
+    context = ToolContext(user_id=int(workspace.name), username="alice", workspace=workspace)
+    write = json.dumps({"path": NOTES, "content": "first\nsecond\n"})
+    assert ToolRegistry([WRITE_FILE]).dispatch("write_file", write, context).ok
+    return workspace, sandbox, context
+
+
+APPEND_OURS = APPEND.format(name=NOTES, line="ours\n")
+APPEND_THEIRS = APPEND.format(name=NOTES, line="theirs\n")
+
+
+def test_an_append_while_another_call_appended_is_saved_after_that_call_s(beside) -> None:
+    """Issue 39 §6, at its smallest: a snippet appends a line while another call appends one and
+    saves first: the file has both lines after what both started from, and no copy beside it."""
+    workspace, sandbox, context = beside
+    execution = sandbox.run(APPEND_OURS, ForRun(47, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    assert run(context, APPEND_THEIRS).ok  # another call's, in a sandbox of its own, saved
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert done.files_saved
+    assert (workspace / NOTES).read_text() == "first\nsecond\ntheirs\nours\n"
+    assert sorted(os.listdir(workspace)) == [NOTES]
+    assert f"what that call added: {NOTES}." in done.files_note
+
+
+def test_an_append_taken_over_meanwhile_is_not_merged(beside) -> None:
+    """The fence holds for appends too: a snippet whose run was taken over while another call
+    appended saves nothing, merged or not."""
+    workspace, sandbox, context = beside
+    raise_fence(workspace, 49, 1)
+    execution = sandbox.run(APPEND_OURS, ForRun(49, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    raise_fence(workspace, 49, 2)
+    assert run(context, APPEND_THEIRS).ok
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert not done.files_saved
+    assert (workspace / NOTES).read_text() == "first\nsecond\ntheirs\n"
+
+
+@pytest.fixture
+def full_after_theirs(settings) -> None:
+    """A quota the workspace reaches, exactly, once another call appended `theirs`: the notes
+    (13 bytes, then 20) and 1,000 bytes of ballast."""
+    settings.LOOP_WORKSPACE_MAX_BYTES = 1_020
+    settings.LOOP_WORKSPACE_MAX_FILES = 100
+
+
+def test_an_append_past_the_quota_is_not_merged(full_after_theirs, beside) -> None:
+    """A merged file counts whole against the quota: with the workspace at its quota after
+    another call's append, what this snippet appended is not saved, and its stderr says so."""
+    workspace, sandbox, context = beside
+    put(workspace, "ballast.bin", "x" * 1_000)
+    execution = sandbox.run(APPEND_OURS, ForRun(50, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    assert run(context, APPEND_THEIRS).ok
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert (workspace / NOTES).read_text() == "first\nsecond\ntheirs\n"
+    assert sorted(os.listdir(workspace)) == ["ballast.bin", NOTES]
+    assert f"[Not saved, over the quota: {NOTES}." in done.stderr
+
+
+REWRITE = f"open({NOTES!r}, 'w').write('rewritten\\n')\n"
+TRUNCATE = f"open({NOTES!r}, 'r+').truncate(len('first\\n'))\n"
+
+
+ORIGINAL_AND_OURS = "first\nsecond\nours\n"
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "set_aside"),
+    [
+        (APPEND_OURS, REWRITE, ORIGINAL_AND_OURS),
+        (APPEND_OURS, TRUNCATE, ORIGINAL_AND_OURS),
+        (REWRITE, APPEND_THEIRS, "rewritten\n"),
+        (TRUNCATE, APPEND_THEIRS, "first\n"),
+    ],
+    ids=[
+        "append-while-rewritten",
+        "append-while-cut",
+        "rewrite-while-appended",
+        "cut-while-appended",
+    ],
+)
+def test_an_append_and_a_rewrite_or_cut_meanwhile_clash(beside, ours, theirs, set_aside) -> None:
+    """Appends merge only when both sides only appended: a snippet that appended while another
+    call rewrote or truncated the file, or rewrote or truncated it while another appended, leaves
+    the other call's version and a conflict copy of its own beside it."""
+    workspace, sandbox, context = beside
+    execution = sandbox.run(ours, ForRun(48, attempt=1))
+    wait_for(lambda: not sandbox.sandbox.alive(), "the snippet to end")
+    assert run(context, theirs).ok  # another call's, in a sandbox of its own, saved
+    kept = (workspace / NOTES).read_text()
+    sandbox.wake()
+
+    done = execution.result(timeout=60)
+    assert done.files_saved
+    aside = workspace / "notes (conflict from run 48).txt"
+    assert (workspace / NOTES).read_text() == kept
+    assert aside.read_text() == set_aside
+    assert f"{NOTES} (this program's version is saved as {aside.name})" in done.files_note
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twelve_parallel_appends_to_one_file_all_land_in_it(alice, workspaces) -> None:
+    """Issue 39 §6: twelve run_code calls at once, each appending a line to a file write_file
+    made: the file ends with its first content and all twelve lines, and no copy is beside it."""
+    lines = [f"line-{number}" for number in range(12)]
+    script = [
+        calls(("write_file", {"path": NOTES, "content": "first\n"})),
+        calls(*appends(NOTES, lines)),
+        answer("Done."),
+    ]
+    limits = RunLimits(max_iterations=4, max_tool_calls=20, max_parallel_calls=12)
+    run = execute_run(
+        start_run(alice, "Append", model="mock", limits=limits), llm=ScriptedLLM(script)
+    )
+
+    workspace = workspace_path(alice.pk)
+    written = (workspace / NOTES).read_text().splitlines()
+    assert written[0] == "first"
+    assert sorted(written[1:]) == sorted(lines)
+    assert sorted(os.listdir(workspace)) == [NOTES]
+    assert all(execution.status == ToolStatus.OK for execution in run.tool_executions.all())
+
+
+def test_a_snippet_s_start_is_after_every_change_made_before_it(tmp_path: Path) -> None:
+    """A file whose times were read gets its next change time from the fine clock (multigrain
+    timestamps), past the coarse clock's last tick: the moment a snippet starts must still be
+    after it, or the change reads as another call's, made while the snippet ran."""
+    for number in range(100):
+        handle = os.open(tmp_path / str(number), os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            os.fstat(handle)
+            os.write(handle, b"changed\n")
+            changed_at = os.fstat(handle).st_ctime_ns
+        finally:
+            os.close(handle)
+        assert changed_at < started_moment()
 
 
 def appends(name: str, lines: list[str]) -> list[tuple[str, dict]]:

@@ -68,15 +68,17 @@ def raise_fence(workspace: Path, run_id: int, attempt: int) -> None:
 def started_moment() -> int:
     """Now, as a change time a file changed from now on will have at least (nanoseconds).
 
-    File change times come from the coarse clock, one tick (a few milliseconds) at a time: a
-    change made in the tick a snippet starts in could have come before or after it. Waiting for
-    the next tick makes the moment later than every change already made, and no later than any
-    change to come."""
-    start = time.clock_gettime_ns(_COARSE_CLOCK)
+    File change times come from the coarse clock, one tick (a few milliseconds) at a time, whose
+    ticks trail the real time (one is counted late, and not at all on an idle CPU); multigrain
+    timestamps (Linux 6.13 on) stamp a change finer, up to the real time it was made, so past the
+    coarse clock. Waiting for the coarse clock to pass the real time now makes the moment later
+    than every change already made, and no later than any change to come, which is stamped at
+    least with the coarse clock's time."""
+    now = time.clock_gettime_ns(time.CLOCK_REALTIME)
     tick = time.clock_getres(_COARSE_CLOCK)
-    while (now := time.clock_gettime_ns(_COARSE_CLOCK)) == start:
+    while (moment := time.clock_gettime_ns(_COARSE_CLOCK)) <= now:
         time.sleep(tick / 4)
-    return now
+    return moment
 
 
 class Channel:

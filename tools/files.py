@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.base import Tool, ToolContext, ToolDenied, ToolError
-from workspace import confined, paths
+from workspace import confined, paths, versions
 from workspace.confined import (
     DIRECTORY_FLAGS,
     EXAMPLE,
@@ -406,6 +406,7 @@ def _write_atomically(directory: int, name: str, data: bytes, owner: Owner | Non
             if owner is not None:
                 os.fchown(handle, *owner)
             _write_all(handle, data)
+            versions.record(handle, len(data), [])  # so appends to it merge (overlay_save)
             os.fsync(handle)
         finally:
             os.close(handle)

@@ -23,23 +23,24 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 
 
-def _load_paths():  # noqa: ANN202 (a module loaded from a path has no static type)
-    """workspace/paths.py: imported as usual in the project, loaded by path in the saver, which
+def _load(name: str):  # noqa: ANN202 (a module loaded from a path has no static type)
+    """workspace/NAME.py: imported as usual in the project, loaded by path in the saver, which
     runs without the project on sys.path (tools/overlay.py runs it by its path)."""
     if __name__ == "tools.overlay_save":
-        from workspace import paths
+        from importlib import import_module
 
-        return paths
+        return import_module(f"workspace.{name}")
     from importlib.util import module_from_spec, spec_from_file_location
 
     project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = spec_from_file_location("paths", os.path.join(project, "workspace", "paths.py"))
+    spec = spec_from_file_location(name, os.path.join(project, "workspace", f"{name}.py"))
     module = module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-paths = _load_paths()
+paths = _load("paths")
+versions = _load("versions")
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -63,6 +64,7 @@ class Saved:
         self.superseded_by = 0  # the attempt that took its run over: nothing was saved
         self.aside: list[tuple[str, str]] = []  # (a path another call changed, ours's new name)
         self.kept: list[str] = []  # deletions not made: another call changed those entries
+        self.appended: list[str] = []  # appended to after another call's appends to them
         self.failure = ""  # why saving stopped part way
         self.unsaved: list[str] = []  # what that left unsaved
 
@@ -178,10 +180,13 @@ def save(
 
     With a ticket, nothing is applied if the run was claimed again since (its fence, in the open
     directory `fences`, is past the ticket's attempt), and the changes that clash with another
-    call's are set aside first. Deletions go first so that the room they free counts; each file is
-    written beside its target and renamed over it, so a file is always whole, old or new.
+    call's are set aside first, but for files both only appended to: there what the snippet added
+    is saved after what the other call added. Deletions go first so that the room they free
+    counts; each file is written beside its target and renamed over it, so a file is always whole,
+    old or new.
     """
     saved = Saved()
+    appends: dict[str, int] = {}  # a path the snippet only appended to: where its new bytes start
     fcntl.flock(workspace, fcntl.LOCK_EX)
     try:
         if ticket is not None:
@@ -189,13 +194,13 @@ def save(
             if fence > ticket.attempt:
                 saved.superseded_by = fence
                 return saved
-            _set_aside(upper, workspace, ticket, saved)
+            _set_aside(upper, workspace, ticket, saved, appends)
         _remove_pass(upper, workspace)
         budget = _Budget(paths.usage(workspace), max_bytes, max_files)
-        _add_pass(upper, workspace, "", budget, saved)
+        _add_pass(upper, workspace, budget, saved, appends)
     except OSError as error:  # the disk is full, say: what is in place stays, the rest is named
         saved.failure = error.strerror or str(error)
-        saved.unsaved = _unsaved(upper, workspace)
+        saved.unsaved = _unsaved(upper, workspace, saved.appended)
     finally:
         fcntl.flock(workspace, fcntl.LOCK_UN)
     return saved
@@ -222,11 +227,15 @@ def _names(directory: int) -> Iterator[str]:
     return iter(sorted(os.listdir(directory)))  # the saver's order is the same each time
 
 
-def _set_aside(upper: int, workspace: int, ticket: Ticket, saved: Saved) -> None:
+def _set_aside(
+    upper: int, workspace: int, ticket: Ticket, saved: Saved, appends: dict[str, int]
+) -> None:
     """Set aside each of the snippet's changes to an entry that another call changed since the
     snippet started (its change time, which a snippet cannot set, is that late): the other call's
     version stays, the snippet's is saved beside it under a new name, and a deletion of it is not
-    made. Directories both sides have are merged, so only what is inside them can clash."""
+    made. Directories both sides have are merged, so only what is inside them can clash; a file
+    both sides only appended to is no clash either: where the snippet's new bytes start goes in
+    `appends`, for the add pass to save them after the other call's."""
     levels = [(upper, workspace, "", _names(upper))]
     try:
         while levels:
@@ -247,8 +256,13 @@ def _set_aside(upper: int, workspace: int, ticket: Ticket, saved: Saved) -> None
                     levels.append((child, mirror, f"{prefix}{name}/", _names(child)))
                     continue
                 os.close(child)
-            if _changed_since(below, name, target, ticket.moment):
+            if not _changed_since(below, name, target, ticket.moment):
+                continue
+            start = _appended_from(above, below, name, info, target)
+            if start is None:
                 _keep_both(above, below, name, prefix, ticket.run, saved)
+            else:
+                appends[prefix + name] = start
     finally:
         for above, below, _, _ in levels:
             _close_level(above, below, upper)
@@ -268,6 +282,25 @@ def _changed_since(directory: int, name: str, info: os.stat_result, moment: int)
         return False
     with _Descriptor(os.open(name, _DIRECTORY, dir_fd=directory)) as below:
         return any(entry.st_ctime_ns >= moment for entry in _below(below))
+
+
+def _appended_from(
+    above: int, below: int, name: str, info: os.stat_result, target: os.stat_result
+) -> int | None:
+    """Where the snippet's new bytes start, if both sides only appended to the version of a file
+    the snippet's copy started from (workspace/versions.py): its copy and the workspace's version
+    both start with that version, whole. None if either rewrote, cut or changed its bytes."""
+    if not (stat.S_ISREG(info.st_mode) and stat.S_ISREG(target.st_mode)):
+        return None
+    with (
+        _Descriptor(os.open(name, _FILE, dir_fd=above)) as ours,
+        _Descriptor(os.open(name, _FILE, dir_fd=below)) as theirs,
+    ):
+        started = versions.versions(ours)[:1]  # the overlay copied the version's record with it
+        size = dict(versions.versions(theirs)).get(started[0][0]) if started else None
+        if size is None or not versions.start_alike(ours, theirs, size):
+            return None
+        return size
 
 
 def _below(directory: int) -> Iterator[os.stat_result]:
@@ -302,8 +335,9 @@ def _aside_name(above: int, below: int, name: str, run: int) -> str:
     raise OSError(errno.EEXIST, f"no free name to keep {name!r} beside")
 
 
-def _unsaved(upper: int, workspace: int) -> list[str]:
-    """What of the snippet's changes is not in the workspace: after a save that failed."""
+def _unsaved(upper: int, workspace: int, appended: list[str]) -> list[str]:
+    """What of the snippet's changes is not in the workspace: after a save that failed (a file
+    appended to after another call's appends is in place whatever its size)."""
     missing: list[str] = []
     levels: list[tuple[int, int | None, str, Iterator[str]]] = [
         (upper, workspace, "", _names(upper))
@@ -328,7 +362,7 @@ def _unsaved(upper: int, workspace: int) -> list[str]:
                     missing.append(f"{prefix}{name}/")
                 child = os.open(name, _DIRECTORY, dir_fd=above)
                 levels.append((child, mirror, f"{prefix}{name}/", _names(child)))
-            elif not _in_place(above, below, name, info, target):
+            elif prefix + name not in appended and not _in_place(above, below, name, info, target):
                 missing.append(prefix + name)
     finally:
         for above, below, _, _ in levels:
@@ -428,24 +462,30 @@ class _Budget:
         self.used.files += 0 if replaced else 1
 
 
-def _add_pass(upper: int, workspace: int, prefix: str, budget: _Budget, saved: Saved) -> None:
+def _add_pass(
+    upper: int, workspace: int, budget: _Budget, saved: Saved, appends: dict[str, int]
+) -> None:
     """Write the snippet's new and changed entries into the workspace, within the budget and the
-    path rules; a new name is stored in NFC (an existing entry keeps its own)."""
+    path rules; a new name is stored in NFC (an existing entry keeps its own). A file in
+    `appends` is the workspace's version followed by what the snippet added to it."""
 
     def visit(level: _Level, name: str, info: os.stat_result) -> int | None:
         directory = stat.S_ISDIR(info.st_mode)
         if _is_whiteout(info):
             return None
         stored = paths.stored_name(level.workspace, name)
-        shown = prefix + level.prefix + stored
+        shown = level.prefix + stored
         problem = paths.path_problem(shown)
         if problem is not None:
             saved.refused.append((shown + "/" * directory, problem))
             return None
         if directory:
             return _add_directory(level.workspace, stored, shown, budget, saved)
-        if not _add_entry(level.upper, level.workspace, name, stored, info, budget):
+        start = appends.get(level.prefix + name)
+        if not _add_entry(level.upper, level.workspace, name, stored, info, budget, start):
             saved.skipped.append(shown)
+        elif start is not None:
+            saved.appended.append(level.prefix + name)
         return None
 
     def leave(level: _Level) -> None:
@@ -470,21 +510,29 @@ def _add_directory(
 
 
 def _add_entry(
-    upper: int, workspace: int, name: str, stored: str, info: os.stat_result, budget: _Budget
+    upper: int,
+    workspace: int,
+    name: str,
+    stored: str,
+    info: os.stat_result,
+    budget: _Budget,
+    start: int | None,
 ) -> bool:
     """Write one file, symlink or FIFO of the snippet's (name in upper) into the workspace as
-    stored; False if refused.
+    stored, or, from `start` on, after the workspace's version of a file; False if refused.
 
     Its temporary name is write_file's kind; it exists only under the workspace's lock, and a
     name of the person's that happened to match it is never replaced (O_EXCL) nor removed."""
     replaced = _target(workspace, stored)
     size = info.st_size if stat.S_ISREG(info.st_mode) else 0
+    if start is not None:
+        size += replaced.st_size - start
     if not budget.admits(size, replaced):
         return False
     temp = f".{stored[:200]}.{os.urandom(8).hex()}.tmp"
     try:
         if stat.S_ISREG(info.st_mode):
-            size = _copy(upper, name, workspace, temp, info)
+            size = _copy(upper, name, workspace, stored, temp, info, start)
         elif stat.S_ISLNK(info.st_mode):
             os.symlink(os.readlink(name, dir_fd=upper), temp, dir_fd=workspace)
         elif stat.S_ISFIFO(info.st_mode):
@@ -502,21 +550,65 @@ def _add_entry(
     return True
 
 
-def _copy(upper: int, name: str, workspace: int, temp: str, info: os.stat_result) -> int:
-    """Copy at most the size measured, so a file still growing cannot slip past the budget."""
+def _copy(
+    upper: int,
+    name: str,
+    workspace: int,
+    stored: str,
+    temp: str,
+    info: os.stat_result,
+    start: int | None,
+) -> int:
+    """Copy at most the size measured, so a file still growing cannot slip past the budget: the
+    snippet's file, or the workspace's version followed by the snippet's from `start` on. The
+    copy records the versions it starts with (workspace/versions.py): the one it replaces, and
+    those, if it starts with that one whole."""
     with (
         _Descriptor(os.open(name, _FILE, dir_fd=upper)) as source,
         _Descriptor(os.open(temp, _CREATE, 0o600, dir_fd=workspace)) as copy,
+        _Replaced(workspace, stored) as replaced,
     ):
-        copied = 0
-        while copied < info.st_size:
-            sent = os.sendfile(copy, source, copied, info.st_size - copied)
-            if sent == 0:
-                break
-            copied += sent
+        if start is None:
+            copied = _send(copy, source, 0, info.st_size)
+            old = 0 if replaced is None else os.fstat(replaced).st_size
+            extends = replaced is not None and old <= copied
+            extends = extends and versions.start_alike(source, replaced, old)
+        else:
+            copied = _send(copy, replaced, 0, os.fstat(replaced).st_size)
+            copied += _send(copy, source, start, info.st_size - start)
+            extends = True
+        versions.record(copy, copied, versions.versions(replaced) if extends else [])
         os.fchmod(copy, stat.S_IMODE(info.st_mode) | 0o600)
         os.utime(copy, ns=(info.st_atime_ns, info.st_mtime_ns))
     return copied
+
+
+def _send(copy: int, source: int, offset: int, count: int) -> int:
+    """Append `count` bytes of source from `offset` to copy; fewer if source is shorter."""
+    sent = 0
+    while sent < count:
+        chunk = os.sendfile(copy, source, offset + sent, count - sent)
+        if chunk == 0:
+            break
+        sent += chunk
+    return sent
+
+
+class _Replaced:
+    """The regular file a copy replaces, open for reading (None if there is none)."""
+
+    def __init__(self, workspace: int, name: str) -> None:
+        self.workspace, self.name, self.handle = workspace, name, None
+
+    def __enter__(self) -> int | None:
+        target = _target(self.workspace, self.name)
+        if target is not None and stat.S_ISREG(target.st_mode):
+            self.handle = os.open(self.name, _FILE, dir_fd=self.workspace)
+        return self.handle
+
+    def __exit__(self, *exception: object) -> None:
+        if self.handle is not None:
+            os.close(self.handle)
 
 
 def _listed(names: list[str]) -> str:
@@ -559,6 +651,12 @@ def outcome(saved: Saved) -> tuple[bool, str]:
         notes.append(
             "Changed by another call while this program ran, so kept as that call left them: "
             f"{_listed(moved)}. Merge the two versions if both matter."
+        )
+    if saved.appended:
+        notes.append(
+            "Appended to by another call while this program ran, as this program appended to "
+            "them, so what this program added was saved after what that call added: "
+            f"{_listed(saved.appended)}."
         )
     if saved.kept:
         notes.append(

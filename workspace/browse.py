@@ -22,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import BinaryIO
 
-from workspace import paths
+from workspace import paths, versions
 from workspace.confined import (
     DIRECTORY_FLAGS,
     READ_FLAGS,
@@ -497,6 +497,7 @@ class Incoming:
 
     def finish(self) -> None:
         if self.handle is not None and not self.finished:
+            versions.record(self.handle, self.written, [])  # so appends to it merge
             os.fsync(self.handle)
             self.finished = True
 
