@@ -259,21 +259,34 @@ def cancel_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
 def request_cancel(run: AgentRun) -> AgentRun:
     """A queued run ends at once; a running one stops within a second wherever it is (its worker
     hears it from procrastinate), or at once, here, when its process is gone (a dead worker, a
-    killed `runagent`): nobody else would hear the Stop. A finished run stays as it ended."""
+    killed `runagent`): nobody else would hear the Stop. A finished run stays as it ended.
+    Whatever happens meanwhile, the Stop is recorded first, so the run's next claim reads it."""
     now = timezone.now()
+    job_id = record_stop(run.pk, now)
     if end_waiting(run.pk, RunStatus.CANCELLED, on_end=start_next_queued):
         pass  # it waited for a decision: no worker holds it, and its calls never ran
-    elif not end_queued(run.pk, now):
-        AgentRun.objects.filter(
-            pk=run.pk, status=RunStatus.RUNNING, cancel_requested_at__isnull=True
-        ).update(cancel_requested_at=now)
+    elif not end_queued(run.pk):
         end_if_abandoned(run.pk, RunStatus.CANCELLED)
-    abort_job(run.job_id)
+    abort_job(job_id)
     run.refresh_from_db()
     return run
 
 
-def end_queued(run_id: int, now: datetime) -> bool:
+def record_stop(run_id: int, now: datetime) -> int | None:
+    """Record the Stop on a live run, with its row held, and say which job the run has then: a
+    claim before it has that job, which is aborted; a claim after it reads the Stop
+    (engine.execution.claim) and ends the run cancelled before any call. So a Stop that waits
+    behind a decision queueing the run, or reaches a dead worker's run before another worker
+    takes it, is heard all the same. The one writer of `cancel_requested_at` (a Continue clears
+    it); the first Stop's time is kept."""
+    with transaction.atomic():
+        live = AgentRun.objects.select_for_update().filter(pk=run_id, status__in=LIVE)
+        job_id = live.values_list("job_id", flat=True).first()
+        live.filter(cancel_requested_at__isnull=True).update(cancel_requested_at=now)
+    return job_id
+
+
+def end_queued(run_id: int) -> bool:
     """End the run cancelled if it is waiting for a worker, as any end is recorded; False if it
     is not queued. The row stays locked until its end is written, so no worker claims it
     meanwhile."""
@@ -281,7 +294,6 @@ def end_queued(run_id: int, now: datetime) -> bool:
         run = AgentRun.objects.select_for_update().filter(pk=run_id).first()
         if run is None or run.status != RunStatus.QUEUED:
             return False
-        AgentRun.objects.filter(pk=run_id).update(cancel_requested_at=now)
         went = run.events.exists()  # handed back by a worker that stopped, or continued
         note = "Cancelled while it waited for a worker." if went else "Cancelled before it started."
         ended = RunFinished(

@@ -82,7 +82,8 @@ def end_waiting(
 ) -> bool:
     """End a waiting run without a worker: its waiting calls recorded as not run (cancelled,
     or expired), then its end (`cancelled`; `halted` for want of a decision) with what it had
-    done. False if it does not wait."""
+    done. False if it does not wait. A Stop is recorded on the run by its caller first
+    (agent.runs.record_stop)."""
     expired = status is RunStatus.HALTED
     with transaction.atomic():
         run = AgentRun.objects.select_for_update().filter(pk=run_id).first()
@@ -95,8 +96,6 @@ def end_waiting(
                 record_decision(request, CallDecision(request.call_id, decision, ""), None)
             )
             events.append(not_run(request, EXPIRED_TEXT if expired else CANCELLED_TEXT))
-        if not expired:
-            AgentRun.objects.filter(pk=run.pk).update(cancel_requested_at=timezone.now())
         recorder = RunRecorder(run, on_end=on_end)
         rows = recorder.record(ended_waiting(run, events, expired))
     recorder.announce(rows)

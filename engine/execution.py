@@ -222,6 +222,8 @@ def take_and_work(
     if claimed is None:
         return None
     interrupt = Interrupt()
+    if claimed.stopped:  # its Stop went to a job or a worker it no longer has
+        interrupt.set(StopReason.CANCEL)
     alive = beating(claimed.run) if job_id is None else nullcontext()
     with alive, watching(claimed.run, interrupt, stop_requested):
         return work(claimed, interrupt, on_event=on_event, llm=llm, tools=tools)
@@ -233,18 +235,24 @@ def process_name() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """A run this worker took: why it resumes (None: it starts afresh) and whom it took it from."""
+    """A run this worker took: why it resumes (None: it starts afresh), whom it took it from,
+    and whether a Stop was recorded on it before it was taken (it then ends cancelled at once)."""
 
     run: AgentRun
     reason: ResumeReason | None
     lost_worker: str = ""
     by: ContinuedBy | None = None  # a continue's asker
+    stopped: bool = False
 
 
 def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
     """Take the run for this worker: its attempt grows by one, which fences off whoever held it
     before. None if there is nothing to work:
     it ended meanwhile, or this job is no longer the run's (a newer one replaced it).
+
+    The run's Stop is read here, with the row held: a Stop recorded before this claim was heard
+    by none of the run's workers (its abort went to a dead worker's job, or to none while a
+    decision queued the run), and one recorded after it aborts this job (agent.runs.record_stop).
 
     In this process (`job_id` None) only a queued run is taken; its job, if any, then finds the
     run is not its own any more.
@@ -286,7 +294,8 @@ def claim(run_id: int, *, job_id: int | None, worker: str) -> Claim | None:
                 lost_worker=lost_worker,
                 requested_by=asker if reason is ResumeReason.CONTINUED else None,
             )
-    return Claim(run, reason, lost_worker, resume.by if reason is not None else None)
+    by = resume.by if reason is not None else None
+    return Claim(run, reason, lost_worker, by, stopped=run.cancel_requested_at is not None)
 
 
 def resume_reason(run: AgentRun) -> ResumeReason | None:
@@ -362,7 +371,7 @@ def work(
     interrupt.on_set(partial(kill_run, run.pk))
     try:
         resume, limits, worked = pick_up(claimed, recorder)
-        if too_often_resumed(run):
+        if too_often_resumed(run) and not claimed.stopped:  # a Stop's end is `cancelled`
             given_up = resumed_too_often(claimed)
             recorder(ended_from_log(RunStatus.FAILED, resume, given_up, EndCause.TOO_MANY_RESUMES))
             run.refresh_from_db()

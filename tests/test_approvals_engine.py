@@ -168,6 +168,28 @@ def test_stop_on_a_waiting_run_ends_it_cancelled_with_a_valid_transcript(alice):
         approve(alice, run, request)
 
 
+def test_a_stop_recorded_between_a_decision_and_the_claim_keeps_the_approved_call_from_running(
+    alice,
+):
+    """The decision queued the run again; a Stop recorded before a worker claims it (the
+    Stop's first step, agent.runs.record_stop) is read by the claim: the approved call never
+    starts, and the run ends cancelled, the call answered as not run."""
+    run, request = waiting_run(alice)
+    approve(alice, run, request)
+    AgentRun.objects.filter(pk=run.pk).update(cancel_requested_at=timezone.now())
+
+    assert worked(run) == RunStatus.CANCELLED
+    assert snippets_run(run) == 0
+    request.refresh_from_db()
+    assert request.decision == Decision.APPROVE  # decided, and never run for the Stop
+    [execution] = run.tool_executions.all()
+    assert (execution.call_id, execution.status) == (request.call_id, "skipped")
+    assert list(run.events.values_list("kind", flat=True))[-2:] == [
+        "tool_call_finished",
+        "run_finished",
+    ]
+
+
 def test_a_wait_past_its_limit_halts_the_run_never_runs_the_call_and_continue_asks_again(
     alice, settings
 ):

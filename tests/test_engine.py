@@ -14,6 +14,7 @@ from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.core.events import ContinuedBy, ModelReplied, ResumeReason, RunStatus
 from agent.core.interrupt import StopReason
+from agent.llm.scripted import ScriptedLLM, answer
 from agent.models import AgentRun, RunResume
 from agent.queue import WORK_RUN
 from agent.recorder import RunLost, RunRecorder
@@ -34,6 +35,7 @@ from engine.execution import (
     JobOutcome,
     claim,
     execute_run,
+    take_and_work,
     work_job,
     worked_seconds,
 )
@@ -253,6 +255,39 @@ def test_a_queued_run_stopped_never_starts(alice):
     assert work_job(run.pk, job_id=run.job_id, worker="w", stop_requested=lambda: None) == (
         "nothing to do"
     )
+
+
+def test_a_run_claimed_after_its_stop_ends_cancelled_without_asking_the_model(alice, workspaces):
+    """Its worker died mid-run, and the Stop came before another took the run: its claim reads
+    the Stop, so the run ends cancelled with what it had done, the model never asked again."""
+    run = submit_run(alice, SLOW, new_conversation(alice), model="mock")
+
+    def lost_once_a_call_worked() -> StopReason | None:
+        worked = run.tool_executions.filter(status="ok").exists()
+        return StopReason.HAND_BACK if worked else None
+
+    assert work_job(
+        run.pk, job_id=run.job_id, worker="first", stop_requested=lost_once_a_call_worked
+    ) == (RELEASED)
+    # ... as if its worker had died instead: still running, its worker gone.
+    AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, worker="gone:1")
+    cancel_run(alice, run.pk)
+    run.refresh_from_db()
+    assert (run.status, run.cancel_requested_at is not None) == (RunStatus.RUNNING, True)
+    calls_before = run.events.filter(kind="tool_call_started").count()
+    worked_before = run.tool_executions.filter(status="ok").count()
+
+    model = ScriptedLLM([answer("never asked")])
+    take_and_work(run.pk, job_id=run.job_id, worker="w", stop_requested=lambda: None, llm=model)
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED
+    assert model.turns == []
+    assert run.events.filter(kind="tool_call_started").count() == calls_before
+    assert run.tool_executions.filter(status="ok").count() == worked_before  # kept, none more
+    assert run.events.last().data["ok_tool_calls"] == worked_before
+    assert run.events.filter(kind="run_resumed").count() == 1
+    assert run.events.last().kind == "run_finished"
 
 
 def test_worked_time_leaves_out_the_time_a_run_lay_dead():

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.core.events import ResumeReason, RunStatus
+from agent.approvals import decide
+from agent.core.events import Decision, ResumeReason, RunStatus
 from agent.core.history import INTERRUPTED_CALL
-from agent.models import AgentRun
+from agent.models import FINISHED, AgentRun, ApprovalPreference
 from agent.queue import WORK_RUN
-from agent.runs import cancel_run, new_conversation, submit_run
+from agent.runs import cancel_run, new_conversation, request_cancel, submit_run
+from agent.waiting import CallDecision
 from tests.conftest import PROJECT_DIR, OutputLines, children, wait_for
 from tests.groq_server import (  # noqa: F401 (the fixture)
     CHAT_COMPLETIONS_PATH,
@@ -237,6 +239,70 @@ def test_a_killed_worker_s_run_is_resumed_by_another_mid_model_turn(
     assert asked_again.messages == asked.messages
     assert ledger(workspaces, run) == {"first": 1}
     assert executions(run) == {"call_first": 1}
+
+
+def test_a_stop_while_a_killed_worker_s_run_waits_for_another_ends_it_when_claimed(
+    alice, on_groq, groq_server, start_worker, workspaces, settings
+):
+    """The Stop comes while nobody works the run: its worker was killed and the next has not
+    taken it yet. Its abort goes to the dead worker's job; the next worker's claim reads it
+    from the run: no further model turn or tool call, `cancelled`, the steps before kept."""
+    # This process never judges the dead worker gone by its heartbeat: the Stop is only recorded.
+    settings.LOOP_STALE_SECONDS = 600
+    groq_server.reply(tool_calls=[call("first")])
+    groq_server.reply(tool_calls=[call("second", then=LONG_CALL)])
+    groq_server.reply(tool_calls=[call("third")])
+    groq_server.reply("never heard: the run was stopped")
+    run = submit_run(alice, TASK, new_conversation(alice), model=MODEL)
+    first = start_worker(**on_groq)
+    wait_for(lambda: started(run, "call_second"), "the 30-second call to start")
+    first.kill()
+    stopped(first)
+    asked = len(model_turns(groq_server))
+
+    cancel_run(alice, run.pk)
+    assert status_of(run) == RunStatus.RUNNING  # recorded; no worker heard it
+    start_worker(**on_groq)
+
+    wait_for(lambda: status_of(run) in FINISHED, "the run, taken up again, to end")
+    assert run.status == RunStatus.CANCELLED
+    assert len(model_turns(groq_server)) == asked
+    assert not started(run, "call_third")
+    assert ledger(workspaces, run)["third"] == 0
+    assert executions(run)["call_first"] == 1
+    assert [r["reason"] for r in resumes(run)] == [ResumeReason.WORKER_LOST]
+    second = run.events.get(kind="tool_call_finished", data__call_id="call_second")
+    assert second.data["status"] == "interrupted"
+    ended = run.events.last()
+    assert (ended.kind, ended.data["status"]) == ("run_finished", RunStatus.CANCELLED)
+    assert ended.data["ok_tool_calls"] == 1  # the first step, kept in its account
+
+
+def test_a_stop_read_before_a_decision_reaches_the_worker_that_took_the_run_since(
+    alice, on_groq, groq_server, start_worker
+):
+    """The Stop's request read the run while it waited for a decision, with no job; the
+    decision queued it, and a worker took it before the Stop was recorded. The Stop goes to the
+    job the run has once it is recorded: that worker stops the approved call, the run ends
+    cancelled, and the model is not asked again."""
+    ApprovalPreference.objects.create(user=alice, ask_run_code=True)
+    groq_server.reply(tool_calls=[call("approved", then=LONG_CALL)])
+    groq_server.reply("never heard: the run was stopped")
+    run = submit_run(alice, TASK, new_conversation(alice), model=MODEL)
+    start_worker(**on_groq)
+    wait_for(lambda: status_of(run) == RunStatus.AWAITING_APPROVAL, "the run to wait")
+    read_by_the_stop = AgentRun.objects.get(pk=run.pk)
+    request = run.approvals.get()
+    decide(alice, run.pk, [CallDecision(request.call_id, Decision.APPROVE, request.digest)])
+    wait_for(lambda: started(run, "call_approved"), "the approved call to start")
+
+    request_cancel(read_by_the_stop)
+
+    wait_for(lambda: status_of(run) in FINISHED, "the run to end")
+    assert run.status == RunStatus.CANCELLED
+    assert len(model_turns(groq_server)) == 1
+    approved = run.events.get(kind="tool_call_finished", data__call_id="call_approved")
+    assert approved.data["stopped"]
 
 
 def supervised(supervisor: int) -> int | None:
