@@ -114,6 +114,16 @@ def not_run(request: ApprovalRequest, why: str) -> ToolCallFinished:
     )
 
 
+def approval_window_said() -> str:
+    """How long a call waits for a decision, in the unit the setting is a whole number of:
+    "24 hours", "10 minutes", "45 seconds" (not "0.0125 hours")."""
+    seconds = int(settings.LOOP_APPROVAL_SECONDS)
+    for unit, size in (("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}{'s' if seconds != size else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
+
+
 def ended_waiting(run: AgentRun, events: list[Event], expired: bool) -> list[Event]:
     """`events`, then the run's end with what its log says it did: cancelled, or, `expired`,
     halted for want of a decision."""
@@ -121,10 +131,9 @@ def ended_waiting(run: AgentRun, events: list[Event], expired: bool) -> list[Eve
     state = replay([*(event_from_dict(kind, data) for kind, data in rows), *events])
     if not expired:
         return [*events, ended_from_log(RunStatus.CANCELLED, state)]
-    hours = settings.LOOP_APPROVAL_SECONDS / 3600
     detail = (
-        f"nobody decided within {hours:g} hours (LOOP_APPROVAL_SECONDS) whether a call it "
-        "waited on may run; the call did not run. Continue the run to be asked again."
+        f"nobody decided within {approval_window_said()} whether a call it waited on may run; "
+        "the call did not run. Continue the run to be asked again."
     )
     halted = RunHalted(step=state.step, reason=HaltReason.NO_DECISION, detail=detail)
     ended = dataclasses.replace(

@@ -242,3 +242,17 @@ def test_runagent_resume_yes_after_the_deadline_is_refused(alice, worker_env):
     assert EXPIRED in done.stderr
     ended_expired(run, request)
     assert not written(alice)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [(SECONDS, "45 seconds"), (600, "10 minutes"), (3600, "1 hour"), (86400, "24 hours")],
+)
+def test_an_expired_run_says_how_long_it_waited_in_plain_words(alice, settings, seconds, said):
+    settings.LOOP_APPROVAL_SECONDS = seconds
+    run, request = waiting_run(alice)
+    asked_ago(request, seconds + 1)
+    assert expire_waiting() == 1
+    (halted,) = ended_the_same(run)[1]
+    assert f"nobody decided within {said} whether" in halted
+    assert "LOOP_" not in halted
