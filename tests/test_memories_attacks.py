@@ -33,9 +33,11 @@ def as_alice(client, alice) -> Client:
 
 
 @pytest.mark.parametrize("raw", NOT_INTS)
-def test_a_run_that_is_not_a_number_is_404_not_a_server_error(as_alice, alice, raw):
+def test_a_run_that_is_not_a_number_is_a_400_that_says_so(as_alice, alice, raw):
     remember(alice, CAT)
-    assert as_alice.get("/memories/", {"run": raw}).status_code == 404
+    response = as_alice.get("/memories/", {"run": raw})
+    assert response.status_code == 400
+    assert "The address&#x27;s &#x27;run&#x27; is not a whole number" in response.text
 
 
 @pytest.mark.parametrize("raw", NOT_INTS)

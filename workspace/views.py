@@ -23,6 +23,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from workspace import browse, previews
 from workspace.directory import workspace_of
+from workspace.paths import MAX_PATH_CHARS
+from workspace.query_string import query_text
 from workspace.quota import Quota, usage
 from workspace.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
 
@@ -106,7 +108,7 @@ def panel(
 
 @require_GET
 def files(request: HttpRequest) -> HttpResponse:
-    return panel(request, request.GET.get("dir", ""))
+    return panel(request, query_text(request, "dir", MAX_PATH_CHARS))
 
 
 @require_GET
