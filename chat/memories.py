@@ -35,6 +35,10 @@ PER_PAGE = 50
 MAX_QUERY_CHARS = 200
 
 TOO_MANY_CHANGES = "Too many changes to your memories this minute: try again in a minute."
+TOO_MANY_SEARCHES = (
+    "Too many searches of your memories this minute: all of them are shown, unsearched; "
+    "try again in a minute."
+)
 
 # What the page says of each outcome of "Remember this" (the remember tool words them for the
 # model).
@@ -102,9 +106,15 @@ def recalled_run(request: HttpRequest) -> Recalled | None:
 
 
 def memories_page(
-    request: HttpRequest, *, error: str = "", text: str = "", status: int = 200
+    request: HttpRequest,
+    *,
+    error: str = "",
+    text: str = "",
+    status: int = 200,
+    searched: bool = True,
 ) -> HttpResponse:
-    query = search_of(request)
+    """The page, with the search of `?q=` unless not `searched`."""
+    query = search_of(request) if searched else ""
     recalled = recalled_run(request)
     found = personal.memories_of(request.user, query)  # one embedding of the search, if any
     facts = listed(request, found, recalled, Origin.TOLD, "page")
@@ -160,6 +170,8 @@ def back(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def memories(request: HttpRequest) -> HttpResponse:
+    if search_of(request) and not may_search(request.user):
+        return memories_page(request, error=TOO_MANY_SEARCHES, status=429, searched=False)
     return memories_page(request)
 
 
@@ -211,13 +223,23 @@ def confirm_page(
     return render(request, "chat/memories_forget.html", context)
 
 
-def may_change(user: Any) -> bool:
-    """Count one add or edit of the person's; False past LOOP_MEMORY_CHANGES_PER_MINUTE this
-    minute. Each embeds its text on the web's CPU, so one person cannot keep it busy. Counted in
-    the cache (per web process unless CACHES is shared)."""
-    key = f"loop:memory-changes:{user.pk}:{int(time.time() // 60)}"
+def within_share(user: Any, kind: str, per_minute: int) -> bool:
+    """Count one `kind` of the person's; False past `per_minute` this minute. Each embeds a text
+    on the web's CPU, so one person cannot keep it busy. Counted in the cache (per web process
+    unless CACHES is shared)."""
+    key = f"loop:memory-{kind}:{user.pk}:{int(time.time() // 60)}"
     cache.add(key, 0, timeout=120)
-    return cache.incr(key) <= settings.LOOP_MEMORY_CHANGES_PER_MINUTE
+    return cache.incr(key) <= per_minute
+
+
+def may_change(user: Any) -> bool:
+    """An add or an edit (LOOP_MEMORY_CHANGES_PER_MINUTE)."""
+    return within_share(user, "changes", settings.LOOP_MEMORY_CHANGES_PER_MINUTE)
+
+
+def may_search(user: Any) -> bool:
+    """A search (LOOP_MEMORY_SEARCHES_PER_MINUTE)."""
+    return within_share(user, "searches", settings.LOOP_MEMORY_SEARCHES_PER_MINUTE)
 
 
 @require_POST

@@ -163,3 +163,21 @@ def test_adds_and_edits_past_the_minute_s_share_are_refused_unembedded(
     assert "Too many changes to your memories this minute" in refused.text
     assert as_alice.post(f"/memories/{mine.pk}/edit/", {"text": "Rex."}).status_code == 429
     assert len(embeddings) == 2
+
+
+def test_searches_past_the_minute_s_share_show_the_page_unsearched_and_embed_nothing(
+    as_alice, alice, settings, embeddings, monkeypatch
+):
+    settings.LOOP_MEMORY_SEARCHES_PER_MINUTE = 2
+    monkeypatch.setattr(memories_views, "time", SimpleNamespace(time=lambda: 1_800_000_000.0))
+    remember(alice, CAT)
+    embeddings.clear()
+    for words in ("which pets", "what colour"):
+        assert as_alice.get("/memories/", {"q": words}).status_code == 200
+    assert embeddings == [["which pets"], ["what colour"]]
+    refused = as_alice.get("/memories/", {"q": "x" * 200})  # the longest search: the most CPU
+    assert refused.status_code == 429
+    assert "Too many searches of your memories this minute" in refused.text
+    assert CAT in refused.text  # the page, unsearched
+    assert as_alice.get("/memories/").status_code == 200  # no search: nothing to count
+    assert embeddings == [["which pets"], ["what colour"]]
