@@ -146,12 +146,11 @@ def image(request: HttpRequest, path: str) -> HttpResponse:
     """An image for a preview's <img>: served as what its first bytes prove it is, in a sandbox
     of its own, so that even opened on its own it can run nothing."""
     try:
-        found = previews.open_image(workspace_of(request.user), path)
+        download, content_type = previews.open_image(workspace_of(request.user), path)
+    except previews.NotShownAsImage as refused:
+        return HttpResponse(refused.message, status=404, content_type=TEXT_TYPE)
     except browse.BrowseError as refused:
         return HttpResponse(refused.message, status=refused.status, content_type=TEXT_TYPE)
-    if found is None:
-        return HttpResponse("Not an image.", status=404, content_type=TEXT_TYPE)
-    download, content_type = found
     response = FileResponse(download.file, content_type=content_type)
     response["Content-Length"] = str(download.size)
     response["X-Content-Type-Options"] = "nosniff"
