@@ -6,7 +6,6 @@ Facts about the person (told on purpose) come first; what runs left is a kind of
 under "From your runs". Forgetting a memory that other memories repeat, or editing one they
 repeat, asks first (a page of its own, no script) which of those copies to forget with it."""
 
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,16 +28,17 @@ from agent.models import AgentRun, Conversation
 from memory import personal
 from memory.models import Memory, Origin
 from memory.store import MemoryOutcome
+from workspace.query_string import query_int, query_text, whole_number
 
 PER_PAGE = 50
 # The longest search the page takes: a search is words to find, not a document.
 MAX_QUERY_CHARS = 200
-# An id as a form or a link sends it: ASCII digits, as many as a database id can have. Not
-# str.isdigit(), which takes "²" (that int() refuses) and any number of digits (int() reads
-# at most 4,300).
-AN_ID = re.compile(r"[0-9]{1,20}")
 
 TOO_MANY_CHANGES = "Too many changes to your memories this minute: try again in a minute."
+TOO_MANY_SEARCHES = (
+    "Too many searches of your memories this minute: all of them are shown, unsearched; "
+    "try again in a minute."
+)
 
 # What the page says of each outcome of "Remember this" (the remember tool words them for the
 # model).
@@ -87,23 +87,16 @@ def run_and_conversation(run: AgentRun | None) -> tuple[AgentRun | None, Convers
     return run, run.conversation
 
 
-def id_of(raw: str) -> int | None:
-    """The id a field holds, or None if it holds no id."""
-    return int(raw) if AN_ID.fullmatch(raw) else None
-
-
 def search_of(request: HttpRequest) -> str:
-    """The search as typed, bounded, and without what PostgreSQL cannot compare (NUL)."""
-    return request.GET.get("q", "").replace("\x00", "").strip()[:MAX_QUERY_CHARS]
+    return query_text(request, "q", MAX_QUERY_CHARS).strip()
 
 
 def recalled_run(request: HttpRequest) -> Recalled | None:
     """The run of `?run=`, the person's own (anyone else's is 404), with what it recalled."""
-    raw = request.GET.get("run", "")
-    if not raw:
+    run_id = query_int(request, "run")
+    if run_id is None:
         return None
-    run_id = id_of(raw)
-    run = None if run_id is None else selectors.run_of(request.user, run_id)
+    run = selectors.run_of(request.user, run_id)
     if run is None:
         raise Http404("No such run.")
     recalled = selectors.recalled_in(run)
@@ -113,9 +106,15 @@ def recalled_run(request: HttpRequest) -> Recalled | None:
 
 
 def memories_page(
-    request: HttpRequest, *, error: str = "", text: str = "", status: int = 200
+    request: HttpRequest,
+    *,
+    error: str = "",
+    text: str = "",
+    status: int = 200,
+    searched: bool = True,
 ) -> HttpResponse:
-    query = search_of(request)
+    """The page, with the search of `?q=` unless not `searched`."""
+    query = search_of(request) if searched else ""
     recalled = recalled_run(request)
     found = personal.memories_of(request.user, query)  # one embedding of the search, if any
     facts = listed(request, found, recalled, Origin.TOLD, "page")
@@ -154,7 +153,7 @@ def listed(
     if recalled is not None:
         ids = {memory.id for memory in recalled.memories}
         found = [memory for memory in found if memory.pk in ids]
-    return Paginator(found, PER_PAGE).get_page(request.GET.get(page_key))
+    return Paginator(found, PER_PAGE).get_page(query_int(request, page_key))
 
 
 def here(query: str, run_id: int | None) -> dict[str, str]:
@@ -171,11 +170,13 @@ def back(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 def memories(request: HttpRequest) -> HttpResponse:
+    if search_of(request) and not may_search(request.user):
+        return memories_page(request, error=TOO_MANY_SEARCHES, status=429, searched=False)
     return memories_page(request)
 
 
 def posted_ids(request: HttpRequest) -> list[int]:
-    ids = [id_of(value) for value in request.POST.getlist("id")]
+    ids = [whole_number(value) for value in request.POST.getlist("id")]
     if None in ids:
         raise Http404("No such memory.")
     return [memory_id for memory_id in ids if memory_id is not None]
@@ -222,13 +223,23 @@ def confirm_page(
     return render(request, "chat/memories_forget.html", context)
 
 
-def may_change(user: Any) -> bool:
-    """Count one add or edit of the person's; False past LOOP_MEMORY_CHANGES_PER_MINUTE this
-    minute. Each embeds its text on the web's CPU, so one person cannot keep it busy. Counted in
-    the cache (per web process unless CACHES is shared)."""
-    key = f"loop:memory-changes:{user.pk}:{int(time.time() // 60)}"
+def within_share(user: Any, kind: str, per_minute: int) -> bool:
+    """Count one `kind` of the person's; False past `per_minute` this minute. Each embeds a text
+    on the web's CPU, so one person cannot keep it busy. Counted in the cache (per web process
+    unless CACHES is shared)."""
+    key = f"loop:memory-{kind}:{user.pk}:{int(time.time() // 60)}"
     cache.add(key, 0, timeout=120)
-    return cache.incr(key) <= settings.LOOP_MEMORY_CHANGES_PER_MINUTE
+    return cache.incr(key) <= per_minute
+
+
+def may_change(user: Any) -> bool:
+    """An add or an edit (LOOP_MEMORY_CHANGES_PER_MINUTE)."""
+    return within_share(user, "changes", settings.LOOP_MEMORY_CHANGES_PER_MINUTE)
+
+
+def may_search(user: Any) -> bool:
+    """A search (LOOP_MEMORY_SEARCHES_PER_MINUTE)."""
+    return within_share(user, "searches", settings.LOOP_MEMORY_SEARCHES_PER_MINUTE)
 
 
 @require_POST

@@ -39,6 +39,7 @@ from chat.rendering import (
 )
 from chat.texts import EVENT_TEXTS
 from tools.base import ToolError
+from workspace.query_string import query_int, query_text
 from workspace.views import quota_context
 
 SUGGESTIONS = (
@@ -145,10 +146,11 @@ def chat_page(
         reverse("chat:send", args=[conversation.pk]) if conversation else reverse("chat:start")
     )
     asking = Asking(request.user)
+    query = query_text(request, "q", sidebar.MAX_QUERY)
     context = {
         "conversation": conversation,
-        "groups": sidebar.groups_for(request.user, request.GET.get("q", "")),
-        "query": request.GET.get("q", ""),
+        "groups": sidebar.groups_for(request.user, query),
+        "query": query,
         "current": conversation,
         "turns": [turn(run, offered, asking, path.branching[run.pk]) for run in path.runs],
         "awaiting": waiting_of(request.user),
@@ -189,11 +191,11 @@ def search(request: HttpRequest) -> HttpResponse:
     alone for htmx as the person types, else the whole page with the list filtered."""
     if not request.htmx:
         return chat_page(request, None)
-    query, current = request.GET.get("q", ""), request.GET.get("current", "")
+    query, current = query_text(request, "q", sidebar.MAX_QUERY), query_int(request, "current")
     context = {
         "groups": sidebar.groups_for(request.user, query),
         "query": query,
-        "current": {"pk": int(current)} if current.isdigit() else None,
+        "current": None if current is None else {"pk": current},
     }
     return render(request, "chat/page.html#conversation_list", context)
 
@@ -285,9 +287,9 @@ def turns_after(request: HttpRequest, conversation_id: int) -> HttpResponse:
     """The turns of the conversation after run `?run=` (the page's last), and its waiting tasks:
     what a page adds when a queued task became the next run."""
     conversation = owned_conversation(request, conversation_id)
-    after = request.GET.get("run", "")
+    after = query_int(request, "run") or 0
     path = selectors.runs_of(conversation)
-    later = [run for run in path.runs if run.pk > (int(after) if after.isdigit() else 0)]
+    later = [run for run in path.runs if run.pk > after]
     offered = offered_models()
     asking = Asking(request.user)
     turns = [turn(run, offered, asking, path.branching[run.pk]) for run in later]

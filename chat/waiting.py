@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 from agent.approvals import waiting_for
 from agent.core.text import excerpt
 from agent.models import ApprovalRequest
+from workspace.query_string import query_int
 
 PER_PAGE = 50
 # How much of a call's arguments the list shows: the card in the conversation shows them all.
@@ -26,6 +27,6 @@ class WaitingCall:
 
 @require_GET
 def waiting(request: HttpRequest) -> HttpResponse:
-    page = Paginator(waiting_for(request.user), PER_PAGE).get_page(request.GET.get("p"))
+    page = Paginator(waiting_for(request.user), PER_PAGE).get_page(query_int(request, "p"))
     calls = [WaitingCall(call, excerpt(call.arguments, ARGUMENTS_WIDTH)) for call in page]
     return render(request, "chat/waiting.html", {"page": page, "calls": calls})

@@ -273,6 +273,8 @@ LOOP_MEMORY_MAX_PER_USER = env_int("LOOP_MEMORY_MAX_PER_USER", 1000)
 LOOP_MEMORY_HALF_LIFE_DAYS = env_float("LOOP_MEMORY_HALF_LIFE_DAYS", 30.0)
 # Adds and edits on the Memories page, per person and minute (each embeds its text on the web).
 LOOP_MEMORY_CHANGES_PER_MINUTE = env_int("LOOP_MEMORY_CHANGES_PER_MINUTE", 30)
+# Searches of the Memories page, per person and minute (each embeds its words on the web).
+LOOP_MEMORY_SEARCHES_PER_MINUTE = env_int("LOOP_MEMORY_SEARCHES_PER_MINUTE", 30)
 
 # Logins and the chat (see docs/chat.md).
 LOGIN_URL = "login"

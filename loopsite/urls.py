@@ -13,3 +13,5 @@ urlpatterns = [
     path("settings/", include("accounts.settings_urls")),
     path("", include("chat.urls")),
 ]
+
+handler400 = "loopsite.errors.bad_request"

@@ -4,11 +4,14 @@ named, everything inside one delimited block marked as untrusted text from an ou
 import base64
 import binascii
 import hashlib
+import io
 import json
 import re
 from collections.abc import Callable
 
 import mcp_types as types
+
+from workspace.images import why_not_shown
 
 # Images a server sends are kept as files of these kinds (anything else is named, not kept).
 IMAGE_SUFFIXES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
@@ -83,6 +86,9 @@ def _image(block: types.ImageContent, prefix: str, tool: str, store: Store) -> s
         return "[image: not valid base64, not kept]"
     if len(data) > MAX_IMAGE_BYTES:
         return f"[image of {len(data):,} bytes: over {MAX_IMAGE_BYTES:,}, not kept]"
+    unshown = why_not_shown(io.BytesIO(data))  # a few bytes may claim a page of gigabytes
+    if unshown is not None:
+        return f"[image not kept: {unshown}]"
     name = hashlib.sha256(data).hexdigest()[:12]
     path = f"mcp/{prefix}/{tool}-{name}.{suffix}"
     try:

@@ -22,8 +22,12 @@ from mcp_servers.forms import ServerForm, ToolChoicesForm
 from mcp_servers.models import OAUTH, PENDING, RECONNECT, McpConnection, McpServer, McpTool
 from mcp_servers.pinning import accept_held
 from mcp_servers.tools import default_ask, destructive
+from workspace.query_string import query_text
 
 PAGE = "mcp_settings"
+# The longest value an authorization server's redirect may carry (a code, a state, an error's
+# description): RFC 6749 bounds none, and servers' codes run to a few hundred characters.
+MAX_CALLBACK_VALUE = 4_096
 View = Callable[..., HttpResponse]
 
 
@@ -241,18 +245,22 @@ def disconnect(request: HttpRequest, server: McpServer) -> HttpResponse:
     return redirect(PAGE)
 
 
+def callback_value(request: HttpRequest, name: str) -> str:
+    return query_text(request, name, MAX_CALLBACK_VALUE)
+
+
 @require_GET
 def oauth_callback(request: HttpRequest) -> HttpResponse:
     """Where the authorization server sends the browser back: the grant finished for this
     person (the state names their flow), then their server's tools listed."""
-    refused = request.GET.get("error", "")
+    refused = callback_value(request, "error")
     if refused:
-        said = request.GET.get("error_description", "")[:300]
+        said = callback_value(request, "error_description")[:300]
         messages.error(request, f"The server did not grant access: {refused[:100]} {said}".strip())
         return redirect(PAGE)
-    state, code = request.GET.get("state", ""), request.GET.get("code", "")
+    state, code = callback_value(request, "state"), callback_value(request, "code")
     # RFC 9207: the issuer the browser came back from, checked against the flow's.
-    issuer = request.GET.get("iss")
+    issuer = callback_value(request, "iss") if "iss" in request.GET else None
     try:
         server = oauth.finish(request.user, state, code, _callback_uri(request), iss=issuer)
     except oauth.OAuthFailed as failed:

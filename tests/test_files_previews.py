@@ -4,6 +4,7 @@ is one (and then in a sandbox of its own), a PDF offered as a download; and none
 outside the person's own workspace."""
 
 import html
+import io
 import json
 import re
 import struct
@@ -18,7 +19,7 @@ from chat.rendering import card_for, render_card
 from tests.test_chat_views import ActiveParts
 from tests.test_files_panel import put
 from tools.context import context_for
-from workspace import previews
+from workspace import images, previews
 from workspace.previews import PreviewKind, kind_of
 
 pytestmark = pytest.mark.django_db
@@ -155,6 +156,70 @@ def test_a_file_named_like_an_image_that_is_not_one_is_never_served_as_one(clien
     assert "is not the image its name says" in page.content.decode()
     assert f'href="/files/raw/{name}" download' in page.content.decode()
     assert client.get(f"/files/image/{name}").status_code == 404
+
+
+def claimed(suffix: str, width: int, height: int) -> bytes:
+    """A header of the kind that claims a size, and no pixels (what a browser would decode)."""
+    if suffix == ".png":
+        return png(1, 1).replace(struct.pack(">II", 1, 1), struct.pack(">II", width, height), 1)
+    if suffix == ".gif":
+        return b"GIF89a" + struct.pack("<HH", width, height) + b"\x00\x00\x00;"
+    if suffix == ".jpg":
+        app0 = b"\xff\xe0\x00\x10JFIF\x00\x01\x01\x00\x00\x01\x00\x01\x00\x00"
+        frame = b"\xff\xc2\x00\x11\x08" + struct.pack(">HH", height, width) + b"\x03" + bytes(9)
+        return b"\xff\xd8" + app0 + b"\xff\xff" + frame + b"\xff\xd9"  # a fill byte, too
+    chunk = {
+        ".vp8x.webp": b"VP8X\x0a\x00\x00\x00"
+        + bytes(4)
+        + (width - 1).to_bytes(3, "little")
+        + (height - 1).to_bytes(3, "little"),
+        ".vp8.webp": b"VP8 \x0a\x00\x00\x00\x00\x00\x00\x9d\x01\x2a"
+        + struct.pack("<HH", width, height),
+        ".vp8l.webp": b"VP8L\x05\x00\x00\x00\x2f"
+        + ((width - 1) | (height - 1) << 14).to_bytes(4, "little"),
+    }[suffix]
+    return b"RIFF" + struct.pack("<I", 4 + len(chunk)) + b"WEBP" + chunk
+
+
+# Each kind claiming more than an image may have (a WebP frame's sides stop at 16,383).
+HUGE = [
+    (".png", 20_000, 20_000),
+    (".gif", 20_000, 20_000),
+    (".jpg", 20_000, 20_000),
+    (".vp8x.webp", 20_000, 20_000),
+    (".vp8.webp", 16_000, 16_000),
+    (".vp8l.webp", 16_000, 16_000),
+    (".png", 10_001, 1),  # a side too long
+    (".png", 7_000, 7_000),  # each side shown, but 49 million pixels
+]
+
+
+@pytest.mark.parametrize(("suffix", "width", "height"), [*HUGE, (".jpg", 4_000, 3_000)])
+def test_an_image_s_size_is_read_from_its_header(suffix, width, height):
+    assert images.size_of(io.BytesIO(claimed(suffix, width, height))) == images.Size(width, height)
+
+
+@pytest.mark.parametrize(("suffix", "width", "height"), HUGE)
+def test_an_image_claiming_too_many_pixels_is_not_shown_but_offered_as_a_download(
+    client, workspace, suffix, width, height
+):
+    name = f"huge{suffix}"
+    put(workspace, name, claimed(suffix, width, height))
+    page = client.get(f"/files/view/{name}")
+    assert page.status_code == 400
+    said = f"{name} is not shown here: it is {width:,} by {height:,} pixels, over the 10,000 a side"
+    assert said in page.content.decode()
+    assert "<img" not in page.content.decode()
+    assert f'href="/files/raw/{name}" download' in page.content.decode()
+    assert client.get(f"/files/image/{name}").status_code == 404
+    assert client.get(f"/files/raw/{name}").status_code == 200
+
+
+@pytest.mark.parametrize(("suffix", "width", "height"), [(".jpg", 4_000, 3_000), (".gif", 1, 1)])
+def test_an_image_of_a_size_loop_shows_is_shown(client, workspace, suffix, width, height):
+    put(workspace, f"photo{suffix}", claimed(suffix, width, height))
+    assert f'<img src="/files/image/photo{suffix}"' in preview_of(client, f"photo{suffix}")
+    assert client.get(f"/files/image/photo{suffix}").status_code == 200
 
 
 def test_a_pdf_is_offered_as_a_download(client, workspace):

@@ -46,6 +46,7 @@ TOOLS = {
     "fail",
     "crash",
     "image",
+    "giant_image",
     "link",
     "lookup",
     "delete_all",

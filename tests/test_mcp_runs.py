@@ -125,6 +125,20 @@ def test_an_image_lands_in_the_persons_workspace_and_shows_in_the_card(
     assert client.get(f"/files/image/{path}").status_code == 404
 
 
+def test_an_image_claiming_20000_by_20000_pixels_is_not_kept_and_the_card_shows_none(
+    settings, workspaces, modern_server, alice, as_alice
+):
+    declared(settings, modern_server, auto=("giant_image",))
+    run = ran(alice, "Use demo__giant_image with {}")
+    assert run.status == RunStatus.SUCCEEDED
+    assert not (context_for(alice).workspace / "mcp").exists()
+    card = tool_card(as_alice.get(f"/c/{run.conversation_id}/").text)
+    assert "[image not kept: it is 20,000 by 20,000 pixels, over the 10,000 a side" in (
+        html.unescape(card)
+    )
+    assert "<img" not in card
+
+
 def test_a_call_that_asks_shows_the_server_and_description_and_runs_once_approved(
     demo, alice, as_alice
 ):

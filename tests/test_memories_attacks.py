@@ -33,9 +33,11 @@ def as_alice(client, alice) -> Client:
 
 
 @pytest.mark.parametrize("raw", NOT_INTS)
-def test_a_run_that_is_not_a_number_is_404_not_a_server_error(as_alice, alice, raw):
+def test_a_run_that_is_not_a_number_is_a_400_that_says_so(as_alice, alice, raw):
     remember(alice, CAT)
-    assert as_alice.get("/memories/", {"run": raw}).status_code == 404
+    response = as_alice.get("/memories/", {"run": raw})
+    assert response.status_code == 400
+    assert "The address&#x27;s &#x27;run&#x27; is not a whole number" in response.text
 
 
 @pytest.mark.parametrize("raw", NOT_INTS)
@@ -161,3 +163,21 @@ def test_adds_and_edits_past_the_minute_s_share_are_refused_unembedded(
     assert "Too many changes to your memories this minute" in refused.text
     assert as_alice.post(f"/memories/{mine.pk}/edit/", {"text": "Rex."}).status_code == 429
     assert len(embeddings) == 2
+
+
+def test_searches_past_the_minute_s_share_show_the_page_unsearched_and_embed_nothing(
+    as_alice, alice, settings, embeddings, monkeypatch
+):
+    settings.LOOP_MEMORY_SEARCHES_PER_MINUTE = 2
+    monkeypatch.setattr(memories_views, "time", SimpleNamespace(time=lambda: 1_800_000_000.0))
+    remember(alice, CAT)
+    embeddings.clear()
+    for words in ("which pets", "what colour"):
+        assert as_alice.get("/memories/", {"q": words}).status_code == 200
+    assert embeddings == [["which pets"], ["what colour"]]
+    refused = as_alice.get("/memories/", {"q": "x" * 200})  # the longest search: the most CPU
+    assert refused.status_code == 429
+    assert "Too many searches of your memories this minute" in refused.text
+    assert CAT in refused.text  # the page, unsearched
+    assert as_alice.get("/memories/").status_code == 200  # no search: nothing to count
+    assert embeddings == [["which pets"], ["what colour"]]

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
 from workspace import browse
+from workspace.images import why_not_shown
 from workspace.markup import highlighted_file, lexer_for, markdown
 
 TABLE_ROWS = 50  # a table's first rows: enough to see what it holds, the rest is a download
@@ -74,12 +75,7 @@ def preview(workspace: Path, path: str) -> Preview:
     kind = kind_of(path)
     path = "/".join(browse.file_components(path))
     if kind is PreviewKind.IMAGE:
-        image = open_image(workspace, path)
-        if image is None:
-            raise browse.BrowseError(
-                f"{path} is not the image its name says, so it is not shown here: download it."
-            )
-        download, _ = image
+        download, _ = open_image(workspace, path)
         download.file.close()
         return Preview(kind, path, download.size)
     if kind is PreviewKind.PDF:
@@ -120,13 +116,23 @@ def image_type(name: str, head: bytes) -> str | None:
     return content_type if webp and any(head.startswith(s) for s in signatures) else None
 
 
-def open_image(workspace: Path, path: str) -> tuple[browse.Download, str] | None:
+class NotShownAsImage(browse.BrowseError):
+    """A file named as an image that is not one (its first bytes say otherwise), or one too
+    large to show (workspace.images): a download, never an <img>."""
+
+
+def open_image(workspace: Path, path: str) -> tuple[browse.Download, str]:
     """The file opened for serving as an image, with its content type, if it is one (its name
-    and first bytes agree); None if it is not. The caller closes the file."""
+    and first bytes agree) of a size Loop shows; else NotShownAsImage. The caller closes the
+    file."""
     download = browse.open_download(workspace, path)
     content_type = image_type(download.name, download.file.read(SIGNATURE_BYTES))
     if content_type is None:
+        unshown: str | None = "it is not the image its name says"
+    else:
+        unshown = why_not_shown(download.file)
+    if content_type is None or unshown is not None:
         download.file.close()
-        return None
+        raise NotShownAsImage(f"{path} is not shown here: {unshown}. Download it.")
     download.file.seek(0)
     return download, content_type

@@ -23,6 +23,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from workspace import browse, previews
 from workspace.directory import workspace_of
+from workspace.paths import MAX_PATH_CHARS
+from workspace.query_string import query_text
 from workspace.quota import Quota, usage
 from workspace.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
 
@@ -106,7 +108,7 @@ def panel(
 
 @require_GET
 def files(request: HttpRequest) -> HttpResponse:
-    return panel(request, request.GET.get("dir", ""))
+    return panel(request, query_text(request, "dir", MAX_PATH_CHARS))
 
 
 @require_GET
@@ -144,12 +146,11 @@ def image(request: HttpRequest, path: str) -> HttpResponse:
     """An image for a preview's <img>: served as what its first bytes prove it is, in a sandbox
     of its own, so that even opened on its own it can run nothing."""
     try:
-        found = previews.open_image(workspace_of(request.user), path)
+        download, content_type = previews.open_image(workspace_of(request.user), path)
+    except previews.NotShownAsImage as refused:
+        return HttpResponse(refused.message, status=404, content_type=TEXT_TYPE)
     except browse.BrowseError as refused:
         return HttpResponse(refused.message, status=refused.status, content_type=TEXT_TYPE)
-    if found is None:
-        return HttpResponse("Not an image.", status=404, content_type=TEXT_TYPE)
-    download, content_type = found
     response = FileResponse(download.file, content_type=content_type)
     response["Content-Length"] = str(download.size)
     response["X-Content-Type-Options"] = "nosniff"

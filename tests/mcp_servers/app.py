@@ -99,6 +99,18 @@ def tiny_png(width: int = 2, height: int = 2) -> bytes:
     )
 
 
+def claimed_png(width: int, height: int) -> bytes:
+    """A PNG header that claims a size, and no pixels: 57 bytes that a browser would try to
+    decode into width * height * 4 bytes."""
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", header) + png_chunk(b"IEND", b"")
+
+
+def png_chunk(kind: bytes, data: bytes) -> bytes:
+    crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+
 class TestServer(MCPServer[Any]):
     """The SDK's MCPServer, with the `changing` tool's definition read from the state directory
     at every listing and every call recorded there."""
@@ -176,6 +188,12 @@ def add_tools(server: TestServer) -> None:
     def image() -> ImageContent:
         """Answers with a small PNG image."""
         return ImageContent(data=base64.b64encode(tiny_png()).decode(), mime_type="image/png")
+
+    @server.tool(structured_output=False)
+    def giant_image() -> ImageContent:
+        """Answers with a PNG that claims 20,000 by 20,000 pixels."""
+        png = claimed_png(20_000, 20_000)
+        return ImageContent(data=base64.b64encode(png).decode(), mime_type="image/png")
 
     @server.tool(structured_output=False)
     def link() -> ResourceLink:
