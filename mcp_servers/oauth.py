@@ -208,6 +208,23 @@ def finish(
     return server
 
 
+def abandon(user: AbstractBaseUser, state: str) -> McpServer | None:
+    """The browser came back with the authorization server's refusal: the flow `state` names,
+    if it is `user`'s and in progress, ends (its state used once, as `finish` would). Its
+    server, or None when no sign-in of theirs was in progress: the refusal's words are then
+    anyone's (a link can carry any text), not the server's."""
+    pending = McpConnection.objects.filter(
+        user=user, state=PENDING, flow_state=_hashed(state or "")
+    ).select_related("server")
+    found = pending.first()
+    if not state or found is None:
+        return None
+    if not pending.filter(pk=found.pk).update(flow_state="", sealed_verifier=""):
+        return None
+    server: McpServer = found.server
+    return server
+
+
 def disconnect(server: McpServer, user: AbstractBaseUser) -> None:
     """Forget `user`'s connection to `server`: its tokens and client are deleted. The grant is
     revoked at the authorization server too when it offers that (RFC 7009), as a courtesy: a

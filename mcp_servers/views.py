@@ -245,12 +245,11 @@ def disconnect(request: HttpRequest, server: McpServer) -> HttpResponse:
 def oauth_callback(request: HttpRequest) -> HttpResponse:
     """Where the authorization server sends the browser back: the grant finished for this
     person (the state names their flow), then their server's tools listed."""
+    state, code = request.GET.get("state", ""), request.GET.get("code", "")
     refused = request.GET.get("error", "")
     if refused:
-        said = request.GET.get("error_description", "")[:300]
-        messages.error(request, f"The server did not grant access: {refused[:100]} {said}".strip())
+        _say_refused(request, refused, oauth.abandon(request.user, state))
         return redirect(PAGE)
-    state, code = request.GET.get("state", ""), request.GET.get("code", "")
     # RFC 9207: the issuer the browser came back from, checked against the flow's.
     issuer = request.GET.get("iss")
     try:
@@ -261,3 +260,16 @@ def oauth_callback(request: HttpRequest) -> HttpResponse:
     messages.success(request, f"Connected {server.name}.")
     _list_tools(request, server)
     return redirect(PAGE)
+
+
+def _say_refused(request: HttpRequest, refused: str, server: McpServer | None) -> None:
+    """The authorization server's words only for a sign-in this person has in progress: any
+    other link to the callback may carry any text, shown on Loop's own page as if it were
+    Loop's."""
+    if server is None:
+        messages.error(
+            request, "That sign-in was not one Loop started for you: nothing was connected."
+        )
+        return
+    said = request.GET.get("error_description", "")[:300]
+    messages.error(request, f"{server.name} did not grant access: {refused[:100]} {said}".strip())
