@@ -60,7 +60,7 @@ from pydantic import ValidationError
 
 from mcp_servers.models import CONNECTED, OAUTH, PENDING, RECONNECT, McpConnection, McpServer
 from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_sync_client
-from mcp_servers.networks import allowed_for
+from mcp_servers.networks import own_host_of, private_networks
 from mcp_servers.secrets import CredentialUnreadable, decrypt, encrypt
 from tools.base import ToolError
 
@@ -705,8 +705,11 @@ def _http(server: McpServer) -> Iterator[httpx2.Client]:
     client = guarded_sync_client(
         headers={"Accept": "application/json"},
         timeout=_seconds(),
-        allowed=allowed_for(server),
+        allowed=private_networks(),
         max_response_bytes=MAX_OAUTH_BYTES,
+        # The metadata, registration, token and revocation URLs are the server's (or its
+        # authorization server's) to name: only the operator's declared host is theirs to trust.
+        own_host=own_host_of(server),
     )
     try:
         with client:

@@ -9,10 +9,12 @@ reconnected and nothing else. Tokens are looked for, in clear, in the database a
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -591,3 +593,57 @@ def test_an_unreachable_authorization_server_keeps_the_grant_for_the_next_try(
         found = McpConnection.objects.get(server=server, user=alice)
         assert found.state == CONNECTED
         assert found.sealed_tokens
+
+
+@contextmanager
+def listening_at(host: str) -> Iterator[tuple[str, list[str]]]:
+    """An HTTP service on `host` (a service of the operator's network), and the requests that
+    reached it ("POST /register")."""
+    arrived: list[str] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            arrived.append(f"POST {self.path}")
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(json.dumps({"client_id": "inside"}).encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    service = ThreadingHTTPServer((host, 0), Recorder)
+    thread = threading.Thread(target=service.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{service.server_address[1]}", arrived
+    finally:
+        service.shutdown()
+        service.server_close()
+
+
+@pytest.mark.parametrize("admitted", [[], ["127.0.0.2/32"]], ids=["public-only", "admitted"])
+def test_a_site_servers_metadata_cannot_send_loop_to_another_private_host(
+    settings: Any, alice: AbstractBaseUser, admitted: list[str]
+) -> None:
+    """A site server may be on the operator's network, at the host its operator declared
+    (127.0.0.1 here); the OAuth URLs its documents name on other hosts are vetted as a person's
+    server is. Its authorization server's metadata sends registration to 127.0.0.2, a service on
+    the operator's network: Loop's POST is refused before it is sent, unless the operator
+    admits that network (LOOP_MCP_PRIVATE_NETWORKS)."""
+    settings.LOOP_MCP_PRIVATE_NETWORKS = admitted
+    with (
+        listening_at("127.0.0.2") as (inside, arrived),
+        serve_oauth("--registration-endpoint", f"{inside}/register") as issuer,
+        serve("--revision", "modern", "--auth", "oauth", "--issuer", issuer.url) as protected,
+    ):
+        site = McpServer.objects.create(
+            name="Partner", prefix="partner", url=protected.url, auth=OAUTH, everyone=True
+        )
+        if admitted:
+            assert start(site, alice, REDIRECT).startswith(f"{issuer.url}/authorize?")
+            assert arrived == ["POST /register"]
+            return
+        with pytest.raises(OAuthFailed, match=re.escape("127.0.0.2 is a loopback address")):
+            start(site, alice, REDIRECT)
+        assert arrived == []

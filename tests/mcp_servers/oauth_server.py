@@ -2,6 +2,7 @@
 prints `PORT <n>` once it accepts connections:
 
     python -m tests.mcp_servers.oauth_server --port 0 [--access-seconds 3600]
+        [--registration-endpoint URL]
 
 Its endpoints are the official SDK's (`mcp.server.auth.routes.create_auth_routes`), so requests
 are checked as the SDK checks them; the provider behind them is this module's and behaves as
@@ -10,6 +11,8 @@ real authorization servers do:
 - RFC 8414 metadata at /.well-known/oauth-authorization-server (issuer `http://127.0.0.1:<n>`,
   with the introspection endpoint and RFC 9207 `iss` in authorization responses);
 - RFC 7591 dynamic client registration at /register (scope `mcp` unless asked otherwise);
+  `--registration-endpoint` names another URL for it in the metadata (a document that points
+  Loop at some other server);
 - /authorize: authorization code with PKCE S256 (required); the person approves at once: a 302 to
   the redirect_uri with `code`, `state` and `iss` (or `error=access_denied` after /admin/deny);
 - /token: `authorization_code` and `refresh_token` grants. A code is single use (a second use
@@ -287,7 +290,7 @@ class CountTokenRequests:
         await self.app(scope, replay, watch)
 
 
-def oauth_app(port: int, access_seconds: int) -> ASGIApp:
+def oauth_app(port: int, access_seconds: int, registration_endpoint: str | None = None) -> ASGIApp:
     issuer = f"http://{HOST}:{port}"
     provider = Provider(issuer=issuer, access_seconds=access_seconds)
     registration = ClientRegistrationOptions(
@@ -313,6 +316,7 @@ def oauth_app(port: int, access_seconds: int) -> ASGIApp:
             **built.model_dump(mode="json", exclude_none=True),
             "issuer": issuer,
             "introspection_endpoint": f"{issuer}/introspect",
+            "registration_endpoint": registration_endpoint or f"{issuer}/register",
             "authorization_response_iss_parameter_supported": True,
             "token_endpoint_auth_methods_supported": [
                 "client_secret_post",
@@ -378,8 +382,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--access-seconds", type=int, default=3600)
+    parser.add_argument("--registration-endpoint")
     args = parser.parse_args(argv)
-    run_until_stopped(lambda port: oauth_app(port, args.access_seconds), args.port)
+    run_until_stopped(
+        lambda port: oauth_app(port, args.access_seconds, args.registration_endpoint), args.port
+    )
 
 
 if __name__ == "__main__":
