@@ -111,6 +111,7 @@ def loop_tool(tool: McpTool, user: AbstractBaseUser) -> Tool:
         timeout=float(server.call_seconds + BACKSTOP_SECONDS),
         default_ask=default_ask(tool),
         always_ask=destructive(tool),
+        server_id=server.pk,
     )
 
 

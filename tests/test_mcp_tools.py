@@ -461,10 +461,14 @@ def test_a_destructive_tool_asks_even_when_auto_trusted_and_always_allowed(
     settings, monkeypatch, alice, modern_server
 ):
     settings.LOOP_APPROVAL = ""
-    site_server(settings, monkeypatch, modern_server, auto=["delete_all", "echo"], trust_hints=True)
+    server = site_server(
+        settings, monkeypatch, modern_server, auto=["delete_all", "echo"], trust_hints=True
+    )
     conversation = new_conversation(alice, "grants")
     for tool in ("demo__delete_all", "demo__echo", "demo__lookup"):
-        ToolGrant.objects.create(conversation=conversation, tool=tool, granted_by=alice)
+        ToolGrant.objects.create(
+            conversation=conversation, tool=tool, server=server, granted_by=alice
+        )
     run = start_run(alice, "a task", model="mock", conversation=conversation)
     assert asks(run, "demo__delete_all") == "demo says delete_all may destroy data."
     assert asks(run, "demo__echo", {"text": "x"}) is None
@@ -472,9 +476,11 @@ def test_a_destructive_tool_asks_even_when_auto_trusted_and_always_allowed(
 
 def test_a_conversations_grant_lifts_the_default_ask(settings, monkeypatch, alice, modern_server):
     settings.LOOP_APPROVAL = ""
-    site_server(settings, monkeypatch, modern_server)
+    server = site_server(settings, monkeypatch, modern_server)
     conversation = new_conversation(alice, "grants")
-    ToolGrant.objects.create(conversation=conversation, tool="demo__echo", granted_by=alice)
+    ToolGrant.objects.create(
+        conversation=conversation, tool="demo__echo", server=server, granted_by=alice
+    )
     granted = start_run(alice, "a task", model="mock", conversation=conversation)
     assert asks(granted, "demo__echo", {"text": "x"}) is None
     elsewhere = start_run(alice, "a task", model="mock", conversation=new_conversation(alice))

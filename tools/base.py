@@ -90,6 +90,9 @@ class Tool:
     # Its calls ask even where its person allowed it for the conversation (a tool its server
     # calls destructive).
     always_ask: bool = False
+    # The MCP server it is a tool of (mcp_servers/tools.py), None for Loop's own: a
+    # conversation's "always allow" is bound to the tool's name and this.
+    server_id: int | None = None
 
     def spec(self) -> dict[str, Any]:
         """The function-calling spec (OpenAI / Groq format) the model sees: a copy of its own,
