@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent.core.results import ToolResult, ToolStatus
+from agent.core.results import Remedy, ToolResult, ToolStatus
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,8 @@ class ToolError(Exception):
     """A failure the model should see as the tool's result (not a crash)."""
 
     status = ToolStatus.ERROR
+    # What its person must do before the tool works again (a lost grant: reconnect).
+    remedy: Remedy | None = None
 
     def __init__(self, message: str, *, policy: str = "") -> None:
         super().__init__(message)
@@ -150,13 +152,16 @@ class ToolRegistry:
                 output = _call(tool, arguments, context)
             else:
                 output = _call_with_deadline(tool, arguments, context)
-            status = ToolStatus.OK
+            status, remedy = ToolStatus.OK, None
         except ValidationError as error:
             output, status = ToolOutput(_describe_invalid(name, error)), ToolStatus.ERROR
+            remedy = None
         except ToolError as error:
             output, status = ToolOutput(str(error), error.policy), error.status
+            remedy = error.remedy
         text, truncated = truncate(output.text, self.max_result_chars)
-        return ToolResult(status, text, time.monotonic() - started, output.policy, truncated)
+        duration = time.monotonic() - started
+        return ToolResult(status, text, duration, output.policy, truncated, remedy=remedy)
 
     def _tool(self, name: str) -> Tool:
         if name not in self.tools:

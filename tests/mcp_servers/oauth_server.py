@@ -23,8 +23,11 @@ real authorization servers do:
   answers `aud` = the RFC 8707 `resource` the client asked the token for;
 - /revoke (RFC 7009), /admin/revoke (every grant), /admin/expire (every access token now expired,
   so a test needs no clock), /admin/deny (`{"deny": true}`: /authorize refuses from now on),
+  /admin/hold-refresh (`{"seconds": N}`: the next refresh is made, its new tokens stored, and
+  its answer held N seconds: a client that gives up sooner never learns them),
   /admin/stats (JSON counts: `token_requests` by grant type, `token_failures` by grant type,
-  `registrations`, `authorizations`, `introspections`, `reuse_detected`, `grants`).
+  `registrations`, `authorizations`, `introspections`, `reuse_detected`, `grants`,
+  `held_answers`: refresh answers held, counted once their tokens were made).
 """
 
 import argparse
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+import anyio
 from mcp.server.auth.handlers.metadata import MetadataHandler
 from mcp.server.auth.provider import (
     AccessToken,
@@ -99,6 +103,8 @@ class Provider:
     refresh_tokens: dict[str, str] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     deny: bool = False
+    # Seconds the next refresh's answer is held once its tokens are made (0: none).
+    hold_refresh: float = 0.0
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -244,6 +250,7 @@ class Provider:
             "authorizations": self.counts["authorizations"],
             "introspections": self.counts["introspections"],
             "reuse_detected": self.counts["reuse_detected"],
+            "held_answers": self.counts["held_answers"],
             "grants": {"active": len(self.grants) - revoked, "revoked": revoked},
         }
 
@@ -256,9 +263,10 @@ class CountTokenRequests:
     """Counts every request to /token by its grant type, and those refused, whatever the SDK's
     handler then decides: the tests' "fifty runs made one refresh request"."""
 
-    def __init__(self, app: ASGIApp, counts: Counter[str]) -> None:
+    def __init__(self, app: ASGIApp, provider: Provider) -> None:
         self.app = app
-        self.counts = counts
+        self.provider = provider
+        self.counts = provider.counts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/token" or scope["method"] != "POST":
@@ -282,9 +290,16 @@ class CountTokenRequests:
             replayed = True
             return {"type": "http.request", "body": body, "more_body": False}
 
+        hold = self.provider.hold_refresh if grant_type == "refresh_token" else 0.0
+        if hold:
+            self.provider.hold_refresh = 0.0
+
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] >= 400:
                 self.counts[f"token_failure:{grant_type}"] += 1
+            if message["type"] == "http.response.start" and hold:
+                self.counts["held_answers"] += 1  # its tokens are made and stored by now
+                await anyio.sleep(hold)
             await send(message)
 
         await self.app(scope, replay, watch)
@@ -365,6 +380,10 @@ def oauth_app(port: int, access_seconds: int, registration_endpoint: str | None 
         provider.deny = bool(json.loads(body or b"{}").get("deny", True))
         return JSONResponse({"deny": provider.deny})
 
+    async def hold_refresh(request: Request) -> Response:
+        provider.hold_refresh = float(json.loads(await request.body() or b"{}")["seconds"])
+        return JSONResponse({"hold_refresh": provider.hold_refresh})
+
     async def stats(request: Request) -> Response:
         return JSONResponse(provider.stats())
 
@@ -373,9 +392,10 @@ def oauth_app(port: int, access_seconds: int, registration_endpoint: str | None 
         Route("/admin/revoke", revoke_all, methods=["POST"]),
         Route("/admin/expire", expire_all, methods=["POST"]),
         Route("/admin/deny", deny, methods=["POST"]),
+        Route("/admin/hold-refresh", hold_refresh, methods=["POST"]),
         Route("/admin/stats", stats, methods=["GET"]),
     ]
-    return CountTokenRequests(Starlette(routes=routes), provider.counts)
+    return CountTokenRequests(Starlette(routes=routes), provider)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
