@@ -29,6 +29,7 @@ from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, RECONNECT, McpServer, McpTool
 from mcp_servers.networks import personal_host_admitted
 from mcp_servers.oauth import refresh_after_refusal
+from mcp_servers.pinning import SEPARATOR
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
 from tools.files import store_bytes
 
@@ -223,14 +224,34 @@ def _current(target: Target) -> Target:
     called: a run's tools are read when it starts, and a tool held for review, turned off or
     removed since (or its server) must not be called by the runs in flight either."""
     found = McpTool.objects.select_related("server").filter(pk=target.tool_id).first()
-    why = _withdrawn(found, target)
+    why = _withdrawn(found, target.digest)
     if found is None or why:
-        raise ToolError(f"{target.server.name}'s {target.remote} was not called: {why}.")
+        raise ToolError(_not_called(target.server.name, target.remote, why))
     return replace(target, server=found.server)
 
 
-def _withdrawn(tool: McpTool | None, target: Target) -> str:
-    """Why the tool as it is now may not be called by a run that was given it ("": it may)."""
+def withdrawn(user: AbstractBaseUser, name: str) -> str | None:
+    """Why the person's MCP tool `name`, which their run was not given, may not be called (held,
+    turned off, unlisted, its server turned off), or None when they have no such tool: a call
+    asked for before (approved while it waited) is refused saying why when its run goes on."""
+    if SEPARATOR not in name:
+        return None
+    servers = McpServer.objects.filter(Q(owner=user) | open_to(user)).distinct()
+    found = McpTool.objects.filter(server__in=servers, exposed_name=name).select_related("server")
+    for tool in sorted(found, key=lambda tool: not tool.server.is_site):
+        why = _withdrawn(tool, tool.digest)
+        if why:
+            return _not_called(tool.server.name, tool.name, why)
+    return None
+
+
+def _not_called(server: str, remote: str, why: str) -> str:
+    return f"{server}'s {remote} was not called: {why}."
+
+
+def _withdrawn(tool: McpTool | None, digest: str) -> str:
+    """Why the tool as it is now may not be called by a run that was given it as pinned with
+    `digest` ("": it may)."""
     if tool is None:
         return "its server was removed from Loop"
     if not tool.server.enabled:
@@ -242,7 +263,7 @@ def _withdrawn(tool: McpTool | None, target: Target) -> str:
             "it is on hold pending review (the server changed its definition since this run "
             "started, and its reviewer has not accepted the change)"
         )
-    if tool.digest != target.digest:
+    if tool.digest != digest:
         return "its definition changed since this run started; a new run is offered it as it is"
     if not tool.enabled:
         return "it was turned off"

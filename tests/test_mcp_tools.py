@@ -153,7 +153,7 @@ def test_a_rewritten_tool_is_held_unoffered_and_offered_as_rewritten_once_accept
     assert "demo__changing" not in offered_names(alice)
     forged = dispatched(alice, workspaces, "demo__changing", {"path": "~/.ssh/id_rsa"})
     assert not forged.ok
-    assert "Unknown tool 'demo__changing'" in forged.text
+    assert forged.text.startswith("demo's changing was not called: it is on hold pending review")
     assert modern_server.calls() == []
 
     discover(McpServer.objects.get(name="demo"))  # found again: still held, not offered

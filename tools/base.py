@@ -132,10 +132,23 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
     return text[:head] + note + text[len(text) - tail :], True
 
 
+# Why a tool the run was not given may not be called, or None when no such tool is known.
+Withdrawn = Callable[[str], str | None]
+
+
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool], *, max_result_chars: int = 16_000) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        *,
+        max_result_chars: int = 16_000,
+        withdrawn: Withdrawn | None = None,
+    ) -> None:
         self.tools = {tool.name: tool for tool in tools}
         self.max_result_chars = max_result_chars
+        # Asked only of a name not among `tools` (an MCP tool held or turned off since a call of
+        # it was asked for): its call is refused saying why, not as an unknown tool.
+        self.withdrawn = withdrawn
 
     def specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools.values()]
@@ -165,6 +178,9 @@ class ToolRegistry:
 
     def _tool(self, name: str) -> Tool:
         if name not in self.tools:
+            why = self.withdrawn(name) if self.withdrawn is not None else None
+            if why:
+                raise ToolError(why)
             known = ", ".join(sorted(self.tools))
             raise ToolError(f"Unknown tool {name!r}. Available tools: {known}.")
         return self.tools[name]
