@@ -123,12 +123,22 @@ class ApprovalPreference(models.Model):
 
 class ToolGrant(models.Model):
     """ "Always allow <tool> in this conversation": its later calls run without asking the
-    person (never those the site requires asking about). Revoked, it stays as a record."""
+    person (never those the site requires asking about). Revoked, it stays as a record. An MCP
+    tool's grant is bound to its server, and goes with it: another server given the same prefix
+    later does not inherit it."""
 
     conversation = models.ForeignKey(
         "agent.Conversation", on_delete=models.CASCADE, related_name="tool_grants"
     )
     tool = models.CharField(max_length=TOOL_NAME_CHARS)
+    server = models.ForeignKey(
+        "mcp_servers.McpServer",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The MCP server whose tool was allowed; empty for Loop's own tools.",
+    )
     granted_at = models.DateTimeField(auto_now_add=True)
     granted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

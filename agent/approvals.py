@@ -102,12 +102,21 @@ def person_asks(preference: ApprovalPreference, tool: str) -> bool:
     )
 
 
-def granted_tools(conversation_id: int | None) -> set[str]:
-    """The tools its person allowed for the whole conversation ("always allow")."""
+# What a grant allows: a tool's name, and the MCP server whose tool it is (None: Loop's own).
+Granted = tuple[str, int | None]
+
+
+def granted_tools(conversation_id: int | None) -> set[Granted]:
+    """The tools its person allowed for the whole conversation ("always allow"), each with its
+    server: a grant lets only the tool of that name on that server run."""
     if conversation_id is None:
         return set()
     live = ToolGrant.objects.filter(conversation_id=conversation_id, revoked_at__isnull=True)
-    return set(live.values_list("tool", flat=True))
+    return set(live.values_list("tool", "server_id"))
+
+
+def grant_of(tool: Tool) -> Granted:
+    return (tool.name, tool.server_id)
 
 
 @dataclass
@@ -119,7 +128,7 @@ class Policy:
     context: ToolContext
     modes: dict[str, str]
     preference: ApprovalPreference
-    granted: set[str]
+    granted: set[Granted]
 
     def __call__(self, call: ToolCall) -> Ask | None:
         tool = self.tools.get(call.name)
@@ -133,16 +142,22 @@ class Policy:
     def why(self, tool: str) -> str | None:
         if self.modes.get(tool) == ASK:
             return f"The site asks before every {tool} call."
-        if person_asks(self.preference, tool) and tool not in self.granted:
+        if person_asks(self.preference, tool) and not self.allowed(tool):
             return f"You asked to decide before {tool} runs."
         return None
 
     def tools_own_why(self, tool: Tool) -> str | None:
         """A tool that asks by default (an MCP tool) asks unless its person allowed it for the
         conversation; one that always asks (a destructive MCP tool) asks regardless."""
-        if tool.always_ask or (tool.default_ask and tool.name not in self.granted):
+        if tool.always_ask or (tool.default_ask and not self.allowed(tool.name)):
             return tool.default_ask or None
         return None
+
+    def allowed(self, name: str) -> bool:
+        """Whether the conversation allows the run's tool of that name: its own server's, for an
+        MCP tool (a grant of another server's tool under that name allows nothing)."""
+        tool = self.tools.get(name)
+        return (name, tool.server_id if tool else None) in self.granted
 
     def tool_asks(self, tool: Tool, arguments: str) -> bool:
         """The tool's own rule, on arguments it accepts (a call it refuses is an error result
@@ -381,7 +396,9 @@ def grant_tools(
     by: AbstractBaseUser,
 ) -> None:
     """ "Always allow" in the run's conversation, for tools the site does not require asking
-    about (the person cannot allow what the site asks)."""
+    about (the person cannot allow what the site asks) and that do not ask whatever is allowed
+    (a destructive MCP tool): each bound to the tool the person's runs get under that name now,
+    an MCP tool's server with it."""
     wanted = {request.tool for request, decision in decided if decision.always}
     if not wanted:
         return
@@ -390,13 +407,37 @@ def grant_tools(
             "This run belongs to no conversation (it came from the terminal): there is nothing "
             "to always allow its tools in. Approve the call alone."
         )
-    modes = site_modes()
-    for tool in sorted(wanted - granted_tools(run.conversation_id)):
-        if site_asks(tool, modes):
-            raise DecisionRefused(
-                f"The site asks before every {tool} call: it cannot be always allowed."
-            )
-        ToolGrant.objects.create(conversation_id=run.conversation_id, tool=tool, granted_by=by)
+    modes, tools = site_modes(), registry_for(run.user).tools
+    granted = granted_tools(run.conversation_id)
+    for name in sorted(wanted):
+        tool = grantable(tools.get(name), name, modes)
+        if grant_of(tool) in granted:
+            continue
+        live = ToolGrant.objects.filter(
+            conversation_id=run.conversation_id, tool=name, revoked_at__isnull=True
+        )
+        live.update(revoked_at=timezone.now())  # a grant of another server's tool of that name
+        ToolGrant.objects.create(
+            conversation_id=run.conversation_id, tool=name, server_id=tool.server_id, granted_by=by
+        )
+
+
+def grantable(tool: Tool | None, name: str, modes: dict[str, str]) -> Tool:
+    """The tool a person may always allow, or DecisionRefused saying why not."""
+    if tool is None:
+        raise DecisionRefused(
+            f"{name} is not one of your tools any more: it cannot be always allowed."
+        )
+    if site_asks(name, modes):
+        raise DecisionRefused(
+            f"The site asks before every {name} call: it cannot be always allowed."
+        )
+    if tool.always_ask:
+        raise DecisionRefused(
+            f"{name} may destroy data, its server says: it asks before every call and cannot be "
+            "always allowed. Approve the call alone."
+        )
+    return tool
 
 
 def revoke_grant(user: AbstractBaseUser, conversation_id: int, tool: str) -> int:

@@ -1,6 +1,7 @@
 """What a card shows of a call to one of its person's MCP tools (mcp_servers/): the server and the
 tool's own name, the tool's pinned description while a call waits, the images its answer saved in
-the person's workspace, and a way to reconnect when the person's OAuth grant was lost.
+the person's workspace, and a way to reconnect when the person's OAuth grant was lost (the
+result's typed remedy, never its text).
 
 A tool is known by the name the model called it (`<prefix>__<tool>`) among the tools a run of
 the person gets (agent.toolset.registry_for); any other name (a tool removed since, a name the
@@ -15,7 +16,6 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.urls import reverse
 
 from mcp_servers.pinning import SEPARATOR
-from mcp_servers.results import OPEN
 from mcp_servers.tools import destructive, run_tools
 from workspace.browse import BrowseError, file_components
 
@@ -25,8 +25,6 @@ def reconnect_url() -> str:
     return reverse("mcp_settings")
 
 
-# What Loop's own refusal says of a grant to renew (mcp_servers.oauth.NeedsReconnect).
-NEEDS_RECONNECTING = "needs reconnecting"
 # A description is capped when pinned (LOOP_MCP_DESCRIPTION_CHARS); the card caps it again, so
 # no description, however it was stored, fills the page.
 DESCRIPTION_CHARS = 2000
@@ -94,9 +92,3 @@ def saved_images(shown: McpShown, text: str) -> list[dict[str, str]]:
             }
         )
     return images
-
-
-def needs_reconnecting(text: str) -> bool:
-    """Whether Loop refused the call because the person's grant must be renewed: its own words,
-    never the server's (its answer, inside the delimited block, cannot ask for a reconnect)."""
-    return NEEDS_RECONNECTING in text.split(OPEN, 1)[0]

@@ -38,7 +38,7 @@ from agent.core.events import (
     ToolCallStarted,
     Unreadable,
 )
-from agent.core.results import ToolStatus
+from agent.core.results import Remedy, ToolStatus
 from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
@@ -299,7 +299,7 @@ def mcp_data(event: ToolCallStarted | ToolCallFinished, asking: Asking | None) -
     data: dict[str, Any] = {"mcp": shown}
     if isinstance(event, ToolCallFinished):
         data["images"] = mcp.saved_images(shown, event.text)
-        if event.status != ToolStatus.OK and mcp.needs_reconnecting(event.text):
+        if event.remedy is Remedy.RECONNECT:
             data["reconnect"] = mcp.reconnect_url()
     return data
 

@@ -12,8 +12,7 @@ from django import forms
 from django.utils.html import escape
 
 from mcp_servers.models import HEADERS, NO_AUTH, McpServer
-from mcp_servers.netguard import UnsafeUrl, check_url, refused_reason
-from mcp_servers.networks import ANYWHERE
+from mcp_servers.netguard import ANYWHERE, UnsafeUrl, check_url, refused_reason
 from mcp_servers.secrets import encrypt
 
 # An HTTP header's name (RFC 9110 token).
@@ -30,7 +29,7 @@ class SecretTextarea(forms.Textarea):
 
 def check_site_url(url: str) -> None:
     """netguard.check_url, except that an operator's own server may be on the operator's own
-    network (loopback, private), as the connection guard lets it be (networks.ANYWHERE): only
+    network (loopback, private), as the connection guard lets it be (netguard.ANYWHERE): only
     what no server may be, a metadata address or a URL that is not http(s), is refused."""
     try:
         check_url(url)

@@ -62,6 +62,8 @@ class Endpoint:
     command: tuple[str, ...] = ()
     headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, compare=False)
     allowed: tuple[Network, ...] = ()
+    # The one host that may be on any network (a site server's own; netguard.admitted_for).
+    own_host: str = ""
     seconds: float = 60.0
     max_bytes: int = 4 * 1024 * 1024
     # The revision the server spoke at its last listing: a call speaks it at once, without
@@ -209,6 +211,7 @@ def _transport(endpoint: Endpoint, watch: _Watch) -> Any:
         timeout=endpoint.seconds,
         allowed=endpoint.allowed,
         max_response_bytes=endpoint.max_bytes,
+        own_host=endpoint.own_host,
     )
     http.event_hooks["response"].append(watch.response)
     return streamable_http_client(endpoint.url, http_client=http)

@@ -8,7 +8,7 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from mcp_servers.client import Endpoint
 from mcp_servers.models import OAUTH, McpServer
-from mcp_servers.networks import allowed_for
+from mcp_servers.networks import own_host_of, private_networks
 from mcp_servers.oauth import bearer_for
 from mcp_servers.secrets import decrypt
 
@@ -32,7 +32,8 @@ def endpoint_for(
         url=server.url,
         command=tuple(str(part) for part in server.command),
         headers=headers,
-        allowed=allowed_for(server),
+        allowed=private_networks(),
+        own_host=own_host_of(server),
         seconds=float(seconds or server.call_seconds or settings.LOOP_MCP_CALL_SECONDS),
         max_bytes=settings.LOOP_MCP_RESPONSE_BYTES,
         revision=server.protocol_version,

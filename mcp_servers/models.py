@@ -173,6 +173,10 @@ class McpConnection(models.Model):
     sealed_verifier = models.TextField(blank=True, default="")
     last_error = models.TextField(blank=True, default="")
     refreshed_at = models.DateTimeField(null=True, blank=True)
+    # A refresh sent whose answer never came (it ran out of time): the server may have rotated
+    # the refresh token Loop still holds, and then refuse it as replayed. Cleared by a refresh
+    # that works, or connecting again.
+    unanswered_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -42,6 +42,13 @@ _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 _LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=20)
 
+# Every network: what an operator's own server's host may reach (the metadata addresses are
+# refused whatever is allowed).
+ANYWHERE: tuple[IPNetwork, ...] = (
+    ipaddress.ip_network("0.0.0.0/0"),
+    ipaddress.ip_network("::/0"),
+)
+
 
 class UnsafeAddress(Exception):
     """A connection refused because its host is, or resolves to, an address that is not public."""
@@ -175,6 +182,22 @@ def resolve(host: str, port: int) -> list[IPAddress]:
     return [ipaddress.ip_address(answer[4][0]) for answer in answers]
 
 
+def host_of(url: str) -> str:
+    """The host of `url` as a connection names it (IDNA-encoded, lower case, no brackets)."""
+    return _normal_host(httpx2.URL(url).raw_host.decode("ascii"))
+
+
+def _normal_host(host: str) -> str:
+    return host.lower().rstrip(".")
+
+
+def admitted_for(host: str, allowed: Sequence[IPNetwork], own_host: str) -> Sequence[IPNetwork]:
+    """The networks a connection to `host` may reach: every one for `own_host` (a site server's
+    own host, as its operator declared it), `allowed` for any other host, whoever named it (a
+    redirect, an OAuth metadata document)."""
+    return ANYWHERE if own_host and _normal_host(host) == own_host else allowed
+
+
 def vetted_addresses(host: str, port: int, allowed: Sequence[IPNetwork]) -> list[IPAddress]:
     """The addresses to connect to for `host`: all of them vetted, or UnsafeAddress.
 
@@ -202,8 +225,9 @@ class _GuardedAsyncBackend(httpcore2.AsyncNetworkBackend):
     with the request's own host as server_hostname, so SNI and certificate checks use the name.
     """
 
-    def __init__(self, allowed: Sequence[IPNetwork]) -> None:
+    def __init__(self, allowed: Sequence[IPNetwork], own_host: str) -> None:
         self._allowed = tuple(allowed)
+        self._own_host = own_host
         self._network = httpcore2.AnyIOBackend()
 
     async def connect_tcp(
@@ -217,7 +241,11 @@ class _GuardedAsyncBackend(httpcore2.AsyncNetworkBackend):
         try:
             with anyio.fail_after(timeout):
                 addresses = await anyio.to_thread.run_sync(
-                    vetted_addresses, host, port, self._allowed, abandon_on_cancel=True
+                    vetted_addresses,
+                    host,
+                    port,
+                    admitted_for(host, self._allowed, self._own_host),
+                    abandon_on_cancel=True,
                 )
         except TimeoutError:
             raise httpcore2.ConnectTimeout(f"resolving {host} timed out") from None
@@ -246,8 +274,9 @@ class _GuardedAsyncBackend(httpcore2.AsyncNetworkBackend):
 class _GuardedSyncBackend(httpcore2.NetworkBackend):
     """The blocking twin of _GuardedAsyncBackend, for requests made from Django views."""
 
-    def __init__(self, allowed: Sequence[IPNetwork]) -> None:
+    def __init__(self, allowed: Sequence[IPNetwork], own_host: str) -> None:
         self._allowed = tuple(allowed)
+        self._own_host = own_host
         self._network = httpcore2.SyncBackend()
 
     def connect_tcp(
@@ -258,7 +287,8 @@ class _GuardedSyncBackend(httpcore2.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.NetworkStream:
-        *others, last = vetted_addresses(host, port, self._allowed)
+        admitted = admitted_for(host, self._allowed, self._own_host)
+        *others, last = vetted_addresses(host, port, admitted)
         for address in others:
             with contextlib.suppress(httpcore2.ConnectError):
                 return self._network.connect_tcp(
@@ -281,14 +311,17 @@ def guarded_http_client(
     timeout: float,
     allowed: Sequence[IPNetwork],
     max_response_bytes: int,
+    own_host: str = "",
 ) -> httpx2.AsyncClient:
-    """An httpx2 client for talking to an MCP or OAuth server, every connection vetted.
+    """An httpx2 client for talking to an MCP or OAuth server, every connection vetted:
+    `allowed` are the networks any host may be on beyond the public internet, and `own_host`
+    (host_of a site server's URL) the one host that may be anywhere.
 
     No proxy from the environment (a proxy would connect on Loop's behalf, unvetted), no
     redirects followed by httpx2 (the SDK follows its own, each through a new vetted
     connection), no compressed bodies and at most max_response_bytes read per response.
     """
-    transport = _GuardedAsyncTransport(allowed, max_response_bytes)
+    transport = _GuardedAsyncTransport(allowed, own_host, max_response_bytes)
     return httpx2.AsyncClient(**_client_options(headers, timeout), transport=transport)
 
 
@@ -298,9 +331,10 @@ def guarded_sync_client(
     timeout: float,
     allowed: Sequence[IPNetwork],
     max_response_bytes: int,
+    own_host: str = "",
 ) -> httpx2.Client:
     """The blocking twin of guarded_http_client, for OAuth requests made from Django views."""
-    transport = _GuardedSyncTransport(allowed, max_response_bytes)
+    transport = _GuardedSyncTransport(allowed, own_host, max_response_bytes)
     return httpx2.Client(**_client_options(headers, timeout), transport=transport)
 
 
@@ -340,12 +374,14 @@ def _pool_options(context: ssl.SSLContext) -> dict[str, Any]:
 class _GuardedAsyncTransport(httpx2.AsyncHTTPTransport):
     """httpx2's own transport, over a connection pool that connects through the guard."""
 
-    def __init__(self, allowed: Sequence[IPNetwork], max_response_bytes: int) -> None:
+    def __init__(
+        self, allowed: Sequence[IPNetwork], own_host: str, max_response_bytes: int
+    ) -> None:
         context = _ssl_context()
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
         # httpx2 takes no network backend, so the pool it just built (unused) is replaced.
         self._pool = httpcore2.AsyncConnectionPool(
-            **_pool_options(context), network_backend=_GuardedAsyncBackend(allowed)
+            **_pool_options(context), network_backend=_GuardedAsyncBackend(allowed, own_host)
         )
         self._max_response_bytes = max_response_bytes
 
@@ -361,11 +397,13 @@ class _GuardedAsyncTransport(httpx2.AsyncHTTPTransport):
 class _GuardedSyncTransport(httpx2.HTTPTransport):
     """The blocking twin of _GuardedAsyncTransport."""
 
-    def __init__(self, allowed: Sequence[IPNetwork], max_response_bytes: int) -> None:
+    def __init__(
+        self, allowed: Sequence[IPNetwork], own_host: str, max_response_bytes: int
+    ) -> None:
         context = _ssl_context()
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
         self._pool = httpcore2.ConnectionPool(
-            **_pool_options(context), network_backend=_GuardedSyncBackend(allowed)
+            **_pool_options(context), network_backend=_GuardedSyncBackend(allowed, own_host)
         )
         self._max_response_bytes = max_response_bytes
 

@@ -1,4 +1,5 @@
-"""Which networks Loop may reach a server on, beyond the public internet: the guard's `allowed`.
+"""Which networks Loop may reach a server on, beyond the public internet: the guard's `allowed`
+and `own_host`.
 
 Shared by the MCP connections (mcp_servers/endpoints.py) and the OAuth flow (mcp_servers/oauth.py),
 which must not import each other's way round.
@@ -10,25 +11,23 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from mcp_servers.models import McpServer
-from mcp_servers.netguard import IPNetwork
-
-# An operator's own server may be on the operator's network; the guard still refuses the cloud
-# metadata addresses (mcp_servers/netguard.py).
-ANYWHERE: tuple[IPNetwork, ...] = (
-    ipaddress.ip_network("0.0.0.0/0"),
-    ipaddress.ip_network("::/0"),
-)
+from mcp_servers.netguard import IPNetwork, host_of
 
 
 def private_networks() -> tuple[IPNetwork, ...]:
-    """The private networks an operator admits for people's own servers."""
+    """The private networks an operator admits for people's own servers, and for any host a
+    site server's documents name other than its own."""
     return tuple(
         ipaddress.ip_network(item, strict=False) for item in settings.LOOP_MCP_PRIVATE_NETWORKS
     )
 
 
-def allowed_for(server: McpServer) -> tuple[IPNetwork, ...]:
-    return ANYWHERE if server.is_site else private_networks()
+def own_host_of(server: McpServer) -> str:
+    """The one host `server`'s connections may reach on any network: a site server's own, as its
+    operator declared it (its URL's); none for a person's. Every other host, whoever named it
+    (an OAuth metadata document, a redirect), is vetted as a person's server is: public, or in
+    LOOP_MCP_PRIVATE_NETWORKS."""
+    return host_of(server.url) if server.is_site and server.url else ""
 
 
 def host_admitted(host: str, patterns: list[str]) -> bool:

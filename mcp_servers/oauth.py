@@ -13,7 +13,9 @@ sign in again on every 401). Here a refresh happens one at a time per (person, s
 every process: under the connection row's lock, after reading the row again, and only if no one
 else refreshed meanwhile; the new refresh token is stored before the lock is let go. A refusal
 by the authorization server (a revoked grant) marks the connection for reconnecting and raises
-`NeedsReconnect`; a network failure leaves the grant as it is, to be tried again.
+`NeedsReconnect` (its result's remedy: reconnect); a network failure leaves the grant as it is,
+to be tried again. A refresh sent whose answer is lost is marked (`unanswered_at`): a server that
+rotated meanwhile refuses the old token next time and ends the grant, and the person is told why.
 
 Every request goes through the SSRF guard with a deadline; tokens, codes, verifiers and client
 secrets are stored sealed (mcp_servers/secrets.py) and never logged or put in a message.
@@ -58,9 +60,10 @@ from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_serv
 from psycopg.errors import LockNotAvailable
 from pydantic import ValidationError
 
+from agent.core.results import Remedy
 from mcp_servers.models import CONNECTED, OAUTH, PENDING, RECONNECT, McpConnection, McpServer
 from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_sync_client
-from mcp_servers.networks import allowed_for
+from mcp_servers.networks import own_host_of, private_networks
 from mcp_servers.secrets import CredentialUnreadable, decrypt, encrypt
 from tools.base import ToolError
 
@@ -89,8 +92,14 @@ class OAuthFailed(ToolError):
     """Connecting or refreshing did not work; the message says why (never with a credential)."""
 
 
+class Unanswered(OAuthFailed):
+    """A request sent whose answer did not come in time: the server may have acted on it."""
+
+
 class NeedsReconnect(ToolError):
     """The person must connect the server again (no grant, or the grant was revoked)."""
+
+    remedy = Remedy.RECONNECT
 
 
 def needs_reconnect(server: McpServer, *, never: bool = False) -> NeedsReconnect:
@@ -150,6 +159,7 @@ def start(server: McpServer, user: AbstractBaseUser, redirect_uri: str) -> str:
             "sealed_tokens": "",
             "expires_at": None,
             "refreshed_at": None,
+            "unanswered_at": None,
             "flow_state": _hashed(state),
             "sealed_verifier": encrypt(pkce.code_verifier),
             "last_error": "",
@@ -205,6 +215,23 @@ def finish(
         last_error="",
     )
     logger.info("User %s connected %s by OAuth", user.pk, server.name)
+    return server
+
+
+def abandon(user: AbstractBaseUser, state: str) -> McpServer | None:
+    """The browser came back with the authorization server's refusal: the flow `state` names,
+    if it is `user`'s and in progress, ends (its state used once, as `finish` would). Its
+    server, or None when no sign-in of theirs was in progress: the refusal's words are then
+    anyone's (a link can carry any text), not the server's."""
+    pending = McpConnection.objects.filter(
+        user=user, state=PENDING, flow_state=_hashed(state or "")
+    ).select_related("server")
+    found = pending.first()
+    if not state or found is None:
+        return None
+    if not pending.filter(pk=found.pk).update(flow_state="", sealed_verifier=""):
+        return None
+    server: McpServer = found.server
     return server
 
 
@@ -273,14 +300,14 @@ def _refreshed(server: McpServer, user: AbstractBaseUser, *, seen: str, force: b
             outcome = apart.submit(_refresh_apart, server, user, seen, force).result()
     else:
         outcome = _refresh_locked(server, user, seen=seen, force=force)
-    if isinstance(outcome, NeedsReconnect):
-        raise outcome  # after the commit: the connection stays marked for reconnecting
+    if isinstance(outcome, ToolError):
+        raise outcome  # after the commit: the connection's mark (reconnect, unanswered) stays
     return outcome
 
 
 def _refresh_apart(
     server: McpServer, user: AbstractBaseUser, seen: str, force: bool
-) -> str | NeedsReconnect:
+) -> str | ToolError:
     try:
         return _refresh_locked(server, user, seen=seen, force=force)
     finally:
@@ -289,7 +316,7 @@ def _refresh_apart(
 
 def _refresh_locked(
     server: McpServer, user: AbstractBaseUser, *, seen: str, force: bool
-) -> str | NeedsReconnect:
+) -> str | ToolError:
     with transaction.atomic(), _lock_wait_bounded(server):
         found: McpConnection | None = (
             McpConnection.objects.select_for_update().filter(user=user, server=server).first()
@@ -306,17 +333,25 @@ def _refresh_locked(
             found.save(update_fields=["state", "last_error", "updated_at"])
             logger.info("User %s must reconnect %s: %s", user.pk, server.name, error)
             return needs_reconnect(server)
+        except Unanswered as unanswered:
+            # Tried again next time; if the server did rotate meanwhile, that try presents a
+            # token it replaced, and the grant ends: the person is told why (unanswered_at).
+            found.unanswered_at, found.last_error = timezone.now(), str(unanswered)
+            found.save(update_fields=["unanswered_at", "last_error", "updated_at"])
+            return unanswered
         now = timezone.now()
         found.sealed_tokens = _sealed(fresh)  # the rotated refresh token, before the lock goes
         found.expires_at = _expiry(fresh, now)
         found.refreshed_at = now
         found.last_error = ""
+        found.unanswered_at = None
         found.save(
             update_fields=[
                 "sealed_tokens",
                 "expires_at",
                 "refreshed_at",
                 "last_error",
+                "unanswered_at",
                 "updated_at",
             ]
         )
@@ -688,14 +723,21 @@ def _http(server: McpServer) -> Iterator[httpx2.Client]:
     client = guarded_sync_client(
         headers={"Accept": "application/json"},
         timeout=_seconds(),
-        allowed=allowed_for(server),
+        allowed=private_networks(),
         max_response_bytes=MAX_OAUTH_BYTES,
+        # The metadata, registration, token and revocation URLs are the server's (or its
+        # authorization server's) to name: only the operator's declared host is theirs to trust.
+        own_host=own_host_of(server),
     )
     try:
         with client:
             yield client
     except (UnsafeAddress, UnsafeResponse) as error:
         raise OAuthFailed(f"{server.name}: {error}") from None
+    except httpx2.ReadTimeout:  # sent: the server may have acted on it
+        raise Unanswered(
+            f"{server.name}'s authorization server did not answer within {_seconds():g} seconds"
+        ) from None
     except httpx2.TimeoutException:
         raise OAuthFailed(
             f"{server.name}'s authorization server did not answer within {_seconds():g} seconds"

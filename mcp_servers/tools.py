@@ -11,7 +11,7 @@ import copy
 import functools
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -29,6 +29,7 @@ from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, RECONNECT, McpServer, McpTool
 from mcp_servers.networks import personal_host_admitted
 from mcp_servers.oauth import refresh_after_refusal
+from mcp_servers.pinning import SEPARATOR
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
 from tools.files import store_bytes
 
@@ -90,17 +91,19 @@ def tools_for(user: AbstractBaseUser) -> list[Tool]:
 
 @dataclass(frozen=True)
 class Target:
-    """What a call needs of its tool, read with the run's tools: a call to a server that needs
-    no person's grant reads nothing from the database."""
+    """What a call needs of its tool, read with the run's tools: the tool's row and pinned
+    digest (its state is read again at each call), its server, its name on the server."""
 
     server: McpServer
     remote: str
     user: AbstractBaseUser
+    tool_id: int
+    digest: str
 
 
 def loop_tool(tool: McpTool, user: AbstractBaseUser) -> Tool:
     server = tool.server
-    target = Target(server, tool.name, user)
+    target = Target(server, tool.name, user, tool.pk, tool.digest)
     return Tool(
         name=tool.exposed_name,
         description=_description(tool),
@@ -109,6 +112,7 @@ def loop_tool(tool: McpTool, user: AbstractBaseUser) -> Tool:
         timeout=float(server.call_seconds + BACKSTOP_SECONDS),
         default_ask=default_ask(tool),
         always_ask=destructive(tool),
+        server_id=server.pk,
     )
 
 
@@ -195,8 +199,9 @@ def _arguments_model(name: str, digest: str, schema: str) -> type[SchemaArgument
 
 def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> ToolOutput:
     """Send one call; the answer is the tool's output, every failure the tool's error."""
-    server = target.server
     try:
+        target = _current(target)
+        server = target.server
         answer = _answer(target, arguments.values())
         if answer.tools_changed:
             McpServer.objects.filter(pk=server.pk).update(stale=True)
@@ -212,6 +217,59 @@ def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> To
     if answer.result.is_error:
         raise ToolError(text)
     return ToolOutput(text)
+
+
+def _current(target: Target) -> Target:
+    """The target with its server as it is now, or a ToolError when the tool may no longer be
+    called: a run's tools are read when it starts, and a tool held for review, turned off or
+    removed since (or its server) must not be called by the runs in flight either."""
+    found = McpTool.objects.select_related("server").filter(pk=target.tool_id).first()
+    why = _withdrawn(found, target.digest)
+    if found is None or why:
+        raise ToolError(_not_called(target.server.name, target.remote, why))
+    return replace(target, server=found.server)
+
+
+def withdrawn(user: AbstractBaseUser, name: str) -> str | None:
+    """Why the person's MCP tool `name`, which their run was not given, may not be called (held,
+    turned off, unlisted, its server turned off), or None when they have no such tool: a call
+    asked for before (approved while it waited) is refused saying why when its run goes on."""
+    if SEPARATOR not in name:
+        return None
+    servers = McpServer.objects.filter(Q(owner=user) | open_to(user)).distinct()
+    found = McpTool.objects.filter(server__in=servers, exposed_name=name).select_related("server")
+    for tool in sorted(found, key=lambda tool: not tool.server.is_site):
+        why = _withdrawn(tool, tool.digest)
+        if why:
+            return _not_called(tool.server.name, tool.name, why)
+    return None
+
+
+def _not_called(server: str, remote: str, why: str) -> str:
+    return f"{server}'s {remote} was not called: {why}."
+
+
+def _withdrawn(tool: McpTool | None, digest: str) -> str:
+    """Why the tool as it is now may not be called by a run that was given it as pinned with
+    `digest` ("": it may)."""
+    if tool is None:
+        return "its server was removed from Loop"
+    if not tool.server.enabled:
+        return "its server is turned off"
+    if not (tool.server.is_site or personal_host_admitted(tool.server)):
+        return "the site no longer admits its server's host"
+    if tool.held:
+        return (
+            "it is on hold pending review (the server changed its definition since this run "
+            "started, and its reviewer has not accepted the change)"
+        )
+    if tool.digest != digest:
+        return "its definition changed since this run started; a new run is offered it as it is"
+    if not tool.enabled:
+        return "it was turned off"
+    if tool.missing_since is not None:
+        return "its server no longer lists it"
+    return ""
 
 
 def _answer(target: Target, values: dict[str, Any]) -> client.Answer:

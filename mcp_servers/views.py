@@ -253,12 +253,11 @@ def callback_value(request: HttpRequest, name: str) -> str:
 def oauth_callback(request: HttpRequest) -> HttpResponse:
     """Where the authorization server sends the browser back: the grant finished for this
     person (the state names their flow), then their server's tools listed."""
+    state, code = callback_value(request, "state"), callback_value(request, "code")
     refused = callback_value(request, "error")
     if refused:
-        said = callback_value(request, "error_description")[:300]
-        messages.error(request, f"The server did not grant access: {refused[:100]} {said}".strip())
+        _say_refused(request, refused, oauth.abandon(request.user, state))
         return redirect(PAGE)
-    state, code = callback_value(request, "state"), callback_value(request, "code")
     # RFC 9207: the issuer the browser came back from, checked against the flow's.
     issuer = callback_value(request, "iss") if "iss" in request.GET else None
     try:
@@ -269,3 +268,16 @@ def oauth_callback(request: HttpRequest) -> HttpResponse:
     messages.success(request, f"Connected {server.name}.")
     _list_tools(request, server)
     return redirect(PAGE)
+
+
+def _say_refused(request: HttpRequest, refused: str, server: McpServer | None) -> None:
+    """The authorization server's words only for a sign-in this person has in progress: any
+    other link to the callback may carry any text, shown on Loop's own page as if it were
+    Loop's."""
+    if server is None:
+        messages.error(
+            request, "That sign-in was not one Loop started for you: nothing was connected."
+        )
+        return
+    said = callback_value(request, "error_description")[:300]
+    messages.error(request, f"{server.name} did not grant access: {refused[:100]} {said}".strip())

@@ -150,7 +150,7 @@ def always_allowed(user: User, title: str):
     [request] = run.approvals.all()
     always = CallDecision(request.call_id, Decision.APPROVE, request.digest, always=True)
     decide(user, run.pk, [always], queue_it=False)
-    assert granted_tools(run.conversation_id) == {"run_code"}
+    assert granted_tools(run.conversation_id) == {("run_code", None)}
     return run.conversation
 
 
@@ -191,7 +191,7 @@ def test_nobody_revokes_another_persons_grant(as_alice, alice, bob, workspaces):
     as_bob.force_login(bob)
     refused = as_bob.post(REVOKE, {"conversation": conversation.pk, "tool": "run_code"})
     assert refused.status_code == 404
-    assert granted_tools(conversation.pk) == {"run_code"}
+    assert granted_tools(conversation.pk) == {("run_code", None)}
     assert "Plots" not in as_bob.get(SETTINGS).text
     malformed_posts = (
         {},

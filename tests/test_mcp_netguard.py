@@ -609,6 +609,49 @@ def test_the_blocking_client_guards_the_same_way(site, dns, connections):
     assert all(request["accept-encoding"] == "identity" for request in site.requests)
 
 
+@pytest.mark.parametrize("blocking", [False, True], ids=["async", "blocking"])
+def test_only_the_own_host_may_be_anywhere(site, dns, connections, blocking):
+    """A site server's own host (as its operator declared it) reaches the operator's network;
+    a redirect to any other private host, whoever named it, is vetted as a person's would be."""
+    dns.answers["mcp.internal.test"] = [["127.0.0.1"]]
+    own = site.url("/ok", host="MCP.Internal.test")  # in the case a URL may give it
+    elsewhere = site.url(
+        "/redirect?to=" + site.url("/ok", host="127.0.0.1"), host="mcp.internal.test"
+    )
+
+    if blocking:
+        with guarded_sync_client(
+            headers=None,
+            timeout=10,
+            allowed=[],
+            max_response_bytes=CAP,
+            own_host="mcp.internal.test",
+        ) as http:
+            assert http.get(own).text == "ok"
+            with pytest.raises(UnsafeAddress, match=re.escape("127.0.0.1 is a loopback address")):
+                http.get(elsewhere, follow_redirects=True)
+    else:
+
+        async def fetch():
+            async with guarded_http_client(
+                headers=None,
+                timeout=10,
+                allowed=[],
+                max_response_bytes=CAP,
+                own_host="mcp.internal.test",
+            ) as http:
+                assert (await http.get(own)).text == "ok"
+                with pytest.raises(
+                    UnsafeAddress, match=re.escape("127.0.0.1 is a loopback address")
+                ):
+                    await http.get(elsewhere, follow_redirects=True)
+
+        anyio.run(fetch)
+
+    assert connections == ["127.0.0.1", "127.0.0.1"]  # the own host's twice; 127.0.0.1 never
+    assert netguard.host_of("http://MCP.Internal.test.:8080/mcp") == "mcp.internal.test"
+
+
 def test_the_blocking_client_ignores_proxy_settings_in_the_environment(site, monkeypatch):
     with serving(tls=None) as proxy_site:
         monkeypatch.setenv("HTTP_PROXY", proxy_site.url(""))

@@ -9,10 +9,12 @@ reconnected and nothing else. Tokens are looked for, in clear, in the database a
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -21,9 +23,14 @@ import httpx2
 import pytest
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection, transaction
+from django.test import Client
 from django.utils import timezone
 
-from agent.core.results import ToolStatus
+from agent.core.events import RunStatus, ToolCallFinished, loaded
+from agent.core.results import Remedy, ToolStatus
+from agent.llm.scripted import answer, call
+from agent.runs import new_conversation, start_run
+from engine.execution import execute_run
 from mcp_servers import client
 from mcp_servers.discovery import discover
 from mcp_servers.endpoints import endpoint_for
@@ -35,6 +42,7 @@ from mcp_servers.models import (
     RECONNECT,
     McpConnection,
     McpServer,
+    McpTool,
 )
 from mcp_servers.oauth import (
     NeedsReconnect,
@@ -47,6 +55,7 @@ from mcp_servers.oauth import (
 )
 from mcp_servers.secrets import decrypt
 from mcp_servers.tools import tools_for
+from tests.conftest import wait_for
 from tests.mcp_servers.harness import (  # noqa: F401 (the fixtures)
     Served,
     oauth_mcp_server_fixture,
@@ -54,6 +63,7 @@ from tests.mcp_servers.harness import (  # noqa: F401 (the fixtures)
     serve,
     serve_oauth,
 )
+from tests.test_mcp_tools import Midway
 from tools.base import ToolContext, ToolRegistry
 
 # Committed for real: refreshes happen in threads and commit on connections of their own.
@@ -591,3 +601,114 @@ def test_an_unreachable_authorization_server_keeps_the_grant_for_the_next_try(
         found = McpConnection.objects.get(server=server, user=alice)
         assert found.state == CONNECTED
         assert found.sealed_tokens
+
+
+@contextmanager
+def listening_at(host: str) -> Iterator[tuple[str, list[str]]]:
+    """An HTTP service on `host` (a service of the operator's network), and the requests that
+    reached it ("POST /register")."""
+    arrived: list[str] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            arrived.append(f"POST {self.path}")
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(json.dumps({"client_id": "inside"}).encode())
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    service = ThreadingHTTPServer((host, 0), Recorder)
+    thread = threading.Thread(target=service.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{host}:{service.server_address[1]}", arrived
+    finally:
+        service.shutdown()
+        service.server_close()
+
+
+@pytest.mark.parametrize("admitted", [[], ["127.0.0.2/32"]], ids=["public-only", "admitted"])
+def test_a_site_servers_metadata_cannot_send_loop_to_another_private_host(
+    settings: Any, alice: AbstractBaseUser, admitted: list[str]
+) -> None:
+    """A site server may be on the operator's network, at the host its operator declared
+    (127.0.0.1 here); the OAuth URLs its documents name on other hosts are vetted as a person's
+    server is. Its authorization server's metadata sends registration to 127.0.0.2, a service on
+    the operator's network: Loop's POST is refused before it is sent, unless the operator
+    admits that network (LOOP_MCP_PRIVATE_NETWORKS)."""
+    settings.LOOP_MCP_PRIVATE_NETWORKS = admitted
+    with (
+        listening_at("127.0.0.2") as (inside, arrived),
+        serve_oauth("--registration-endpoint", f"{inside}/register") as issuer,
+        serve("--revision", "modern", "--auth", "oauth", "--issuer", issuer.url) as protected,
+    ):
+        site = McpServer.objects.create(
+            name="Partner", prefix="partner", url=protected.url, auth=OAUTH, everyone=True
+        )
+        if admitted:
+            assert start(site, alice, REDIRECT).startswith(f"{issuer.url}/authorize?")
+            assert arrived == ["POST /register"]
+            return
+        with pytest.raises(OAuthFailed, match=re.escape("127.0.0.2 is a loopback address")):
+            start(site, alice, REDIRECT)
+        assert arrived == []
+
+
+def test_a_refresh_whose_answer_was_lost_ends_in_reconnect_said_plainly(
+    settings: Any, alice: AbstractBaseUser, workspaces: Path
+) -> None:
+    """The authorization server rotates refresh tokens and revokes the grant when an old one is
+    presented. A run's first call refreshes, and the server makes the new tokens but answers
+    past Loop's deadline: Loop never learns them. Its next call presents the refresh token it
+    still holds, the server ends the grant, and the person is told so: the call's result
+    carries the reconnect remedy (its card a Reconnect link), the Tools page says Reconnect and
+    why. The run goes on to its answer; nothing crashes."""
+    with short_lived_servers() as (issuer, protected):  # every call needs a refresh first
+        server = own_server(alice, protected)
+        connect(server, alice)
+        discover(server, alice)
+        McpTool.objects.filter(server=server).update(auto=True)
+        protected_calls_before = admin(issuer, "stats")["introspections"]
+        settings.LOOP_MCP_DISCOVERY_SECONDS = 5
+        with httpx2.Client(trust_env=False, timeout=10) as http:
+            http.post(f"{issuer.url}/admin/hold-refresh", json={"seconds": 120}).raise_for_status()
+
+        def once_the_server_made_new_tokens() -> None:
+            wait_for(lambda: admin(issuer, "stats")["held_answers"] == 1, "the held refresh")
+
+        adds = [call("notes__add", {"a": 2, "b": 40}), call("notes__add", {"a": 1, "b": 2})]
+        script = Midway([*adds, answer("could not add")], 2, once_the_server_made_new_tokens)
+        conversation = new_conversation(alice)
+        run = execute_run(
+            start_run(alice, "a task", model="mock", conversation=conversation), llm=script
+        )
+
+        assert run.status == RunStatus.SUCCEEDED, (run.halt_reason, run.error)
+        first, second = (
+            loaded(event.kind, event.data)
+            for event in run.events.filter(kind="tool_call_finished").order_by("seq")
+        )
+        assert isinstance(first, ToolCallFinished)
+        assert isinstance(second, ToolCallFinished)
+        assert (first.status, first.remedy) == (ToolStatus.ERROR, None)
+        assert "did not answer within 5 seconds" in first.text
+        assert (second.status, second.remedy) == (ToolStatus.ERROR, Remedy.RECONNECT)
+        assert "Notes needs reconnecting" in second.text
+        stats = admin(issuer, "stats")
+        assert stats["reuse_detected"] == 1
+        assert stats["grants"]["active"] == 0
+        assert stats["introspections"] == protected_calls_before  # no call reached the server
+        found = McpConnection.objects.get(server=server, user=alice)
+        assert found.state == RECONNECT
+        assert found.unanswered_at is not None
+
+        as_alice = Client()
+        as_alice.force_login(alice)
+        card = as_alice.get(f"/c/{run.conversation_id}/").text
+        assert card.count('<a class="card-link" href="/settings/tools/">Reconnect</a>') == 1
+        page = as_alice.get("/settings/tools/").text
+        assert ">Reconnect<" in page
+        assert "An earlier refresh of Loop's access got no answer in time" in page

@@ -120,12 +120,45 @@ def test_a_flow_finishes_only_for_the_person_who_started_it(
     assert signed_in(alice).post(f"{PAGE}{theirs.pk}/connect/").status_code == 404
 
 
-def test_a_refusal_at_the_authorization_server_is_said_as_text(alice, personal_on):
-    answer = {"error": "access_denied", "error_description": "<b>You said no</b>"}
+def test_a_refusal_at_the_authorization_server_is_said_as_text(
+    alice, oauth_mcp_server, personal_on
+):
+    as_alice = signed_in(alice)
+    data = {"name": "Notes", "url": oauth_mcp_server.url, "prefix": "", "auth": "oauth"}
+    as_alice.post(PAGE, data)
+    server = McpServer.objects.get(owner=alice)
+    [state] = parse_qs(urlsplit(connect_page(as_alice, server)).query)["state"]
+    answer = {"error": "access_denied", "error_description": "<b>You said no</b>", "state": state}
+
+    page = as_alice.get(CALLBACK, answer, follow=True).text
+
+    assert "Notes did not grant access: access_denied &lt;b&gt;You said no&lt;/b&gt;" in page
+    assert "<b>You said no" not in page
+    again = as_alice.get(CALLBACK, answer, follow=True).text  # the flow ended: its state used
+    assert "That sign-in was not one Loop started for you" in again
+    assert "You said no" not in again
+
+
+@pytest.mark.parametrize("state", ["", "a-state-loop-never-issued", "bobs"])
+def test_a_refusal_with_no_sign_in_in_progress_shows_a_fixed_message(
+    alice, bob, oauth_mcp_server, personal_on, state
+):
+    """Anyone can link a person to the callback with an `error` of their words: without a
+    sign-in of that person's in progress, Loop's page says its own, never theirs."""
+    if state == "bobs":  # a flow in progress, but another person's
+        as_bob = signed_in(bob)
+        data = {"name": "Notes", "url": oauth_mcp_server.url, "prefix": "", "auth": "oauth"}
+        as_bob.post(PAGE, data)
+        theirs = McpServer.objects.get(owner=bob)
+        [state] = parse_qs(urlsplit(connect_page(as_bob, theirs)).query)["state"]
+    said = "Your account is suspended: call +1 555 0100 to restore it"
+    answer = {"error": "access_denied", "error_description": said, "state": state}
+
     page = signed_in(alice).get(CALLBACK, answer, follow=True).text
 
-    assert "The server did not grant access: access_denied &lt;b&gt;You said no&lt;/b&gt;" in page
-    assert "<b>You said no" not in page
+    assert "That sign-in was not one Loop started for you: nothing was connected." in page
+    assert "suspended" not in page
+    assert "access_denied" not in page
 
 
 def test_a_site_oauth_server_open_to_the_person_is_theirs_to_connect_and_no_one_elses(

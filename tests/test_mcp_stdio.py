@@ -13,7 +13,9 @@ from mcp_servers.discovery import DiscoveryFailed, discover
 from mcp_servers.models import McpServer
 from tools.context import context_for
 
-pytestmark = pytest.mark.django_db
+# Committed for real: a call reads its tool's state from the dispatcher's thread, on a
+# connection of its own.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 SECRET = "worker-secret-5521"
 

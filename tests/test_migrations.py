@@ -15,6 +15,7 @@ MOVE_TOOL_EXECUTIONS = importlib.import_module(
     "agent.migrations.0006_tool_executions_are_run_records"
 )
 PLAIN_RUN_ID = importlib.import_module("memory.migrations.0004_source_run_is_a_plain_id")
+GRANT_SERVER = importlib.import_module("agent.migrations.0019_tool_grant_server")
 
 
 def run_step(step) -> None:
@@ -74,3 +75,41 @@ def test_a_run_s_log_and_audit_rows_are_found_by_run_through_one_index_and_its_k
     assert len(by_run) == 1
     assert len(by_run[0]["columns"]) == 2
     assert [c for c in constraints.values() if c["foreign_key"] and c["columns"] == ["run_id"]]
+
+
+def test_a_grant_of_an_mcp_tool_is_bound_to_the_server_that_gives_it_now_or_revoked():
+    """Grants from before they named a server: each MCP tool's bound to the server whose tool of
+    that name its person's runs get (the site's before their own), one no server gives any more
+    revoked; Loop's own tools' grants stay as they are."""
+    from agent.models import Conversation, ToolGrant
+    from mcp_servers.models import PERSON, McpServer, McpTool
+
+    alice = User.objects.create_user("alice")
+    conversation = Conversation.objects.create(owner=alice, title="grants")
+    site = McpServer.objects.create(name="Site", prefix="demo", url="https://a.example/mcp")
+    mine = McpServer.objects.create(
+        name="Mine", prefix="notes", owner=alice, source=PERSON, url="https://b.example/mcp"
+    )
+    theirs = McpServer.objects.create(
+        name="Mine", prefix="notes", owner=User.objects.create_user("bob"), source=PERSON
+    )
+    for server, name in ((site, "echo"), (mine, "echo"), (theirs, "echo")):
+        McpTool.objects.create(
+            server=server,
+            name=name,
+            exposed_name=f"{server.prefix}__{name}",
+            digest="d",
+            pinned_at="2026-12-01T00:00:00Z",
+        )
+    for tool in ("demo__echo", "notes__echo", "gone__echo", "run_code"):
+        ToolGrant.objects.create(conversation=conversation, tool=tool)
+
+    run_step(GRANT_SERVER.bind_to_servers)
+
+    found = {g.tool: (g.server_id, g.revoked_at is None) for g in ToolGrant.objects.all()}
+    assert found == {
+        "demo__echo": (site.pk, True),
+        "notes__echo": (mine.pk, True),
+        "gone__echo": (None, False),
+        "run_code": (None, True),
+    }

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent.core.results import ToolResult, ToolStatus
+from agent.core.results import Remedy, ToolResult, ToolStatus
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +27,8 @@ class ToolError(Exception):
     """A failure the model should see as the tool's result (not a crash)."""
 
     status = ToolStatus.ERROR
+    # What its person must do before the tool works again (a lost grant: reconnect).
+    remedy: Remedy | None = None
 
     def __init__(self, message: str, *, policy: str = "") -> None:
         super().__init__(message)
@@ -90,6 +92,9 @@ class Tool:
     # Its calls ask even where its person allowed it for the conversation (a tool its server
     # calls destructive).
     always_ask: bool = False
+    # The MCP server it is a tool of (mcp_servers/tools.py), None for Loop's own: a
+    # conversation's "always allow" is bound to the tool's name and this.
+    server_id: int | None = None
 
     def spec(self) -> dict[str, Any]:
         """The function-calling spec (OpenAI / Groq format) the model sees: a copy of its own,
@@ -127,10 +132,23 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
     return text[:head] + note + text[len(text) - tail :], True
 
 
+# Why a tool the run was not given may not be called, or None when no such tool is known.
+Withdrawn = Callable[[str], str | None]
+
+
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool], *, max_result_chars: int = 16_000) -> None:
+    def __init__(
+        self,
+        tools: Iterable[Tool],
+        *,
+        max_result_chars: int = 16_000,
+        withdrawn: Withdrawn | None = None,
+    ) -> None:
         self.tools = {tool.name: tool for tool in tools}
         self.max_result_chars = max_result_chars
+        # Asked only of a name not among `tools` (an MCP tool held or turned off since a call of
+        # it was asked for): its call is refused saying why, not as an unknown tool.
+        self.withdrawn = withdrawn
 
     def specs(self) -> list[dict[str, Any]]:
         return [tool.spec() for tool in self.tools.values()]
@@ -147,16 +165,22 @@ class ToolRegistry:
                 output = _call(tool, arguments, context)
             else:
                 output = _call_with_deadline(tool, arguments, context)
-            status = ToolStatus.OK
+            status, remedy = ToolStatus.OK, None
         except ValidationError as error:
             output, status = ToolOutput(_describe_invalid(name, error)), ToolStatus.ERROR
+            remedy = None
         except ToolError as error:
             output, status = ToolOutput(str(error), error.policy), error.status
+            remedy = error.remedy
         text, truncated = truncate(output.text, self.max_result_chars)
-        return ToolResult(status, text, time.monotonic() - started, output.policy, truncated)
+        duration = time.monotonic() - started
+        return ToolResult(status, text, duration, output.policy, truncated, remedy=remedy)
 
     def _tool(self, name: str) -> Tool:
         if name not in self.tools:
+            why = self.withdrawn(name) if self.withdrawn is not None else None
+            if why:
+                raise ToolError(why)
             known = ", ".join(sorted(self.tools))
             raise ToolError(f"Unknown tool {name!r}. Available tools: {known}.")
         return self.tools[name]

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from django.conf import settings
 
-from tools.base import Tool, ToolRegistry
+from tools.base import Tool, ToolRegistry, Withdrawn
 from tools.code import RUN_CODE
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
 from tools.search import WEB_SEARCH
@@ -15,5 +15,7 @@ from tools.search import WEB_SEARCH
 BUILTIN_TOOLS = (RUN_CODE, READ_FILE, WRITE_FILE, LIST_FILES, WEB_SEARCH)
 
 
-def registry_of(tools: Iterable[Tool]) -> ToolRegistry:
-    return ToolRegistry(list(tools), max_result_chars=settings.LOOP_TOOL_RESULT_MAX_CHARS)
+def registry_of(tools: Iterable[Tool], withdrawn: Withdrawn | None = None) -> ToolRegistry:
+    return ToolRegistry(
+        list(tools), max_result_chars=settings.LOOP_TOOL_RESULT_MAX_CHARS, withdrawn=withdrawn
+    )

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Protocol, Union, get_args, get_origin
 
 from agent.core.llm import ToolCall
 from agent.core.recalled import RecalledMemory
-from agent.core.results import ToolStatus
+from agent.core.results import Remedy, ToolStatus
 
 
 class RunStatus(StrEnum):
@@ -206,6 +206,7 @@ class ToolCallFinished(Event):
     stopped: bool = False  # it failed because the run was stopped while it ran (ToolResult)
     # It ran with arguments its person edited before approving (`arguments` are those).
     edited: bool = False
+    remedy: Remedy | None = None  # what its person must do before the tool works again
 
 
 @dataclass(frozen=True, kw_only=True)

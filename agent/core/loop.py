@@ -704,6 +704,7 @@ class AgentLoop:
                 truncated=result.truncated,
                 stopped=result.stopped,
                 edited=edited,
+                remedy=result.remedy,
             )
         )
         edit = call.arguments if edited else None

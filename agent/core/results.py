@@ -18,6 +18,13 @@ class ToolStatus(StrEnum):
     INTERRUPTED = "interrupted"
 
 
+class Remedy(StrEnum):
+    """What the person must do before a tool that failed can work again (None: nothing they
+    can do): a fact the tool states, so a card offers the way without reading its text."""
+
+    RECONNECT = "reconnect"  # sign in to the tool's server again (its OAuth grant was lost)
+
+
 @dataclass(frozen=True)
 class ToolResult:
     status: ToolStatus
@@ -28,6 +35,7 @@ class ToolResult:
     # It failed because the run was stopped while it ran (a snippet killed by Stop): a person
     # sees it as stopped, not as an error. The model reads it as the failure it is.
     stopped: bool = False
+    remedy: Remedy | None = None
 
     @property
     def ok(self) -> bool:

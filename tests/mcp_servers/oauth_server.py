@@ -2,6 +2,7 @@
 prints `PORT <n>` once it accepts connections:
 
     python -m tests.mcp_servers.oauth_server --port 0 [--access-seconds 3600]
+        [--registration-endpoint URL]
 
 Its endpoints are the official SDK's (`mcp.server.auth.routes.create_auth_routes`), so requests
 are checked as the SDK checks them; the provider behind them is this module's and behaves as
@@ -10,6 +11,8 @@ real authorization servers do:
 - RFC 8414 metadata at /.well-known/oauth-authorization-server (issuer `http://127.0.0.1:<n>`,
   with the introspection endpoint and RFC 9207 `iss` in authorization responses);
 - RFC 7591 dynamic client registration at /register (scope `mcp` unless asked otherwise);
+  `--registration-endpoint` names another URL for it in the metadata (a document that points
+  Loop at some other server);
 - /authorize: authorization code with PKCE S256 (required); the person approves at once: a 302 to
   the redirect_uri with `code`, `state` and `iss` (or `error=access_denied` after /admin/deny);
 - /token: `authorization_code` and `refresh_token` grants. A code is single use (a second use
@@ -20,8 +23,11 @@ real authorization servers do:
   answers `aud` = the RFC 8707 `resource` the client asked the token for;
 - /revoke (RFC 7009), /admin/revoke (every grant), /admin/expire (every access token now expired,
   so a test needs no clock), /admin/deny (`{"deny": true}`: /authorize refuses from now on),
+  /admin/hold-refresh (`{"seconds": N}`: the next refresh is made, its new tokens stored, and
+  its answer held N seconds: a client that gives up sooner never learns them),
   /admin/stats (JSON counts: `token_requests` by grant type, `token_failures` by grant type,
-  `registrations`, `authorizations`, `introspections`, `reuse_detected`, `grants`).
+  `registrations`, `authorizations`, `introspections`, `reuse_detected`, `grants`,
+  `held_answers`: refresh answers held, counted once their tokens were made).
 """
 
 import argparse
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
+import anyio
 from mcp.server.auth.handlers.metadata import MetadataHandler
 from mcp.server.auth.provider import (
     AccessToken,
@@ -96,6 +103,8 @@ class Provider:
     refresh_tokens: dict[str, str] = field(default_factory=dict)
     counts: Counter[str] = field(default_factory=Counter)
     deny: bool = False
+    # Seconds the next refresh's answer is held once its tokens are made (0: none).
+    hold_refresh: float = 0.0
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -241,6 +250,7 @@ class Provider:
             "authorizations": self.counts["authorizations"],
             "introspections": self.counts["introspections"],
             "reuse_detected": self.counts["reuse_detected"],
+            "held_answers": self.counts["held_answers"],
             "grants": {"active": len(self.grants) - revoked, "revoked": revoked},
         }
 
@@ -253,9 +263,10 @@ class CountTokenRequests:
     """Counts every request to /token by its grant type, and those refused, whatever the SDK's
     handler then decides: the tests' "fifty runs made one refresh request"."""
 
-    def __init__(self, app: ASGIApp, counts: Counter[str]) -> None:
+    def __init__(self, app: ASGIApp, provider: Provider) -> None:
         self.app = app
-        self.counts = counts
+        self.provider = provider
+        self.counts = provider.counts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != "/token" or scope["method"] != "POST":
@@ -279,15 +290,22 @@ class CountTokenRequests:
             replayed = True
             return {"type": "http.request", "body": body, "more_body": False}
 
+        hold = self.provider.hold_refresh if grant_type == "refresh_token" else 0.0
+        if hold:
+            self.provider.hold_refresh = 0.0
+
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] >= 400:
                 self.counts[f"token_failure:{grant_type}"] += 1
+            if message["type"] == "http.response.start" and hold:
+                self.counts["held_answers"] += 1  # its tokens are made and stored by now
+                await anyio.sleep(hold)
             await send(message)
 
         await self.app(scope, replay, watch)
 
 
-def oauth_app(port: int, access_seconds: int) -> ASGIApp:
+def oauth_app(port: int, access_seconds: int, registration_endpoint: str | None = None) -> ASGIApp:
     issuer = f"http://{HOST}:{port}"
     provider = Provider(issuer=issuer, access_seconds=access_seconds)
     registration = ClientRegistrationOptions(
@@ -313,6 +331,7 @@ def oauth_app(port: int, access_seconds: int) -> ASGIApp:
             **built.model_dump(mode="json", exclude_none=True),
             "issuer": issuer,
             "introspection_endpoint": f"{issuer}/introspect",
+            "registration_endpoint": registration_endpoint or f"{issuer}/register",
             "authorization_response_iss_parameter_supported": True,
             "token_endpoint_auth_methods_supported": [
                 "client_secret_post",
@@ -361,6 +380,10 @@ def oauth_app(port: int, access_seconds: int) -> ASGIApp:
         provider.deny = bool(json.loads(body or b"{}").get("deny", True))
         return JSONResponse({"deny": provider.deny})
 
+    async def hold_refresh(request: Request) -> Response:
+        provider.hold_refresh = float(json.loads(await request.body() or b"{}")["seconds"])
+        return JSONResponse({"hold_refresh": provider.hold_refresh})
+
     async def stats(request: Request) -> Response:
         return JSONResponse(provider.stats())
 
@@ -369,17 +392,21 @@ def oauth_app(port: int, access_seconds: int) -> ASGIApp:
         Route("/admin/revoke", revoke_all, methods=["POST"]),
         Route("/admin/expire", expire_all, methods=["POST"]),
         Route("/admin/deny", deny, methods=["POST"]),
+        Route("/admin/hold-refresh", hold_refresh, methods=["POST"]),
         Route("/admin/stats", stats, methods=["GET"]),
     ]
-    return CountTokenRequests(Starlette(routes=routes), provider.counts)
+    return CountTokenRequests(Starlette(routes=routes), provider)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--access-seconds", type=int, default=3600)
+    parser.add_argument("--registration-endpoint")
     args = parser.parse_args(argv)
-    run_until_stopped(lambda port: oauth_app(port, args.access_seconds), args.port)
+    run_until_stopped(
+        lambda port: oauth_app(port, args.access_seconds, args.registration_endpoint), args.port
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,7 @@ from mcp_servers.client import (
 from mcp_servers.declared import ensure_declared
 from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, McpConnection, McpServer
-from mcp_servers.netguard import UnsafeUrl, check_url
-from mcp_servers.networks import ANYWHERE
+from mcp_servers.netguard import ANYWHERE, UnsafeUrl, check_url
 from mcp_servers.results import rendered
 
 NOTHING_TO_CHECK = 2
