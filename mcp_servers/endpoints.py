@@ -20,6 +20,11 @@ def headers_of(server: McpServer) -> dict[str, str]:
     return headers
 
 
+def call_seconds(server: McpServer) -> float:
+    """A call's time on `server`: its operator's, or the site's setting."""
+    return float(server.call_seconds or settings.LOOP_MCP_CALL_SECONDS)
+
+
 def endpoint_for(
     server: McpServer, user: AbstractBaseUser | None = None, *, seconds: float | None = None
 ) -> Endpoint:
@@ -33,7 +38,7 @@ def endpoint_for(
         command=tuple(str(part) for part in server.command),
         headers=headers,
         allowed=allowed_for(server),
-        seconds=float(seconds or server.call_seconds or settings.LOOP_MCP_CALL_SECONDS),
+        seconds=seconds or call_seconds(server),
         max_bytes=settings.LOOP_MCP_RESPONSE_BYTES,
         revision=server.protocol_version,
     )

@@ -75,6 +75,17 @@ def test_a_slow_or_hanging_server_times_out_the_call(
     assert [c["tool"] for c in modern_server.calls()] == [tool]  # it was sent, once
 
 
+def test_a_server_without_its_own_call_time_takes_the_sites_setting(
+    settings, alice, workspaces, demo, modern_server
+):
+    """LOOP_MCP_CALL_SECONDS is the call time of every server whose operator set none (a
+    server's stored default of 60 s used to win)."""
+    settings.LOOP_MCP_CALL_SECONDS = 1
+    result = dispatched(alice, workspaces, "demo__hang", {})
+    assert result.status == "timeout"
+    assert result.text.startswith("demo did not answer within 1 seconds")
+
+
 def test_an_answer_over_the_response_cap_is_a_clear_error(
     settings, alice, workspaces, demo, modern_server
 ):
