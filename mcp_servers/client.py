@@ -7,9 +7,12 @@ and a run resumed elsewhere connects afresh.
 
 Every HTTP connection goes through the SSRF guard (mcp_servers/netguard.py), every operation has a
 deadline, and every failure is a `ServerFailed` whose message names the server and what went
-wrong, never a credential.
+wrong, never a credential. Whatever the server says (its answers, its listing, its errors) leaves
+here with the credentials Loop sent it blanked out: a server that echoes its request's headers
+cannot hand a person's token or the site's key to the model, the cards or the export.
 """
 
+import dataclasses
 import ipaddress
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -30,6 +33,7 @@ from pydantic import ValidationError
 
 from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_http_client
 from mcp_servers.results import CLOSE, OPEN, defused
+from mcp_servers.secrets import redacted, redacted_json, sent_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +71,11 @@ class Endpoint:
     # The revision the server spoke at its last listing: a call speaks it at once, without
     # probing ("": probe, and fall back to the handshake, as a listing always does).
     revision: str = ""
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What the server is sent that it must never hand back (its credentials)."""
+        return sent_secrets(self.headers)
 
 
 @dataclass(frozen=True)
@@ -137,7 +146,8 @@ async def alist_tools(endpoint: Endpoint) -> Listing:
         definitions = await _all_tools(client)
         info = client.server_info
         named = f"{info.name} {info.version}".strip() if info else ""
-        return Listing(definitions, client.protocol_version, named[:200])
+        listing = Listing(definitions, client.protocol_version, named[:200])
+        return _unsaid_listing(listing, endpoint.secrets)
 
 
 async def acall_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -> Answer:
@@ -146,7 +156,26 @@ async def acall_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -
     async with _failures(endpoint, watch), _connected(endpoint, watch, mode) as client:
         _skip_output_check(client, name)
         result = await client.call_tool(name, arguments)
-        return Answer(result, watch.tools_changed)
+        return Answer(_unsaid_result(result, endpoint.secrets), watch.tools_changed)
+
+
+def _unsaid_result(result: types.CallToolResult, secrets: Sequence[str]) -> types.CallToolResult:
+    """The answer with the credentials Loop sent blanked out of every string in it."""
+    if not secrets:
+        return result
+    said = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return types.CallToolResult.model_validate(redacted_json(said, secrets))
+
+
+def _unsaid_listing(listing: Listing, secrets: Sequence[str]) -> Listing:
+    if not secrets:
+        return listing
+    definitions = [
+        Definition(**redacted_json(definition.as_json(), secrets))
+        for definition in listing.definitions
+    ]
+    server_info = redacted(listing.server_info, secrets)
+    return dataclasses.replace(listing, definitions=definitions, server_info=server_info)
 
 
 def _skip_output_check(client: Client, name: str) -> None:
@@ -229,7 +258,8 @@ async def _failures(endpoint: Endpoint, watch: _Watch) -> AsyncIterator[None]:
         failure = (
             TimedOut if isinstance(cause, TimeoutError | httpx2.TimeoutException) else ServerFailed
         )
-        raise failure(_described(endpoint, cause, watch.statuses)) from None
+        said = redacted(_described(endpoint, cause, watch.statuses), endpoint.secrets)
+        raise failure(said) from None
 
 
 def _cause(error: BaseException) -> BaseException:

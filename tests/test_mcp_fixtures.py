@@ -40,6 +40,7 @@ from tests.mcp_servers.misbehaving import WAYS
 TOOLS = {
     "add",
     "echo",
+    "headers",
     "slow",
     "hang",
     "huge",
