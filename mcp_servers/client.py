@@ -14,6 +14,7 @@ cannot hand a person's token or the site's key to the model, the cards or the ex
 
 import dataclasses
 import ipaddress
+import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -31,6 +32,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from agent.core.results import UNKNOWN_OUTCOME
 from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_http_client
 from mcp_servers.results import CLOSE, OPEN, defused
 from mcp_servers.secrets import redacted, redacted_json, sent_secrets
@@ -51,6 +53,16 @@ class ServerFailed(Exception):
 
 class TimedOut(ServerFailed):
     """The server did not answer within the deadline."""
+
+
+class InDoubt(ServerFailed):
+    """The call went out and its answer never came back (the connection dropped, or the deadline
+    passed): the server may have done the work, so it is no call to send again as if nothing ran.
+    A failure before the call was sent (refused, unresolved, TLS) is a plain ServerFailed."""
+
+
+class TimedOutInDoubt(TimedOut, InDoubt):
+    """The deadline passed after the call was sent."""
 
 
 class Unauthorized(ServerFailed):
@@ -119,6 +131,17 @@ class _Watch:
     def __init__(self) -> None:
         self.statuses: list[int] = []
         self.tools_changed = False
+        # The call's request began to go out: from then on a failure leaves the call in doubt.
+        self.call_sent = False
+
+    async def request(self, request: httpx2.Request) -> None:
+        if _is_call(request):
+            request.extensions["trace"] = self._trace
+
+    async def _trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's progress on the call's request (its documented `trace` extension)."""
+        if event.endswith(".send_request_headers.started"):
+            self.call_sent = True
 
     async def response(self, response: httpx2.Response) -> None:
         self.statuses.append(response.status_code)
@@ -155,6 +178,8 @@ async def acall_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -
     mode = _mode(endpoint.revision)
     async with _failures(endpoint, watch), _connected(endpoint, watch, mode) as client:
         _skip_output_check(client, name)
+        # A stdio server reads the call from its pipe: it is sent once written.
+        watch.call_sent = bool(endpoint.command)
         result = await client.call_tool(name, arguments)
         return Answer(_unsaid_result(result, endpoint.secrets), watch.tools_changed)
 
@@ -239,6 +264,7 @@ def _transport(endpoint: Endpoint, watch: _Watch) -> Any:
         allowed=endpoint.allowed,
         max_response_bytes=endpoint.max_bytes,
     )
+    http.event_hooks["request"].append(watch.request)
     http.event_hooks["response"].append(watch.response)
     return streamable_http_client(endpoint.url, http_client=http)
 
@@ -255,11 +281,47 @@ async def _failures(endpoint: Endpoint, watch: _Watch) -> AsyncIterator[None]:
         if 401 in watch.statuses:
             raise Unauthorized(f"{endpoint.label} refused Loop's credentials (HTTP 401)") from None
         cause = _cause(error)
-        failure = (
-            TimedOut if isinstance(cause, TimeoutError | httpx2.TimeoutException) else ServerFailed
-        )
-        said = redacted(_described(endpoint, cause, watch.statuses), endpoint.secrets)
-        raise failure(said) from None
+        failure = _failure_type(cause, in_doubt=watch.call_sent and _lost(cause))
+        said = _described(endpoint, cause, watch.statuses, failure)
+        raise failure(redacted(said, endpoint.secrets)) from None
+
+
+# The connection's end or the deadline, as the network, anyio's streams (a stdio server's pipe)
+# and the deadline raise them.
+_LOST = (
+    TimeoutError,
+    httpx2.TransportError,
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+)
+
+
+def _is_call(request: httpx2.Request) -> bool:
+    """Whether the request carries a tools/call (the SDK posts each JSON-RPC message alone)."""
+    if request.method != "POST":
+        return False
+    try:
+        message = json.loads(request.content)
+    except (ValueError, httpx2.RequestNotRead):
+        return False
+    return isinstance(message, dict) and message.get("method") == "tools/call"
+
+
+def _lost(error: BaseException) -> bool:
+    """Whether the error is the connection's end or the deadline, not an answer of the server's
+    (an HTTP error status, a protocol error, something that is not MCP, an answer too large)."""
+    if isinstance(error, MCPError):
+        # The SDK's own word for a stream that ended before the answer came.
+        return error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
+    return isinstance(error, _LOST)
+
+
+def _failure_type(error: BaseException, *, in_doubt: bool) -> type[ServerFailed]:
+    timed_out = isinstance(error, TimeoutError | httpx2.TimeoutException)
+    if in_doubt:
+        return TimedOutInDoubt if timed_out else InDoubt
+    return TimedOut if timed_out else ServerFailed
 
 
 def _cause(error: BaseException) -> BaseException:
@@ -269,7 +331,11 @@ def _cause(error: BaseException) -> BaseException:
     return error
 
 
-def _described(endpoint: Endpoint, error: BaseException, statuses: Sequence[int]) -> str:
+def _described(
+    endpoint: Endpoint, error: BaseException, statuses: Sequence[int], failure: type[ServerFailed]
+) -> str:
+    if issubclass(failure, InDoubt):
+        return f"{_described_lost(endpoint, error)}; {UNKNOWN_OUTCOME}"
     name = endpoint.label
     if isinstance(error, TimeoutError):
         return f"{name} did not answer within {endpoint.seconds:g} seconds"
@@ -290,6 +356,18 @@ def _described(endpoint: Endpoint, error: BaseException, statuses: Sequence[int]
         return f"{name} answered something that is not MCP ({error.error_count()} problems)"
     logger.warning("MCP server %s failed: %r", name, error)
     return f"{name} failed: {type(error).__name__}: {_short(error)}"
+
+
+def _described_lost(endpoint: Endpoint, error: BaseException) -> str:
+    """A call that went out and whose answer never came: never "could not be reached", which
+    would invite sending it again."""
+    name = endpoint.label
+    if isinstance(error, TimeoutError | httpx2.TimeoutException) or (
+        isinstance(error, MCPError) and error.code == types.REQUEST_TIMEOUT
+    ):
+        return f"{name} did not answer within {endpoint.seconds:g} seconds"
+    why = f"{type(error).__name__}: {_short(error)}"
+    return f"{name}: the connection was lost after the call was sent ({why})"
 
 
 def _quoted(error: MCPError) -> str:

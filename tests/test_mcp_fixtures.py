@@ -44,6 +44,7 @@ TOOLS = {
     "slow",
     "hang",
     "huge",
+    "vanish",
     "fail",
     "crash",
     "image",

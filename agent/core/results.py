@@ -18,6 +18,11 @@ class ToolStatus(StrEnum):
     INTERRUPTED = "interrupted"
 
 
+# What the model (and a person) is told of a call that may or may not have done its work: its
+# worker stopped mid-call, or the connection to an outside server dropped once the call was sent.
+UNKNOWN_OUTCOME = "it is unknown whether it completed"
+
+
 @dataclass(frozen=True)
 class ToolResult:
     status: ToolStatus

@@ -30,6 +30,7 @@ a call did or did not reach the server.
 import argparse
 import base64
 import json
+import os
 import struct
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
@@ -169,6 +170,12 @@ def add_tools(server: TestServer) -> None:
         if how == "error":
             return CallToolResult(content=[TextContent(text=said)], is_error=True)
         return said
+
+    @server.tool(structured_output=False)
+    def vanish() -> str:
+        """Takes the call (it is recorded) and ends the server's process before answering: the
+        connection drops after the call was sent."""
+        os._exit(1)
 
     @server.tool(structured_output=False)
     def huge(chars: int) -> str:
