@@ -33,9 +33,10 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from pydantic import ValidationError
 
 from agent.core.results import UNKNOWN_OUTCOME
+from agent.core.text import storable
 from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_http_client
 from mcp_servers.results import CLOSE, OPEN, defused
-from mcp_servers.secrets import redacted, redacted_json, sent_secrets
+from mcp_servers.secrets import redacted_json, sent_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -184,22 +185,23 @@ async def acall_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -
         return Answer(_unsaid_result(result, endpoint.secrets), watch.tools_changed)
 
 
+def _heard(value: Any, secrets: Sequence[str]) -> Any:
+    """What a server said (text, or a JSON value of it) as Loop takes it in: without the
+    credentials Loop sent it, and storable (no NUL, no lone surrogate)."""
+    return storable(redacted_json(value, secrets))
+
+
 def _unsaid_result(result: types.CallToolResult, secrets: Sequence[str]) -> types.CallToolResult:
-    """The answer with the credentials Loop sent blanked out of every string in it."""
-    if not secrets:
-        return result
     said = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
-    return types.CallToolResult.model_validate(redacted_json(said, secrets))
+    heard = _heard(said, secrets)
+    return result if heard is said else types.CallToolResult.model_validate(heard)
 
 
 def _unsaid_listing(listing: Listing, secrets: Sequence[str]) -> Listing:
-    if not secrets:
-        return listing
     definitions = [
-        Definition(**redacted_json(definition.as_json(), secrets))
-        for definition in listing.definitions
+        Definition(**_heard(definition.as_json(), secrets)) for definition in listing.definitions
     ]
-    server_info = redacted(listing.server_info, secrets)
+    server_info = _heard(listing.server_info, secrets)
     return dataclasses.replace(listing, definitions=definitions, server_info=server_info)
 
 
@@ -283,7 +285,7 @@ async def _failures(endpoint: Endpoint, watch: _Watch) -> AsyncIterator[None]:
         cause = _cause(error)
         failure = _failure_type(cause, in_doubt=watch.call_sent and _lost(cause))
         said = _described(endpoint, cause, watch.statuses, failure)
-        raise failure(redacted(said, endpoint.secrets)) from None
+        raise failure(_heard(said, endpoint.secrets)) from None
 
 
 # The connection's end or the deadline, as the network, anyio's streams (a stdio server's pipe)

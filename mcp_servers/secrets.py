@@ -8,11 +8,14 @@ Without that setting one key is derived from SECRET_KEY, so a fresh site works a
 
 import base64
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from agent.core.text import each_text
 
 # What stands in a server's answer for a credential Loop sent it.
 REDACTED = "[redacted]"
@@ -45,17 +48,7 @@ def redacted(text: str, secrets: Iterable[str]) -> str:
 
 def redacted_json(value: Any, secrets: Sequence[str]) -> Any:
     """A JSON value (a parsed answer) with `redacted` applied to every string in it, keys too."""
-    if not secrets:
-        return value
-    if isinstance(value, str):
-        return redacted(value, secrets)
-    if isinstance(value, dict):
-        return {
-            redacted_json(key, secrets): redacted_json(item, secrets) for key, item in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [redacted_json(item, secrets) for item in value]
-    return value
+    return each_text(value, partial(redacted, secrets=secrets)) if secrets else value
 
 
 def encrypt(text: str) -> str:
