@@ -7,9 +7,10 @@ and a run resumed elsewhere connects afresh.
 
 Every HTTP connection goes through the SSRF guard (mcp_servers/netguard.py), every operation has a
 deadline, and every failure is a `ServerFailed` whose message names the server and what went
-wrong, never a credential. Whatever the server says (its answers, its listing, its errors) leaves
-here with the credentials Loop sent it blanked out: a server that echoes its request's headers
-cannot hand a person's token or the site's key to the model, the cards or the export.
+wrong, never a credential; a call cut off after it was sent is `InDoubt`, for the model to be
+told it may have run. Whatever the server says (its answers, its listing, its errors) leaves here
+with the credentials Loop sent it blanked out, so a server that echoes its request's headers
+cannot hand a person's token or the site's key on, and storable (agent.core.text.storable).
 """
 
 import dataclasses
@@ -283,7 +284,7 @@ async def _failures(endpoint: Endpoint, watch: _Watch) -> AsyncIterator[None]:
         if 401 in watch.statuses:
             raise Unauthorized(f"{endpoint.label} refused Loop's credentials (HTTP 401)") from None
         cause = _cause(error)
-        failure = _failure_type(cause, in_doubt=watch.call_sent and _lost(cause))
+        failure = _failure_type(cause, in_doubt=watch.call_sent and _lost(cause, watch.statuses))
         said = _described(endpoint, cause, watch.statuses, failure)
         raise failure(_heard(said, endpoint.secrets)) from None
 
@@ -310,20 +311,26 @@ def _is_call(request: httpx2.Request) -> bool:
     return isinstance(message, dict) and message.get("method") == "tools/call"
 
 
-def _lost(error: BaseException) -> bool:
+def _lost(error: BaseException, statuses: Sequence[int]) -> bool:
     """Whether the error is the connection's end or the deadline, not an answer of the server's
     (an HTTP error status, a protocol error, something that is not MCP, an answer too large)."""
     if isinstance(error, MCPError):
-        # The SDK's own word for a stream that ended before the answer came.
-        return error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
+        # The SDK's own words for a stream that ended, or a wait that ended, before the answer.
+        answered = any(status >= 400 for status in statuses)
+        return not answered and error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
     return isinstance(error, _LOST)
 
 
+def _timed_out(error: BaseException) -> bool:
+    return isinstance(error, TimeoutError | httpx2.TimeoutException) or (
+        isinstance(error, MCPError) and error.code == types.REQUEST_TIMEOUT
+    )
+
+
 def _failure_type(error: BaseException, *, in_doubt: bool) -> type[ServerFailed]:
-    timed_out = isinstance(error, TimeoutError | httpx2.TimeoutException)
     if in_doubt:
-        return TimedOutInDoubt if timed_out else InDoubt
-    return TimedOut if timed_out else ServerFailed
+        return TimedOutInDoubt if _timed_out(error) else InDoubt
+    return TimedOut if isinstance(error, TimeoutError | httpx2.TimeoutException) else ServerFailed
 
 
 def _cause(error: BaseException) -> BaseException:
@@ -364,12 +371,14 @@ def _described_lost(endpoint: Endpoint, error: BaseException) -> str:
     """A call that went out and whose answer never came: never "could not be reached", which
     would invite sending it again."""
     name = endpoint.label
-    if isinstance(error, TimeoutError | httpx2.TimeoutException) or (
-        isinstance(error, MCPError) and error.code == types.REQUEST_TIMEOUT
-    ):
+    if _timed_out(error):
         return f"{name} did not answer within {endpoint.seconds:g} seconds"
-    why = f"{type(error).__name__}: {_short(error)}"
-    return f"{name}: the connection was lost after the call was sent ({why})"
+    # An MCPError's words may be the server's own (its codes are a server's to use too): never
+    # quoted outside a delimited block.
+    why = "it ended before the answer" if isinstance(error, MCPError) else _short(error)
+    return (
+        f"{name}: the connection was lost after the call was sent ({type(error).__name__}: {why})"
+    )
 
 
 def _quoted(error: MCPError) -> str:
