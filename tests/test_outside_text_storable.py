@@ -136,9 +136,17 @@ def test_a_nul_in_a_listing_is_pinned_replaced_through_the_console(changing):
     assert (tool.description, tool.input_schema) == (f"Chan{REPLACEMENT}ges.", SCHEMA_STORED)
 
     changing.set_changing("Changed\x00 again.", NUL_SCHEMA)
-    servers = reverse("admin:mcp_servers_mcpserver_changelist")
-    checked = editor.post(servers, {"action": "check_now", "_selected_action": [server.pk]})
-    assert checked.status_code == 302
+    check = reverse("admin:mcp_servers_mcpserver_check", args=[server.pk])
+    checked = editor.post(check, follow=True)
+    assert checked.status_code == 200
+    assert "1 held for review" in said(checked)
     tool.refresh_from_db()
     assert tool.held
     assert json.dumps(tool.held_definition, ensure_ascii=False).count(REPLACEMENT) == 3
+
+    changing.set_changing("Changed\x00 once more.", NUL_SCHEMA)
+    servers = reverse("admin:mcp_servers_mcpserver_changelist")
+    listed = {"action": "check_now", "_selected_action": [server.pk]}
+    assert editor.post(servers, listed, follow=True).status_code == 200
+    tool.refresh_from_db()
+    assert tool.held_definition["description"] == f"Changed{REPLACEMENT} once more."
