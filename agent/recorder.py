@@ -33,6 +33,7 @@ from agent.core.events import (
 from agent.core.guards import RunReleased
 from agent.core.llm import Usage
 from agent.core.results import ToolStatus
+from agent.core.text import storable
 from agent.models import (
     LIVE,
     AgentRun,
@@ -104,6 +105,9 @@ class RunRecorder:
 
     def __call__(self, event: Event) -> None:
         bus.finish_deltas(self.run.pk)  # a reply streamed so far is over: its text goes first
+        # What a model, a tool or a server said may hold what PostgreSQL refuses (a NUL): made
+        # storable once, here, for the log and every row and reader that comes of it.
+        event = storable(event)
         self.held.append(event)
         if self.batched and isinstance(event, HELD):
             return

@@ -114,9 +114,9 @@ class SiteServerForm(forms.ModelForm):
         check_site_url(url)
         return url
 
-    def clean_call_seconds(self) -> int:
-        seconds: int = self.cleaned_data["call_seconds"]
-        if seconds < 1:
+    def clean_call_seconds(self) -> int | None:
+        seconds: int | None = self.cleaned_data["call_seconds"]
+        if seconds is not None and seconds < 1:
             raise forms.ValidationError("At least one second.")
         return seconds
 

@@ -7,10 +7,15 @@ and a run resumed elsewhere connects afresh.
 
 Every HTTP connection goes through the SSRF guard (mcp_servers/netguard.py), every operation has a
 deadline, and every failure is a `ServerFailed` whose message names the server and what went
-wrong, never a credential.
+wrong, never a credential; a call cut off after it was sent is `InDoubt`, for the model to be
+told it may have run. Whatever the server says (its answers, its listing, its errors) leaves here
+with the credentials Loop sent it blanked out, so a server that echoes its request's headers
+cannot hand a person's token or the site's key on, and storable (agent.core.text.storable).
 """
 
+import dataclasses
 import ipaddress
+import json
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -28,8 +33,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from agent.core.results import UNKNOWN_OUTCOME
+from agent.core.text import storable
 from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_http_client
 from mcp_servers.results import CLOSE, OPEN, defused
+from mcp_servers.secrets import redacted_json, sent_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +55,16 @@ class ServerFailed(Exception):
 
 class TimedOut(ServerFailed):
     """The server did not answer within the deadline."""
+
+
+class InDoubt(ServerFailed):
+    """The call went out and its answer never came back (the connection dropped, or the deadline
+    passed): the server may have done the work, so it is no call to send again as if nothing ran.
+    A failure before the call was sent (refused, unresolved, TLS) is a plain ServerFailed."""
+
+
+class TimedOutInDoubt(TimedOut, InDoubt):
+    """The deadline passed after the call was sent."""
 
 
 class Unauthorized(ServerFailed):
@@ -69,6 +87,11 @@ class Endpoint:
     # The revision the server spoke at its last listing: a call speaks it at once, without
     # probing ("": probe, and fall back to the handshake, as a listing always does).
     revision: str = ""
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What the server is sent that it must never hand back (its credentials)."""
+        return sent_secrets(self.headers)
 
 
 @dataclass(frozen=True)
@@ -112,6 +135,17 @@ class _Watch:
     def __init__(self) -> None:
         self.statuses: list[int] = []
         self.tools_changed = False
+        # The call's request began to go out: from then on a failure leaves the call in doubt.
+        self.call_sent = False
+
+    async def request(self, request: httpx2.Request) -> None:
+        if _is_call(request):
+            request.extensions["trace"] = self._trace
+
+    async def _trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's progress on the call's request (its documented `trace` extension)."""
+        if event.endswith(".send_request_headers.started"):
+            self.call_sent = True
 
     async def response(self, response: httpx2.Response) -> None:
         self.statuses.append(response.status_code)
@@ -139,7 +173,8 @@ async def alist_tools(endpoint: Endpoint) -> Listing:
         definitions = await _all_tools(client)
         info = client.server_info
         named = f"{info.name} {info.version}".strip() if info else ""
-        return Listing(definitions, client.protocol_version, named[:200])
+        listing = Listing(definitions, client.protocol_version, named[:200])
+        return _unsaid_listing(listing, endpoint.secrets)
 
 
 async def acall_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -> Answer:
@@ -147,8 +182,30 @@ async def acall_tool(endpoint: Endpoint, name: str, arguments: dict[str, Any]) -
     mode = _mode(endpoint.revision)
     async with _failures(endpoint, watch), _connected(endpoint, watch, mode) as client:
         _skip_output_check(client, name)
+        # A stdio server reads the call from its pipe: it is sent once written.
+        watch.call_sent = bool(endpoint.command)
         result = await client.call_tool(name, arguments)
-        return Answer(result, watch.tools_changed)
+        return Answer(_unsaid_result(result, endpoint.secrets), watch.tools_changed)
+
+
+def _heard(value: Any, secrets: Sequence[str]) -> Any:
+    """What a server said (text, or a JSON value of it) as Loop takes it in: without the
+    credentials Loop sent it, and storable (no NUL, no lone surrogate)."""
+    return storable(redacted_json(value, secrets))
+
+
+def _unsaid_result(result: types.CallToolResult, secrets: Sequence[str]) -> types.CallToolResult:
+    said = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    heard = _heard(said, secrets)
+    return result if heard is said else types.CallToolResult.model_validate(heard)
+
+
+def _unsaid_listing(listing: Listing, secrets: Sequence[str]) -> Listing:
+    definitions = [
+        Definition(**_heard(definition.as_json(), secrets)) for definition in listing.definitions
+    ]
+    server_info = _heard(listing.server_info, secrets)
+    return dataclasses.replace(listing, definitions=definitions, server_info=server_info)
 
 
 def _skip_output_check(client: Client, name: str) -> None:
@@ -213,6 +270,7 @@ def _transport(endpoint: Endpoint, watch: _Watch) -> Any:
         max_response_bytes=endpoint.max_bytes,
         own_host=endpoint.own_host,
     )
+    http.event_hooks["request"].append(watch.request)
     http.event_hooks["response"].append(watch.response)
     return streamable_http_client(endpoint.url, http_client=http)
 
@@ -229,10 +287,53 @@ async def _failures(endpoint: Endpoint, watch: _Watch) -> AsyncIterator[None]:
         if 401 in watch.statuses:
             raise Unauthorized(f"{endpoint.label} refused Loop's credentials (HTTP 401)") from None
         cause = _cause(error)
-        failure = (
-            TimedOut if isinstance(cause, TimeoutError | httpx2.TimeoutException) else ServerFailed
-        )
-        raise failure(_described(endpoint, cause, watch.statuses)) from None
+        failure = _failure_type(cause, in_doubt=watch.call_sent and _lost(cause, watch.statuses))
+        said = _described(endpoint, cause, watch.statuses, failure)
+        raise failure(_heard(said, endpoint.secrets)) from None
+
+
+# The connection's end or the deadline, as the network, anyio's streams (a stdio server's pipe)
+# and the deadline raise them.
+_LOST = (
+    TimeoutError,
+    httpx2.TransportError,
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+)
+
+
+def _is_call(request: httpx2.Request) -> bool:
+    """Whether the request carries a tools/call (the SDK posts each JSON-RPC message alone)."""
+    if request.method != "POST":
+        return False
+    try:
+        message = json.loads(request.content)
+    except (ValueError, httpx2.RequestNotRead):
+        return False
+    return isinstance(message, dict) and message.get("method") == "tools/call"
+
+
+def _lost(error: BaseException, statuses: Sequence[int]) -> bool:
+    """Whether the error is the connection's end or the deadline, not an answer of the server's
+    (an HTTP error status, a protocol error, something that is not MCP, an answer too large)."""
+    if isinstance(error, MCPError):
+        # The SDK's own words for a stream that ended, or a wait that ended, before the answer.
+        answered = any(status >= 400 for status in statuses)
+        return not answered and error.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
+    return isinstance(error, _LOST)
+
+
+def _timed_out(error: BaseException) -> bool:
+    return isinstance(error, TimeoutError | httpx2.TimeoutException) or (
+        isinstance(error, MCPError) and error.code == types.REQUEST_TIMEOUT
+    )
+
+
+def _failure_type(error: BaseException, *, in_doubt: bool) -> type[ServerFailed]:
+    if in_doubt:
+        return TimedOutInDoubt if _timed_out(error) else InDoubt
+    return TimedOut if isinstance(error, TimeoutError | httpx2.TimeoutException) else ServerFailed
 
 
 def _cause(error: BaseException) -> BaseException:
@@ -242,7 +343,11 @@ def _cause(error: BaseException) -> BaseException:
     return error
 
 
-def _described(endpoint: Endpoint, error: BaseException, statuses: Sequence[int]) -> str:
+def _described(
+    endpoint: Endpoint, error: BaseException, statuses: Sequence[int], failure: type[ServerFailed]
+) -> str:
+    if issubclass(failure, InDoubt):
+        return f"{_described_lost(endpoint, error)}; {UNKNOWN_OUTCOME}"
     name = endpoint.label
     if isinstance(error, TimeoutError):
         return f"{name} did not answer within {endpoint.seconds:g} seconds"
@@ -263,6 +368,20 @@ def _described(endpoint: Endpoint, error: BaseException, statuses: Sequence[int]
         return f"{name} answered something that is not MCP ({error.error_count()} problems)"
     logger.warning("MCP server %s failed: %r", name, error)
     return f"{name} failed: {type(error).__name__}: {_short(error)}"
+
+
+def _described_lost(endpoint: Endpoint, error: BaseException) -> str:
+    """A call that went out and whose answer never came: never "could not be reached", which
+    would invite sending it again."""
+    name = endpoint.label
+    if _timed_out(error):
+        return f"{name} did not answer within {endpoint.seconds:g} seconds"
+    # An MCPError's words may be the server's own (its codes are a server's to use too): never
+    # quoted outside a delimited block.
+    why = "it ended before the answer" if isinstance(error, MCPError) else _short(error)
+    return (
+        f"{name}: the connection was lost after the call was sent ({type(error).__name__}: {why})"
+    )
 
 
 def _quoted(error: MCPError) -> str:

@@ -20,6 +20,11 @@ def headers_of(server: McpServer) -> dict[str, str]:
     return headers
 
 
+def call_seconds(server: McpServer) -> float:
+    """A call's time on `server`: its operator's, or the site's setting."""
+    return float(server.call_seconds or settings.LOOP_MCP_CALL_SECONDS)
+
+
 def endpoint_for(
     server: McpServer, user: AbstractBaseUser | None = None, *, seconds: float | None = None
 ) -> Endpoint:
@@ -34,7 +39,7 @@ def endpoint_for(
         headers=headers,
         allowed=private_networks(),
         own_host=own_host_of(server),
-        seconds=float(seconds or server.call_seconds or settings.LOOP_MCP_CALL_SECONDS),
+        seconds=seconds or call_seconds(server),
         max_bytes=settings.LOOP_MCP_RESPONSE_BYTES,
         revision=server.protocol_version,
     )

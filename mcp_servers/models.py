@@ -64,7 +64,13 @@ class McpServer(models.Model):
     trust_hints = models.BooleanField(
         default=False, help_text="A tool marked read-only by the server runs without asking."
     )
-    call_seconds = models.PositiveIntegerField(default=60)
+    # A call's time; empty: the site's LOOP_MCP_CALL_SECONDS (mcp_servers.endpoints.call_seconds).
+    call_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="Seconds a call may take; empty: the site's setting (LOOP_MCP_CALL_SECONDS).",
+    )
     # Health, as the last discovery found it.
     discovered_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")

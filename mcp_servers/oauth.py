@@ -64,7 +64,7 @@ from agent.core.results import Remedy
 from mcp_servers.models import CONNECTED, OAUTH, PENDING, RECONNECT, McpConnection, McpServer
 from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_sync_client
 from mcp_servers.networks import own_host_of, private_networks
-from mcp_servers.secrets import CredentialUnreadable, decrypt, encrypt
+from mcp_servers.secrets import CredentialUnreadable, decrypt, encrypt, redacted
 from tools.base import ToolError
 
 logger = logging.getLogger(__name__)
@@ -772,10 +772,7 @@ def _refusal(response: httpx2.Response, secrets: tuple[str, ...]) -> str:
     said = " ".join(
         str(body[key]) for key in ("error", "error_description") if isinstance(body.get(key), str)
     )
-    for secret in secrets:
-        if len(secret) >= 8:
-            said = said.replace(secret, "…")
-    said = " ".join(said.split())[:QUOTED_CHARS]
+    said = " ".join(redacted(said, secrets).split())[:QUOTED_CHARS]
     return f"{said} (HTTP {response.status_code})" if said else f"HTTP {response.status_code}"
 
 

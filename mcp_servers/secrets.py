@@ -1,4 +1,5 @@
-"""Credentials at rest: the headers and OAuth tokens Loop keeps for MCP servers, encrypted.
+"""Credentials at rest: the headers and OAuth tokens Loop keeps for MCP servers, encrypted; and
+blanked out of anything a server sends back.
 
 Keys come from the setting LOOP_CREDENTIAL_KEYS, newest first: the first encrypts, every one
 decrypts, so an operator rotates by putting a new key in front and re-encrypting with `rotate`.
@@ -6,11 +7,20 @@ Without that setting one key is derived from SECRET_KEY, so a fresh site works a
 """
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from functools import partial
+from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from agent.core.text import each_text
+
+# What stands in a server's answer for a credential Loop sent it.
+REDACTED = "[redacted]"
+# Shorter values are not looked for: blanking them would mangle ordinary words.
+MIN_REDACTED_CHARS = 8
 
 # HKDF's info names the purpose, so the derived key is no key SECRET_KEY serves elsewhere.
 _DERIVATION_INFO = b"loop credentials"
@@ -18,6 +28,27 @@ _DERIVATION_INFO = b"loop credentials"
 
 class CredentialUnreadable(Exception):
     """A stored credential that none of the configured keys decrypts (or that is not a token)."""
+
+
+def sent_secrets(headers: dict[str, str]) -> tuple[str, ...]:
+    """What of `headers` a server must never hand back to anyone: each value and each of its
+    words ("Bearer abc…" and "abc…"), the longest first so a whole value goes before its part."""
+    found = {part for value in headers.values() for part in (value, *value.split())}
+    long_enough = (secret for secret in found if len(secret) >= MIN_REDACTED_CHARS)
+    return tuple(sorted(long_enough, key=len, reverse=True))
+
+
+def redacted(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every one of `secrets` (what Loop sent the server) blanked out."""
+    for secret in secrets:
+        if len(secret) >= MIN_REDACTED_CHARS:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def redacted_json(value: Any, secrets: Sequence[str]) -> Any:
+    """A JSON value (a parsed answer) with `redacted` applied to every string in it, keys too."""
+    return each_text(value, partial(redacted, secrets=secrets)) if secrets else value
 
 
 def encrypt(text: str) -> str:

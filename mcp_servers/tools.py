@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from mcp_servers import client, results
 from mcp_servers.declared import ensure_declared
-from mcp_servers.endpoints import endpoint_for
+from mcp_servers.endpoints import call_seconds, endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, RECONNECT, McpServer, McpTool
 from mcp_servers.networks import personal_host_admitted
 from mcp_servers.oauth import refresh_after_refusal
@@ -109,7 +109,7 @@ def loop_tool(tool: McpTool, user: AbstractBaseUser) -> Tool:
         description=_description(tool),
         arguments=arguments_model(tool.exposed_name, tool.input_schema, tool.digest),
         function=partial(call, target),
-        timeout=float(server.call_seconds + BACKSTOP_SECONDS),
+        timeout=call_seconds(server) + BACKSTOP_SECONDS,
         default_ask=default_ask(tool),
         always_ask=destructive(tool),
         server_id=server.pk,

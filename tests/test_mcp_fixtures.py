@@ -40,9 +40,11 @@ from tests.mcp_servers.misbehaving import WAYS
 TOOLS = {
     "add",
     "echo",
+    "headers",
     "slow",
     "hang",
     "huge",
+    "vanish",
     "fail",
     "crash",
     "image",

@@ -32,10 +32,10 @@ from agent.core.events import (
     ToolCallStarted,
 )
 from agent.core.llm import Message, ToolCall, Usage
-from agent.core.results import ToolResult, ToolStatus
+from agent.core.results import UNKNOWN_OUTCOME, ToolResult, ToolStatus
 
 # The result of a call that started and never finished: its worker stopped mid-call.
-INTERRUPTED_CALL = "the worker running this call stopped; it is unknown whether it completed"
+INTERRUPTED_CALL = f"the worker running this call stopped; {UNKNOWN_OUTCOME}"
 # The result of a call the model asked for that never started before the run ended.
 NOT_RUN_ENDED = "not run: the run ended before this call's turn came"
 

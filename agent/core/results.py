@@ -25,6 +25,11 @@ class Remedy(StrEnum):
     RECONNECT = "reconnect"  # sign in to the tool's server again (its OAuth grant was lost)
 
 
+# What the model (and a person) is told of a call that may or may not have done its work: its
+# worker stopped mid-call, or the connection to an outside server dropped once the call was sent.
+UNKNOWN_OUTCOME = "it is unknown whether it completed"
+
+
 @dataclass(frozen=True)
 class ToolResult:
     status: ToolStatus

@@ -65,6 +65,7 @@ from agent.core.llm import (
     ToolCallAsText,
     ToolSpec,
 )
+from agent.core.text import storable
 from agent.llm.http_guard import bounded_http_client
 from agent.llm.mistakes import (
     REJECTED_REPLY_NOTE,
@@ -89,7 +90,7 @@ from agent.llm.replies import (
     sse_data,
     whole_as_chunk,
 )
-from agent.llm.said import clipped, listable_name, secrets_of, sentence, storable
+from agent.llm.said import clipped, listable_name, secrets_of, sentence
 from agent.llm.waits import MAX_WAIT, fits, hinted_wait, try_again_at
 from agent.llm.watchdog import Watchdog
 

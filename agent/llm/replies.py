@@ -19,7 +19,8 @@ from typing import Any
 
 from agent.core.interrupt import Interrupt
 from agent.core.llm import LLMError, Reply, ToolCall, Usage
-from agent.llm.said import clipped, storable
+from agent.core.text import storable
+from agent.llm.said import clipped
 
 # What Loop holds of one reply, whatever the server sends (a hostile or broken one may send
 # gigabytes inside a run's deadline): the characters of text, reasoning and tool calls (several

@@ -9,6 +9,8 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
+from agent.core.text import storable
+
 
 def secrets_of(base_url: str, api_key: str) -> tuple[str, ...]:
     """What a message must never show: the key, and the base URL's password and query values
@@ -29,16 +31,6 @@ def scrubbed_url(url: str) -> str:
     except ValueError:
         return "a URL Loop cannot read"
     return urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
-
-
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def storable(text: str) -> str:
-    """Text as PostgreSQL can keep it (in a text column and in JSON): a NUL or a lone surrogate
-    (both a JSON escape away for a server, `\\u0000`, `\\ud800`) made U+FFFD. Either would
-    otherwise fail the run's record on an internal error, its answer lost."""
-    return _UNSTORABLE.sub("\ufffd", text) if _UNSTORABLE.search(text) else text
 
 
 # What is kept of what a server says (an error's message, a page where a reply should be).

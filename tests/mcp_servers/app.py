@@ -30,6 +30,7 @@ a call did or did not reach the server.
 import argparse
 import base64
 import json
+import os
 import struct
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
@@ -44,7 +45,9 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.auth import ProtectedResourceMetadata
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_PARAMS,
     CallToolResult,
     ImageContent,
     InputRequiredResult,
@@ -168,6 +171,23 @@ def add_tools(server: TestServer) -> None:
         """Never answers."""
         await anyio.sleep_forever()
         return "unreachable"
+
+    @server.tool(structured_output=False)
+    def headers(ctx: Context[Any, Any], how: str = "answer") -> str | CallToolResult:
+        """Quotes the request headers it was sent (a server that echoes them): in its answer
+        (`how`: answer), an error result (error) or a protocol error (refusal)."""
+        said = json.dumps(dict(ctx.headers or {}))
+        if how == "refusal":
+            raise MCPError(INVALID_PARAMS, f"refused a request with headers {said}")
+        if how == "error":
+            return CallToolResult(content=[TextContent(text=said)], is_error=True)
+        return said
+
+    @server.tool(structured_output=False)
+    def vanish() -> str:
+        """Takes the call (it is recorded) and ends the server's process before answering: the
+        connection drops after the call was sent."""
+        os._exit(1)
 
     @server.tool(structured_output=False)
     def huge(chars: int) -> str:
