@@ -45,6 +45,7 @@ from tests.mcp_servers.harness import (  # noqa: F401 (fixtures)
     oauth_mcp_server_fixture,
     oauth_server_fixture,
 )
+from tests.test_mcp_fixtures import TOOLS as SERVER_TOOLS
 
 pytestmark = pytest.mark.django_db
 
@@ -472,7 +473,7 @@ def test_a_poisoned_description_is_shown_escaped_and_capped(editor, modern_serve
     settings.LOOP_MCP_DESCRIPTION_CHARS = 300
     server = McpServer.objects.create(name="Demo", prefix="demo", url=modern_server.url)
     response = editor.post(server_url(server, "check"), follow=True)
-    assert "Demo listed its tools: 15 added, 0 held for review." in said(response)
+    assert f"Demo listed its tools: {len(SERVER_TOOLS)} added, 0 held for review." in said(response)
     tool = server.tools.get(name="poisoned")
 
     page = editor.get(tool_url(tool)).content.decode()
@@ -640,7 +641,7 @@ def test_an_oauth_site_server_is_checked_with_the_operators_own_connection(oauth
     back = authorize(start(server, operator, REDIRECT))
     finish(operator, back["state"], back["code"], REDIRECT, iss=back["iss"])
     response = client.post(server_url(server, "check"), follow=True)
-    assert "Notes listed its tools: 15 added" in said(response)
+    assert f"Notes listed its tools: {len(SERVER_TOOLS)} added" in said(response)
     granted = McpConnection.objects.get(server=server, user=operator)
     tokens = json.loads(decrypt(granted.sealed_tokens))
     secrets = (granted.sealed_tokens, tokens["access_token"], tokens["refresh_token"])

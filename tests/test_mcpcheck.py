@@ -27,6 +27,7 @@ from tests.mcp_servers.harness import (  # noqa: F401
     oauth_mcp_server_fixture,
     oauth_server_fixture,
 )
+from tests.test_mcp_fixtures import TOOLS
 
 REDIRECT = "https://loop.example/settings/tools/oauth/callback"
 ADD = ("--call", "add", "--arguments", json.dumps({"a": 2, "b": 40}))
@@ -138,7 +139,7 @@ def test_mcpcheck_of_a_hanging_tool_ends_at_the_deadline_given(modern_server):
         f"The call hang({{}}) failed: {modern_server.url} did not answer within 1 seconds; "
         "it is unknown whether it completed"
     )
-    assert "Listed 15 tools" in out
+    assert f"Listed {len(TOOLS)} tools" in out
 
 
 def test_mcpcheck_names_a_tool_the_server_does_not_list(modern_server):
