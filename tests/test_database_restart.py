@@ -90,8 +90,11 @@ from agent.runs import new_conversation, submit_run
 user = get_user_model().objects.get(username="alice")
 print(submit_run(user, TASK, new_conversation(user), model="mock").pk)
 """
-COUNT_TO = 6
-TASK = f"Count slowly to {COUNT_TO}"  # the mock: one run_code call a second, then the answer
+# The mock: one run_code call a second, then the answer. Long enough that the run is still under
+# way when the postmaster dies, however slowly a busy machine lets the test's polls (each a
+# manage.py process) see it start: at 6 the run could end before the kill, and was never resumed.
+COUNT_TO = 20
+TASK = f"Count slowly to {COUNT_TO}"
 
 OUTAGE_SENTENCE = "Loop's database is not answering; try again in a moment."
 
@@ -440,7 +443,9 @@ def test_a_run_goes_on_when_the_database_is_killed_in_its_middle(
     kill_postmaster(var)
     assert page(site, cookie)[0] in (200, 503)  # answered either way, never a hang
 
-    wait_for(lambda: (run_row(var, run_id) or ("",))[0] == "succeeded", "the run to succeed")
+    wait_for(
+        lambda: (run_row(var, run_id) or ("",))[0] == "succeeded", "the run to succeed", timeout=240
+    )
     events = run_events(var, run_id)
     watching.until_seq(events[-1][0])  # the page caught up to the end of the run
     watching.close()
