@@ -258,8 +258,9 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     async def watch(self, run_id: int, after: int) -> None:
         if run_id in self.sent:
-            self.sent[run_id] = max(self.sent[run_id], after)
-            if not await self.catch_up(run_id, acknowledge=True):
+            # The page says what it shows: a turn it drew again (a Continue's response) lacks
+            # what this socket sent into the turn it replaced.
+            if not await self.catch_up(run_id, acknowledge=True, after=after):
                 await self.unwatch(run_id)
                 await self.shut(Close.NOT_FOUND)
             return
@@ -377,11 +378,16 @@ class RunConsumer(AsyncWebsocketConsumer):
                 await self.deliver(run_id, read)
             return True
 
-    async def catch_up(self, run_id: int, *, wanted: int = 0, acknowledge: bool = False) -> bool:
+    async def catch_up(
+        self, run_id: int, *, wanted: int = 0, acknowledge: bool = False, after: int | None = None
+    ) -> bool:
         """Send what the page lacks (at least up to event `wanted`), a page of the log at a
-        time; with `acknowledge`, send the run's seq marker even when nothing is new, so the
-        page knows it is watching. False if the run is no longer the user's to see."""
+        time, from `after` if the page said what it has; with `acknowledge`, send the run's seq
+        marker even when nothing is new, so the page knows it is watching. False if the run is
+        no longer the user's to see."""
         async with self.sending:
+            if after is not None:  # in the lock: a read under way would move it on again
+                self.sent[run_id] = after
             try:
                 return await self.send_unsent(run_id, wanted=wanted, acknowledge=acknowledge)
             except (OperationalError, InterfaceError) as error:

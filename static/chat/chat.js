@@ -102,6 +102,15 @@
     steps.appendChild(card);
     window.htmx.process(card);
   });
+  // The socket sends a run's events after the seq the page says it has; a card it sent as a
+  // response redrew the turn (a Continue's, which may already show it) is not added twice.
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    const steps = event.detail.fragment;
+    if (!steps || !event.detail.target.classList.contains("steps")) return;
+    Array.from(steps.children).forEach(function (card) {
+      if (card.id && document.getElementById(card.id)) card.remove();
+    });
+  });
   document.addEventListener("htmx:oobAfterSwap", function () {
     const timeline = document.getElementById("timeline");
     if (timeline && pinned) timeline.scrollTop = timeline.scrollHeight;
