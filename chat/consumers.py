@@ -37,13 +37,15 @@ from django.db import InterfaceError, OperationalError
 from agent import bus
 from chat.rendering import draw, streamed_removal, streamed_text, streaming_card
 from chat.stream import ALL_STEPS, Unsent, pushed, read_unsent, unsent
+from loopsite.database import database_unreachable
 
 logger = logging.getLogger(__name__)
 
 
 class Close(IntEnum):
     """The codes the socket closes with (a server may send only 1000 and 3000-4999). Before
-    closing, the socket sends the page a status frame saying why (daphne drops close reasons)."""
+    closing, the socket sends the page a status frame saying why (daphne drops close reasons);
+    all but UNAVAILABLE are final, and after it the page says itself that it connects again."""
 
     BAD_MESSAGE = 4400  # not a JSON object {"watch": run id, "after": seq} with valid values
     SIGNED_OUT = 4401  # the session ended (logout, expiry, password change) or user inactive
@@ -51,6 +53,7 @@ class Close(IntEnum):
     TOO_BIG = 4413  # a message longer than MAX_MESSAGE_CHARS
     TOO_MANY_RUNS = 4429  # more than MAX_WATCHED_RUNS runs on one socket
     FAILED = 4500  # the socket failed; the log has the traceback
+    UNAVAILABLE = 4503  # the database did not answer: the page connects again, and catches up
 
 
 CLOSE_REASONS = {
@@ -175,13 +178,29 @@ class RunConsumer(AsyncWebsocketConsumer):
             await handler(message)
         except StopConsumer:
             raise
-        except Exception:
-            logger.exception("The run socket failed on %s", message["type"])
-            await self.shut(Close.FAILED)
+        except Exception as error:
+            await self.failed(message["type"], error)
+
+    async def failed(self, doing: str, error: Exception) -> None:
+        """Close on an error nothing else handled. The database not answering (a restart, a
+        connection lost, a pool that lent none in time) is no fault of the socket's: the page
+        connects again and catches up from the log by seq. Anything else is a bug, and final."""
+        if database_unreachable(error):
+            logger.warning(
+                "A run socket closed: the database did not answer on %s (%s); the page connects "
+                "again",
+                doing,
+                described(error),
+            )
+            await self.shut(Close.UNAVAILABLE)
+            return
+        logger.error("The run socket failed on %s", doing, exc_info=error)
+        await self.shut(Close.FAILED)
 
     async def shut(self, code: Close, reason: str = "") -> None:
         if not self.closing:
-            await self.send_status(closed=reason or CLOSE_REASONS[code])
+            if code is not Close.UNAVAILABLE:  # after it, the page says it connects again
+                await self.send_status(closed=reason or CLOSE_REASONS[code])
             self.closing = True
             await self.close(code=int(code))  # autobahn takes an int, not an IntEnum
 
@@ -239,8 +258,9 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     async def watch(self, run_id: int, after: int) -> None:
         if run_id in self.sent:
-            self.sent[run_id] = max(self.sent[run_id], after)
-            if not await self.catch_up(run_id, acknowledge=True):
+            # The page says what it shows: a turn it drew again (a Continue's response) lacks
+            # what this socket sent into the turn it replaced.
+            if not await self.catch_up(run_id, acknowledge=True, after=after):
                 await self.unwatch(run_id)
                 await self.shut(Close.NOT_FOUND)
             return
@@ -251,8 +271,8 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.sent[run_id] = after
         # The first read is the check that the run is the user's (its query checks whose the
         # run is): another's, or one gone, is let go at once. None of its wake-ups was acted
-        # on: they wait behind this message. A database failure here fails the socket (the
-        # run unchecked), as the check did on its own.
+        # on: they wait behind this message. The database not answering here closes the
+        # socket (the run unchecked) for the page to connect again and watch it anew.
         async with self.sending:
             found = await self.send_unsent(run_id, wanted=0, acknowledge=True)
         if not found:
@@ -316,9 +336,8 @@ class RunConsumer(AsyncWebsocketConsumer):
                     self.degraded = False
                     logger.info("A run socket's channel layer answers again")
                     await self.send_status()
-        except Exception:
-            logger.exception("A run socket failed while the channel layer was down")
-            await self.shut(Close.FAILED)
+        except Exception as error:
+            await self.failed("its recovery from the channel layer's failure", error)
 
     async def send_status(self, *, closed: str = "") -> None:
         """Tell the page's header how its live updates are: live, delayed, or `closed` why."""
@@ -359,11 +378,16 @@ class RunConsumer(AsyncWebsocketConsumer):
                 await self.deliver(run_id, read)
             return True
 
-    async def catch_up(self, run_id: int, *, wanted: int = 0, acknowledge: bool = False) -> bool:
+    async def catch_up(
+        self, run_id: int, *, wanted: int = 0, acknowledge: bool = False, after: int | None = None
+    ) -> bool:
         """Send what the page lacks (at least up to event `wanted`), a page of the log at a
-        time; with `acknowledge`, send the run's seq marker even when nothing is new, so the
-        page knows it is watching. False if the run is no longer the user's to see."""
+        time, from `after` if the page said what it has; with `acknowledge`, send the run's seq
+        marker even when nothing is new, so the page knows it is watching. False if the run is
+        no longer the user's to see."""
         async with self.sending:
+            if after is not None:  # in the lock: a read under way would move it on again
+                self.sent[run_id] = after
             try:
                 return await self.send_unsent(run_id, wanted=wanted, acknowledge=acknowledge)
             except (OperationalError, InterfaceError) as error:

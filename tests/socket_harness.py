@@ -6,6 +6,7 @@ the socket bookkeeping of daphne's process holds (the NOTIFY listener's watch co
 in-memory channel layer's groups), so a test can prove that a closed socket leaves nothing behind.
 """
 
+import contextlib
 import http.cookiejar
 import json
 import re
@@ -132,6 +133,65 @@ def silent_server() -> Iterator[int]:
         thread.join(timeout=WAIT)
         for connection in held:
             connection.close()
+
+
+class DatabaseGate:
+    """A TCP door to the suite's PostgreSQL (its Unix socket) that a test can shut: a child
+    pointed at `url` reaches the real database through it, and while it is shut, finds the
+    database away as after a restart (its connections dropped, a new one closed at once)."""
+
+    def __init__(self, socket_path: str, database: str, user: str) -> None:
+        self.socket_path = socket_path
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"postgresql://{user}@127.0.0.1:{self.server.getsockname()[1]}/{database}"
+        self.open = True
+        self.pairs: list[tuple[socket.socket, socket.socket]] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        while True:
+            try:
+                client = self.server.accept()[0]
+            except OSError:  # closed at the end of the test
+                return
+            with self.lock:
+                if not self.open:
+                    client.close()
+                    continue
+                upstream = socket.socket(socket.AF_UNIX)
+                upstream.connect(self.socket_path)
+                self.pairs.append((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=pump, args=(source, sink), daemon=True).start()
+
+    def shut(self) -> None:
+        with self.lock:
+            self.open = False
+            pairs, self.pairs = self.pairs, []
+        for pair in pairs:
+            for end in pair:
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
+
+    def reopen(self) -> None:
+        with self.lock:
+            self.open = True
+
+    def close(self) -> None:
+        self.shut()
+        self.server.close()
+
+
+def pump(source: socket.socket, sink: socket.socket) -> None:
+    """Copy bytes one way until either end closes; then close both."""
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    for end in (source, sink):
+        with contextlib.suppress(OSError):
+            end.shutdown(socket.SHUT_RDWR)
+        end.close()
 
 
 def answers(site: LiveSite) -> bool:

@@ -15,7 +15,7 @@ from django.db import connections
 from django.test import Client
 
 from agent import bus as events_bus
-from agent.core.events import ModelReplied, RunFinished, RunStatus
+from agent.core.events import ModelReplied, RunFinished, RunStatus, ToolCallStarted
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import new_conversation, start_run, submit_run
@@ -271,3 +271,34 @@ def final_seq(run: AgentRun) -> int:
     run.refresh_from_db()
     last = run.events.order_by("-seq").values_list("seq", flat=True).first()
     return last if run.is_finished and last is not None else -1
+
+
+async def test_a_page_that_watches_a_run_again_from_an_earlier_seq_gets_what_follows_it(alice):
+    """A Continue's response redraws its turn from the log as the view read it, while this
+    socket may have sent a later event into the turn it replaced (the run's marker, seen in CI
+    under load: the page never showed it). The page watches the run again from its new turn's
+    seq marker, and the socket sends what follows it, though it sent it before (the page does
+    not add a card it shows twice: tests/test_socket_page.py)."""
+    run = await database_sync_to_async(start_run)(alice, "Count slowly to 3", model="mock")
+    communicator = await socket(alice)
+    assert (await communicator.connect())[0]
+    await watch(communicator, run.pk)
+    drawn = int(SEQ_MARKER.findall(await frame_with(communicator, 'data-seq="'))[-1])
+    await database_sync_to_async(record)(run, STARTED)
+    card = f'id="call-{run.pk}-1-c1"'
+    sent = await frame_with(communicator, card)  # into the turn the response replaces
+
+    await watch(communicator, run.pk, after=drawn)  # the response's turn, drawn before it
+    again = await frame_with(communicator, card)
+    assert SEQ_MARKER.findall(again) == SEQ_MARKER.findall(sent)
+    await communicator.disconnect()
+
+
+async def frame_with(communicator: WebsocketCommunicator, text: str) -> str:
+    """The next frame with `text` (a busy machine may first send the header's status)."""
+    while text not in (frame := await communicator.receive_from(timeout=WAIT)):
+        assert 'data-seq="' not in frame, frame  # no other frame of the run's comes first
+    return frame
+
+
+STARTED = ToolCallStarted(step=1, call_id="c1", tool="run_code", arguments="{}")

@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from chat.consumers import Close
 from loopsite.embedded_postgres import keeper
 from tests.conftest import PROJECT_DIR, child_environment, wait_for
 from tests.socket_harness import WAIT, LiveSite, daphnes, open_socket, watch
@@ -317,9 +318,10 @@ def record_event(var: Path, run_id: int = 0) -> tuple[int, int]:
     return int(run), int(seq)
 
 
-# The codes after which the page's socket opens again by itself (static/chat/chat.js); after any
-# other, the page says "not live: reload the page".
-RECONNECTS = (1006, 1011, 1012, 1013)
+# The codes after which the page's socket opens again by itself (static/chat/chat.js): htmx's,
+# and the socket's for a database that did not answer as it read (the kill may land in a read);
+# after any other, the page says "not live: reload the page".
+RECONNECTS = (1006, 1011, 1012, 1013, Close.UNAVAILABLE)
 SEQ = re.compile(r'data-seq="(\d+)"')
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import User
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, WebSocketRoute, expect, sync_playwright
 
 from agent.core.events import ToolCallStarted
 from agent.models import AgentRun
@@ -71,3 +71,43 @@ def test_a_page_whose_socket_drops_says_so_and_catches_up_when_it_is_back(start_
     expect(status).to_have_text("● live", timeout=WAIT_MS)
     expect(page.locator(missed)).to_be_visible(timeout=WAIT_MS)
     expect(page.locator(f"#run-{run.pk}-steps .card")).to_have_count(2)  # none twice
+
+
+class Replaying:
+    """Routes the page's socket to the server, passing on each frame the server sends and
+    keeping it, so the test can send one to the page again."""
+
+    def __init__(self) -> None:
+        self.frames: list[str] = []
+        self.page: WebSocketRoute | None = None
+
+    def __call__(self, page: WebSocketRoute) -> None:
+        self.page = page
+        page.connect_to_server().on_message(self.passed_on)
+
+    def passed_on(self, message: str | bytes) -> None:
+        assert self.page is not None
+        assert isinstance(message, str)
+        self.frames.append(message)
+        self.page.send(message)
+
+
+def test_a_card_the_socket_sends_again_shows_once(start_daphne, browser):
+    """The socket sends what follows the seq a page says it has, which a turn redrawn by a
+    response (a Continue's) may already show (tests/test_consumer.py): the page adds no card
+    twice."""
+    site = start_daphne()
+    alice = db(lambda: User.objects.create_user("alice", password=PASSWORD))
+    run = db(lambda: submit_first_run(alice, "Count slowly to 3", model="mock"))
+    page = logged_in(browser, site.url, "alice", LAPTOP)
+    socket = Replaying()
+    page.route_web_socket("**/ws/runs/", socket)
+    page.goto(f"{site.url}/c/{run.conversation_id}/")
+    first = step(run, 1)
+    expect(page.locator(first)).to_be_visible(timeout=WAIT_MS)
+
+    again = next(frame for frame in socket.frames if f'id="{first[1:]}"' in frame)
+    socket.page.send(again)
+    second = step(run, 2)  # its frame comes after the one sent again
+    expect(page.locator(second)).to_be_visible(timeout=WAIT_MS)
+    expect(page.locator(f"#run-{run.pk}-steps .card")).to_have_count(2)

@@ -19,20 +19,34 @@
     const status = document.getElementById("socket-status");
     if (status) { status.dataset.state = state; status.textContent = text; }
   }
-  // Closes after which htmx's ws extension reconnects by itself (the others are final).
+  // Closes after which htmx's ws extension reconnects by itself (the others are final, but
+  // UNAVAILABLE's).
   const RECONNECTS = [1006, 1011, 1012, 1013];
+  // The server's database did not answer (chat/consumers.py's Close.UNAVAILABLE): the page
+  // connects again itself, after a wait that grows with each such close in a row, as htmx's own
+  // ("full jitter": up to 1 s, 2 s, 4 s, ... 32 s).
+  const UNAVAILABLE = 4503;
+  let unavailable = 0; // such closes since the socket last sent anything
 
   document.addEventListener("htmx:wsOpen", function (event) {
     socket = event.detail.socketWrapper;
     socketStatus("live", "● live");
     watchWithin(document.body); // on every (re)connect: replay what was missed, then live
   });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    unavailable = 0;
+  });
   document.addEventListener("htmx:wsClose", function (event) {
     socket = null;
     const code = event.detail.event.code;
     const status = document.getElementById("socket-status");
+    if (code === UNAVAILABLE) {
+      const again = event.detail.socketWrapper.reconnect;
+      setTimeout(again, 1000 * Math.pow(2, Math.min(unavailable, 5)) * Math.random());
+      unavailable += 1;
+    }
     // A socket the server closed has just said why, in the header: keep its words.
-    if (RECONNECTS.indexOf(code) >= 0) socketStatus("reconnecting", "◌ reconnecting…");
+    if (code === UNAVAILABLE || RECONNECTS.indexOf(code) >= 0) socketStatus("reconnecting", "◌ reconnecting…");
     else if (status && status.dataset.state !== "closed") socketStatus("closed", "■ not live: reload the page");
   });
   document.addEventListener("htmx:load", function (event) {
@@ -87,6 +101,15 @@
     card.removeAttribute("hx-swap-oob");
     steps.appendChild(card);
     window.htmx.process(card);
+  });
+  // The socket sends a run's events after the seq the page says it has; a card it sent as a
+  // response redrew the turn (a Continue's, which may already show it) is not added twice.
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    const steps = event.detail.fragment;
+    if (!steps || !event.detail.target.classList.contains("steps")) return;
+    Array.from(steps.children).forEach(function (card) {
+      if (card.id && document.getElementById(card.id)) card.remove();
+    });
   });
   document.addEventListener("htmx:oobAfterSwap", function () {
     const timeline = document.getElementById("timeline");
