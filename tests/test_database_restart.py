@@ -430,8 +430,8 @@ def test_a_run_goes_on_when_the_database_is_killed_in_its_middle(
     var, cookie, start_site, start_worker_on
 ):
     """daphne and a worker up, a page watching the run: the postmaster is SIGKILLed mid-run.
-    Both processes stay up, the server is started again, the run resumes from its log and
-    succeeds, its log is seq 1..N with no event twice, and the page catches up to its end."""
+    Both processes stay up, the server is started again, the run goes on and succeeds, its log
+    is seq 1..N with no event twice, and the page catches up to its end."""
     site = start_site()
     worker = start_worker_on(LOOP_STALE_SECONDS="3")
     submitted = manage(var, "shell", "--no-imports", "-c", f"TASK = {TASK!r}\n{SUBMIT}")
@@ -453,9 +453,11 @@ def test_a_run_goes_on_when_the_database_is_killed_in_its_middle(
     watching.close()
 
     assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
+    # A write that met the outage hands the run back and it is resumed from its log; a server back
+    # before the run's next write (a busy machine's snippets are slow) lets the same attempt carry
+    # on, on a fresh connection from the pool. Either way nothing is lost or written twice, and the
+    # restart, no fault of the run's, uses up none of its LOOP_MAX_RESUMES.
     reasons = [data["reason"] for _, kind, data in events if kind == "run_resumed"]
-    assert reasons
-    # The restart was no fault of the run's: none of its LOOP_MAX_RESUMES is used up.
     assert set(reasons) <= {"database_restarted", "handed_back"}, reasons
     assert run_row(var, run_id)[1] == 0
     for kind in ("tool_call_started", "tool_call_finished"):
