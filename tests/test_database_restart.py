@@ -434,7 +434,14 @@ def test_a_run_goes_on_when_the_database_is_killed_in_its_middle(
     is seq 1..N with no event twice, and the page catches up to its end."""
     site = start_site()
     worker = start_worker_on(LOOP_STALE_SECONDS="3")
-    submitted = manage(var, "shell", "--no-imports", "-c", f"TASK = {TASK!r}\n{SUBMIT}")
+    submitted = manage(
+        var,
+        "shell",
+        "--no-imports",
+        "-c",
+        f"TASK = {TASK!r}\n{SUBMIT}",
+        LOOP_MAX_ITERATIONS=str(COUNT_TO + 2),  # a step a count, and the answer: under the cap
+    )
     assert submitted.returncode == 0, submitted.stderr
     run_id = int(submitted.stdout)
     watching = Page(site, cookie, run_id)
