@@ -476,10 +476,14 @@ def expire(run_id: int) -> bool:
 
 def waiting_for(user: AbstractBaseUser) -> QuerySet[ApprovalRequest]:
     """Every call that waits for the person's decision, across their conversations, oldest
-    first."""
+    first. One past its deadline is not listed nor counted, whenever the minute's sweep runs: it
+    can no longer be decided."""
     return (
         ApprovalRequest.objects.filter(
-            decision="", run__in=runs_for(user), run__status=RunStatus.AWAITING_APPROVAL
+            decision="",
+            run__in=runs_for(user),
+            run__status=RunStatus.AWAITING_APPROVAL,
+            created_at__gt=timezone.now() - approval_window(),
         )
         .select_related("run", "run__conversation")
         .order_by("created_at", "seq")

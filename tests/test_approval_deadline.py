@@ -15,7 +15,13 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agent.approvals import DecisionRefused, decide, decide_as_operator, expire_waiting
+from agent.approvals import (
+    DecisionRefused,
+    decide,
+    decide_as_operator,
+    expire_waiting,
+    waiting_for,
+)
 from agent.core.approval import EXPIRED_TEXT
 from agent.core.events import Decision, HaltReason, RunStatus
 from agent.models import AgentRun, ApprovalRequest
@@ -256,3 +262,14 @@ def test_an_expired_run_says_how_long_it_waited_in_plain_words(alice, settings, 
     (halted,) = ended_the_same(run)[1]
     assert f"nobody decided within {said} whether" in halted
     assert "LOOP_" not in halted
+
+
+def test_a_call_past_its_deadline_is_neither_listed_nor_counted_as_waiting(alice, as_alice):
+    late, late_request = waiting_run(alice)
+    in_time, in_time_request = waiting_run(alice)
+    asked_ago(late_request, SECONDS + 1)
+    asked_ago(in_time_request, SECONDS - 30)
+    assert [request.pk for request in waiting_for(alice)] == [in_time_request.pk]
+    page = as_alice.get("/waiting/").content.decode()
+    assert f"/c/{in_time.conversation_id}/" in page
+    assert f"/c/{late.conversation_id}/" not in page
