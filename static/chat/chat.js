@@ -64,15 +64,58 @@
     }
   });
 
+  // Sending a task. The box is emptied as the request leaves, and only if it still holds what
+  // is sent: what the person types meanwhile stays. A task sent while another is on its way
+  // waits here, in order, and follows it (the server then queues it behind the run the first
+  // started). A refused send gives its text back to an empty box.
+  let sending = null; // the task on its way, if one is
+  const held = []; // tasks sent meanwhile, oldest first
+  function taskBox() { return document.querySelector("#task-form textarea[name=task]"); }
+  function isTaskSend(event) {
+    return Boolean(event.detail.elt.closest && event.detail.elt.closest("#task-form"));
+  }
+  function setBox(box, text) {
+    box.value = text;
+    box.dispatchEvent(new Event("input", { bubbles: true })); // the composer's button follows
+  }
+  // A send went through: an earlier refusal no longer holds, and the new turn is in view.
+  function sent() {
+    document.getElementById("send-error").textContent = "";
+    const suggestions = document.getElementById("suggestions");
+    if (suggestions) suggestions.remove();
+    const timeline = document.getElementById("timeline");
+    timeline.scrollTop = timeline.scrollHeight;
+  }
+  // A held task is posted from the box with its own text: the form as it is now is another.
+  function sendHeld() {
+    const form = document.getElementById("task-form");
+    window.htmx.ajax("POST", form.getAttribute("hx-post"), {
+      source: taskBox(), target: "#timeline", swap: "beforeend", values: { task: held.shift() },
+    });
+  }
+  document.addEventListener("htmx:confirm", function (event) {
+    if (event.detail.elt.id !== "task-form" || sending === null) return;
+    event.preventDefault();
+    const box = taskBox();
+    held.push(box.value);
+    setBox(box, "");
+  });
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (isTaskSend(event)) sending = event.detail.requestConfig.formData.get("task");
+  });
+  document.addEventListener("htmx:beforeSend", function (event) {
+    const box = taskBox();
+    if (event.detail.elt.id === "task-form" && box.value === sending) setBox(box, "");
+  });
   document.addEventListener("htmx:afterRequest", function (event) {
     const form = event.detail.elt;
-    if (form.id === "task-form" && event.detail.successful && !event.detail.xhr.getResponseHeader("HX-Retarget")) {
-      form.reset();
-      document.getElementById("send-error").textContent = "";
-      const suggestions = document.getElementById("suggestions");
-      if (suggestions) suggestions.remove();
-      const timeline = document.getElementById("timeline");
-      timeline.scrollTop = timeline.scrollHeight;
+    if (isTaskSend(event)) {
+      const refused = !event.detail.successful || event.detail.xhr.getResponseHeader("HX-Retarget");
+      const box = taskBox();
+      if (refused && !box.value) setBox(box, sending);
+      if (!refused) sent();
+      sending = null;
+      if (held.length) sendHeld();
     }
     // A run that goes on again: an earlier refusal no longer holds.
     if (form.classList.contains("continue-form") && event.detail.successful &&
