@@ -18,7 +18,6 @@ from tests.send_gate import APPLICATION, OPEN_PATH
 from tests.test_browser import (  # noqa: F401 (fixtures)
     LAPTOP,
     PASSWORD,
-    PHONE,
     WAIT_MS,
     browser,
     card_ids,
@@ -27,7 +26,7 @@ from tests.test_browser import (  # noqa: F401 (fixtures)
     last_turn,
     logged_in,
 )
-from tests.test_browser_access import axe_violations, log_in
+from tests.test_browser_access import VIEWS, axe_violations, log_in
 from tests.test_socket_page import step
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -145,16 +144,18 @@ def test_reconnect_now_brings_a_page_that_is_not_live_back(start_daphne, browser
     alice = db(lambda: User.objects.create_user("alice", password=PASSWORD))
     run = db(lambda: submit_first_run(alice, "Count slowly to 3", model="mock"))
     found = {}
-    for view, viewport in (("phone", PHONE), ("laptop", LAPTOP)):
-        page = log_in(browser, site.url, "alice", viewport)
+    views = [(scheme, view) for scheme in ("dark", "light") for view in ("phone", "laptop")]
+    for scheme, view in views:  # the last: the laptop's, in light
+        page = log_in(browser, site.url, "alice", VIEWS[view], scheme=scheme)
         page.route_web_socket("**/ws/runs/", ClosedOnce())
         page.goto(f"{site.url}/c/{run.conversation_id}/")
         status = page.locator("#socket-status")
         expect(status).to_have_text("■ not live: reload the page", timeout=WAIT_MS)
+        expect(status).to_have_attribute("title", re.compile("reconnect, or reload"))
         reconnect = page.get_by_role("button", name="Reconnect now")
         expect(reconnect).to_be_visible()
         if violations := axe_violations(page):
-            found[view] = violations
+            found[f"{scheme} {view}"] = violations
     assert found == {}, found
 
     missed = step(run, 1)  # stored while the page had no socket
