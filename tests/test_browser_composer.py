@@ -16,6 +16,7 @@ from agent.runs import submit_first_run
 from tests.conftest import wait_for
 from tests.send_gate import APPLICATION, OPEN_PATH
 from tests.test_browser import (  # noqa: F401 (fixtures)
+    ARTIFACTS,
     LAPTOP,
     PASSWORD,
     WAIT_MS,
@@ -154,6 +155,7 @@ def test_reconnect_now_brings_a_page_that_is_not_live_back(start_daphne, browser
         expect(status).to_have_attribute("title", re.compile("reconnect, or reload"))
         reconnect = page.get_by_role("button", name="Reconnect now")
         expect(reconnect).to_be_visible()
+        page.screenshot(path=ARTIFACTS / f"chat-not-live-{scheme}-{view}.png")
         if violations := axe_violations(page):
             found[f"{scheme} {view}"] = violations
     assert found == {}, found
