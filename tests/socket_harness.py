@@ -85,15 +85,18 @@ class LiveSite:
 
 def daphnes(worker_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., LiveSite]]:
     """For a test's `start_daphne` fixture: start daphne on a free port with the given
-    environment; each is stopped after the test."""
+    environment (serving `app`, an ASGI application's import path); each is stopped after the
+    test."""
     started: list[LiveSite] = []
 
-    def start(port: int = 0, **env: str) -> LiveSite:
+    def start(
+        port: int = 0, app: str = "tests.socket_harness:probe_application", **env: str
+    ) -> LiveSite:
         port = port or free_port()
         log = tmp_path / f"daphne-{port}.log"
         process = subprocess.Popen(
             [sys.executable, "-m", "daphne", "--bind", "127.0.0.1", "--port", str(port),
-             "tests.socket_harness:probe_application"],
+             app],
             cwd=PROJECT_DIR,
             env=child_environment(**worker_env, **env),
             stdout=subprocess.DEVNULL,

@@ -14,22 +14,57 @@
     if (element.querySelectorAll) element.querySelectorAll("[data-watch]").forEach(watch);
   }
 
-  // The header says whether live updates arrive; the server says when they are delayed.
+  // The header says whether live updates arrive; the server says when they are delayed. Its
+  // tooltip, when it has one, says what the page does about it.
+  const TOOLTIPS = {
+    reconnecting: "The connection to Loop dropped: the page tries again every few seconds and " +
+      "catches up on what it missed.",
+    closed: "Live updates stopped: reconnect, or reload the page.",
+  };
   function socketStatus(state, text) {
     const status = document.getElementById("socket-status");
-    if (status) { status.dataset.state = state; status.textContent = text; }
+    if (!status) return;
+    status.dataset.state = state;
+    status.textContent = text;
+    if (TOOLTIPS[state]) status.title = TOOLTIPS[state];
+    else status.removeAttribute("title");
   }
   // Closes after which htmx's ws extension reconnects by itself (the others are final, but
   // UNAVAILABLE's).
   const RECONNECTS = [1006, 1011, 1012, 1013];
   // The server's database did not answer (chat/consumers.py's Close.UNAVAILABLE): the page
-  // connects again itself, after a wait that grows with each such close in a row, as htmx's own
-  // ("full jitter": up to 1 s, 2 s, 4 s, ... 32 s).
+  // connects again itself.
   const UNAVAILABLE = 4503;
   let unavailable = 0; // such closes since the socket last sent anything
+  // The wait before the next try grows with each failed try but never past 5 s: once the server
+  // answers again, the page is live within seconds (htmx's own wait grows to a minute).
+  // Jittered in its upper half, so that pages a restart dropped do not all come back at once.
+  const LONGEST_WAIT_MS = 5000;
+  function nextTry(tries) {
+    const ceiling = Math.min(1000 * Math.pow(2, tries), LONGEST_WAIT_MS);
+    return ceiling / 2 + Math.random() * ceiling / 2;
+  }
+  window.htmx.config.wsReconnectDelay = nextTry;
+
+  // The socket the page listens to: the newest one made. "Reconnect now" makes one while htmx's
+  // own try may still be pending, so an older socket may open or close later: it says nothing.
+  let newest = null;
+  let wrapper = null; // htmx's handle on the socket, to reconnect with
+  const makeSocket = window.htmx.createWebSocket;
+  window.htmx.createWebSocket = function (url) {
+    newest = makeSocket(url);
+    return newest;
+  };
+  function reconnectNow() {
+    if (wrapper) wrapper.reconnect();
+  }
 
   document.addEventListener("htmx:wsOpen", function (event) {
-    socket = event.detail.socketWrapper;
+    if (event.detail.event.target !== newest) {
+      event.detail.event.target.close(); // a newer socket took its place
+      return;
+    }
+    socket = wrapper = event.detail.socketWrapper;
     socketStatus("live", "● live");
     watchWithin(document.body); // on every (re)connect: replay what was missed, then live
   });
@@ -37,17 +72,21 @@
     unavailable = 0;
   });
   document.addEventListener("htmx:wsClose", function (event) {
+    if (event.detail.event.target !== newest) return;
     socket = null;
+    wrapper = event.detail.socketWrapper;
     const code = event.detail.event.code;
     const status = document.getElementById("socket-status");
     if (code === UNAVAILABLE) {
-      const again = event.detail.socketWrapper.reconnect;
-      setTimeout(again, 1000 * Math.pow(2, Math.min(unavailable, 5)) * Math.random());
+      setTimeout(function () { if (!socket) reconnectNow(); }, nextTry(unavailable)); // unless "Reconnect now" did
       unavailable += 1;
     }
     // A socket the server closed has just said why, in the header: keep its words.
     if (code === UNAVAILABLE || RECONNECTS.indexOf(code) >= 0) socketStatus("reconnecting", "◌ reconnecting…");
     else if (status && status.dataset.state !== "closed") socketStatus("closed", "■ not live: reload the page");
+  });
+  document.addEventListener("click", function (event) {
+    if (event.target.closest && event.target.closest("#reconnect-now")) reconnectNow();
   });
   document.addEventListener("htmx:load", function (event) {
     // A turn added by sending a task (not one swapped in by the socket, already watched).
@@ -64,15 +103,58 @@
     }
   });
 
+  // Sending a task. The box is emptied as the request leaves, and only if it still holds what
+  // is sent: what the person types meanwhile stays. A task sent while another is on its way
+  // waits here, in order, and follows it (the server then queues it behind the run the first
+  // started). A refused send gives its text back to an empty box.
+  let sending = null; // the task on its way, if one is
+  const held = []; // tasks sent meanwhile, oldest first
+  function taskBox() { return document.querySelector("#task-form textarea[name=task]"); }
+  function isTaskSend(event) {
+    return Boolean(event.detail.elt.closest && event.detail.elt.closest("#task-form"));
+  }
+  function setBox(box, text) {
+    box.value = text;
+    box.dispatchEvent(new Event("input", { bubbles: true })); // the composer's button follows
+  }
+  // A send went through: an earlier refusal no longer holds, and the new turn is in view.
+  function sent() {
+    document.getElementById("send-error").textContent = "";
+    const suggestions = document.getElementById("suggestions");
+    if (suggestions) suggestions.remove();
+    const timeline = document.getElementById("timeline");
+    timeline.scrollTop = timeline.scrollHeight;
+  }
+  // A held task is posted from the box with its own text: the form as it is now is another.
+  function sendHeld() {
+    const form = document.getElementById("task-form");
+    window.htmx.ajax("POST", form.getAttribute("hx-post"), {
+      source: taskBox(), target: "#timeline", swap: "beforeend", values: { task: held.shift() },
+    });
+  }
+  document.addEventListener("htmx:confirm", function (event) {
+    if (event.detail.elt.id !== "task-form" || sending === null) return;
+    event.preventDefault();
+    const box = taskBox();
+    held.push(box.value);
+    setBox(box, "");
+  });
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (isTaskSend(event)) sending = event.detail.requestConfig.formData.get("task");
+  });
+  document.addEventListener("htmx:beforeSend", function (event) {
+    const box = taskBox();
+    if (event.detail.elt.id === "task-form" && box.value === sending) setBox(box, "");
+  });
   document.addEventListener("htmx:afterRequest", function (event) {
     const form = event.detail.elt;
-    if (form.id === "task-form" && event.detail.successful && !event.detail.xhr.getResponseHeader("HX-Retarget")) {
-      form.reset();
-      document.getElementById("send-error").textContent = "";
-      const suggestions = document.getElementById("suggestions");
-      if (suggestions) suggestions.remove();
-      const timeline = document.getElementById("timeline");
-      timeline.scrollTop = timeline.scrollHeight;
+    if (isTaskSend(event)) {
+      const refused = !event.detail.successful || event.detail.xhr.getResponseHeader("HX-Retarget");
+      const box = taskBox();
+      if (refused && !box.value) setBox(box, sending);
+      if (!refused) sent();
+      sending = null;
+      if (held.length) sendHeld();
     }
     // A run that goes on again: an earlier refusal no longer holds.
     if (form.classList.contains("continue-form") && event.detail.successful &&
