@@ -101,7 +101,7 @@ def decided_answer(request: HttpRequest, decided: list[ApprovalRequest]) -> Http
     count = waiting_for(request.user).count()
     context = {
         "decided": decided,
-        "saids": [said_of(request) for request in decided],
+        "said": [said_of(call) for call in decided],
         "awaiting": Waiting(count, None),
         "count": count,
         "window": approval_window_said(),
@@ -109,6 +109,6 @@ def decided_answer(request: HttpRequest, decided: list[ApprovalRequest]) -> Http
     return HttpResponse(render_to_string("chat/waiting.html#decided", context))
 
 
-def said_of(request: ApprovalRequest) -> Said:
-    words = DECIDED_SAID[Decision(request.decision)].format(tool=request.tool)
-    return Said(words, request.run_id, request.run.conversation_id)
+def said_of(call: ApprovalRequest) -> Said:
+    words = DECIDED_SAID[Decision(call.decision)].format(tool=call.tool)
+    return Said(words, call.run_id, call.run.conversation_id)

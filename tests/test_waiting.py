@@ -85,6 +85,7 @@ def test_a_decision_from_the_list_takes_the_call_off_it_and_the_counts_down(
 
     # The last one decided: nothing waits, and the list says so.
     answered = as_alice.post(f"/runs/{first.pk}/decide/", listed(first, choice), **HTMX)
+    assert f'href="/c/{first.conversation_id}/#run-{first.pk}">See its run.</a>' in answered.text
     assert "No tool call waits for your decision." in answered.text
     assert 'data-count="0"' in answered.text
     assert "No tool call waits for your decision." in as_alice.get(WAITING).text
