@@ -251,17 +251,15 @@ class AgentRunAdmin(AuditAdmin):
         return format_html("{} {} · {}<br>{}", symbol, feedback.get_rating_display(), when, said)
 
     @admin.display(description="task")
-    def short_task(self, run: AgentRun) -> str:
-        return excerpt(run.task, TASK_WIDTH)
-
-    @admin.display(description="task")
     def task_and_error(self, run: AgentRun) -> SafeString:
         """The task, linked to the run; a failed run's error's first line beneath it."""
         task = link(change_url(run), excerpt(run.task, TASK_WIDTH))
-        if not run.error:
+        first = next(iter(run.error.strip().splitlines()), "")
+        if not first:
             return task
-        first = excerpt(run.error.strip().splitlines()[0], ERROR_WIDTH)
-        return format_html('{}<span class="loop-error">{}</span>', task, first)
+        return format_html(
+            '{}<span class="loop-error">{}</span>', task, excerpt(first, ERROR_WIDTH)
+        )
 
     @admin.display(description="error")
     def error_text(self, run: AgentRun) -> SafeString:
