@@ -27,7 +27,7 @@ from agent.llm.factory import (
     parse,
 )
 from agent.models import AgentRun, Conversation
-from chat import sidebar
+from chat import sidebar, waiting
 from chat.approvals import Asking, decisions_from, latest_decisions, waiting_calls, waiting_of
 from chat.rendering import (
     card_for,
@@ -354,6 +354,8 @@ def decide(request: HttpRequest, run_id: int) -> HttpResponse:
         raise Http404("No such run.") from None
     except approvals.DecisionRefused as error:
         return decision_refused(request, run, str(error))
+    if request.POST.get(waiting.LISTED):  # from "Waiting for you": the call leaves its list
+        return waiting.decided_answer(request, decided)
     if not request.htmx:
         return redirect_to_run(run)
     return decisions_answer(request, run.pk, len(decided))
@@ -384,6 +386,8 @@ def decision_refused(request: HttpRequest, run: AgentRun, error: str) -> HttpRes
     """A decision refused: its sentence in the card it came from (htmx), or above the composer."""
     if request.htmx:
         return HttpResponse(escape(error), status=400)  # it may quote what the person sent
+    if request.POST.get(waiting.LISTED):
+        return waiting.waiting_page(request, error=error, status=400)
     conversation = owned_conversation(request, run.conversation_id) if run.conversation_id else None
     return chat_page(request, conversation, error=error, status=400)
 

@@ -268,20 +268,20 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
 
     form = SiteServerForm
     inlines = (McpToolInline,)
+    # Health and held tools first, what a laptop's 1280 px must show; where it is and when it
+    # was listed are on its page.
     list_display = (
         "name",
-        "prefix",
-        "address",
+        "health",
+        "tools_held",
+        "tools_offered",
+        "enabled",
         "source",
         "owner_name",
-        "enabled",
         "who_may_use",
-        "health",
-        "discovered_at",
-        "tools_offered",
-        "tools_held",
         "call_count",
         "failure_count",
+        "prefix",
     )
     list_filter = (KindFilter, "source", "enabled", "auth")
     # Not the URL: a person's may carry a token in its query, which a search would find out.

@@ -49,6 +49,7 @@ from console.widgets import (
     RunUserFilter,
     StepLinks,
     UserFilter,
+    change_url,
     filter_link,
     halt_badge,
     link,
@@ -65,14 +66,26 @@ User = get_user_model()
 USAGE_ROWS_PER_PAGE = 100
 # The range shown until the operator picks one: the last week, today included.
 USAGE_DEFAULT_DAYS = 7
-# How much of a task the run list shows.
+# How much of a task, and of a failed run's error's first line, the run list shows.
 TASK_WIDTH = 60
+ERROR_WIDTH = 90
 # A search that matches at most this many runs lists them by id (AgentRunAdmin.get_search_results).
 SEARCH_IDS_UP_TO = 1000
 
 
 def seconds(value: float) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def span(value: float) -> str:
+    """A run's length as short as it reads: "340 ms", "12.3 s", "12 min 5 s", "2 h 5 min"."""
+    if value < 60:
+        return seconds(value)
+    minutes, second = divmod(round(value), 60)
+    if minutes < 60:
+        return f"{minutes} min {second} s"
+    hours, minute = divmod(minutes, 60)
+    return f"{hours} h {minute} min"
 
 
 def prefix_query(search_term: str) -> str:
@@ -119,21 +132,21 @@ class FeedbackFilter(admin.SimpleListFilter):
 
 
 class AgentRunAdmin(AuditAdmin):
+    # What a laptop's 1280 px hold whole: the status with its halt reason, the task with a
+    # failure's first line, the calls with their failures, the model's own name. The rest
+    # (iterations, tokens each way, every time) is on the run's page.
     list_display = (
         "id",
         "user_name",
-        "short_task",
-        "status_badge",
-        "halt_reason_badge",
-        "model",
-        "iterations",
-        "tool_calls",
-        "failed_tool_calls",
+        "task_and_error",
+        "status_and_reason",
+        "model_name",
+        "calls",
         "tokens",
         "duration",
-        "started_at",
+        "started",
     )
-    list_display_links = ("id", "short_task")
+    list_display_links = ("id",)
     list_select_related = ("user",)
     list_filter = ("status", "halt_reason", "model", FeedbackFilter, UserFilter)
     date_hierarchy = "created_at"
@@ -156,7 +169,6 @@ class AgentRunAdmin(AuditAdmin):
                 )
             },
         ),
-        ("Error", {"fields": ("error",), "classes": ("collapse",)}),
         ("Feedback", {"fields": ("feedback_given",)}),
         (
             "Work",
@@ -192,10 +204,18 @@ class AgentRunAdmin(AuditAdmin):
         "records",
         "resume_rows",
         "feedback_given",
+        "error_text",
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
         return super().get_queryset(request).annotate(failed_calls=selectors.failed_tool_calls())
+
+    def get_fieldsets(self, request: HttpRequest, obj: AgentRun | None = None) -> Any:
+        """A run that failed says why first thing, unfolded: the reason an operator opens it."""
+        if obj is None or not obj.error:
+            return self.fieldsets
+        main, *rest = self.fieldsets
+        return (main, ("Error", {"fields": ("error_text",)}), *rest)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[AgentRun], search_term: str
@@ -231,12 +251,42 @@ class AgentRunAdmin(AuditAdmin):
         return format_html("{} {} · {}<br>{}", symbol, feedback.get_rating_display(), when, said)
 
     @admin.display(description="task")
-    def short_task(self, run: AgentRun) -> str:
-        return excerpt(run.task, TASK_WIDTH)
+    def task_and_error(self, run: AgentRun) -> SafeString:
+        """The task, linked to the run; a failed run's error's first line beneath it."""
+        task = link(change_url(run), excerpt(run.task, TASK_WIDTH))
+        first = next(iter(run.error.strip().splitlines()), "")
+        if not first:
+            return task
+        return format_html(
+            '{}<span class="loop-error">{}</span>', task, excerpt(first, ERROR_WIDTH)
+        )
+
+    @admin.display(description="error")
+    def error_text(self, run: AgentRun) -> SafeString:
+        return format_html('<pre class="loop-text">{}</pre>', run.error)
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: AgentRun) -> SafeString:
         return run_badge(run.status)
+
+    @admin.display(description="status", ordering="status")
+    def status_and_reason(self, run: AgentRun) -> SafeString:
+        if not run.halt_reason:
+            return run_badge(run.status)
+        return format_html("{} {}", run_badge(run.status), halt_badge(run.halt_reason))
+
+    @admin.display(description="model", ordering="model")
+    def model_name(self, run: AgentRun) -> SafeString:
+        """The model's own name, its provider's and family's prefix in its title."""
+        return format_html('<span title="{}">{}</span>', run.model, run.model.rpartition("/")[2])
+
+    @admin.display(description="calls", ordering="tool_calls")
+    def calls(self, run: AgentRun) -> SafeString | int:
+        if not run.failed_calls:
+            return run.tool_calls
+        return format_html(
+            '{} <span class="loop-error">{} failed</span>', run.tool_calls, run.failed_calls
+        )
 
     @admin.display(description="halt reason", ordering="halt_reason")
     def halt_reason_badge(self, run: AgentRun) -> SafeString:
@@ -247,14 +297,28 @@ class AgentRunAdmin(AuditAdmin):
         return run.failed_calls
 
     @admin.display(description="tokens")
-    def tokens(self, run: AgentRun) -> int:
-        return run.total_tokens
+    def tokens(self, run: AgentRun) -> str:
+        return f"{run.total_tokens:,}"
 
     @admin.display(description="duration")
     def duration(self, run: AgentRun) -> str:
         if run.started_at is None or run.finished_at is None:
             return "—"
-        return seconds((run.finished_at - run.started_at).total_seconds())
+        return span((run.finished_at - run.started_at).total_seconds())
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, run: AgentRun) -> SafeString:
+        """Day and time, the year only when not this one; the whole moment in its title."""
+        if run.started_at is None:
+            return format_html('<span class="loop-none">{}</span>', "—")
+        local = timezone.localtime(run.started_at)
+        day = "%-d %b" if local.year == timezone.localdate().year else "%-d %b %Y"
+        return format_html(
+            '<time datetime="{}" title="{}">{}</time>',
+            local.isoformat(),
+            local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            local.strftime(f"{day} %H:%M"),
+        )
 
     @admin.display(description="user", ordering="user__username")
     def user_name(self, run: AgentRun) -> SafeString:

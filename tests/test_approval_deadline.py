@@ -88,7 +88,10 @@ def ended_expired(run: AgentRun, request: ApprovalRequest) -> None:
 def test_a_decision_after_the_deadline_is_refused_and_the_call_never_runs(alice, decision, late_by):
     run, request = waiting_run(alice)
     asked_ago(request, SECONDS + late_by)
-    with pytest.raises(DecisionRefused, match=f"{EXPIRED} .*; the write_file call did not run"):
+    with pytest.raises(
+        DecisionRefused,
+        match=f"{EXPIRED} .*: nobody decided within 45 seconds, so the write_file call did not run",
+    ):
         decide(alice, run.pk, [approval(request, decision)])
     ended_expired(run, request)
     assert not run.events.filter(kind="approval_decided", data__by="alice").exists()
@@ -185,7 +188,10 @@ def test_after_the_periodic_expiry_a_decision_is_told_when_the_request_expired(a
     run, request = waiting_run(alice)
     asked_ago(request, SECONDS + 1)
     assert expire_waiting() == 1
-    with pytest.raises(DecisionRefused, match=f"{EXPIRED} .*; the write_file call did not run"):
+    with pytest.raises(
+        DecisionRefused,
+        match=f"{EXPIRED} .*: nobody decided within 45 seconds, so the write_file call did not run",
+    ):
         decide(alice, run.pk, [approval(request)])
     ended_expired(run, request)
 

@@ -235,7 +235,7 @@ def test_waiting_for_you_lists_every_call_of_the_persons_and_no_one_elses(
     assert page.index("Sums") < page.index("Notes")  # oldest first
     assert f'href="/c/{sums.conversation_id}/#run-{sums.pk}"' in page
     assert f'href="/c/{notes.conversation_id}/#run-{notes.pk}"' in page
-    assert '<code class="tool">write_file</code>' in page
+    assert '<strong class="tool-name">write_file</strong>' in page
     assert "todo.txt" in page
     assert "You asked to decide before write_file runs." in page
     assert "Bob" not in page

@@ -78,9 +78,9 @@ def test_a_person_asks_to_decide_before_code_runs_and_finds_the_call_waiting(
     expect(page).to_have_title("(1) Waiting for you · Loop")
     call = page.locator(".waiting-call")
     expect(call).to_have_count(1)
-    expect(call.locator(".tool")).to_have_text("run_code")
+    expect(call.locator(".tool-name")).to_have_text("run_code")
     expect(call.locator(".why")).to_have_text("You asked to decide before run_code runs.")
-    expect(call.locator(".arguments")).to_contain_text("print(sum(range(1, 100 + 1)))")
+    expect(call.locator("pre.highlight")).to_contain_text("print(sum(range(1, 100 + 1)))")
     page.screenshot(path=ARTIFACTS / "approval-waiting.png", full_page=True)
 
     call.get_by_role("link", name=DEMO).click()

@@ -345,7 +345,8 @@ def test_a_persons_server_and_connection_show_no_credential_and_may_only_be_disa
         page = editor.get(url).content.decode()
         assert "alice" in page, url
         assert not [secret for secret in secrets if secret in page], url
-    assert "https://mail.example.com/mcp?…" in editor.get(SERVERS).content.decode()
+    # Where it is, on its page (the list leaves it out, for health and held tools at 1280 px).
+    assert "https://mail.example.com/mcp?…" in editor.get(server_url(server)).content.decode()
 
     assert 'id="check-server"' not in editor.get(server_url(server)).content.decode()
     response = editor.post(server_url(server, "check"), follow=True)

@@ -15,9 +15,10 @@
     }
   });
 
+  // The chat's sidebar note, or on "Waiting for you" the header's link: each carries the count.
   function retitle() {
-    const note = document.getElementById("waiting-count");
-    if (!note) return;
+    const note = document.getElementById("waiting-count") || document.getElementById("waiting-link");
+    if (!note || note.dataset.count === undefined) return;
     const count = Number(note.dataset.count) || 0;
     const title = document.title.replace(/^\(\d+\) /, "");
     document.title = count > 0 ? "(" + count + ") " + title : title;
