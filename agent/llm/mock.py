@@ -26,7 +26,7 @@ from agent.core.history import (
 )
 from agent.core.interrupt import Interrupt
 from agent.core.llm import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
-from agent.core.progress import Outcome, progress_in_words
+from agent.core.progress import Outcome, failure_reason, progress_in_words
 from agent.core.results import ToolStatus
 from agent.llm.tokens import count_prompt_tokens, count_tokens
 from mcp_servers.results import said_in
@@ -156,6 +156,11 @@ class Observation:
         envelope that marks it as the server's text."""
         said = said_in(self.text)
         return self.text if said is None else said
+
+    @property
+    def reason(self) -> str:
+        """Why it failed, in one line (a snippet's exception, not its whole report)."""
+        return failure_reason(*parse_tool_message(self.text))
 
     @property
     def declined(self) -> str | None:
@@ -446,7 +451,7 @@ def compute(code: str, shown: str) -> Plan:
             return "run_code", {"code": code}
         result = seen[-1]
         if not result.ok:
-            return f"I could not compute {shown}: {result.text}"
+            return f"I could not compute {shown}: {result.reason}"
         return f"{shown} = {result.stdout}"
 
     return plan
