@@ -127,6 +127,9 @@ TASK_SHAPES = """\
 - any question a recalled memory answers: "Remember that my favourite colour is teal", then, in
   any conversation, "What is my favourite colour?\""""
 
+# A shape's line wrapped for the source, joined again for a person (the chat keeps line breaks).
+WRAPPED = "\n  "
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -378,7 +381,7 @@ def next_move(task: str, seen: list[Observation], memories: list[str]) -> Move:
         return answer
     return Help(
         "This site runs a demo model, which can only do a few kinds of task, and this is not "
-        f"one of them. Put your task like one of these:\n{TASK_SHAPES}"
+        f"one of them. Put your task like one of these:\n{TASK_SHAPES.replace(WRAPPED, ' ')}"
     )
 
 
