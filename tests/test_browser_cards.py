@@ -1,7 +1,8 @@
 """What a tool's card shows in a real browser (Chromium through Playwright), live over the socket
 and once reloaded, against a live daphne and a real worker: a snippet's output itself (its
 stdout; its stderr and exit status only when there are some), an MCP answer without the
-envelope the model reads around it, and what the model read behind a disclosure."""
+envelope the model reads around it, and what the model read behind a disclosure. The cards'
+screenshots land in var/screenshots/."""
 
 from django.contrib.auth.models import User
 from playwright.sync_api import Locator, Page, expect
@@ -20,7 +21,7 @@ from tests.test_browser import (  # noqa: F401 (browser, live_site: fixtures)
     send,
 )
 from tests.test_browser_access import VIEWS, axe_violations, log_in
-from tests.test_browser_mcp import mcp_site  # noqa: F401 (a fixture)
+from tests.test_browser_mcp import mcp_site, shot  # noqa: F401 (a fixture)
 
 
 def visible_text(card: Locator) -> str:
@@ -62,6 +63,7 @@ def test_a_snippets_card_shows_its_output_not_its_report(live_site, browser):  #
         the_raw_text_is_behind_a_disclosure(card, "exit status: 0", "--- stdout ---\n5050")
 
     both_ways(page, stdout_alone)
+    shot(last_turn(page), "card-stdout.png")
 
     send(page, "What is 1 / 0?")
 
@@ -81,6 +83,7 @@ def test_a_snippets_card_shows_its_output_not_its_report(live_site, browser):  #
         expect(turn.locator(".card.answer")).not_to_contain_text("--- stdout ---")
 
     both_ways(page, stderr_and_exit)
+    shot(last_turn(page), "card-stderr.png")
     no_violations(browser, live_site, page.url)
 
 
@@ -113,6 +116,7 @@ def test_an_mcp_card_and_answer_show_the_servers_words_without_the_envelope(mcp_
         the_raw_text_is_behind_a_disclosure(card, "<<<mcp result>>>", "untrusted text")
 
     both_ways(page, the_answer_alone)
+    shot(last_turn(page), "card-mcp.png")
 
 
 def test_the_demo_models_help_is_not_shown_as_done(live_site, browser):  # noqa: F811
@@ -131,4 +135,5 @@ def test_the_demo_models_help_is_not_shown_as_done(live_site, browser):  # noqa:
         expect(answer).not_to_contain_text("GROQ_API_KEY")
 
     both_ways(page, not_done)
+    shot(last_turn(page), "card-not-done.png")
     no_violations(browser, live_site, page.url)
