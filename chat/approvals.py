@@ -194,7 +194,7 @@ def write_data(path: str, content: str, asking: Asking | None, texts: Texts) -> 
 DECIDED_WORDS = {
     Decision.APPROVE: (TOOL_SYMBOLS[ToolStatus.OK], "Approved"),
     Decision.EDIT: ("✎", "Edited and approved"),
-    Decision.DENY: (TOOL_SYMBOLS[ToolStatus.DENIED], "Denied"),
+    Decision.DENY: (TOOL_SYMBOLS[ToolStatus.DENIED], "Declined"),
     Decision.EXPIRED: (
         TOOL_SYMBOLS[ToolStatus.TIMEOUT],
         "Expired: nobody decided in time, so it did not run",
@@ -220,6 +220,8 @@ def decided_data(event: ApprovalDecided, asking: Asking | None, texts: Texts) ->
     }
     if asking is None or event.by != asking.user.get_username():
         shown["by"] = event.by
+    elif event.decision == Decision.DENY:
+        shown["label"] = "You declined this call"
     if event.decision == Decision.EDIT:
         values = parsed(event.arguments) or {}
         if editor_of(event.tool, event.arguments) == CODE:

@@ -19,6 +19,8 @@ from django.template.loader import get_template
 from django.urls import reverse
 from django.utils import timezone
 
+from agent.approvals import RUN_CODE
+from agent.core.approval import Denial, denial_in
 from agent.core.events import (
     BREAKER_REASONS,
     ApprovalDecided,
@@ -45,6 +47,8 @@ from agent.selectors import Logged
 from chat import approvals, mcp
 from chat.approvals import Asking
 from chat.texts import SHORT_TEXT_CHARS, Texts
+from mcp_servers.results import said_in
+from tools.code import Report, parse_report
 from workspace.browse import BrowseError, file_components
 from workspace.markup import markdown
 
@@ -97,15 +101,34 @@ BREAKER_STEP = (
 STOPPED_TEXT = "Stopped before it finished."
 # A run the provider was too slow for halts on its deadline: the provider's fault, not the task's.
 SLOW_PROVIDER_STEP = (
-    "The model provider did not answer in time. Continue it later, or ask the operator to raise "
-    "LOOP_RUN_SECONDS."
+    "The model provider did not answer in time. Continue it later, or ask this site's operators "
+    "to give runs more time."
 )
 
 
 MODEL_DOWN_STEP = (
-    "The model provider did not answer. Continue it once the provider is back, to go on from "
-    "where it stopped."
+    "Try again in a few minutes: Continue it once the provider is back, to go on from where it "
+    "stopped. Your progress is kept."
 )
+# What a person reads of how a run failed or was interrupted, by its cause: never its error,
+# which names the settings, commands and addresses an operator acts on (the console shows it).
+FAILED_TEXTS = {
+    EndCause.MODEL_DOWN: "The assistant's model is not answering.",
+    EndCause.INTERNAL_ERROR: "Something went wrong on this site's side.",
+    EndCause.COULD_NOT_START: "It could not start: this site's set-up has a problem its "
+    "operators need to fix.",
+    EndCause.TOO_MANY_RESUMES: "The server working on it stopped under it too many times, so it "
+    "was given up.",
+}
+INTERRUPTED_TEXT = "The server working on it stopped before it finished."
+# The model answered with what it can do, not the task (the mock's help): a success at nothing.
+ONLY_HELP_BANNER = {
+    "what": "Not done: this site's demo model cannot do this task.",
+    "next": "Put it like one of the kinds of task it lists, or ask this site's operators for a "
+    "full model.",
+    "tone": "warn",
+}
+ONLY_HELP_LABEL = {"status": "not-done", "icon": "∅", "label": "Not done"}
 
 
 def next_step(end: RunFinished) -> str:
@@ -128,17 +151,19 @@ def what_happened(end: RunFinished) -> str:
             return f"Halted: {why}" if why else "Halted."
         case RunStatus.CANCELLED:
             return STOPPED_TEXT
-        case RunStatus.FAILED | RunStatus.INTERRUPTED:
-            label = STATUS_WORDS[RunStatus(end.status)]
-            return f"{label}: {end.error}" if end.error else f"{label}."
+        case RunStatus.FAILED:
+            why = FAILED_TEXTS.get(end.cause) if end.cause else None
+            return f"Failed: {why}" if why else "Failed."
+        case RunStatus.INTERRUPTED:
+            return f"Interrupted: {INTERRUPTED_TEXT}"
     return ""
 
 
 def end_banner(end: RunFinished) -> dict[str, str] | None:
     """The one banner a run's end shows: what happened and what the person can do about it.
-    None for a run that succeeded (its answer says it all)."""
+    None for a run that succeeded (its answer says it all), unless it did nothing of the task."""
     if end.status == RunStatus.SUCCEEDED:
-        return None
+        return ONLY_HELP_BANNER if end.cause is EndCause.ONLY_HELP else None
     tone = "bad" if end.status in (RunStatus.FAILED, RunStatus.INTERRUPTED) else "warn"
     return {"what": what_happened(end), "next": next_step(end), "tone": tone}
 
@@ -149,6 +174,14 @@ def status_label(status: str | None) -> dict[str, str]:
         return NO_RUN
     icon = RUN_SYMBOLS.get(status, UNKNOWN_SYMBOL)
     return {"status": status, "icon": icon, "label": STATUS_WORDS.get(status, status)}
+
+
+def end_label(end: RunFinished) -> dict[str, str]:
+    """A run's end as its answer's header shows it: its status, but never a success's tick
+    for a run that did nothing of its task."""
+    if end.status == RunStatus.SUCCEEDED and end.cause is EndCause.ONLY_HELP:
+        return ONLY_HELP_LABEL
+    return status_label(end.status)
 
 
 def labelled(conversation: Conversation) -> Conversation:
@@ -238,7 +271,7 @@ def event_card(
                     # A run that succeeded has no banner; its error is a note (a cut answer).
                     "error": event.error if event.status == RunStatus.SUCCEEDED else "",
                     "banner": end_banner(event),
-                    **status_label(event.status),
+                    **end_label(event),
                 },
             )
     return None
@@ -273,20 +306,67 @@ def tool_data(event: ToolCallStarted | ToolCallFinished, texts: Texts) -> dict[s
     }
     if not isinstance(event, ToolCallFinished):
         return shown | RUNNING_CALL
-    text = texts.shown("text", event.text)
     worked = event.status == ToolStatus.OK
+    output = shown_output(event, texts)
     return (
         shown
         | call_status(event)
+        | output
         | {
             "file": file_link(event.tool, event.arguments) if worked else None,
-            "text": text,
-            "long": text.count("\n") >= LONG_OUTPUT_LINES or len(text) > LONG_OUTPUT_CHARS,
+            "long": is_long(output["text"]),
             "milliseconds": round(event.duration * 1000),
             "policy": event.policy,
-            "truncated": event.truncated,
+            "truncated": event.truncated or output["truncated"],
         }
     )
+
+
+def is_long(text: str) -> bool:
+    return text.count("\n") >= LONG_OUTPUT_LINES or len(text) > LONG_OUTPUT_CHARS
+
+
+def shown_output(event: ToolCallFinished, texts: Texts) -> dict[str, Any]:
+    """What a finished call's card shows of its result: the output itself, not the text the
+    model read around it. That text is read back, here alone, by its writer's own reader
+    (run_code's report, an MCP answer's envelope, a denial); when the output differs from it,
+    the card keeps it (`raw`) behind a disclosure. The log keeps what the model read."""
+    raw = texts.shown("text", event.text)  # a whole text over the card's size: noted, linked
+    shown = {"text": raw, "note": "", "exit": "", "stderr": "", "quiet": False, "truncated": False}
+    if event.tool == RUN_CODE and (report := parse_report(event.text)) is not None:
+        shown |= {
+            "text": report.stdout[:SHORT_TEXT_CHARS],
+            "stderr": report.stderr[:SHORT_TEXT_CHARS],
+            "note": sentence(report.lead),
+            # A killed snippet's note (a timeout, a Stop, its memory) already says it was killed.
+            "exit": "" if report.lead and report.exit_status is None else exit_words(report),
+            "quiet": not report.stdout and not report.stderr,
+            "truncated": report.output_truncated,
+        }
+    elif event.status == ToolStatus.DENIED and (denial := denial_in(event.text)) is not None:
+        # The decision's card says who declined it and why; the model's wording adds nothing.
+        return shown | {"text": declined_words(denial), "raw": ""}
+    elif (said := said_in(event.text)) is not None:  # an MCP tool's answer, or its error
+        shown["text"] = said[:SHORT_TEXT_CHARS]
+    return shown | {"raw": raw if shown["text"] != raw else ""}
+
+
+def exit_words(report: Report) -> str:
+    """A snippet's exit status, said only when it is not the 0 of a program that ended well."""
+    if report.exit_status == 0:
+        return ""
+    if report.exit_status is None:
+        return "It was killed before it ended."
+    return f"Exit status {report.exit_status}"
+
+
+def declined_words(denial: Denial) -> str:
+    who = "Declined by an operator of this site" if denial.operator else "You declined this call"
+    return f"{who}: {denial.reason}" if denial.reason else f"{who}."
+
+
+def sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def mcp_data(event: ToolCallStarted | ToolCallFinished, asking: Asking | None) -> dict[str, Any]:
@@ -309,10 +389,11 @@ def call_status(event: ToolCallFinished) -> dict[str, str]:
     killed) is stopped, with the symbol of a stopped run, not an error."""
     if event.stopped:
         return STOPPED_CALL
+    declined = event.status == ToolStatus.DENIED and denial_in(event.text) is not None
     return {
         "status": event.status,
         "icon": TOOL_SYMBOLS.get(event.status, FAILED_CALL_SYMBOL),
-        "label": event.status.capitalize(),
+        "label": "Declined" if declined else event.status.capitalize(),
     }
 
 
@@ -360,7 +441,8 @@ def pruned_cards(run: AgentRun) -> list[Card]:
     note = f"Log pruned on {when}: this run's steps are no longer kept."
     end = {
         "html": markdown(run.answer[:SHORT_TEXT_CHARS]),
-        "error": run.error,
+        # As on any end: a success's note (a cut answer), never a failure's operator detail.
+        "error": run.error if run.status == RunStatus.SUCCEEDED else "",
         **status_label(run.status),
     }
     return [

@@ -45,6 +45,16 @@ def rendered(
     return f"{header}\n{OPEN}\n{body}\n{CLOSE}"
 
 
+def said_in(text: str) -> str | None:
+    """What the server said, inside the one block `rendered` (or a quoted error) delimits: the
+    answer without the envelope the model reads around it. None when `text` holds no whole block
+    (a failure Loop worded itself, a block cut away by the result's cap)."""
+    if text.count(OPEN) != 1 or text.count(CLOSE) != 1:
+        return None  # `defused` leaves no marker inside a block: anything else is not one
+    start, end = text.index(OPEN) + len(OPEN), text.index(CLOSE)
+    return text[start:end].strip("\n") if start <= end else None
+
+
 def named(tool: str) -> str:
     """The server's name for its tool as it may appear outside the block (in its header, in a
     saved image's path): the server chose it, so only the characters a tool name is made of."""

@@ -177,7 +177,7 @@ def test_denied_the_call_never_runs_and_its_card_says_why(asks, alice, as_alice)
     run = parked(alice, call("run_code", {"code": CODE}), answer("I will not run it, then."))
     answered = decide(as_alice, run, decision(run, "deny", reason="not on my machine"))
     assert answered.status_code == 200
-    assert "Denied" in answered.text
+    assert "You declined this call" in answered.text
     assert "Reason: not on my machine" in answered.text
     run = worked(run, answer("I will not run it, then."))
     [denied] = finished_calls(run)
@@ -309,7 +309,7 @@ def test_the_socket_draws_the_wait_and_the_decision_as_the_page_does(asks, alice
     decided = "".join(read_unsent.func(alice, run.pk, seen).frames)
     card = card_html(decided, run, request)
     assert 'hx-swap-oob="true"' in card
-    assert "Denied" in card
+    assert "You declined this call" in card
     assert "<form" not in card
     assert 'id="waiting-count" data-count="0"' in decided
 
@@ -405,7 +405,7 @@ def test_an_operators_denial_says_who_denied(asks, alice, as_alice, operator):
     denial = CallDecision(request.call_id, Decision.DENY, request.digest, reason="not here")
     decide_as_operator(operator, run.pk, [denial])
     card = card_html(as_alice.get(f"/c/{run.conversation_id}/").text, run, request)
-    assert "Denied by root" in card
+    assert "Declined by root" in card
     assert "Reason: not here" in card
 
 

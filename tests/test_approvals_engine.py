@@ -119,7 +119,7 @@ def test_a_denial_never_runs_the_call_and_the_model_reads_the_reason(alice):
     assert worked(run) == RunStatus.SUCCEEDED
     run.refresh_from_db()
     assert snippets_run(run) == 0
-    assert "DENIED: by the person: not now" in run.answer
+    assert "You declined the call to run_code: not now" in run.answer  # it read the reason
     [execution] = run.tool_executions.all()
     assert execution.status == "denied"
 

@@ -120,7 +120,7 @@ def test_a_person_approves_edits_and_denies_calls_that_wait_for_them(asking_site
     card.get_by_role("button", name="Deny").click()
     turn = last_turn(page)
     denied = turn.locator(".card.approval.decision-deny")
-    expect(denied).to_contain_text("Denied")
+    expect(denied).to_contain_text("You declined this call")
     expect(denied).to_contain_text("Reason: not on my machine")
     expect(turn.locator(".card.answer")).to_contain_text("not on my machine", timeout=WAIT_MS)
     expect(turn.locator(".card.tool.status-denied")).to_have_count(1)

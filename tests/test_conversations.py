@@ -96,7 +96,7 @@ def test_a_strong_memory_answers_a_question_in_a_new_conversation(alice, workspa
 def test_a_question_no_memory_answers_gets_the_mock_s_honest_reply(alice, workspaces):
     ask(alice, new_conversation(alice), "Remember that my favourite colour is teal")
     asked = ask(alice, new_conversation(alice), "What is my favourite city?")
-    assert "mock model" in asked.answer
+    assert "demo model" in asked.answer
 
 
 def test_one_run_more_than_the_active_limit_is_refused_and_nothing_is_stored(alice, settings):

@@ -42,9 +42,7 @@ def test_help_and_refusals_carry_nothing(answer):
     assert carries_nothing(answer)
 
 
-MOCKS_HELP = (
-    "I am Loop's mock model (no GROQ_API_KEY is set), so I can only work a few task shapes."
-)
+MOCKS_HELP = "This site runs a demo model, which can only do a few kinds of task."
 
 
 def test_the_models_help_carries_nothing_by_its_mark_not_its_words():
@@ -91,7 +89,7 @@ def test_results_are_worth_keeping(answer):
 def test_the_mocks_help_text_is_not_remembered_but_a_result_is(alice, workspaces):
     helped = execute_run(start_run(alice, "Tell me a joke about penguins"))
     assert helped.status == RunStatus.SUCCEEDED
-    assert helped.answer.startswith("I am Loop's mock model")
+    assert helped.answer.startswith("This site runs a demo model")
     finished = helped.events.get(kind="run_finished").data
     assert finished["answer_source"] == AnswerSource.HELP
     saved = execute_run(start_run(alice, "Compute the sum of 1..100 and save it to a file"))

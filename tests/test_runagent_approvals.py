@@ -248,7 +248,7 @@ def test_denied_with_a_reason_the_call_never_runs_and_the_model_answers_with_it(
     terminal.expect("Why? (optional; the model reads it) ")
     terminal.type("not on my machine\n")
     terminal.expect("step 1  run_code denied by alice: not on my machine")
-    terminal.expect("I could not compute 17 * 23: DENIED: by the person: not on my machine")
+    terminal.expect("You declined the call to run_code: not on my machine")
     assert terminal.exit_code() == 0
     run = the_run(alice)
     assert run.status == RunStatus.SUCCEEDED

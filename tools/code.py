@@ -77,12 +77,14 @@ _REPORT = re.compile(
 
 @dataclass(frozen=True)
 class Report:
-    """A snippet's report as `parse_report` reads it back; `exit_status` None: it was killed."""
+    """A snippet's report as `parse_report` reads it back; `exit_status` None: it was killed.
+    `lead`: what a failure's message says before the report (a timeout, a stop, saved files)."""
 
     exit_status: int | None
     stdout: str
     stderr: str
     output_truncated: bool
+    lead: str = ""
 
 
 def describe(execution: Execution) -> str:
@@ -108,6 +110,7 @@ def parse_report(text: str) -> Report | None:
         stdout=_printed(found["stdout"]),
         stderr=_printed(found["stderr"]),
         output_truncated=found["capped"] is not None,
+        lead=text[: found.start()].strip(),
     )
 
 

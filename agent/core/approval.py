@@ -48,13 +48,36 @@ class AwaitingDecision(Exception):
         self.calls = calls
 
 
+BY_PERSON, BY_OPERATOR = "by the person", "by an operator of this site"
+NO_REASON = " (no reason given)"
+
+
+@dataclass(frozen=True)
+class Denial:
+    """A denial as `denial_in` reads it back from a denied call's result."""
+
+    reason: str  # "" when none was given
+    operator: bool  # an operator denied it on the person's behalf
+
+
 def denied_text(reason: str, operator: bool = False) -> str:
-    """A denied call's result as the model reads it (after "DENIED: ")."""
-    who = "by an operator of this site" if operator else "by the person"
-    return f"{who}: {reason}" if reason else f"{who} (no reason given)"
+    """A denied call's result as the model reads it (after "DENIED: "); `denial_in` reads it."""
+    who = BY_OPERATOR if operator else BY_PERSON
+    return f"{who}: {reason}" if reason else who + NO_REASON
 
 
-EXPIRED_TEXT = "not run: nobody decided whether it may run in time (LOOP_APPROVAL_SECONDS)"
+def denial_in(text: str) -> Denial | None:
+    """The denial `denied_text` wrote, or None for a result it did not write (a tool's own
+    refusal, which is denied too)."""
+    for who, operator in ((BY_PERSON, False), (BY_OPERATOR, True)):
+        if text == who + NO_REASON:
+            return Denial("", operator)
+        if text.startswith(f"{who}: "):
+            return Denial(text.removeprefix(f"{who}: "), operator)
+    return None
+
+
+EXPIRED_TEXT = "not run: nobody decided in time whether it may run"
 CANCELLED_TEXT = "not run: the run was stopped while this call waited for a decision"
 
 

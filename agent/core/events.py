@@ -76,6 +76,8 @@ class EndCause(StrEnum):
     INTERNAL_ERROR = "internal_error"  # an error of Loop's own
     COULD_NOT_START = "could_not_start"  # its model or tools could not be set up
     TOO_MANY_RESUMES = "too_many_resumes"  # its worker stopped under it too often: Loop gave up
+    # The model answered with what it can do (its help), not the task: it succeeded at nothing.
+    ONLY_HELP = "only_help"
 
 
 class AnswerSource(StrEnum):

@@ -376,8 +376,11 @@ class AgentLoop:
     def answered(self, text: str, cut: bool, help: bool = False) -> RunResult:
         """The model's final reply, one that called no tool, ends the run; `help`: the reply said
         it is the model's help, not an answer (the outcome says so, for whoever remembers it)."""
-        source = AnswerSource.HELP if help else AnswerSource.MODEL
-        return self.finish(RunStatus.SUCCEEDED, text, source=source, cut=cut)
+        # Help ends the run as it should (nothing went wrong), but did nothing of the task.
+        source, cause = (
+            (AnswerSource.HELP, EndCause.ONLY_HELP) if help else (AnswerSource.MODEL, None)
+        )
+        return self.finish(RunStatus.SUCCEEDED, text, source=source, cut=cut, cause=cause)
 
     def begin(self) -> None:
         memories = list(self.recall(self.task))

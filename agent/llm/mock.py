@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.core.approval import EXPIRED_TEXT
+from agent.core.approval import EXPIRED_TEXT, denial_in
 from agent.core.history import (
     is_loop_note,
     memories_in,
@@ -26,9 +26,10 @@ from agent.core.history import (
 )
 from agent.core.interrupt import Interrupt
 from agent.core.llm import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
-from agent.core.progress import Outcome, progress_in_words
+from agent.core.progress import Outcome, failure_reason, progress_in_words
 from agent.core.results import ToolStatus
 from agent.llm.tokens import count_prompt_tokens, count_tokens
+from mcp_servers.results import said_in
 from memory.hygiene import outcome_answer
 from tools.code import STOPPED, parse_report
 from tools.files import is_empty_file_note
@@ -126,6 +127,9 @@ TASK_SHAPES = """\
 - any question a recalled memory answers: "Remember that my favourite colour is teal", then, in
   any conversation, "What is my favourite colour?\""""
 
+# A shape's line wrapped for the source, joined again for a person (the chat keeps line breaks).
+WRAPPED = "\n  "
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -148,6 +152,28 @@ class Observation:
     @property
     def ok(self) -> bool:
         return self.status is ToolStatus.OK
+
+    @property
+    def said(self) -> str:
+        """What the result says, as an answer quotes it: an MCP tool's answer without the
+        envelope that marks it as the server's text."""
+        said = said_in(self.text)
+        return self.text if said is None else said
+
+    @property
+    def reason(self) -> str:
+        """Why it failed, in one line (a snippet's exception, not its whole report)."""
+        return failure_reason(*parse_tool_message(self.text))
+
+    @property
+    def declined(self) -> str | None:
+        """Its person (or an operator) declined it, in words: None when nobody did."""
+        status, text = parse_tool_message(self.text)
+        denial = denial_in(text) if status is ToolStatus.DENIED else None
+        if denial is None:
+            return None
+        who = "An operator of this site declined" if denial.operator else "You declined"
+        return f"{who} the call to {self.tool}" + (f": {denial.reason}" if denial.reason else "")
 
     @property
     def interrupted(self) -> bool:
@@ -345,6 +371,8 @@ def next_move(task: str, seen: list[Observation], memories: list[str]) -> Move:
     # A call that waited for a decision nobody made never ran: asked for again, as a model would
     # once the person continues the run.
     seen = [observation for observation in seen if not observation.expired]
+    if seen and (declined := seen[-1].declined) is not None:
+        return f"{declined}, so I stopped there. Tell me if you want the task done another way."
     for pattern, plan in PLANS:
         match = pattern.search(task)
         if match:
@@ -352,8 +380,8 @@ def next_move(task: str, seen: list[Observation], memories: list[str]) -> Move:
     if answer := answered_by_memory(task, memories):
         return answer
     return Help(
-        "I am Loop's mock model (no GROQ_API_KEY is set), so I can only work a few task "
-        f"shapes:\n{TASK_SHAPES}\nSet GROQ_API_KEY to run this task on a real model."
+        "This site runs a demo model, which can only do a few kinds of task, and this is not "
+        f"one of them. Put your task like one of these:\n{TASK_SHAPES.replace(WRAPPED, ' ')}"
     )
 
 
@@ -426,7 +454,7 @@ def compute(code: str, shown: str) -> Plan:
             return "run_code", {"code": code}
         result = seen[-1]
         if not result.ok:
-            return f"I could not compute {shown}: {result.text}"
+            return f"I could not compute {shown}: {result.reason}"
         return f"{shown} = {result.stdout}"
 
     return plan
@@ -457,8 +485,8 @@ def one_call(tool: str, arguments: Callable[[re.Match[str]], dict[str, Any]]) ->
             return tool, arguments(match)
         result = seen[-1]
         if not result.ok:
-            return f"{tool} failed: {result.text}"
-        return result.text
+            return f"{tool} failed: {result.said}"
+        return result.said
 
     return plan
 
