@@ -19,6 +19,7 @@ class Mailbox:
     """Every message the server accepted, in order."""
 
     received: list[EmailMessage] = field(default_factory=list)
+    port: int = 0  # where the server listens
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         message = email.message_from_bytes(envelope.content, policy=email.policy.default)
@@ -48,8 +49,8 @@ def free_port() -> int:
 @pytest.fixture
 def mailbox(settings) -> Iterator[Mailbox]:
     """Loop's mail sent through an SMTP server of the test's own."""
-    mailbox = Mailbox()
-    controller = Controller(mailbox, hostname="127.0.0.1", port=free_port())
+    mailbox = Mailbox(port=free_port())
+    controller = Controller(mailbox, hostname="127.0.0.1", port=mailbox.port)
     controller.start()
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
