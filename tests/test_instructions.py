@@ -15,6 +15,7 @@ from engine.execution import execute_run
 from tests.openai_server import openai_server_fixture  # noqa: F401 (a fixture)
 from tests.test_my_data_export import exported, read_json
 from tests.test_openai_runs import on_server  # noqa: F401 (a fixture)
+from tests.test_runagent import runagent
 
 pytestmark = pytest.mark.django_db
 
@@ -132,3 +133,11 @@ def test_my_data_export_holds_them(as_alice, instructed, workspaces):
     assert read_json(archive, "account.json")["instructions"] == MINE
     (name,) = [name for name in archive.namelist() if name.startswith("conversations/")]
     assert read_json(archive, name)["instructions"] == THREADS
+
+
+def test_runagent_says_which_instructions_its_run_read(alice, workspaces):
+    PersonalInstructions.objects.create(user=alice, text=MINE)
+    code, printed = runagent("Say hello", "--user=alice")
+    assert code == 0
+    assert f"Your instructions: {MINE}" in printed.splitlines()
+    assert "The conversation's instructions" not in printed  # a terminal run has none
