@@ -16,6 +16,7 @@ from agent.runs import new_conversation
 from tests.conftest import wait_for
 from tests.mail_server import Mailbox, link_in, mailbox  # noqa: F401 (a fixture)
 from tests.test_browser import (
+    ARTIFACTS,
     CHROMIUM_ARGS,  # noqa: F401 (the launch flags the browser fixture uses)
     PASSWORD,
     WAIT_MS,
@@ -95,6 +96,7 @@ def test_a_person_sets_their_instructions_and_a_conversations(mailing_site, brow
     page.get_by_label(re.compile("How to answer me")).fill(MINE)
     page.get_by_role("button", name="Save").click()
     expect(page.get_by_role("status")).to_contain_text("Saved")
+    page.screenshot(path=ARTIFACTS / "instructions.png")
     found = axe_everywhere(page, page.url)
     page.goto(f"{mailing_site}/c/{conversation.pk}/")
     page.locator("summary[aria-label='Conversation actions']").click()
@@ -102,6 +104,7 @@ def test_a_person_sets_their_instructions_and_a_conversations(mailing_site, brow
     page.get_by_role("button", name="Save instructions").click()
     page.locator("summary[aria-label='Conversation actions']").click()
     expect(page.get_by_label("Instructions for this conversation")).to_have_value(THREADS)
+    page.screenshot(path=ARTIFACTS / "conversation-instructions.png")
     if violations := axe_violations(page):
         found["the conversation's open menu"] = violations
     send(page, "Say hello")
