@@ -1,10 +1,12 @@
 """A real SMTP server for the tests (aiosmtpd, on a free local port), with Loop's mail settings
 pointed at it: what Loop mails goes over SMTP and is read back as a mailbox would have it."""
 
+import asyncio
 import email
 import email.policy
 import re
 import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email.message import EmailMessage
@@ -20,8 +22,14 @@ class Mailbox:
 
     received: list[EmailMessage] = field(default_factory=list)
     port: int = 0  # where the server listens
+    # Cleared, the server holds each message before accepting it, until it is set again.
+    accepting: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.accepting.set()
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        await asyncio.get_running_loop().run_in_executor(None, self.accepting.wait)
         message = email.message_from_bytes(envelope.content, policy=email.policy.default)
         self.received.append(message)  # type: ignore[arg-type]  # the default policy's class
         return "250 Message accepted for delivery"
