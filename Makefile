@@ -78,6 +78,10 @@ run: migrate
 	@echo "No login yet? Create one with:  $(BIN)/python manage.py createsuperuser"
 	@echo "Operators' admin: http://$(HOST):$(PORT)/admin/"
 	@$(MAKE) --no-print-directory model-note
+	@if [ -z "$$EMAIL_HOST" ]; then \
+	  echo "Mail (password resets, approved sign-ups) is printed here, not sent: set EMAIL_HOST"; \
+	  echo "and its EMAIL_* companions to send it (docs/deploy.md)."; \
+	fi
 	@echo
 	HOST=$(HOST) $(BIN)/honcho start --procfile Procfile --port $(PORT)
 

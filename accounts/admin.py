@@ -21,6 +21,7 @@ from django.utils.text import capfirst
 
 from accounts.forms import PersonChangeForm, PersonCreationForm
 from accounts.models import PRIVILEGED, WAITING_FOR_APPROVAL, SignUp
+from accounts.signups import tell_approved
 from agent.models import AgentRun, ToolExecution
 from console.widgets import MalformedFiltersSaid, link, list_url
 from memory.models import Memory
@@ -57,10 +58,13 @@ class Approves:
         )
         for user in waiting:
             self.log_change(request, user, "Approved the sign-up.")
+        unmailed = tell_approved(waiting, request.build_absolute_uri(reverse("login")))
         skipped = selected - len(waiting)
         message = f"Approved {len(waiting)} sign-up{'s' if len(waiting) != 1 else ''}."
         if skipped:
             message += f" {skipped} selected were not waiting for approval and stay as they were."
+        if unmailed:
+            message += f" {unmailed} could not be told by mail (the log says why)."
         self.message_user(request, message)
 
 

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from django import forms
 from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.forms import (
     AdminUserCreationForm,
@@ -53,6 +54,12 @@ class SignUpForm(UserCreationForm):
     from other scripts out at once), and silent on whether a name is taken: Django's form says
     so, which tells anyone which accounts exist. accounts.signups decides, and the view answers
     the same either way."""
+
+    email = forms.EmailField(
+        required=False,
+        label="E-mail address (optional: for a forgotten password, and word of your approval)",
+    )
+    field_order = ("username", "email", "password1", "password2")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

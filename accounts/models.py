@@ -52,3 +52,21 @@ class ExportStart(models.Model):
 
     def __str__(self) -> str:
         return f"export by user {self.user_id} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class PasswordResetAttempt(models.Model):
+    """One password reset asked for, kept for the throttle's window: from which client address,
+    and for which e-mail address (as a digest: the table says nothing of who asked for what)."""
+
+    address = models.GenericIPAddressField()
+    email_digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = (
+            models.Index(fields=["address", "created_at"]),
+            models.Index(fields=["email_digest", "created_at"]),
+        )
+
+    def __str__(self) -> str:
+        return f"password reset from {self.address} at {self.created_at:%Y-%m-%d %H:%M:%S}"

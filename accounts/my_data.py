@@ -37,6 +37,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from agent.instructions import personal_instructions_of
 from agent.models import (
     FINISHED,
     AgentRun,
@@ -76,9 +77,11 @@ Your data from Loop, exported {exported} for {username}.
 
 account.json        Your account: name, e-mail, when you joined and last logged in, and your
                     approval settings: which tool calls wait for your decision, and the tools
-                    you always allowed in a conversation (revoked ones with when), and
+                    you always allowed in a conversation (revoked ones with when), your
+                    instructions (how Loop should answer you), and
                     your own MCP servers with their tools (never their credentials).
-conversations/      One file per conversation, <id>-<title>.json: its title, when it was
+conversations/      One file per conversation, <id>-<title>.json: its title, its
+                    instructions, when it was
                     started, updated and (if you deleted it) deleted, and every run's
                     transcript, oldest first. Conversations you deleted are included: Loop
                     keeps their runs for its operators' audit until you delete your account.
@@ -198,6 +201,7 @@ def account_of(user: AbstractBaseUser) -> dict[str, Any]:
         "date_joined": when(getattr(user, "date_joined", None)),
         "last_login": when(user.last_login),
         "approvals": approvals_of(user),
+        "instructions": personal_instructions_of(user),
         "mcp_servers": mcp_servers_of(user),
     }
 
@@ -254,6 +258,7 @@ def conversation_of(conversation: Conversation, user: AbstractBaseUser) -> dict[
     return {
         "id": conversation.pk,
         "title": conversation.title,
+        "instructions": conversation.instructions,
         "created_at": when(conversation.created_at),
         "updated_at": when(conversation.updated_at),
         "deleted_at": when(conversation.deleted_at),

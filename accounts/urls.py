@@ -1,10 +1,11 @@
 """Logins: Django's own views for log in and log out (POST only), password change counted by
-django-axes like a login, sign-up, and a person's own data: export it, or delete the account."""
+django-axes like a login, password reset by mail (accounts/resets.py), sign-up, and a person's
+own data: export it, or delete the account."""
 
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from accounts import views
+from accounts import resets, views
 from accounts.forms import LoginForm
 
 urlpatterns = [
@@ -23,6 +24,20 @@ urlpatterns = [
             template_name="registration/password_changed.html"
         ),
         name="password_change_done",
+    ),
+    path("password/reset/", resets.PasswordResetView.as_view(), name="password_reset"),
+    path(
+        "password/reset/sent/", resets.PasswordResetDoneView.as_view(), name="password_reset_done"
+    ),
+    path(
+        "password/reset/<uidb64>/<token>/",
+        resets.PasswordResetConfirmView.as_view(),
+        name="password_reset_confirm",
+    ),
+    path(
+        "password/reset/done/",
+        resets.PasswordResetCompleteView.as_view(),
+        name="password_reset_complete",
     ),
     path("signup/", views.signup, name="signup"),
     path("data/", views.my_data, name="my_data"),

@@ -46,7 +46,10 @@ def signup(request: HttpRequest) -> HttpResponse:
             return render(request, "registration/signup_throttled.html", context, status=429)
         username = form.cleaned_data["username"]
         user = signups.create_account(
-            username, form.cleaned_data["password1"], active=mode == "open"
+            username,
+            form.cleaned_data["password1"],
+            active=mode == "open",
+            email=form.cleaned_data["email"],
         )
         if mode == "approve":
             # The same page whether the account was made or its name was not free: which names

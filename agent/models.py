@@ -30,6 +30,7 @@ from agent.core.events import (
     Unreadable,
     loaded,
 )
+from agent.core.instructions import INSTRUCTIONS_CHARS
 from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
 from agent.core.results import ToolStatus
 
@@ -64,6 +65,8 @@ class Conversation(models.Model):
     # The qualified name (factory.ModelChoice.name) of the model its next task runs on: the one
     # its latest run was started with. "" before its first run.
     model = models.CharField(max_length=200, blank=True, default="")
+    # What its owner asked of its runs, in their system prompt (agent.core.instructions).
+    instructions = models.CharField(max_length=INSTRUCTIONS_CHARS, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
@@ -74,6 +77,26 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"
+
+
+class PersonalInstructions(models.Model):
+    """A person's "how to answer me": in the system prompt of every run they start, marked as
+    their preferences (agent.core.instructions). It goes with the account."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="personal_instructions",
+    )
+    text = models.CharField(max_length=INSTRUCTIONS_CHARS, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "personal instructions"
+
+    def __str__(self) -> str:
+        return f"Instructions of user {self.user_id}"
 
 
 def run_search_vector() -> SearchVector:

@@ -12,6 +12,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from agent.core.events import Event, MemoriesRecalled, Unreadable, event_from_dict, loaded
 from agent.core.history import loop_note, messages_from_events
+from agent.core.instructions import Instructions
 from agent.core.llm import Message
 from agent.core.recalled import RecalledMemory
 from agent.llm.factory import (
@@ -22,7 +23,7 @@ from agent.llm.factory import (
     resolve,
 )
 from agent.llm.tokens import count_tokens
-from agent.models import FINISHED, AgentRun, Conversation, RunEvent
+from agent.models import FINISHED, AgentRun, Conversation, PersonalInstructions, RunEvent
 from memory.forgetting import remembered_by
 from memory.models import Memory
 
@@ -266,6 +267,16 @@ def conversation_context(run: AgentRun) -> list[Message]:
         )
         turns.insert(0, {"role": "system", "content": note})
     return turns
+
+
+def instructions_for(run: AgentRun) -> Instructions:
+    """What the run's person asked of every run, and of the run's conversation, as they stand
+    when it starts (an edit applies from the next run on)."""
+    person = PersonalInstructions.objects.filter(user_id=run.user_id).values_list("text", flat=True)
+    conversation = Conversation.objects.filter(pk=run.conversation_id).values_list(
+        "instructions", flat=True
+    )
+    return Instructions(person=person.first() or "", conversation=conversation.first() or "")
 
 
 def ancestors(run: AgentRun) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ urlpatterns = [
     path("queued/<int:task_id>/remove/", views.queued_remove, name="queued_remove"),
     path("c/<int:conversation_id>/rename/", views.rename, name="rename"),
     path("c/<int:conversation_id>/delete/", views.delete, name="delete"),
+    path("c/<int:conversation_id>/instructions/", views.instructions, name="instructions"),
     path("runs/<int:run_id>/", views.run_fragment, name="run"),
     path("runs/<int:run_id>/stop/", views.stop, name="stop"),
     path("runs/<int:run_id>/continue/", views.continue_run, name="continue"),

@@ -16,6 +16,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from agent import approvals, queued, runs, selectors
 from agent.forgotten import take_back
+from agent.instructions import InstructionsForm, set_conversation_instructions
 from agent.llm.factory import (
     GROQ,
     MOCK,
@@ -492,6 +493,20 @@ def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
         error = "The title was not changed: " + " ".join(form.errors["title"])
         return chat_page(request, conversation, error=error, status=400)
     runs.rename_conversation(request.user, conversation.pk, form.cleaned_data["title"])
+    return redirect("chat:conversation", conversation.pk)
+
+
+@require_POST
+def instructions(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """The conversation's own instructions, read by its runs from the next one on."""
+    conversation = owned_conversation(request, conversation_id)
+    form = InstructionsForm(request.POST)
+    if not form.is_valid():
+        error = " ".join(form.errors["instructions"])
+        # Shown again as typed (not saved), so shortening them loses nothing.
+        conversation.instructions = form.data.get("instructions", "")
+        return chat_page(request, conversation, error=error, status=400)
+    set_conversation_instructions(request.user, conversation.pk, form.cleaned_data["instructions"])
     return redirect("chat:conversation", conversation.pk)
 
 

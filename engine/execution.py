@@ -49,7 +49,7 @@ from agent.models import FINISHED, AgentRun, RunResume
 from agent.queued import messages_for
 from agent.recorder import RunRecorder
 from agent.runs import reopen, start_next_queued
-from agent.selectors import conversation_context
+from agent.selectors import conversation_context, instructions_for
 from agent.toolset import registry_for
 from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
@@ -389,6 +389,7 @@ def work(
             worked_seconds=worked,
             inbox=partial(messages_for, run.pk),
             approval=approval,
+            instructions=instructions_for(run),
         )
     except RunReleased:  # its recorder was fenced off before the loop ran
         release(run, recorder)

@@ -286,6 +286,25 @@ LOOP_SIGNUP_PER_HOUR = env_int("LOOP_SIGNUP_PER_HOUR", 5)  # sign-ups asked for,
 # LOOP_EXPORT_INTERVAL_SECONDS per person (0: no limit), LOOP_EXPORTS_AT_ONCE on the whole site.
 LOOP_EXPORT_INTERVAL_SECONDS = env_int("LOOP_EXPORT_INTERVAL_SECONDS", 300)
 LOOP_EXPORTS_AT_ONCE = env_int("LOOP_EXPORTS_AT_ONCE", 2)
+# Password resets per client address and per e-mail address asked about, in an hour
+# (accounts.resets): past the first, the page says so; past the second, no more mail is sent.
+LOOP_PASSWORD_RESETS_PER_HOUR = env_int("LOOP_PASSWORD_RESETS_PER_HOUR", 5)
+
+# Mail (password resets, approved sign-ups): Django's SMTP settings. Unset EMAIL_HOST: mail is
+# printed by the web process (the console backend), as `make run` says.
+EMAIL_HOST = env_str("EMAIL_HOST")
+EMAIL_BACKEND = (
+    "django.core.mail.backends.smtp.EmailBackend"
+    if EMAIL_HOST
+    else "django.core.mail.backends.console.EmailBackend"
+)
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)  # STARTTLS, usually on port 587
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Loop <loop@localhost>")
+
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # counts failed logins, locks out; first, as axes asks
     "django.contrib.auth.backends.ModelBackend",

@@ -120,6 +120,10 @@ class RunStarted(Event):
     model: str
     messages: list[dict[str, Any]]
     limits: dict[str, Any]
+    # What the person asked of every run and of this conversation's (agent.core.instructions),
+    # as the system prompt quotes them; "" for none (and in a log from before Loop had them).
+    person_instructions: str = ""
+    conversation_instructions: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

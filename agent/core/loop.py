@@ -74,6 +74,7 @@ from agent.core.history import (
     summary_request,
     tool_message,
 )
+from agent.core.instructions import NO_INSTRUCTIONS, Instructions, bounded, instructions_section
 from agent.core.interrupt import Interrupt, Interrupted, StopReason, interruptibly
 from agent.core.llm import (
     CALL_ID_CHARS,
@@ -245,8 +246,10 @@ def run_agent(
     worked_seconds: float = 0.0,
     inbox: Inbox = no_messages,
     approval: Approval = ask_nothing,
+    instructions: Instructions = NO_INSTRUCTIONS,
 ) -> RunResult:
-    """`history` is what came before the task in its conversation, placed ahead of it.
+    """`history` is what came before the task in its conversation, placed ahead of it;
+    `instructions`, the person's own and the conversation's, go in the system prompt.
 
     `interrupt` is the one way to stop the run (None: nobody will): set from any thread, it stops
     the run at its next check or in the middle of a model call; CANCEL ends it cancelled,
@@ -262,7 +265,9 @@ def run_agent(
         return finished_result(resume.finished, resume)
     if resume is not None and resume.limits:
         limits = Limits(**resume.limits)
-    loop = AgentLoop(task, llm, tools, sink, limits, recall, history, interrupt, inbox, approval)
+    loop = AgentLoop(
+        task, llm, tools, sink, limits, recall, history, interrupt, inbox, approval, instructions
+    )
     if resume is not None:
         loop.restore(resume, worked_seconds)
     return loop.run()
@@ -283,9 +288,10 @@ class AgentLoop:
         interrupt: Interrupt | None = None,
         inbox: Inbox = no_messages,
         approval: Approval = ask_nothing,
+        instructions: Instructions = NO_INSTRUCTIONS,
     ) -> None:
         self.task, self.llm, self.tools, self.sink = task, llm, tools, sink
-        self.approval = approval
+        self.approval, self.instructions = approval, instructions
         # Calls asked about (their requests) and decided, by id, from the log.
         self.asked: dict[str, ApprovalRequested] = {}
         self.decisions: dict[str, ApprovalDecided] = {}
@@ -385,8 +391,9 @@ class AgentLoop:
     def begin(self) -> None:
         memories = list(self.recall(self.task))
         recalled = memory_section([memory.text for memory in memories])
+        asked = instructions_section(self.instructions)
         self.messages = [
-            {"role": "system", "content": SYSTEM_PROMPT + recalled},
+            {"role": "system", "content": SYSTEM_PROMPT + asked + recalled},
             *self.history,
             {"role": "user", "content": self.task},
         ]
@@ -397,6 +404,8 @@ class AgentLoop:
                 model=self.llm.model,
                 messages=list(self.messages),
                 limits=dataclasses.asdict(self.limits),
+                person_instructions=bounded(self.instructions.person),
+                conversation_instructions=bounded(self.instructions.conversation),
             )
         )
         if memories:

@@ -346,7 +346,12 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             shown = (
                 event.model if event.model == event.provider else f"{event.provider} {event.model}"
             )
-            return [f"Task: {event.task}", f"Model: {shown}"]
+            asked = (
+                ("Your instructions", event.person_instructions),
+                ("The conversation's instructions", event.conversation_instructions),
+            )
+            said = [f"{whose}: {excerpt(text, LINE_CHARS)}" for whose, text in asked if text]
+            return [f"Task: {event.task}", f"Model: {shown}", *said]
         case MemoriesRecalled():
             count = len(event.memories)
             lines = [f"Recalled {count} {'memory' if count == 1 else 'memories'}:"]
