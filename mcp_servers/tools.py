@@ -296,7 +296,7 @@ def _refusal(tool: McpTool, digest: str) -> ToolError | None:
     """The error a call of the tool as it is now is refused with, for a run that was given it as
     pinned with `digest` (None: it may be called)."""
     why = _server_withdrawn(tool.server)
-    if not why and tool.held:
+    if not why and tool.held and tool.enabled:  # a tool turned off is off, reviewed or not
         return ToolHeld(held_text(tool))
     why = why or _tool_withdrawn(tool, digest)
     return ToolError(_not_called(tool.server.name, tool.name, why)) if why else None

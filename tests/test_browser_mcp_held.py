@@ -3,7 +3,8 @@ and a real worker, the person's own server the real MCP test server: its `changi
 rewritten since they enabled it. The Tools link counts it; a task that calls it gets a warning
 card saying it is on hold, linking to the review, and the run ends "Held for your review", not
 Done; the link leads to the change, and accepting it clears the count. axe-core finds nothing on
-the pages this touches. Screenshots land in var/test-artifacts/."""
+the pages this touches (the chat light at laptop size and dark at phone size, the Tools page).
+Screenshots land in var/test-artifacts/."""
 
 from collections.abc import Iterator
 
@@ -21,6 +22,7 @@ from tests.test_browser import (  # noqa: F401 (browser is a fixture)
     ARTIFACTS,
     LAPTOP,
     PASSWORD,
+    PHONE,
     WAIT_MS,
     browser,
     db,
@@ -75,6 +77,11 @@ def test_a_tool_on_hold_is_counted_said_and_reviewed(held_site, modern_server, b
     turn.screenshot(path=ARTIFACTS / "mcp-held-call.png")
     assert axe_violations(page) == []
     assert modern_server.calls() == []
+    conversation = page.url
+    dark = log_in(browser, held_site, "alice", PHONE, scheme="dark")
+    dark.goto(conversation)
+    expect(dark.locator(".card.tool.status-held .hold")).to_be_visible()
+    assert axe_violations(dark) == []
 
     card.get_by_role("link", name="Review the change").click()
     review = page.locator(".held-review")
