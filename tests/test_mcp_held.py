@@ -10,11 +10,14 @@ import pytest
 from django.contrib.auth.models import AbstractBaseUser
 from django.test import Client
 
-from agent.core.events import RunFinished, RunStatus, ToolCallFinished
+from agent.approvals import decide
+from agent.core.events import Decision, RunFinished, RunStatus, ToolCallFinished
 from agent.core.results import Remedy
+from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from agent.selectors import events_of
+from agent.waiting import CallDecision
 from engine.execution import execute_run
 from mcp_servers.discovery import discover
 from mcp_servers.models import PERSON, McpServer, McpTool
@@ -22,6 +25,7 @@ from tests.mcp_servers.harness import (  # noqa: F401 (a module-scoped fixture)
     Served,
     modern_server_fixture,
 )
+from tests.test_mcp_tools import Midway
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,3 +156,45 @@ def test_a_site_tool_on_hold_is_listed_as_such_on_the_tools_page(alice, changing
 
     assert "shop__changing" in page
     assert "On hold: the server changed this tool since it was reviewed." in page
+
+
+def test_a_run_that_waited_for_a_decision_after_a_tool_on_hold_still_ends_held(
+    alice, workspaces, changing
+):
+    """The run parks for a decision on its next call and goes on from its log once approved:
+    the call of the tool on hold, read back from the log, still marks its end."""
+    held_server(changing)
+    script = ScriptedLLM(
+        [call("shop__changing"), call("shop__add", {"a": 2, "b": 40}), answer("42")]
+    )
+    run = execute_run(start_run(alice, "add", model="mock"), llm=script)
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    [request] = run.approvals.all()
+
+    decide(alice, run.pk, [CallDecision(request.call_id, Decision.APPROVE, request.digest)])
+    run = execute_run(AgentRun.objects.get(pk=run.pk), llm=script)
+
+    assert run.status == RunStatus.SUCCEEDED
+    [end] = the(RunFinished, run)
+    assert end.on_hold == ["shop__changing"]
+    assert changing.calls() == [{"tool": "add", "arguments": {"a": 2, "b": 40}}]
+
+
+def test_a_tool_put_on_hold_while_the_run_works_is_refused_as_on_hold(alice, workspaces, changing):
+    """Given to the run as pinned, held before its second call: that call is refused as on
+    hold (the card's remedy, the run's end), not as merely withdrawn."""
+    server = McpServer.objects.create(name="Shop", prefix="shop", url=changing.url, everyone=True)
+    discover(server)
+    McpTool.objects.filter(name="changing").update(auto=True)
+
+    def hold() -> None:
+        changing.set_changing(REWRITTEN)
+        assert discover(McpServer.objects.get(pk=server.pk)).held == ["changing"]
+
+    script = Midway([call("shop__changing"), call("shop__changing"), answer("done")], 2, hold)
+    run = execute_run(start_run(alice, "a task", model="mock"), llm=script)
+
+    first, second = the(ToolCallFinished, run)
+    assert (first.remedy, second.remedy) == (None, Remedy.REVIEW)
+    assert the(RunFinished, run)[0].on_hold == ["shop__changing"]
+    assert [sent["tool"] for sent in changing.calls()] == ["changing"]
