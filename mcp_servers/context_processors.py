@@ -6,7 +6,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
-from mcp_servers.tools import held_tools
+from mcp_servers.tools import held_count as held_count_of
 
 
 def held_count(request: HttpRequest) -> dict[str, Any]:
@@ -15,4 +15,4 @@ def held_count(request: HttpRequest) -> dict[str, Any]:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    return {"held_tools": SimpleLazyObject(lambda: len(held_tools(user)))}
+    return {"held_tools": SimpleLazyObject(lambda: held_count_of(user))}
