@@ -33,7 +33,7 @@ from agent.models import AgentRun, ApprovalRequest
 from agent.selectors import Logged, runs_for
 from agent.waiting import CallDecision
 from chat import mcp
-from chat.mcp import McpShown
+from chat.mcp import Hold, McpShown
 from chat.texts import Texts
 from workspace.browse import BrowseError, NotFound, open_text
 from workspace.directory import workspace_of
@@ -74,6 +74,17 @@ class Asking:
         asked = ApprovalRequest.objects.filter(decision="", run__in=runs_for(self.user))
         rows = asked.values_list("run_id", "call_id", "created_at")
         return {(run_id, call_id): deadline_after(at) for run_id, call_id, at in rows}
+
+    @cached_property
+    def holds(self) -> dict[str, Hold | None]:
+        """The holds read so far, by tool name: a page may show several calls of one tool."""
+        return {}
+
+    def hold(self, tool: str) -> Hold | None:
+        """Where the change holding the person's MCP tool `tool` is reviewed (read once)."""
+        if tool not in self.holds:
+            self.holds[tool] = mcp.hold_of(self.user, tool)
+        return self.holds[tool]
 
     def mcp_tool(self, tool: str) -> McpShown | None:
         """The person's MCP tool of that name (read only for a name that could be one)."""

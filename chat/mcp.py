@@ -1,7 +1,7 @@
 """What a card shows of a call to one of its person's MCP tools (mcp_servers/): the server and the
 tool's own name, the tool's pinned description while a call waits, the images its answer saved in
-the person's workspace, and a way to reconnect when the person's OAuth grant was lost (the
-result's typed remedy, never its text).
+the person's workspace, a way to reconnect when the person's OAuth grant was lost, and where a
+tool on hold is reviewed (the result's typed remedy, never its text).
 
 A tool is known by the name the model called it (`<prefix>__<tool>`) among the tools a run of
 the person gets (agent.toolset.registry_for); any other name (a tool removed since, a name the
@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser
 from django.urls import reverse
 
+from mcp_servers.models import McpTool
 from mcp_servers.pinning import SEPARATOR
-from mcp_servers.tools import destructive, run_tools
+from mcp_servers.tools import destructive, person_tool, run_tools
 from workspace.browse import BrowseError, file_components
 
 
@@ -50,16 +51,41 @@ def is_mcp(name: str) -> bool:
 
 def tools_of(user: AbstractBaseUser) -> dict[str, McpShown]:
     """The person's MCP tools by the name the model calls them: those a run of theirs gets."""
-    return {
-        row.exposed_name: McpShown(
-            server=row.server.name,
-            tool=row.name,
-            prefix=row.server.prefix,
-            description=capped(row.description or row.title),
-            always_ask=destructive(row),
-        )
-        for row in run_tools(user)
-    }
+    return {row.exposed_name: shown_tool(row) for row in run_tools(user)}
+
+
+def shown_tool(row: McpTool) -> McpShown:
+    return McpShown(
+        server=row.server.name,
+        tool=row.name,
+        prefix=row.server.prefix,
+        description=capped(row.description or row.title),
+        always_ask=destructive(row),
+    )
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Where the change that put one of the person's MCP tools on hold is reviewed: on their own
+    Tools page (`review_url`), or, for a site's server, by an operator (no page of theirs)."""
+
+    shown: McpShown
+    review_url: str  # "": an operator reviews it
+
+    @property
+    def yours(self) -> bool:
+        return bool(self.review_url)
+
+
+def hold_of(user: AbstractBaseUser, name: str) -> Hold | None:
+    """The hold on the person's MCP tool `name`, as a card about it links to it; None when they
+    have no such tool (removed since). A card drawn after the change was accepted still leads
+    to the tool's page, where it is offered again."""
+    row = person_tool(user, name)
+    if row is None:
+        return None
+    url = "" if row.server.is_site else f"{reverse('mcp_settings')}#review-{row.pk}"
+    return Hold(shown_tool(row), url)
 
 
 def capped(description: str) -> str:

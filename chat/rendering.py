@@ -82,6 +82,10 @@ NO_RUN = {"status": "none", "icon": "○", "label": "No runs yet"}
 UNKNOWN_SYMBOL = "?"  # a status from a later version of Loop
 RUNNING_CALL = {"status": "running", "icon": "…", "label": "Running"}  # a call not yet finished
 STOPPED_CALL = {"status": "stopped", "icon": RUN_SYMBOLS[RunStatus.CANCELLED], "label": "Stopped"}
+# A call refused because its tool is on hold for review: a warning, not a failure of the tool.
+HELD_CALL = {"status": "held", "icon": "⚠", "label": "On hold"}
+# A run that did its work without a tool it wanted, on hold: not a plain green Done.
+HELD_END = {"status": "held", "icon": "⚠"}
 FAILED_CALL_SYMBOL = TOOL_SYMBOLS[ToolStatus.ERROR]  # a call status from a later version of Loop
 NEXT_STEPS = {
     RunStatus.FAILED: "Send the task again; if it keeps failing, rephrase it or try a smaller "
@@ -263,6 +267,7 @@ def event_card(
             text = resumed_text(event.reason, event.by, who=OWNERS_WHO)
             return Card("marker", card_id, {"text": text})
         case RunFinished():
+            held = held_end(event, asking)
             return Card(
                 "answer",
                 card_id,
@@ -272,6 +277,8 @@ def event_card(
                     "error": event.error if event.status == RunStatus.SUCCEEDED else "",
                     "banner": end_banner(event),
                     **end_label(event),
+                    **(held_label(held) if held and event.status == RunStatus.SUCCEEDED else {}),
+                    "held": held,
                 },
             )
     return None
@@ -369,10 +376,36 @@ def sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def held_end(end: RunFinished, asking: Asking | None) -> dict[str, Any] | None:
+    """What a run's end says of the tools it wanted that were on hold for review (None: it
+    wanted none): their names, whether any is the person's to review, and where."""
+    if not end.on_hold:
+        return None
+    holds = [(name, asking.hold(name) if asking is not None else None) for name in end.on_hold]
+    urls = [hold.review_url for _, hold in holds if hold is not None and hold.yours]
+    return {
+        "names": [
+            f"{hold.shown.server} · {hold.shown.tool}" if hold else name for name, hold in holds
+        ],
+        "yours": bool(urls),
+        "url": urls[0] if urls else "",
+    }
+
+
+def held_label(held: dict[str, Any]) -> dict[str, str]:
+    """The end line of a run that succeeded without a tool on hold: a warning, whose review."""
+    label = "Held for your review" if held["yours"] else "Held for review"
+    return HELD_END | {"label": label}
+
+
 def mcp_data(event: ToolCallStarted | ToolCallFinished, asking: Asking | None) -> dict[str, Any]:
     """An MCP tool's call, for a card drawn for its person: its server and tool by name, and
     once it ended, the images its answer kept in their workspace, or, when Loop refused it for a
-    grant to renew, the way to reconnect. Nothing for any other call."""
+    grant to renew, the way to reconnect, or for a tool on hold, where its change is reviewed.
+    Nothing for any other call."""
+    if isinstance(event, ToolCallFinished) and event.remedy is Remedy.REVIEW:
+        hold = asking.hold(event.tool) if asking is not None else None
+        return {"hold": hold, "mcp": hold.shown} if hold is not None else {}
     shown = asking.mcp_tool(event.tool) if asking is not None else None
     if shown is None:
         return {}
@@ -389,6 +422,8 @@ def call_status(event: ToolCallFinished) -> dict[str, str]:
     killed) is stopped, with the symbol of a stopped run, not an error."""
     if event.stopped:
         return STOPPED_CALL
+    if event.remedy is Remedy.REVIEW:
+        return HELD_CALL
     declined = event.status == ToolStatus.DENIED and denial_in(event.text) is not None
     return {
         "status": event.status,

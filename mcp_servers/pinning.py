@@ -120,15 +120,11 @@ class Changes:
 def apply_listing(server: McpServer, listing: Listing, enabled: set[str] | None = None) -> Changes:
     """Bring the server's pinned tools up to what it listed. A new tool is pinned (enabled unless
     `enabled` names the ones to enable), an unchanged one stays, a changed one is held."""
-    changes = Changes()
+    definitions, changes = _considered(listing)
     known = {tool.name: tool for tool in McpTool.objects.select_for_update().filter(server=server)}
     taken = {tool.exposed_name for tool in known.values()}
     now = timezone.now()
-    for definition in listing.definitions[: settings.LOOP_MCP_TOOLS_PER_SERVER]:
-        why = refused(definition)
-        if why:
-            changes.refused[definition.name] = why
-            continue
+    for definition in definitions:
         tool = known.pop(definition.name, None)
         if tool is None:
             taken.add(_pin(server, definition, enabled, now, taken))
@@ -142,6 +138,35 @@ def apply_listing(server: McpServer, listing: Listing, enabled: set[str] | None 
         changes.missing.append(tool.name)
     _record_health(server, listing, changes, now)
     return changes
+
+
+def compared(server: McpServer, listing: Listing) -> Changes:
+    """What a discovery of `listing` would find, changing nothing (`mcpcheck`): the tools it would
+    pin as new, those it would hold (listed unlike their pinned definition, whether held
+    already or not), those no longer listed, and those it would refuse."""
+    definitions, changes = _considered(listing)
+    known = {tool.name: tool for tool in McpTool.objects.filter(server=server)}
+    for definition in definitions:
+        tool = known.pop(definition.name, None)
+        if tool is None:
+            changes.added.append(definition.name)
+        elif digest_of(definition) != tool.digest:
+            changes.held.append(definition.name)
+    changes.missing.extend(sorted(known))
+    return changes
+
+
+def _considered(listing: Listing) -> tuple[list[Definition], Changes]:
+    """The definitions a discovery takes up (within the cap per server), and the changes with
+    those it refuses, and why."""
+    changes, definitions = Changes(), []
+    for definition in listing.definitions[: settings.LOOP_MCP_TOOLS_PER_SERVER]:
+        why = refused(definition)
+        if why:
+            changes.refused[definition.name] = why
+        else:
+            definitions.append(definition)
+    return definitions, changes
 
 
 def _pin(

@@ -23,6 +23,7 @@ from jsonschema import ValidationError as SchemaViolation
 from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from agent.core.results import Remedy
 from mcp_servers import client, results
 from mcp_servers.declared import ensure_declared
 from mcp_servers.endpoints import call_seconds, endpoint_for
@@ -63,13 +64,35 @@ def servers_for(user: AbstractBaseUser) -> QuerySet[McpServer]:
     return usable.filter(~Q(auth=OAUTH) | connected).distinct()
 
 
-def offered_tools(user: AbstractBaseUser) -> list[McpTool]:
-    servers = servers_for(user)
+def usable_tools(user: AbstractBaseUser) -> QuerySet[McpTool]:
+    """The enabled, listed tools of the servers `user` may use, held or not."""
     tools = McpTool.objects.filter(
-        server__in=servers, enabled=True, held_digest="", missing_since__isnull=True
+        server__in=servers_for(user), enabled=True, missing_since__isnull=True
     )
-    found = tools.select_related("server").order_by("server__name", "name")
-    return [tool for tool in found if tool.server.is_site or personal_host_admitted(tool.server)]
+    return tools.select_related("server").order_by("server__name", "name")
+
+
+def admitted(tools: QuerySet[McpTool]) -> list[McpTool]:
+    """Those of a site's server, or of a person's own on a host the site still admits."""
+    return [tool for tool in tools if tool.server.is_site or personal_host_admitted(tool.server)]
+
+
+def offered_tools(user: AbstractBaseUser) -> list[McpTool]:
+    return admitted(usable_tools(user).filter(held_digest=""))
+
+
+def held_tools(user: AbstractBaseUser) -> list[McpTool]:
+    """The person's tools on hold: those a run of theirs would be offered but for a change to
+    their definition that waits for review (theirs, or for a site's server an operator's)."""
+    return admitted(usable_tools(user).exclude(held_digest=""))
+
+
+def held_count(user: AbstractBaseUser) -> int:
+    """How many of the person's tools are on hold. Asked on every page with a Tools link: one
+    plain query first, as nothing anywhere is on hold almost always (the person's servers take
+    3.6 ms of the web's CPU to ask about, 0.4 ms this)."""
+    held = McpTool.objects.filter(enabled=True, missing_since__isnull=True).exclude(held_digest="")
+    return len(held_tools(user)) if held.exists() else 0
 
 
 def run_tools(user: AbstractBaseUser) -> list[McpTool]:
@@ -224,45 +247,78 @@ def _current(target: Target) -> Target:
     called: a run's tools are read when it starts, and a tool held for review, turned off or
     removed since (or its server) must not be called by the runs in flight either."""
     found = McpTool.objects.select_related("server").filter(pk=target.tool_id).first()
-    why = _withdrawn(found, target.digest)
-    if found is None or why:
-        raise ToolError(_not_called(target.server.name, target.remote, why))
+    if found is None:
+        raise ToolError(_not_called(target.server.name, target.remote, SERVER_REMOVED))
+    refusal = _refusal(found, target.digest)
+    if refusal is not None:
+        raise refusal
     return replace(target, server=found.server)
 
 
-def withdrawn(user: AbstractBaseUser, name: str) -> str | None:
-    """Why the person's MCP tool `name`, which their run was not given, may not be called (held,
-    turned off, unlisted, its server turned off), or None when they have no such tool: a call
-    asked for before (approved while it waited) is refused saying why when its run goes on."""
+def person_tool(user: AbstractBaseUser, name: str) -> McpTool | None:
+    """The MCP tool the person's runs know as `name`, whatever its state (held, turned off):
+    a site server's before one of their own, as `run_tools` chooses. None: no such tool."""
     if SEPARATOR not in name:
         return None
     servers = McpServer.objects.filter(Q(owner=user) | open_to(user)).distinct()
     found = McpTool.objects.filter(server__in=servers, exposed_name=name).select_related("server")
-    for tool in sorted(found, key=lambda tool: not tool.server.is_site):
-        why = _withdrawn(tool, tool.digest)
-        if why:
-            return _not_called(tool.server.name, tool.name, why)
-    return None
+    return min(found, key=lambda tool: not tool.server.is_site, default=None)
+
+
+def withdrawn(user: AbstractBaseUser, name: str) -> ToolError | None:
+    """The refusal of a call of the person's MCP tool `name`, which their run was not given (held,
+    turned off, unlisted, its server turned off), or None when they have no such tool: a call of
+    a tool on hold says so, and where its reviewer reviews it, never that the tool is unknown."""
+    tool = person_tool(user, name)
+    return None if tool is None else _refusal(tool, tool.digest)
+
+
+class ToolHeld(ToolError):
+    """A call of a tool on hold for review: refused, with the remedy that leads its person to
+    where the change is reviewed (chat/mcp.py)."""
+
+    remedy = Remedy.REVIEW
+
+
+SERVER_REMOVED = "its server was removed from Loop"
 
 
 def _not_called(server: str, remote: str, why: str) -> str:
     return f"{server}'s {remote} was not called: {why}."
 
 
-def _withdrawn(tool: McpTool | None, digest: str) -> str:
-    """Why the tool as it is now may not be called by a run that was given it as pinned with
-    `digest` ("": it may)."""
-    if tool is None:
-        return "its server was removed from Loop"
-    if not tool.server.enabled:
+def held_text(tool: McpTool) -> str:
+    """What the model reads of a call of a tool on hold: that it is on hold and why, who reviews
+    the change, and what it can do instead (not "unknown tool", which it would retry or
+    misreport)."""
+    reviewer = "an operator of the site" if tool.server.is_site else "the person"
+    return (
+        f"{tool.server.name}'s {tool.name} was not called: it is on hold pending review. Its "
+        f"server changed the tool's definition since it was reviewed, and {reviewer} has not "
+        "accepted the change yet. Do not call it again in this run: do what you can without "
+        "it, and tell the person the tool is on hold for review."
+    )
+
+
+def _refusal(tool: McpTool, digest: str) -> ToolError | None:
+    """The error a call of the tool as it is now is refused with, for a run that was given it as
+    pinned with `digest` (None: it may be called)."""
+    why = _server_withdrawn(tool.server)
+    if not why and tool.held and tool.enabled:  # a tool turned off is off, reviewed or not
+        return ToolHeld(held_text(tool))
+    why = why or _tool_withdrawn(tool, digest)
+    return ToolError(_not_called(tool.server.name, tool.name, why)) if why else None
+
+
+def _server_withdrawn(server: McpServer) -> str:
+    if not server.enabled:
         return "its server is turned off"
-    if not (tool.server.is_site or personal_host_admitted(tool.server)):
+    if not (server.is_site or personal_host_admitted(server)):
         return "the site no longer admits its server's host"
-    if tool.held:
-        return (
-            "it is on hold pending review (the server changed its definition since this run "
-            "started, and its reviewer has not accepted the change)"
-        )
+    return ""
+
+
+def _tool_withdrawn(tool: McpTool, digest: str) -> str:
     if tool.digest != digest:
         return "its definition changed since this run started; a new run is offered it as it is"
     if not tool.enabled:

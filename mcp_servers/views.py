@@ -51,12 +51,14 @@ class ServerRow:
 
 
 def rows(
-    servers: QuerySet[McpServer], user: AbstractBaseUser, *, offered_only: bool
+    servers: QuerySet[McpServer], user: AbstractBaseUser, *, usable_only: bool
 ) -> list[ServerRow]:
-    """Each server with its tools and the person's connection to it: three queries."""
+    """Each server with its tools and the person's connection to it: three queries.
+    `usable_only`: a site's server's tools its operator enabled and it still lists, those on
+    hold too (the Tools link counts them: the page says why they are not offered)."""
     tools = McpTool.objects.order_by("name")
-    if offered_only:
-        tools = tools.filter(enabled=True, held_digest="", missing_since__isnull=True)
+    if usable_only:
+        tools = tools.filter(enabled=True, missing_since__isnull=True)
     listed = list(servers.prefetch_related(Prefetch("tools", queryset=tools)))
     connections = {
         connection.server_id: connection
@@ -83,8 +85,8 @@ def _page(request: HttpRequest, form: ServerForm) -> HttpResponse:
     context = {
         "form": form,
         "personal_allowed": personal.personal_allowed(),
-        "site": rows(personal.site_servers(user), user, offered_only=True),
-        "own": rows(personal.own_servers(user), user, offered_only=False),
+        "site": rows(personal.site_servers(user), user, usable_only=True),
+        "own": rows(personal.own_servers(user), user, usable_only=False),
     }
     return render(request, "mcp_servers/tools.html", context)
 

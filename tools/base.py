@@ -132,8 +132,9 @@ def truncate(text: str, limit: int) -> tuple[str, bool]:
     return text[:head] + note + text[len(text) - tail :], True
 
 
-# Why a tool the run was not given may not be called, or None when no such tool is known.
-Withdrawn = Callable[[str], str | None]
+# The error a call of a tool the run was not given is refused with (saying why it may not be
+# called), or None when no such tool is known.
+Withdrawn = Callable[[str], ToolError | None]
 
 
 class ToolRegistry:
@@ -178,9 +179,9 @@ class ToolRegistry:
 
     def _tool(self, name: str) -> Tool:
         if name not in self.tools:
-            why = self.withdrawn(name) if self.withdrawn is not None else None
-            if why:
-                raise ToolError(why)
+            refusal = self.withdrawn(name) if self.withdrawn is not None else None
+            if refusal is not None:
+                raise refusal
             known = ", ".join(sorted(self.tools))
             raise ToolError(f"Unknown tool {name!r}. Available tools: {known}.")
         return self.tools[name]

@@ -256,6 +256,9 @@ class RunFinished(Event):
     cause: EndCause | None = None  # None: the status says it all, or a log from before causes
     # A halt's why in words (RunHalted's detail), for the run's end to say what happened.
     detail: str = ""
+    # The tools it called that were on hold for review (Remedy.REVIEW), once each: a run that
+    # wanted one did not do all it was asked, whatever its status says.
+    on_hold: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -91,7 +91,7 @@ from agent.core.llm import (
 )
 from agent.core.progress import Outcome, progress_in_words
 from agent.core.recalled import RecalledMemory
-from agent.core.results import ToolResult, ToolStatus
+from agent.core.results import Remedy, ToolResult, ToolStatus
 from agent.core.text import excerpt
 
 logger = logging.getLogger(__name__)
@@ -227,6 +227,7 @@ class RunResult:
     released: bool = False
     cause: EndCause | None = None
     detail: str = ""  # a halt's why in words
+    on_hold: list[str] = dataclasses.field(default_factory=list)  # RunFinished.on_hold
     # The run waits for its person's decision on these calls (status AWAITING_APPROVAL): not
     # recorded yet; whoever parks the run records them with its parking.
     awaiting: list[ApprovalRequested] = dataclasses.field(default_factory=list)
@@ -831,6 +832,7 @@ class AgentLoop:
             released=released,
             cause=cause,
             detail=detail,
+            on_hold=on_hold(self.observations),
         )
         if not released:
             self.report_end(result)
@@ -884,6 +886,7 @@ def end_of(result: RunResult, *, duration: float = 0.0) -> RunFinished:
         ok_tool_calls=result.ok_tool_calls,
         cause=result.cause,
         detail=result.detail,
+        on_hold=list(result.on_hold),
     )
 
 
@@ -904,7 +907,14 @@ def finished_result(finished: RunFinished, state: RunState) -> RunResult:
         ok_tool_calls=sum(result.ok for _, result in state.observations),
         cause=finished.cause,
         detail=finished.detail,
+        on_hold=list(finished.on_hold),
     )
+
+
+def on_hold(observations: Sequence[tuple[ToolCall, ToolResult]]) -> list[str]:
+    """The tools the run called that were on hold for review, once each, in the order called."""
+    held = (call.name for call, result in observations if result.remedy is Remedy.REVIEW)
+    return list(dict.fromkeys(held))
 
 
 def progress_report(last_text: str, observations: Sequence[tuple[ToolCall, ToolResult]]) -> str:

@@ -23,6 +23,9 @@ class Remedy(StrEnum):
     can do): a fact the tool states, so a card offers the way without reading its text."""
 
     RECONNECT = "reconnect"  # sign in to the tool's server again (its OAuth grant was lost)
+    # Its tool is on hold: its server changed the tool's definition since it was reviewed, and
+    # the change waits for its reviewer (the person, or for a site's server an operator).
+    REVIEW = "review"
 
 
 # What the model (and a person) is told of a call that may or may not have done its work: its

@@ -1,6 +1,8 @@
 """`manage.py mcpcheck NAME|URL`: does an MCP server work for Loop? It connects the way a run's
 call does (the official SDK, the SSRF guard, the deadline), says which protocol revision the
-server settled on and what the server is, lists its tools, and makes one call. Like
+server settled on and what the server is, lists its tools (a server of Loop's beside the
+definitions it pinned: which a discovery would hold for review, which are new or gone), and
+makes one call. Like
 `modelcheck`, a command that calls out on purpose; it changes nothing (no discovery recorded, no
 tool pinned, no image kept), and it never prints a credential: header values, a bearer token and
 a URL's query and password are masked wherever they would show."""
@@ -32,6 +34,7 @@ from mcp_servers.declared import ensure_declared
 from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, McpConnection, McpServer
 from mcp_servers.netguard import ANYWHERE, UnsafeUrl, check_url
+from mcp_servers.pinning import compared
 from mcp_servers.results import rendered
 
 NOTHING_TO_CHECK = 2
@@ -52,7 +55,9 @@ class Command(BaseCommand):
         "Check an MCP server: a site server by its name (or prefix, or the start of its name) "
         "as runs reach it, or a URL (the operator's: private networks allowed, cloud metadata "
         "addresses never). Connect, print the protocol revision the server settled on, what the "
-        "server is and its tools, and make one call: --call TOOL --arguments JSON, else the "
+        "server is and its tools (for a server of Loop's, beside the definitions pinned: which "
+        "tools a discovery would hold for review, and which are new or gone), and make one "
+        "call: --call TOOL --arguments JSON, else the "
         "first read-only tool that needs no arguments. Exit status: 0 works, 1 does not, 2 "
         "nothing to check (no such server or person, an OAuth server without --user, options "
         "that do not go together)."
@@ -97,12 +102,16 @@ class Command(BaseCommand):
 
     def check_server(self, options: dict[str, Any]) -> None:
         target: str = options["server"]
+        server = None
         if "://" in target:
             endpoint, prefix = self.url_endpoint(target, options), URL_PREFIX
         else:
-            endpoint, prefix = self.server_endpoint(target, options)
+            server, user = self.found_server(target, options)
+            endpoint, prefix = self.server_endpoint(server, user, options)
         listing = self.listed(endpoint, self.refused_hint(target, endpoint))
         self.show(listing)
+        if server is not None:
+            self.compare(server, listing)
         chosen = self.chosen_call(listing.definitions, options)
         if chosen is not None:
             # As a run calls after a listing: in the revision the server spoke at it, no probe.
@@ -147,14 +156,21 @@ class Command(BaseCommand):
         self.secrets.append(bearer)
         return headers
 
-    def server_endpoint(self, name: str, options: dict[str, Any]) -> tuple[Endpoint, str]:
+    def found_server(
+        self, name: str, options: dict[str, Any]
+    ) -> tuple[McpServer, AbstractBaseUser | None]:
+        """The server named, and the person (--user) it is reached as, if any."""
         if options["header"] or options["bearer"]:
             self.fail(
                 "--header and --bearer go with a URL; a server's own credentials are used.",
                 NOTHING_TO_CHECK,
             )
         user = self.person(options["user"])
-        server = self.found(name, user)
+        return self.found(name, user), user
+
+    def server_endpoint(
+        self, server: McpServer, user: AbstractBaseUser | None, options: dict[str, Any]
+    ) -> tuple[Endpoint, str]:
         self.say(f"MCP server {server.name} ({self.where(server)}){off(server)}")
         if server.auth == OAUTH and user is None:
             self.fail(self.needs_a_person(server), NOTHING_TO_CHECK)
@@ -239,6 +255,23 @@ class Command(BaseCommand):
             title = f" ({definition.title})" if definition.title else ""
             said = one_line(definition.description) or "(no description)"
             self.say(f"  {definition.name}{title}: {said}{hints(definition)}")
+
+    def compare(self, server: McpServer, listing: Listing) -> None:
+        """The listing beside the definitions Loop pinned: which tools the next discovery would
+        hold for review, pin as new, or find gone (this check holds and pins nothing)."""
+        changes = compared(server, listing)
+        reviewer = "an operator" if server.is_site else f"{server.owner}"
+        self.say("Compared with the pinned definitions (nothing is changed by this check):")
+        for label, names in (
+            (f"would be held for review by {reviewer} (changed since reviewed)", changes.held),
+            ("new (would be pinned)", changes.added),
+            ("gone (no longer listed)", changes.missing),
+            ("refused", [f"{name} ({why})" for name, why in changes.refused.items()]),
+        ):
+            if names:
+                self.say(f"  {label}: {', '.join(names)}")
+        if not (changes.held or changes.added or changes.missing or changes.refused):
+            self.say("  no change: every listed tool is as pinned.")
 
     # --- the call -------------------------------------------------------------------------
 
