@@ -231,6 +231,7 @@ def more(request: HttpRequest) -> HttpResponse:
     )
     context = {
         "sidebar": page,
+        "next_page": True,
         "archived": archived,
         "query": query,
         "current": None if current is None else {"pk": current},
