@@ -17,6 +17,7 @@ urlpatterns = [
     path("queued/<int:task_id>/remove/", views.queued_remove, name="queued_remove"),
     path("c/<int:conversation_id>/rename/", views.rename, name="rename"),
     path("c/<int:conversation_id>/delete/", views.delete, name="delete"),
+    path("c/<int:conversation_id>/menu/", views.menu, name="menu"),
     path("c/<int:conversation_id>/pin/", views.pin, name="pin"),
     path("c/<int:conversation_id>/archive/", views.archive, name="archive"),
     path("c/<int:conversation_id>/export.<slug:kind>", views.export, name="export"),

@@ -540,6 +540,15 @@ def back_to(request: HttpRequest, default: str) -> HttpResponse:
     return redirect(default)
 
 
+@require_GET
+def menu(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """A sidebar conversation's menu, asked for when it is first opened; `?current=` is the
+    conversation the person is in, where its actions return."""
+    conversation = owned_conversation(request, conversation_id)
+    context = {"conversation": conversation, "current": query_int(request, "current")}
+    return render(request, "chat/cards.html#sidebar_menu", context)
+
+
 @require_POST
 def pin(request: HttpRequest, conversation_id: int) -> HttpResponse:
     """Pin the conversation to the top of the list (`pinned=1`), or unpin it."""

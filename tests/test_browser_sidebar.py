@@ -33,17 +33,22 @@ def open_menu_by_keyboard(page: Page, title: str) -> None:
     expect(summary).to_have_accessible_name(f"Actions for {title}")
     page.keyboard.press("Enter")
     expect(item(page, title).locator("details")).to_have_attribute("open", "")
+    # The menu is asked for as it opens: it is there for the person's next Tab.
+    expect(item(page, title).get_by_role("button", name="Rename")).to_be_visible()
+    expect(summary).to_be_focused()
 
 
 def press_by_keyboard(page: Page, title: str, name: str) -> None:
-    """Tab through the open menu to the control named `name` and press it with Enter."""
+    """Tab through the open menu to the button named `name` and press it with Enter: its form
+    is sent, and the page it leads to has loaded."""
     target = item(page, title).get_by_role("button", name=name, exact=True)
     for _ in range(12):
         page.keyboard.press("Tab")
         if target.evaluate("element => element === document.activeElement"):
             break
     expect(target).to_be_focused()
-    page.keyboard.press("Enter")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
 
 
 def titles(page: Page) -> list[str]:
@@ -82,7 +87,8 @@ def test_the_menu_works_by_keyboard_at_laptop_and_phone_size_and_more_loads_the_
             break
     expect(field).to_be_focused()
     field.fill("Plans for the week")
-    page.keyboard.press("Enter")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
     expect(page.locator("#conversation-list .conversations .title").first).to_have_text(
         "Plans for the week"
     )

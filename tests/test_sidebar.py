@@ -74,7 +74,8 @@ def test_a_pinned_conversation_heads_the_list_in_its_own_group_and_keeps_its_pla
     page = as_alice.get("/").text
     assert headings(page) == ["Pinned", "Today"]
     assert sidebar_titles(page) == ["Old favourite", "Fresh"]
-    assert ">Unpin</button>" in page
+    menu = as_alice.get(reverse("chat:menu", args=[old.pk]), headers=HTMX).text
+    assert ">Unpin</button>" in menu
     old.refresh_from_db()
     assert old.pinned_at is not None
     assert old.updated_at == used  # pinning is not using it
@@ -100,7 +101,8 @@ def test_an_archived_conversation_leaves_the_list_for_the_archived_view_and_come
 
     archived = as_alice.get(reverse("chat:archived")).text
     assert sidebar_titles(archived) == ["Done with"]
-    assert ">Unarchive</button>" in archived
+    menu = as_alice.get(reverse("chat:menu", args=[done.pk]), headers=HTMX).text
+    assert ">Unarchive</button>" in menu
     # Search in the archived view searches the archived ones.
     found = as_alice.get(reverse("chat:search"), {"q": "done", "archived": "1"}, headers=HTMX)
     assert sidebar_titles(found.text) == ["Done with"]
@@ -120,9 +122,10 @@ def test_rename_and_delete_from_the_sidebar_return_to_the_conversation_the_perso
 ):
     here = conversation_of(alice, "Here")
     other = conversation_of(alice, "Other", 5)
-    page = as_alice.get(reverse("chat:conversation", args=[here.pk])).text
-    assert f'id="rename-{other.pk}"' in page
-    assert 'data-confirm="Delete “Other”?' in page
+    menu = as_alice.get(reverse("chat:menu", args=[other.pk]), {"current": here.pk}, headers=HTMX)
+    assert f'id="rename-{other.pk}"' in menu.text
+    assert 'data-confirm="Delete “Other”?' in menu.text
+    assert f'name="current" value="{here.pk}"' in menu.text
 
     response = as_alice.post(
         reverse("chat:rename", args=[other.pk]), {"title": "Renamed", "current": here.pk}
@@ -136,6 +139,25 @@ def test_rename_and_delete_from_the_sidebar_return_to_the_conversation_the_perso
     # Deleting the conversation the person is in leaves for a new one.
     response = as_alice.post(reverse("chat:delete", args=[here.pk]), {"current": here.pk})
     assert response.url == reverse("chat:home")
+
+
+def test_a_menu_is_asked_for_when_opened_and_holds_every_action(as_alice, alice):
+    mine = conversation_of(alice, "Mine")
+    page = as_alice.get("/").text
+    assert f'hx-get="{reverse("chat:menu", args=[mine.pk])}"' in page
+    assert reverse("chat:pin", args=[mine.pk]) not in page  # not drawn with the page
+    menu = as_alice.get(reverse("chat:menu", args=[mine.pk]), headers=HTMX).text
+    for name in ("chat:pin", "chat:archive", "chat:rename", "chat:delete"):
+        assert f'action="{reverse(name, args=[mine.pk])}"' in menu
+    for kind in ("md", "json"):
+        assert f'href="{reverse("chat:export", args=[mine.pk, kind])}" download' in menu
+
+
+def test_another_person_gets_no_menu_of_a_conversation(alice, bob):
+    theirs = conversation_of(alice, "Alice's")
+    mallory = Client()
+    mallory.force_login(bob)
+    assert mallory.get(reverse("chat:menu", args=[theirs.pk]), headers=HTMX).status_code == 404
 
 
 @pytest.mark.parametrize(
