@@ -39,9 +39,10 @@ def open_menu_by_keyboard(page: Page, title: str) -> None:
     summary = item(page, title).locator("summary")
     expect(summary).to_be_focused()
     expect(summary).to_have_accessible_name(f"Actions for {title}")
+    # Asked for as its button got the focus: there before Enter opens it.
+    expect(item(page, title).locator(".menu-body button", has_text="Rename")).to_be_attached()
     page.keyboard.press("Enter")
     expect(item(page, title).locator("details")).to_have_attribute("open", "")
-    # The menu is asked for as it opens: it is there for the person's next Tab.
     expect(item(page, title).get_by_role("button", name="Rename")).to_be_visible()
     expect(summary).to_be_focused()
 

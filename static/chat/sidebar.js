@@ -56,6 +56,17 @@
     if (first && (!document.activeElement || document.activeElement === document.body)) first.focus();
   });
 
+  // A conversation's menu is asked for once (chat/cards.html#sidebar_item), as soon as the
+  // person heads for it: its button focused or pointed at, or the menu opened. By the time Enter
+  // opens it and Tab goes in, it is there.
+  function wantMenu(event) {
+    const menu = event.target.closest && event.target.closest("details.item-menu");
+    if (menu && window.htmx) window.htmx.trigger(menu, "menu-wanted");
+  }
+  document.addEventListener("focusin", wantMenu);
+  document.addEventListener("pointerover", wantMenu);
+  document.addEventListener("toggle", wantMenu, true); // toggle does not bubble: caught going down
+
   // When a run ends (its status no longer live) the files it wrote count: ask for the quota again.
   let live = null;
   function liveRuns() { return document.querySelectorAll(".run-status .live").length; }
