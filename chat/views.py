@@ -542,7 +542,7 @@ def back_to(request: HttpRequest, default: str) -> HttpResponse:
 
 @require_GET
 def menu(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    """A sidebar conversation's menu, asked for when it is first opened; `?current=` is the
+    """A sidebar conversation's menu, asked for once as the person heads for it; `?current=` is the
     conversation the person is in, where its actions return."""
     conversation = owned_conversation(request, conversation_id)
     context = {"conversation": conversation, "current": query_int(request, "current")}
