@@ -70,10 +70,18 @@ class Conversation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Set by its owner from the sidebar: a pinned one stays at the top, an archived one leaves
+    # the list for the Archived view. Neither moves `updated_at` (the list's order is by use).
+    pinned_at = models.DateTimeField(null=True, blank=True)
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ("-updated_at",)
-        indexes = (models.Index(fields=["owner", "-updated_at"]),)
+        # The sidebar reads a page at a time by (updated_at, id), newest first (chat/sidebar.py):
+        # the id breaks ties, so a page ends where the next begins.
+        indexes = (
+            models.Index(fields=["owner", "-updated_at", "-id"], name="conversation_by_use"),
+        )
 
     def __str__(self) -> str:
         return self.title or f"Conversation {self.pk}"

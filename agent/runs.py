@@ -511,6 +511,27 @@ def rename_conversation(user: AbstractBaseUser, conversation_id: int, title: str
     return conversation
 
 
+def pin_conversation(user: AbstractBaseUser, conversation_id: int, *, pinned: bool) -> None:
+    """Pin the conversation to the top of its owner's list, or unpin it. Its place by last use
+    (`updated_at`) is kept: an update, not a save, which would move it to the top as if used."""
+    mark_conversation(user, conversation_id, pinned_at=timezone.now() if pinned else None)
+
+
+def archive_conversation(user: AbstractBaseUser, conversation_id: int, *, archived: bool) -> None:
+    """Take the conversation out of its owner's list into the Archived view, or bring it back.
+    Its runs go on, and it can still be opened and continued."""
+    mark_conversation(user, conversation_id, archived_at=timezone.now() if archived else None)
+
+
+def mark_conversation(
+    user: AbstractBaseUser, conversation_id: int, **marks: datetime | None
+) -> None:
+    """Set the marks of one of the user's conversations; another person's, or one deleted, is
+    Conversation.DoesNotExist, as if it did not exist."""
+    if not conversations_for(user).filter(pk=conversation_id).update(**marks):
+        raise Conversation.DoesNotExist
+
+
 def delete_conversation(user: AbstractBaseUser, conversation_id: int) -> None:
     """Gone for the user, with its runs; the rows stay for operators. Runs still going stop."""
     conversation = conversations_for(user).get(pk=conversation_id)

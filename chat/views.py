@@ -2,6 +2,7 @@
 decides)."""
 
 import contextlib
+import json
 from typing import Any
 
 from django import forms
@@ -11,6 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.html import escape
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -28,7 +30,7 @@ from agent.llm.factory import (
     parse,
 )
 from agent.models import AgentRun, Conversation
-from chat import sidebar, waiting
+from chat import exports, sidebar, waiting
 from chat.approvals import Asking, decisions_from, latest_decisions, waiting_calls, waiting_of
 from chat.rendering import (
     card_for,
@@ -138,9 +140,11 @@ def chat_page(
     picked: str = "",
     status: int = 200,
     offered: list[ModelChoice] | None = None,
+    archived: bool = False,
 ) -> HttpResponse:
     """The chat's page. `offered` is the request's offered_models(), if it has it already: a
-    page computes the offered models once, for its header and every turn's Continue."""
+    page computes the offered models once, for its header and every turn's Continue.
+    `archived`: the sidebar lists the archived conversations instead of the others."""
     offered = offered_models() if offered is None else offered
     path = selectors.runs_of(conversation) if conversation else selectors.ConversationPath([], {})
     send_url = (
@@ -148,9 +152,11 @@ def chat_page(
     )
     asking = Asking(request.user)
     query = query_text(request, "q", sidebar.MAX_QUERY)
+    current = conversation.pk if conversation else None
     context = {
         "conversation": conversation,
-        "groups": sidebar.groups_for(request.user, query),
+        "sidebar": sidebar.sidebar_for(request.user, query, archived=archived, current=current),
+        "archived": archived,
         "query": query,
         "current": conversation,
         "turns": [turn(run, offered, asking, path.branching[run.pk]) for run in path.runs],
@@ -190,15 +196,48 @@ def conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
 def search(request: HttpRequest) -> HttpResponse:
     """The sidebar's conversations matching `q` (titles and tasks), grouped by day: the list
     alone for htmx as the person types, else the whole page with the list filtered."""
+    archived = bool(query_text(request, "archived", 1))
     if not request.htmx:
-        return chat_page(request, None)
+        return chat_page(request, None, archived=archived)
     query, current = query_text(request, "q", sidebar.MAX_QUERY), query_int(request, "current")
     context = {
-        "groups": sidebar.groups_for(request.user, query),
+        "sidebar": sidebar.sidebar_for(request.user, query, archived=archived, current=current),
+        "archived": archived,
         "query": query,
         "current": None if current is None else {"pk": current},
     }
     return render(request, "chat/page.html#conversation_list", context)
+
+
+@require_GET
+def archived(request: HttpRequest) -> HttpResponse:
+    """The archived conversations in the sidebar, each with Unarchive in its menu."""
+    return chat_page(request, None, archived=True)
+
+
+@require_GET
+def more(request: HttpRequest) -> HttpResponse:
+    """The next page of the sidebar's list, after the conversation `?after=` names (as
+    sidebar.Cursor writes it), for "More" to put in its own place."""
+    cursor = sidebar.Cursor.parse(query_text(request, "after", 100))
+    query, current = query_text(request, "q", sidebar.MAX_QUERY), query_int(request, "current")
+    archived = bool(query_text(request, "archived", 1))
+    page = sidebar.sidebar_for(
+        request.user,
+        query,
+        archived=archived,
+        cursor=cursor,
+        continues=query_text(request, "continues", 20),
+        current=current,
+    )
+    context = {
+        "sidebar": page,
+        "next_page": True,
+        "archived": archived,
+        "query": query,
+        "current": None if current is None else {"pk": current},
+    }
+    return render(request, "chat/page.html#conversation_pages", context)
 
 
 @require_POST
@@ -493,7 +532,50 @@ def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
         error = "The title was not changed: " + " ".join(form.errors["title"])
         return chat_page(request, conversation, error=error, status=400)
     runs.rename_conversation(request.user, conversation.pk, form.cleaned_data["title"])
-    return redirect("chat:conversation", conversation.pk)
+    return back_to(request, reverse("chat:conversation", args=[conversation.pk]))
+
+
+def back_to(request: HttpRequest, default: str) -> HttpResponse:
+    """Where an action from a sidebar's menu returns: the conversation the person was in (the
+    form's `current`), while it is theirs and still there, else `default`."""
+    current = request.POST.get("current", "")
+    theirs = selectors.conversations_for(request.user)
+    if current.isascii() and current.isdecimal() and theirs.filter(pk=int(current)).exists():
+        return redirect("chat:conversation", int(current))
+    return redirect(default)
+
+
+@require_GET
+def menu(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """A sidebar conversation's menu, asked for once as the person heads for it; `?current=` is the
+    conversation the person is in, where its actions return."""
+    conversation = owned_conversation(request, conversation_id)
+    context = {"conversation": conversation, "current": query_int(request, "current")}
+    return render(request, "chat/cards.html#sidebar_menu", context)
+
+
+@require_POST
+def pin(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """Pin the conversation to the top of the list (`pinned=1`), or unpin it."""
+    try:
+        runs.pin_conversation(
+            request.user, conversation_id, pinned=request.POST.get("pinned") == "1"
+        )
+    except Conversation.DoesNotExist:
+        raise Http404("No such conversation.") from None
+    return back_to(request, reverse("chat:home"))
+
+
+@require_POST
+def archive(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """Archive the conversation (`archived=1`): it leaves the list for the Archived view; or
+    bring it back (from that view, which the person goes back to)."""
+    archiving = request.POST.get("archived") == "1"
+    try:
+        runs.archive_conversation(request.user, conversation_id, archived=archiving)
+    except Conversation.DoesNotExist:
+        raise Http404("No such conversation.") from None
+    return back_to(request, reverse("chat:home" if archiving else "chat:archived"))
 
 
 @require_POST
@@ -520,7 +602,28 @@ def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
         runs.delete_conversation(request.user, conversation.pk)
         if request.POST.get("forget"):
             take_back(request.user, selectors.remembered_in(request.user, conversation))
-    return redirect("chat:home")
+    return back_to(request, reverse("chat:home"))
+
+
+# What each kind of export is sent as.
+EXPORT_TYPES = {"md": "text/markdown; charset=utf-8", "json": "application/json"}
+
+
+@require_GET
+def export(request: HttpRequest, conversation_id: int, kind: str) -> HttpResponse:
+    """The conversation as a file to download, Markdown (`md`) or JSON, for its owner only."""
+    conversation = owned_conversation(request, conversation_id)
+    if kind not in EXPORT_TYPES:
+        raise Http404("No such kind of export.")
+    content = exports.conversation_export(conversation, request.user)
+    if kind == "md":
+        body = exports.as_markdown(content)
+    else:
+        body = json.dumps(content, indent=2, ensure_ascii=False)
+    response = HttpResponse(body, content_type=EXPORT_TYPES[kind])
+    name = exports.file_name(conversation, kind)
+    response["Content-Disposition"] = content_disposition_header(True, name)
+    return response
 
 
 @require_GET

@@ -37,7 +37,7 @@
       event.preventDefault();
       event.stopPropagation();
       setOpen(false, true);
-    } else if (isOpen() && event.target.closest("#sidebar a[href]")) {
+    } else if (isOpen() && event.target.closest("#sidebar a[href]:not([download])")) {
       setOpen(false, false); // leaving for another page: it opens there closed
     }
   });
@@ -45,6 +45,27 @@
   window.addEventListener("pageshow", function (event) { if (event.persisted) setOpen(false, false); });
   // Growing past a phone's width, the sidebar is a column again, not an open drawer.
   PHONE.addEventListener("change", function () { if (!PHONE.matches) setOpen(false, false); });
+
+  // "More" is replaced by the page it asked for: the focus it held goes to that page's first
+  // conversation, so a keyboard goes on reading the list where it was.
+  document.addEventListener("htmx:afterSettle", function () {
+    const start = document.querySelector("#conversation-list [data-page-start]");
+    if (!start) return;
+    start.removeAttribute("data-page-start");
+    const first = start.querySelector("a");
+    if (first && (!document.activeElement || document.activeElement === document.body)) first.focus();
+  });
+
+  // A conversation's menu is asked for once (chat/cards.html#sidebar_item), as soon as the
+  // person heads for it: its button focused or pointed at, or the menu opened. By the time Enter
+  // opens it and Tab goes in, it is there.
+  function wantMenu(event) {
+    const menu = event.target.closest && event.target.closest("details.item-menu");
+    if (menu && window.htmx) window.htmx.trigger(menu, "menu-wanted");
+  }
+  document.addEventListener("focusin", wantMenu);
+  document.addEventListener("pointerover", wantMenu);
+  document.addEventListener("toggle", wantMenu, true); // toggle does not bubble: caught going down
 
   // When a run ends (its status no longer live) the files it wrote count: ask for the quota again.
   let live = null;
