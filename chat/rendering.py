@@ -44,6 +44,7 @@ from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
 from chat import approvals, mcp
 from chat.approvals import Asking
+from chat.streamed import markdown_so_far
 from chat.texts import SHORT_TEXT_CHARS, Texts
 from workspace.browse import BrowseError, file_components
 from workspace.markup import markdown
@@ -427,18 +428,20 @@ def in_steps(run_id: int, content: str) -> str:
     return draw("steps", run_id=run_id, content=content)
 
 
-# The sockets of a process watching one run each draw the same piece of its streamed reply:
-# the first draws it, the others reuse it.
-@functools.lru_cache(maxsize=256)
+# The sockets of a process watching one run each draw the same text of its streamed reply:
+# the first draws it, the others reuse it. A reply's text is at most SHORT_TEXT_CHARS here.
+@functools.lru_cache(maxsize=64)
 def streaming_card(run_id: int, step: int, text: str) -> str:
-    """The card a reply is streamed into, at the end of the steps, with its first piece."""
-    return in_steps(run_id, draw("streaming", run_id=run_id, step=step, text=text))
+    """The card a reply is streamed into, at the end of the steps, with its text so far."""
+    html = markdown_so_far(text)
+    return in_steps(run_id, draw("streaming", run_id=run_id, step=step, html=html))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)
 def streamed_text(run_id: int, step: int, text: str) -> str:
-    """A later piece of a streamed reply, added to its card's text."""
-    return draw("streamed_text", run_id=run_id, step=step, text=text)
+    """A streamed reply's text so far, in its card in place of what it showed."""
+    html = markdown_so_far(text)
+    return draw("streamed_text", run_id=run_id, step=step, html=html, oob=True)
 
 
 def streamed_removal(run_id: int, step: int) -> str:

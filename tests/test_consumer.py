@@ -1,7 +1,6 @@
 """The page's websocket, through Channels' own testing tools and the real ASGI application."""
 
 import asyncio
-import html
 import json
 import re
 
@@ -196,7 +195,7 @@ async def test_a_reconnecting_page_gets_every_step_once_from_a_worker(alice, sta
     assert "I counted to 3, one step a second." in seen[-1]
 
 
-STREAMED = re.compile(r'id="stream-\d+-\d+-text"[^>]*>([^<]*)<')
+STREAMED = re.compile(r'<div class="prose" id="stream-\d+-\d+-text"[^>]*>(.*?)</div>', re.DOTALL)
 
 
 def record(run: AgentRun, *events) -> None:
@@ -213,16 +212,19 @@ async def test_streamed_pieces_show_until_the_stored_answer_takes_their_place(al
     await watch(communicator, run.pk)
     assert SEQ_MARKER.findall(await communicator.receive_from(timeout=WAIT)) == ["0"]
     layer = get_channel_layer()
-    for piece in ("17 * ", "23 = ", "<b>391</b>"):
+    for piece in ("1. **Sev", "enteen** * 23", " = <b>391</b>"):
         await layer.group_send(events_bus.group_for(run.pk), events_bus.delta(run.pk, 1, piece))
     card = await communicator.receive_from(timeout=WAIT)
     assert f'<article class="card streaming" id="stream-{run.pk}-1"' in card
     more = [await communicator.receive_from(timeout=WAIT) for _ in range(2)]
-    pieces = [
-        html.unescape(piece) for message in [card, *more] for piece in STREAMED.findall(message)
+    # Each message draws the text so far as the answer will be drawn, in place of the last.
+    drawn = [text for message in [card, *more] for text in STREAMED.findall(message)]
+    assert drawn == [
+        "<ol>\n<li><strong>Sev</strong></li>\n</ol>\n",
+        "<ol>\n<li><strong>Seventeen</strong> * 23</li>\n</ol>\n",
+        "<ol>\n<li><strong>Seventeen</strong> * 23 = &lt;b&gt;391&lt;/b&gt;</li>\n</ol>\n",
     ]
-    assert "".join(pieces) == "17 * 23 = <b>391</b>"
-    assert "<b>" not in "".join(more)  # streamed text is text
+    assert all('hx-swap-oob="true"' in message for message in more)
 
     await database_sync_to_async(record)(
         run,
