@@ -235,7 +235,7 @@ def event_card(
                 "answer",
                 card_id,
                 {
-                    "html": markdown(texts.shown("answer", event.answer)),
+                    **answer_text(texts.shown("answer", event.answer)),
                     # A run that succeeded has no banner; its error is a note (a cut answer).
                     "error": event.error if event.status == RunStatus.SUCCEEDED else "",
                     "banner": end_banner(event),
@@ -243,6 +243,12 @@ def event_card(
                 },
             )
     return None
+
+
+def answer_text(shown: str) -> dict[str, str]:
+    """An answer as its card shows it, and its Markdown, which copying it copies: a list's
+    numbers, a code block's fence and a table's pipes survive a paste, as its text would not."""
+    return {"html": markdown(shown), "markdown": shown}
 
 
 def approval_card(
@@ -360,7 +366,7 @@ def pruned_cards(run: AgentRun) -> list[Card]:
     when = timezone.localtime(run.log_pruned_at).strftime("%Y-%m-%d")
     note = f"Log pruned on {when}: this run's steps are no longer kept."
     end = {
-        "html": markdown(run.answer[:SHORT_TEXT_CHARS]),
+        **answer_text(run.answer[:SHORT_TEXT_CHARS]),
         "error": run.error,
         **status_label(run.status),
     }
