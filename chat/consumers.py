@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from enum import IntEnum
 from importlib import import_module
 from types import SimpleNamespace
@@ -78,6 +79,15 @@ LAYER_SECONDS = 2.0  # the longest any one channel-layer call may take
 RETRY_SECONDS = 3.0  # while the layer fails: how often to try it again and read the log
 
 
+@dataclass(frozen=True)
+class Streamed:
+    """What a reply's streamed card shows: its text so far, of which the first `settled`
+    characters are drawn once and for all (chat/streamed.py)."""
+
+    text: str
+    settled: int
+
+
 class BadMessage(ValueError):
     def __init__(self, code: Close, reason: str) -> None:
         super().__init__(reason)
@@ -132,8 +142,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
         self.sent: dict[int, int] = {}  # run id -> last seq sent
         self.replied: dict[int, int] = {}  # run id -> last step whose stored reply was sent
-        # (run, step) with a streamed card shown -> the reply's text so far, which it shows
-        self.streaming: dict[tuple[int, int], str] = {}
+        self.streaming: dict[tuple[int, int], Streamed] = {}  # (run, step) -> its card shows
         self.joined: set[str] = set()  # channel-layer groups this socket is in
         # The transport's listener, chosen once (agent.bus), and the runs counted in it.
         self.listener = bus.transport().listener()
@@ -357,15 +366,16 @@ class RunConsumer(AsyncWebsocketConsumer):
             return
         if not await self.still_signed_in():
             return
-        written = self.streaming.get((run_id, step))
-        if written is not None and len(written) >= SHORT_TEXT_CHARS:
+        shown = self.streaming.get((run_id, step))
+        if shown is not None and len(shown.text) >= SHORT_TEXT_CHARS:
             return
-        text = ((written or "") + message["text"])[:SHORT_TEXT_CHARS]
-        self.streaming[(run_id, step)] = text
-        if written is None:
-            await self.send(text_data=streaming_card(run_id, step, text))
+        text = ((shown.text if shown else "") + message["text"])[:SHORT_TEXT_CHARS]
+        if shown is None:
+            frame, settled = streaming_card(run_id, step, text)
         else:
-            await self.send(text_data=streamed_text(run_id, step, text))
+            frame, settled = streamed_text(run_id, step, text, shown.settled)
+        self.streaming[(run_id, step)] = Streamed(text, settled)
+        await self.send(text_data=frame)
 
     async def run_event(self, message: dict[str, Any]) -> None:
         """A wake-up: event `seq` of the run is stored. The events it carries, if it does, go

@@ -44,7 +44,7 @@ from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
 from chat import approvals, mcp
 from chat.approvals import Asking
-from chat.streamed import markdown_so_far
+from chat.streamed import markdown_so_far, settled_end
 from chat.texts import SHORT_TEXT_CHARS, Texts
 from workspace.browse import BrowseError, file_components
 from workspace.markup import markdown
@@ -437,17 +437,33 @@ def in_steps(run_id: int, content: str) -> str:
 # The sockets of a process watching one run each draw the same text of its streamed reply:
 # the first draws it, the others reuse it. A reply's text is at most SHORT_TEXT_CHARS here.
 @functools.lru_cache(maxsize=64)
-def streaming_card(run_id: int, step: int, text: str) -> str:
-    """The card a reply is streamed into, at the end of the steps, with its text so far."""
-    html = markdown_so_far(text)
-    return in_steps(run_id, draw("streaming", run_id=run_id, step=step, html=html))
+def streaming_card(run_id: int, step: int, text: str) -> tuple[str, int]:
+    """The card a reply is streamed into, at the end of the steps, with its text so far; and
+    where the settled part it drew ends."""
+    end = settled_end(text)
+    card = draw("streaming", **streamed_parts(run_id, step, text, 0, end))
+    return in_steps(run_id, card), end
 
 
 @functools.lru_cache(maxsize=64)
-def streamed_text(run_id: int, step: int, text: str) -> str:
-    """A streamed reply's text so far, in its card in place of what it showed."""
-    html = markdown_so_far(text)
-    return draw("streamed_text", run_id=run_id, step=step, html=html, oob=True)
+def streamed_text(run_id: int, step: int, text: str, settled: int) -> tuple[str, int]:
+    """A streamed reply's text so far, in its card: what settled since the card's `settled`
+    first characters added to them, and the rest drawn again; and where the settled part ends
+    now."""
+    end = settled_end(text, settled)
+    parts = streamed_parts(run_id, step, text, settled, end)
+    return draw("streamed_text", oob=True, **parts), end
+
+
+def streamed_parts(run_id: int, step: int, text: str, settled: int, end: int) -> dict[str, Any]:
+    """The HTML of what settled between `settled` and `end`, and of what is written after."""
+    return {
+        "run_id": run_id,
+        "step": step,
+        "settled": markdown(text[settled:end]) if end > settled else "",
+        "writing": markdown_so_far(text[end:]),
+        "after_settled": end > 0,
+    }
 
 
 def streamed_removal(run_id: int, step: int) -> str:

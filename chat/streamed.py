@@ -1,6 +1,7 @@
 """A reply still being written, drawn by the one renderer (workspace/markup.py) as its answer will
 be: its Markdown so far, with what the rest of the reply would turn into structure held back or
-closed, so the streamed card never shows a marker (`**`, `# `, `1.`, a backtick) as text.
+closed, so the streamed card never shows a marker (`**`, `# `, `1.`, a backtick) as text; and
+where its settled part ends (no later text changes it), so each piece redraws only what follows.
 """
 
 import re
@@ -11,13 +12,16 @@ from workspace.markup import markdown
 # quote, a fence or rule being typed. Shown as text it would flash the marker, and under a
 # paragraph some ("-", "=") would make that paragraph a heading for a moment.
 BLOCK_START = re.compile(r"[ \t]*(?:[-*+=_]+|\d{1,9}[.)]?|#{1,6}|>|`{1,3}|~{1,3})[ \t]*")
-FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})", re.MULTILINE)
+FENCE = re.compile(r"[ \t]{0,3}(`{3,}|~{3,})")
 FENCE_START = re.compile(r"[ \t]{0,3}[`~]+")
 TABLE_ROW = re.compile(r"[ \t]*\|")
 # A link or image still being written: its text, then maybe the start of its address.
 OPEN_LINK = re.compile(r"!?\[([^\]\n]*)(?:\](?:\([^)\n]*)?)?$")
 EMPHASIS_RUN = re.compile(r"\*+|_+")
 CODE_RUN = re.compile(r"`+")
+# What a line after a blank line may start with and still belong to the block before it: a list
+# item or its indented text, a quote (or a digit, which may be a list's number).
+GOES_ON = frozenset(" \t-*+>0123456789")
 
 
 def markdown_so_far(text: str) -> str:
@@ -42,16 +46,39 @@ def closed(text: str) -> str:
     return f"{head}\n\n{closed_inline(last)}" if head else closed_inline(last)
 
 
+def settled_end(text: str, start: int = 0) -> int:
+    """Where the part of `text` that no later text can change ends, looked for from `start`
+    (such a place itself): the start of the last line, outside code, that follows a blank line
+    and can only begin a block of its own. The Markdown before it draws the same, whatever
+    follows."""
+    end, offset, fence, after_blank = start, start, "", False
+    for line in text[start:].split("\n"):
+        if after_blank and not fence and line and line[0] not in GOES_ON:
+            end = offset
+        fence = fence_after(fence, line)
+        after_blank = not line.strip()
+        offset += len(line) + 1
+    return end
+
+
 def in_fence(text: str) -> bool:
     """Whether the text ends inside a fenced code block, which draws as code however cut."""
-    opened: str | None = None
-    for match in FENCE.finditer(text):
-        fence = match.group(1)
-        if opened is None:
-            opened = fence
-        elif fence[0] == opened[0] and len(fence) >= len(opened):
-            opened = None
-    return opened is not None
+    fence = ""
+    for line in text.split("\n"):
+        fence = fence_after(fence, line)
+    return bool(fence)
+
+
+def fence_after(fence: str, line: str) -> str:
+    """The code fence open after `line`, given the one open before it ("" for none)."""
+    opening = FENCE.match(line)
+    if opening is None:
+        return fence
+    marker = opening.group(1)
+    if not fence:
+        return marker
+    closes = marker[0] == fence[0] and len(marker) >= len(fence)
+    return "" if closes and not line[opening.end() :].strip() else fence
 
 
 def without_unformed_table(lines: list[str]) -> list[str]:

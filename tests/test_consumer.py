@@ -195,7 +195,9 @@ async def test_a_reconnecting_page_gets_every_step_once_from_a_worker(alice, sta
     assert "I counted to 3, one step a second." in seen[-1]
 
 
-STREAMED = re.compile(r'<div class="prose" id="stream-\d+-\d+-text"[^>]*>(.*?)</div>', re.DOTALL)
+STREAMED = re.compile(
+    r'<div class="writing" id="stream-\d+-\d+-writing"[^>]*>(.*?)</div>', re.DOTALL
+)
 
 
 def record(run: AgentRun, *events) -> None:

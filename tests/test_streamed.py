@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from chat.streamed import markdown_so_far
+from chat.streamed import markdown_so_far, settled_end
 from workspace.markup import markdown
 
 pytestmark = pytest.mark.fast
@@ -46,6 +46,33 @@ def shown_text(drawn: str) -> str:
 
 def prefixes(text: str) -> list[str]:
     return [text[:end] for end in range(1, len(text) + 1)]
+
+
+# Blocks that go on after a blank line (a loose list, a quote, code with blank lines in it): none
+# is cut where it settles.
+LOOSE = """Intro
+
+1. first
+
+2. second
+   still the second
+
+> quoted
+
+> still quoted
+
+```
+code
+
+more code
+```
+
+    indented code
+
+    more of it
+
+Done.
+"""
 
 
 def test_the_whole_answer_draws_as_the_answer_does():
@@ -91,3 +118,17 @@ def test_model_output_stays_sanitised_while_it_streams():
     drawn = markdown_so_far("Look: <script>alert(1)</script> **<img src=x onerror=alert(2)>")
     assert "<script" not in drawn
     assert "<img" not in drawn
+
+
+@pytest.mark.parametrize("answer", [ANSWER, LOOSE])
+def test_what_settled_draws_the_same_whatever_follows(answer):
+    """Each prefix drawn as the socket draws it, its settled part once and the rest again, is
+    the prefix drawn whole; and what settled never unsettles."""
+    settled = 0
+    for prefix in prefixes(answer):
+        end = settled_end(prefix, settled)
+        assert end >= settled
+        assert markdown(prefix[:end]) + markdown_so_far(prefix[end:]) == markdown_so_far(prefix)
+        assert markdown(answer).startswith(markdown(prefix[:end]))  # drawn once and for all
+        settled = end
+    assert settled > len(answer) // 2  # and most of it settles on the way
