@@ -359,17 +359,20 @@ class RunConsumer(AsyncWebsocketConsumer):
     async def run_delta(self, message: dict[str, Any]) -> None:
         """A piece of a reply being written: its text so far shown in a card of its own, drawn
         as its answer will be, until the stored reply arrives and takes its place. Nothing is
-        stored, so a page loaded later never shows it. A card shows at most SHORT_TEXT_CHARS of
-        a text: past them, the card is left as it is (and no longer drawn again)."""
+        stored, so a page loaded later never shows it. A socket that missed what came before a
+        piece (it joined mid-reply) draws nothing of that reply: a reply drawn from its middle
+        could show its Markdown as text. A card shows at most SHORT_TEXT_CHARS of a text: past
+        them, the card is left as it is (and no longer drawn again)."""
         run_id, step = message["run"], message["step"]
         if run_id not in self.sent or step <= self.replied.get(run_id, 0):
             return
+        shown = self.streaming.get((run_id, step))
+        written = shown.text if shown else ""
+        if len(written) >= SHORT_TEXT_CHARS or message.get("at") not in (None, len(written)):
+            return
         if not await self.still_signed_in():
             return
-        shown = self.streaming.get((run_id, step))
-        if shown is not None and len(shown.text) >= SHORT_TEXT_CHARS:
-            return
-        text = ((shown.text if shown else "") + message["text"])[:SHORT_TEXT_CHARS]
+        text = (written + message["text"])[:SHORT_TEXT_CHARS]
         if shown is None:
             frame, settled = streaming_card(run_id, step, text)
         else:

@@ -50,6 +50,11 @@ def test_edit_and_regenerate_make_versions_and_each_branch_has_its_own_context(l
     expect(edited).to_be_focused()
     expect(edited).to_have_value("What is 17 * 23?")
     assert axe_violations(page) == []
+    first.screenshot(path=ARTIFACTS / "chat-edit-task.png")
+    page.emulate_media(color_scheme="dark")
+    assert axe_violations(page) == []
+    page.emulate_media(color_scheme="light")
+    edited.focus()
     page.keyboard.type(" Or not.")
     page.keyboard.press("Escape")
     expect(edited).to_be_hidden()

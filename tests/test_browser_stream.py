@@ -13,6 +13,7 @@ from playwright.sync_api import Page, expect
 
 from tests.openai_server import MODEL, openai_server_fixture  # noqa: F401 (the fixture)
 from tests.test_browser import (  # noqa: F401 (fixtures)
+    ARTIFACTS,
     LAPTOP,
     PASSWORD,
     WAIT_MS,
@@ -40,7 +41,8 @@ Here is **the plan**, in *three* steps:
 
 Done: 17 * 23 = 391.
 """
-DRIP_SECONDS = 0.05  # between the server's chunks of 5 characters: the reply comes in dozens
+DRIP_SECONDS = 0.15  # between the server's chunks of 5 characters: dozens, over seconds
+START_SECONDS = 3.0
 # Every state of the streamed card's text, and the answer's as it first showed: recorded by the
 # page itself at each change of the DOM, so no state between two samples is missed.
 RECORD_STREAM = """
@@ -92,9 +94,14 @@ def test_a_streamed_answer_shows_as_its_answer_does_and_copies_as_markdown(
     openai_server,
     browser,  # noqa: F811
 ):
-    openai_server.reply(ANSWER, drip=DRIP_SECONDS)
+    # The reply starts once the page watches the run (a page that missed a reply's start draws
+    # none of it); the delay is that margin, not a measure.
+    openai_server.reply(ANSWER, drip=DRIP_SECONDS, delay=START_SECONDS)
     page = person(browser, dripping_site)
     send(page, "Make a plan for sum.txt")
+    expect(last_turn(page).locator(".card.streaming")).to_be_visible(timeout=WAIT_MS)
+    last_turn(page).screenshot(path=ARTIFACTS / "chat-streaming.png")
+    assert axe_violations(page) == []  # as it streams
     answer = last_turn(page).locator(".card.answer")
     expect(answer).to_contain_text("Done: 17 * 23 = 391.", timeout=WAIT_MS)
     expect(last_turn(page).locator(".card.streaming")).to_have_count(0)

@@ -207,15 +207,22 @@ def record(run: AgentRun, *events) -> None:
         recorder(event)
 
 
+async def stream(run: AgentRun, *pieces: str, at: int = 0) -> None:
+    """Pieces of the reply to the run's first step, as the publisher sends them: each saying
+    how much of the reply came before it, from `at`."""
+    layer = get_channel_layer()
+    for piece in pieces:
+        await layer.group_send(events_bus.group_for(run.pk), events_bus.delta(run.pk, 1, piece, at))
+        at += len(piece)
+
+
 async def test_streamed_pieces_show_until_the_stored_answer_takes_their_place(alice, bus):
     run = await database_sync_to_async(start_run)(alice, "What is 17 * 23?", model="mock")
     communicator = await socket(alice)
     assert (await communicator.connect())[0]
     await watch(communicator, run.pk)
     assert SEQ_MARKER.findall(await communicator.receive_from(timeout=WAIT)) == ["0"]
-    layer = get_channel_layer()
-    for piece in ("1. **Sev", "enteen** * 23", " = <b>391</b>"):
-        await layer.group_send(events_bus.group_for(run.pk), events_bus.delta(run.pk, 1, piece))
+    await stream(run, "1. **Sev", "enteen** * 23", " = <b>391</b>")
     card = await communicator.receive_from(timeout=WAIT)
     assert f'<article class="card streaming" id="stream-{run.pk}-1"' in card
     more = [await communicator.receive_from(timeout=WAIT) for _ in range(2)]
@@ -238,6 +245,19 @@ async def test_streamed_pieces_show_until_the_stored_answer_takes_their_place(al
     seen = await receive_until_finished(communicator)
     answered = next(message for message in seen if 'class="card answer' in message)
     assert f'<div id="stream-{run.pk}-1" hx-swap-oob="delete">' in answered
+    await communicator.disconnect()
+
+
+async def test_a_reply_heard_from_its_middle_is_not_drawn(alice):
+    """A page that began watching mid-reply lacks its start: drawn from there, its Markdown
+    could show as text (a closing `**` taken for an opening one). It waits for the answer."""
+    run = await database_sync_to_async(start_run)(alice, "What is 17 * 23?", model="mock")
+    communicator = await socket(alice)
+    assert (await communicator.connect())[0]
+    await watch(communicator, run.pk)
+    assert SEQ_MARKER.findall(await communicator.receive_from(timeout=WAIT)) == ["0"]
+    await stream(run, "enteen** * 23", " = 391", at=len("1. **Sev"))
+    assert await communicator.receive_nothing(timeout=1)
     await communicator.disconnect()
 
 
