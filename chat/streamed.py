@@ -19,6 +19,7 @@ TABLE_ROW = re.compile(r"[ \t]*\|")
 OPEN_LINK = re.compile(r"!?\[([^\]\n]*)(?:\](?:\([^)\n]*)?)?$")
 EMPHASIS_RUN = re.compile(r"\*+|_+")
 CODE_RUN = re.compile(r"`+")
+CODE_SPAN = re.compile(r"(`+).*?\1", re.DOTALL)
 # What a line after a blank line may start with and still belong to the block before it: a list
 # item or its indented text, a quote (or a digit, which may be a list's number).
 GOES_ON = frozenset(" \t-*+>0123456789")
@@ -32,13 +33,9 @@ def markdown_so_far(text: str) -> str:
 def closed(text: str) -> str:
     """Markdown cut off anywhere, made whole: the last line's bare block marker and a table's
     rows before its delimiter row held back; inline code, emphasis and a link closed."""
-    if in_fence(text):  # code however cut, but for a closing fence being written
-        return (
-            text.rpartition("\n")[0]
-            if FENCE_START.fullmatch(text[text.rfind("\n") + 1 :])
-            else text
-        )
     lines = text.split("\n")
+    if in_fence(text):  # code however cut, but for a closing fence being written
+        return "\n".join(lines[:-1]) if FENCE_START.fullmatch(lines[-1]) else text
     if BLOCK_START.fullmatch(lines[-1]):
         lines[-1] = ""
     lines = without_unformed_table(lines)
@@ -117,7 +114,7 @@ def unmatched_code(runs: list[str]) -> str:
 
 def outside_code(paragraph: str) -> str:
     """The paragraph with its (closed) code spans blanked: emphasis markers in code are text."""
-    return re.sub(r"(`+).*?\1", lambda span: " " * len(span.group(0)), paragraph, flags=re.S)
+    return CODE_SPAN.sub(lambda span: " " * len(span.group(0)), paragraph)
 
 
 def emphasis_closed(paragraph: str) -> tuple[int, str]:
