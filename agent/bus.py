@@ -109,8 +109,10 @@ def wake_up(run_id: int, seq: int, events: Sequence[EventRow] = ()) -> dict[str,
     return message
 
 
-def delta(run_id: int, step: int, text: str) -> dict[str, Any]:
-    return {"type": "run.delta", "run": run_id, "step": step, "text": text}
+def delta(run_id: int, step: int, text: str, at: int | None = None) -> dict[str, Any]:
+    """A piece of the reply to step `step`, the `at` characters before it sent already (None
+    from a publisher that did not say): a page that missed what came before knows it did."""
+    return {"type": "run.delta", "run": run_id, "step": step, "text": text, "at": at}
 
 
 def describe(error: BaseException) -> str:
@@ -312,6 +314,7 @@ class Stream:
     text: list[str] = field(default_factory=list)
     chars: int = 0
     due: float = 0.0  # when what has gathered goes out (at once, for a reply's first piece)
+    released: int = 0  # characters of the reply queued so far
     broken: bool = False  # a message was dropped: the rest waits for the stored reply
 
     def take(self) -> str:
@@ -403,7 +406,9 @@ class Publisher:
             return 0
         for start in range(0, len(text), size):
             piece = text[start : start + size]
-            last = self.put(Outgoing(run_id, stream.group, delta(run_id, step, piece)))
+            message = delta(run_id, step, piece, stream.released)
+            stream.released += len(piece)
+            last = self.put(Outgoing(run_id, stream.group, message))
             if not last:
                 stream.broken = True
                 return 0
@@ -558,7 +563,7 @@ class NotifySender:
 
     def send(self, outgoing: Outgoing) -> None:
         message = outgoing.message
-        payloads = list(notify_payloads(message["run"], message["step"], message["text"]))
+        payloads = notify_payloads(message["run"], message["step"], message["text"], message["at"])
         self.connected = True
         with connections["default"].cursor() as cursor:
             for payload in payloads:
@@ -573,26 +578,28 @@ class NotifySender:
         self.rest()
 
 
-def notify_payloads(run_id: int, step: int, text: str) -> list[str]:
-    """The text as NOTIFY payloads under PostgreSQL's limit, each as long as fits (escaping
-    makes some characters longer, so the cut is searched for)."""
+def notify_payloads(run_id: int, step: int, text: str, at: int | None = 0) -> list[str]:
+    """The text, the `at` characters of its reply before it sent already, as NOTIFY payloads
+    under PostgreSQL's limit, each as long as fits (escaping makes some characters longer, so
+    the cut is searched for)."""
     payloads = []
     while text:
         fits, over = 1, min(len(text), NOTIFY_PAYLOAD_BYTES) + 1
         while over - fits > 1:  # the longest head of the text whose payload fits
             middle = (fits + over) // 2
-            if len(payload(run_id, step, text[:middle])) <= NOTIFY_PAYLOAD_BYTES:
+            if len(payload(run_id, step, text[:middle], at)) <= NOTIFY_PAYLOAD_BYTES:
                 fits = middle
             else:
                 over = middle
-        payloads.append(payload(run_id, step, text[:fits]))
+        payloads.append(payload(run_id, step, text[:fits], at))
         text = text[fits:]
+        at = None if at is None else at + fits
     return payloads
 
 
-def payload(run_id: int, step: int, text: str) -> str:
+def payload(run_id: int, step: int, text: str, at: int | None = 0) -> str:
     """A delta as a NOTIFY payload: JSON in ASCII, so its length is its size in bytes."""
-    return json.dumps({"run": run_id, "step": step, "text": text})
+    return json.dumps({"run": run_id, "step": step, "text": text, "at": at})
 
 
 _publisher = Publisher()
@@ -659,7 +666,7 @@ def heard(channel: str, payload: str) -> dict[str, Any]:
     writes it), or a delta (as notify_payloads does)."""
     if channel == DELTA_CHANNEL:
         sent = json.loads(payload)
-        return delta(sent["run"], sent["step"], sent["text"])
+        return delta(sent["run"], sent["step"], sent["text"], sent.get("at"))
     run_id, seq = map(int, payload.split(":"))
     return wake_up(run_id, seq)
 

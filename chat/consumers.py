@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from enum import IntEnum
 from importlib import import_module
 from types import SimpleNamespace
@@ -37,6 +38,7 @@ from django.db import InterfaceError, OperationalError
 from agent import bus
 from chat.rendering import draw, streamed_removal, streamed_text, streaming_card
 from chat.stream import ALL_STEPS, Unsent, pushed, read_unsent, unsent
+from chat.texts import SHORT_TEXT_CHARS
 from loopsite.database import database_unreachable
 
 logger = logging.getLogger(__name__)
@@ -75,6 +77,15 @@ MAX_SEQ = 2**31 - 1  # RunEvent.seq is an integer column
 SESSION_CHECK_SECONDS = 5.0
 LAYER_SECONDS = 2.0  # the longest any one channel-layer call may take
 RETRY_SECONDS = 3.0  # while the layer fails: how often to try it again and read the log
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """What a reply's streamed card shows: its text so far, of which the first `settled`
+    characters are drawn once and for all (chat/streamed.py)."""
+
+    text: str
+    settled: int
 
 
 class BadMessage(ValueError):
@@ -131,7 +142,7 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
         self.sent: dict[int, int] = {}  # run id -> last seq sent
         self.replied: dict[int, int] = {}  # run id -> last step whose stored reply was sent
-        self.streaming: set[tuple[int, int]] = set()  # (run, step) with a streamed card shown
+        self.streaming: dict[tuple[int, int], Streamed] = {}  # (run, step) -> its card shows
         self.joined: set[str] = set()  # channel-layer groups this socket is in
         # The transport's listener, chosen once (agent.bus), and the runs counted in it.
         self.listener = bus.transport().listener()
@@ -346,18 +357,28 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self.send(text_data=draw("socket_status", state=state, reason=closed))
 
     async def run_delta(self, message: dict[str, Any]) -> None:
-        """A piece of a reply being written: shown in a card of its own until the stored reply
-        arrives and takes its place. Nothing is stored, so a page loaded later never shows it."""
+        """A piece of a reply being written: its text so far shown in a card of its own, drawn
+        as its answer will be, until the stored reply arrives and takes its place. Nothing is
+        stored, so a page loaded later never shows it. A socket that missed what came before a
+        piece (it joined mid-reply) draws nothing of that reply: a reply drawn from its middle
+        could show its Markdown as text. A card shows at most SHORT_TEXT_CHARS of a text: past
+        them, the card is left as it is (and no longer drawn again)."""
         run_id, step = message["run"], message["step"]
         if run_id not in self.sent or step <= self.replied.get(run_id, 0):
             return
+        shown = self.streaming.get((run_id, step))
+        written = shown.text if shown else ""
+        if len(written) >= SHORT_TEXT_CHARS or message.get("at") not in (None, len(written)):
+            return
         if not await self.still_signed_in():
             return
-        if (run_id, step) in self.streaming:
-            await self.send(text_data=streamed_text(run_id, step, message["text"]))
-            return
-        self.streaming.add((run_id, step))
-        await self.send(text_data=streaming_card(run_id, step, message["text"]))
+        text = (written + message["text"])[:SHORT_TEXT_CHARS]
+        if shown is None:
+            frame, settled = streaming_card(run_id, step, text)
+        else:
+            frame, settled = streamed_text(run_id, step, text, shown.settled)
+        self.streaming[(run_id, step)] = Streamed(text, settled)
+        await self.send(text_data=frame)
 
     async def run_event(self, message: dict[str, Any]) -> None:
         """A wake-up: event `seq` of the run is stored. The events it carries, if it does, go
@@ -428,8 +449,9 @@ class RunConsumer(AsyncWebsocketConsumer):
 
     def streamed_removals(self, run_id: int, replied: int) -> str:
         """A streamed card gives way to the stored reply of its step, in the same frame."""
-        done = {key for key in self.streaming if key[0] == run_id and key[1] <= replied}
-        self.streaming -= done
+        done = [key for key in self.streaming if key[0] == run_id and key[1] <= replied]
+        for key in done:
+            del self.streaming[key]
         return "".join(streamed_removal(run, step) for run, step in done)
 
 

@@ -46,6 +46,7 @@ from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
 from chat import approvals, mcp
 from chat.approvals import Asking
+from chat.streamed import markdown_so_far, settled_end
 from chat.texts import SHORT_TEXT_CHARS, Texts
 from mcp_servers.results import said_in
 from tools.code import Report, parse_report
@@ -272,7 +273,7 @@ def event_card(
                 "answer",
                 card_id,
                 {
-                    "html": markdown(texts.shown("answer", event.answer)),
+                    **answer_text(texts.shown("answer", event.answer)),
                     # A run that succeeded has no banner; its error is a note (a cut answer).
                     "error": event.error if event.status == RunStatus.SUCCEEDED else "",
                     "banner": end_banner(event),
@@ -282,6 +283,12 @@ def event_card(
                 },
             )
     return None
+
+
+def answer_text(shown: str) -> dict[str, str]:
+    """An answer as its card shows it, and its Markdown, which copying it copies: a list's
+    numbers, a code block's fence and a table's pipes survive a paste, as its text would not."""
+    return {"html": markdown(shown), "markdown": shown}
 
 
 def approval_card(
@@ -475,7 +482,7 @@ def pruned_cards(run: AgentRun) -> list[Card]:
     when = timezone.localtime(run.log_pruned_at).strftime("%Y-%m-%d")
     note = f"Log pruned on {when}: this run's steps are no longer kept."
     end = {
-        "html": markdown(run.answer[:SHORT_TEXT_CHARS]),
+        **answer_text(run.answer[:SHORT_TEXT_CHARS]),
         # As on any end: a success's note (a cut answer), never a failure's operator detail.
         "error": run.error if run.status == RunStatus.SUCCEEDED else "",
         **status_label(run.status),
@@ -544,18 +551,36 @@ def in_steps(run_id: int, content: str) -> str:
     return draw("steps", run_id=run_id, content=content)
 
 
-# The sockets of a process watching one run each draw the same piece of its streamed reply:
-# the first draws it, the others reuse it.
-@functools.lru_cache(maxsize=256)
-def streaming_card(run_id: int, step: int, text: str) -> str:
-    """The card a reply is streamed into, at the end of the steps, with its first piece."""
-    return in_steps(run_id, draw("streaming", run_id=run_id, step=step, text=text))
+# The sockets of a process watching one run each draw the same text of its streamed reply:
+# the first draws it, the others reuse it. A reply's text is at most SHORT_TEXT_CHARS here.
+@functools.lru_cache(maxsize=64)
+def streaming_card(run_id: int, step: int, text: str) -> tuple[str, int]:
+    """The card a reply is streamed into, at the end of the steps, with its text so far; and
+    where the settled part it drew ends."""
+    end = settled_end(text)
+    card = draw("streaming", **streamed_parts(run_id, step, text, 0, end))
+    return in_steps(run_id, card), end
 
 
-@functools.lru_cache(maxsize=256)
-def streamed_text(run_id: int, step: int, text: str) -> str:
-    """A later piece of a streamed reply, added to its card's text."""
-    return draw("streamed_text", run_id=run_id, step=step, text=text)
+@functools.lru_cache(maxsize=64)
+def streamed_text(run_id: int, step: int, text: str, settled: int) -> tuple[str, int]:
+    """A streamed reply's text so far, in its card: what settled since the card's `settled`
+    first characters added to them, and the rest drawn again; and where the settled part ends
+    now."""
+    end = settled_end(text, settled)
+    parts = streamed_parts(run_id, step, text, settled, end)
+    return draw("streamed_text", oob=True, **parts), end
+
+
+def streamed_parts(run_id: int, step: int, text: str, settled: int, end: int) -> dict[str, Any]:
+    """The HTML of what settled between `settled` and `end`, and of what is written after."""
+    return {
+        "run_id": run_id,
+        "step": step,
+        "settled": markdown(text[settled:end]) if end > settled else "",
+        "writing": markdown_so_far(text[end:]),
+        "after_settled": end > 0,
+    }
 
 
 def streamed_removal(run_id: int, step: int) -> str:

@@ -207,6 +207,7 @@ def status_of(run: AgentRun, asking: Asking | None = None) -> list[str]:
         feedback = getattr(run, "feedback", None)
         tail.append(draw("feedback", run=run, feedback=feedback, oob=True))
         tail.append(draw("turn_actions", run=run, oob=True))
+        tail.append(draw("task_edit", run=run, oob=True))
     if run.conversation is not None:
         conversation = labelled(run.conversation)
         tail.append(draw("conversation_status", conversation=conversation, oob=True))

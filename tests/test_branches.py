@@ -76,18 +76,23 @@ def test_no_version_while_a_run_goes_nor_of_another_persons_turn(alice, bob):
         show_version(bob, first.pk)
 
 
+SHARED_FILES = "Files are shared by every version of this conversation."
+
+
 def test_the_page_shows_the_versions_and_moves_between_them(client, alice, bob):
     first = worked(alice, "What is 17 * 23?")
     client.force_login(alice)
     page = client.get(f"/c/{first.conversation_id}/")
     assert "Regenerate" in page.text
-    assert 'aria-label="Versions of this turn"' not in page.text  # one version only
+    assert '<nav class="versions"' not in page.text  # one version only
+    assert SHARED_FILES not in page.text
 
     response = client.post(f"/runs/{first.pk}/edit/", {"edited": "What is 2 * 3?"})
     assert response.status_code == 302
     edited = AgentRun.objects.get(task="What is 2 * 3?")
     page = client.get(f"/c/{first.conversation_id}/")
     assert "2 / 2" in page.text
+    assert SHARED_FILES in page.text  # the versions' files are one workspace, and it says so
     assert f'action="/runs/{first.pk}/show/"' in page.text
     assert "What is 17 * 23?</div>" not in page.text  # the old version is not shown
     assert client.post(f"/runs/{edited.pk}/regenerate/").status_code == 400  # it is going

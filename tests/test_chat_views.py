@@ -209,7 +209,9 @@ def test_model_output_and_tool_results_render_inert(as_alice, alice, workspaces)
     run = alice_run(alice, "Read evil.md")
     execute_run(run, llm=ScriptedLLM([call("read_file", {"path": "evil.md"}), answer(EVIL)]))
     page = as_alice.get(f"/c/{run.conversation_id}/").text
-    assert page.count("&lt;script&gt;alert(") == 2  # the result and the answer show it as text
+    # The result and the answer show it as text, and the answer's Markdown (what Copy copies)
+    # holds it as an escaped attribute.
+    assert page.count("&lt;script&gt;alert(") == 3
     assert ActiveParts(page).found == []
 
 

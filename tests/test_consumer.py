@@ -1,7 +1,6 @@
 """The page's websocket, through Channels' own testing tools and the real ASGI application."""
 
 import asyncio
-import html
 import json
 import re
 
@@ -196,7 +195,9 @@ async def test_a_reconnecting_page_gets_every_step_once_from_a_worker(alice, sta
     assert "I counted to 3, one step a second." in seen[-1]
 
 
-STREAMED = re.compile(r'id="stream-\d+-\d+-text"[^>]*>([^<]*)<')
+STREAMED = re.compile(
+    r'<div class="writing" id="stream-\d+-\d+-writing"[^>]*>(.*?)</div>', re.DOTALL
+)
 
 
 def record(run: AgentRun, *events) -> None:
@@ -206,23 +207,33 @@ def record(run: AgentRun, *events) -> None:
         recorder(event)
 
 
+async def stream(run: AgentRun, *pieces: str, at: int = 0) -> None:
+    """Pieces of the reply to the run's first step, as the publisher sends them: each saying
+    how much of the reply came before it, from `at`."""
+    layer = get_channel_layer()
+    for piece in pieces:
+        await layer.group_send(events_bus.group_for(run.pk), events_bus.delta(run.pk, 1, piece, at))
+        at += len(piece)
+
+
 async def test_streamed_pieces_show_until_the_stored_answer_takes_their_place(alice, bus):
     run = await database_sync_to_async(start_run)(alice, "What is 17 * 23?", model="mock")
     communicator = await socket(alice)
     assert (await communicator.connect())[0]
     await watch(communicator, run.pk)
     assert SEQ_MARKER.findall(await communicator.receive_from(timeout=WAIT)) == ["0"]
-    layer = get_channel_layer()
-    for piece in ("17 * ", "23 = ", "<b>391</b>"):
-        await layer.group_send(events_bus.group_for(run.pk), events_bus.delta(run.pk, 1, piece))
+    await stream(run, "1. **Sev", "enteen** * 23", " = <b>391</b>")
     card = await communicator.receive_from(timeout=WAIT)
     assert f'<article class="card streaming" id="stream-{run.pk}-1"' in card
     more = [await communicator.receive_from(timeout=WAIT) for _ in range(2)]
-    pieces = [
-        html.unescape(piece) for message in [card, *more] for piece in STREAMED.findall(message)
+    # Each message draws the text so far as the answer will be drawn, in place of the last.
+    drawn = [text for message in [card, *more] for text in STREAMED.findall(message)]
+    assert drawn == [
+        "<ol>\n<li><strong>Sev</strong></li>\n</ol>\n",
+        "<ol>\n<li><strong>Seventeen</strong> * 23</li>\n</ol>\n",
+        "<ol>\n<li><strong>Seventeen</strong> * 23 = &lt;b&gt;391&lt;/b&gt;</li>\n</ol>\n",
     ]
-    assert "".join(pieces) == "17 * 23 = <b>391</b>"
-    assert "<b>" not in "".join(more)  # streamed text is text
+    assert all('hx-swap-oob="true"' in message for message in more)
 
     await database_sync_to_async(record)(
         run,
@@ -234,6 +245,19 @@ async def test_streamed_pieces_show_until_the_stored_answer_takes_their_place(al
     seen = await receive_until_finished(communicator)
     answered = next(message for message in seen if 'class="card answer' in message)
     assert f'<div id="stream-{run.pk}-1" hx-swap-oob="delete">' in answered
+    await communicator.disconnect()
+
+
+async def test_a_reply_heard_from_its_middle_is_not_drawn(alice):
+    """A page that began watching mid-reply lacks its start: drawn from there, its Markdown
+    could show as text (a closing `**` taken for an opening one). It waits for the answer."""
+    run = await database_sync_to_async(start_run)(alice, "What is 17 * 23?", model="mock")
+    communicator = await socket(alice)
+    assert (await communicator.connect())[0]
+    await watch(communicator, run.pk)
+    assert SEQ_MARKER.findall(await communicator.receive_from(timeout=WAIT)) == ["0"]
+    await stream(run, "enteen** * 23", " = 391", at=len("1. **Sev"))
+    assert await communicator.receive_nothing(timeout=1)
     await communicator.disconnect()
 
 

@@ -210,12 +210,12 @@ def test_a_turn_drawn_from_a_row_read_before_the_end_gets_continue_from_the_sock
     [frame] = read_unsent.func(alice, run.pk, last).frames
     assert "data-watch" not in frame  # the page stops watching: it has ended
     assert 'class="continue"' in frame
-    assert "Edit the task" in frame
+    assert "Send the edited task" in frame
     assert "Regenerate" in frame
     queued = start_run(alice, "What is 17 * 23?", model="mock")
     [frame] = read_unsent.func(alice, queued.pk, 0).frames
     assert "data-watch" in frame
-    assert "Edit the task" not in frame  # a live run's status is the events' to redraw
+    assert "Send the edited task" not in frame  # a live run's status is the events' to redraw
 
 
 def read_unsent_now(user: User, run_id: int):

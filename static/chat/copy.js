@@ -1,7 +1,8 @@
-// Copy buttons: one on every answer (its text as shown) and one on every code block (its code,
-// exactly); and a scroller around every table. Added here rather than drawn by the server, so
-// answers and previews, however they arrive (the page, a send, the socket), get them the same
-// way. No inline handler: the CSP.
+// Copy buttons: one on every answer (its Markdown, as the model wrote it, so a list's numbers and
+// a code block's fence survive a paste; its drawn HTML beside it for editors that take rich
+// text) and one on every code block (its code, exactly); and a scroller around every table.
+// Added here rather than drawn by the server, so answers and previews, however they arrive (the
+// page, a send, the socket), get them the same way. No inline handler: the CSP.
 (function () {
   "use strict";
   const ANSWERS = ".card.answer";
@@ -60,13 +61,33 @@
     }, 2000);
   }
 
+  // The answer's drawn HTML without the buttons this script added to it.
+  function drawn(prose) {
+    const copy = prose.cloneNode(true);
+    copy.querySelectorAll("button.copy").forEach(function (button) { button.remove(); });
+    return copy.innerHTML;
+  }
+
+  function write(text, html) {
+    if (html === undefined || !window.ClipboardItem) return navigator.clipboard.writeText(text);
+    return navigator.clipboard.write([new ClipboardItem({
+      "text/plain": new Blob([text], { type: "text/plain" }),
+      "text/html": new Blob([html], { type: "text/html" }),
+    })]);
+  }
+
   document.addEventListener("click", function (event) {
     const copy = event.target.closest && event.target.closest("button.copy");
     if (!copy) return;
-    const source = copy.dataset.copy === "code"
-      ? copy.parentElement.querySelector("pre").textContent
-      : copy.closest(ANSWERS).querySelector(".prose").innerText;
-    navigator.clipboard.writeText(source.replace(/\n$/, "")).then(
+    let written;
+    if (copy.dataset.copy === "code") {
+      written = write(copy.parentElement.querySelector("pre").textContent.replace(/\n$/, ""));
+    } else {
+      const prose = copy.closest(ANSWERS).querySelector(".prose");
+      const source = prose.dataset.markdown !== undefined ? prose.dataset.markdown : prose.innerText;
+      written = write(source.replace(/\n$/, ""), drawn(prose));
+    }
+    written.then(
       function () { copied(copy, "done"); },
       function () { copied(copy, "failed"); }
     );
