@@ -104,6 +104,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "accounts.theme.theme",
+                "chat.navigation.navigation",
             ],
         },
     },
