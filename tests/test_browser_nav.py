@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
 from tests.test_browser import ARTIFACTS, PASSWORD, browser, db, live_site
-from tests.test_browser_access import LAPTOP, PHONE, VIEWS, log_in
+from tests.test_browser_access import LAPTOP, PHONE, VIEWS, choose, log_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["browser", "live_site"]  # the fixtures this module borrows
@@ -46,19 +46,6 @@ def marked(page: Page) -> list[str]:
 
 def background(page: Page) -> str:
     return page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
-
-
-def choose(page: Page, theme: str) -> None:
-    """The person presses one of the theme's choices, from the drawer on a phone."""
-    toggle = page.locator(".sidebar-toggle")
-    if toggle.is_visible():
-        toggle.click()
-    page.get_by_role("group", name="Theme").get_by_role("button", name=theme).click()
-    expect(
-        page.get_by_role("group", name="Theme").get_by_role("button", name=theme)
-    ).to_have_attribute("aria-pressed", "true")
-    if toggle.is_visible() and toggle.get_attribute("aria-expanded") == "true":
-        page.keyboard.press("Escape")
 
 
 def test_every_page_has_the_same_navigation_with_its_place_marked(live_site, browser):
