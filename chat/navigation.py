@@ -23,8 +23,8 @@ PLACES = {
 
 def place_of(path: str) -> str:
     """The place `path` belongs to, for the navigation's aria-current."""
-    under = [(reverse(name), place) for place, name in PLACES.items()]
-    return max((url for url in under if path.startswith(url[0])), key=lambda url: len(url[0]))[1]
+    under = {reverse(name): place for place, name in PLACES.items()}
+    return under[max((url for url in under if path.startswith(url)), key=len)]
 
 
 def navigation(request: HttpRequest) -> dict[str, object]:
