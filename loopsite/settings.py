@@ -105,6 +105,8 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "mcp_servers.context_processors.held_count",
+                "accounts.theme.theme",
+                "chat.navigation.navigation",
             ],
         },
     },

@@ -65,6 +65,19 @@ def log_in(
     return page
 
 
+def choose(page: Page, theme: str) -> None:
+    """The person presses one of the theme's choices, from the drawer on a phone."""
+    toggle = page.locator(".sidebar-toggle")
+    if toggle.is_visible():
+        toggle.click()
+    page.get_by_role("group", name="Theme").get_by_role("button", name=theme).click()
+    expect(
+        page.get_by_role("group", name="Theme").get_by_role("button", name=theme)
+    ).to_have_attribute("aria-pressed", "true")
+    if toggle.is_visible() and toggle.get_attribute("aria-expanded") == "true":
+        page.keyboard.press("Escape")
+
+
 def past_conversation(user: User, title: str, task: str, days_ago: int) -> None:
     """A conversation last used `days_ago` days ago, its one run ended."""
     conversation = new_conversation(user)
@@ -335,6 +348,17 @@ def open_parts(page: Page, conversation: str, how: str) -> dict[str, list[str]]:
     return found
 
 
+def open_drawer(page: Page, url: str, how: str) -> dict[str, list[str]]:
+    """axe's violations on a page other than the chat with its drawer open, on a phone."""
+    page.goto(url)
+    if not page.locator(".sidebar-toggle").is_visible():
+        return {}
+    page.locator(".sidebar-toggle").click()
+    expect(page.locator("#sidebar")).to_be_in_viewport(ratio=1)
+    violations = axe_violations(page)
+    return {f"{url} drawer {how}": violations} if violations else {}
+
+
 def test_axe_finds_no_violation_on_any_page(live_site, browser):  # noqa: F811
     db(lambda: User.objects.create_user("alice", password=PASSWORD))
     db(lambda: User.objects.create_superuser("root", "root@example.com", PASSWORD))
@@ -351,20 +375,29 @@ def test_axe_finds_no_violation_on_any_page(live_site, browser):  # noqa: F811
         f"{live_site}/accounts/data/",
         f"{live_site}/accounts/password/",
         f"{live_site}/settings/approvals/",
+        f"{live_site}/settings/tools/",
+        f"{live_site}/accounts/password/done/",
         f"{live_site}/waiting/",
     ]
     operators = [f"{live_site}{path}" for path in db(lambda: console_pages(run))]
     found: dict[str, list[str]] = {}
-    for scheme in ("light", "dark"):
+    # Light and dark as the system says, and as the person chose against it with the toggle.
+    for scheme, chosen in (("light", None), ("dark", None), ("light", "Dark"), ("dark", "Light")):
         for view, viewport in VIEWS.items():
             for username, urls in (("alice", people), ("root", operators)):
+                if chosen and username == "root":
+                    continue  # the console has no toggle: it follows the system
                 page = log_in(browser, live_site, username, viewport, scheme=scheme)
+                how = f"{scheme}{f' chosen {chosen}' if chosen else ''} {view}"
+                if chosen:
+                    choose(page, chosen)
                 for url in urls:
                     page.goto(url)
                     if violations := axe_violations(page):
-                        found[f"{url} {scheme} {view}"] = violations
+                        found[f"{url} {how}"] = violations
                 if username == "alice":
-                    found.update(open_parts(page, conversation, f"{scheme} {view}"))
+                    found.update(open_parts(page, conversation, how))
+                    found.update(open_drawer(page, f"{live_site}/memories/", how))
                 page.context.close()
     anonymous = browser.new_context(viewport=PHONE, bypass_csp=True).new_page()
     for path in ("/accounts/login/", "/accounts/signup/"):

@@ -1,4 +1,5 @@
-// The sidebar: a drawer on a phone, and the quota line kept true after a run writes files.
+// The sidebar, every page's navigation: a drawer on a phone, and the quota line kept true after a
+// run writes files.
 (function () {
   "use strict";
   const PHONE = window.matchMedia("(max-width: 720px)");
@@ -6,9 +7,14 @@
   function toggle() { return document.querySelector(".sidebar-toggle"); }
   function isOpen() { return document.body.classList.contains("sidebar-open"); }
 
-  // What the open drawer covers: out of reach of Tab and of screen readers until it closes.
+  // What the open drawer covers: the whole page beside it but the toggle (in the chat's head or
+  // the bar atop every other page), out of reach of Tab and of screen readers until it closes.
   function behind() {
-    return document.querySelectorAll("#timeline, #task-form, .conversation-head > :not(.sidebar-toggle)");
+    const covered = [];
+    for (let node = toggle(); node && node.parentElement && !node.classList.contains("page"); node = node.parentElement) {
+      covered.push.apply(covered, Array.from(node.parentElement.children).filter(function (other) { return other !== node; }));
+    }
+    return covered;
   }
 
   // The drawer opens over the page with a backdrop; the toggle stays above both, as ✕.
@@ -40,6 +46,12 @@
     } else if (isOpen() && event.target.closest("#sidebar a[href]:not([download])")) {
       setOpen(false, false); // leaving for another page: it opens there closed
     }
+  });
+  // Esc closes the open drawer (the chat's shortcuts see it first, and may have closed it).
+  document.addEventListener("keydown", function (event) {
+    if (event.key !== "Escape" || event.defaultPrevented || !isOpen()) return;
+    event.preventDefault();
+    setOpen(false, true);
   });
   // A page brought back from the back/forward cache comes back as it was left: closed.
   window.addEventListener("pageshow", function (event) { if (event.persisted) setOpen(false, false); });
