@@ -154,7 +154,9 @@ def owned(module_records) -> Owned:
             "tool_id": tool.pk,
         }
         (workspace_of(alice) / "notes.txt").write_text("1 + 1 = 2\n")
-        files = {"path": "notes.txt", "key": "answer"}
+        # A conversation's export's kind; a password reset link's parts (Django's own view).
+        files = {"path": "notes.txt", "key": "answer", "kind": "md"}
+        files |= {"uidb64": "MQ", "token": "set-password"}
         return Owned(alice, ids, files, module_records.workspaces)
 
     return module_records.make(build)
@@ -229,6 +231,7 @@ MALFORMED_PARTS = {
     "int": ("0", "99999999999999999999", "9" * 10_000),
     "path": MALFORMED,
     "slug": ("x" * 10_000,),
+    "": ("\x00", "x" * 10_000),  # a plain <part>: any text but a slash
 }
 WITH_PARTS = sorted(route for route in ROUTES if CONVERTER.search(route))
 
