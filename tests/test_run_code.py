@@ -20,6 +20,7 @@ from tools.sandbox import (
     WARM,
     BubblewrapSandbox,
     Limits,
+    SandboxUnavailable,
     WarmSandboxes,
 )
 from workspace.directory import UidOutOfRange, ensure_workspace, sandbox_identity
@@ -272,19 +273,25 @@ def test_stdout_flood_is_capped_and_the_worker_stays_small(context):
     assert_no_sandbox_process_remains(context)
 
 
-def test_missing_bubblewrap_fails_closed_saying_how_to_fix_it(context, monkeypatch):
+def assert_plainly_refused(result, caplog, detail: str) -> None:
+    """A sandbox that cannot run is refused in plain words for the model and the person (no
+    package, setting or command: nothing they can act on), its fix in the operator's log."""
+    assert result.status is ToolStatus.DENIED
+    assert result.text == SandboxUnavailable.SAID
+    assert detail in caplog.text
+
+
+def test_missing_bubblewrap_fails_closed_saying_how_to_fix_it(context, monkeypatch, caplog):
     real_which = __import__("shutil").which
     monkeypatch.setattr(
         "tools.sandbox.shutil.which",
         lambda name, path=None: None if name == "bwrap" else real_which(name, path=path),
     )
     result = run(context, "print('ran')")
-    assert result.status is ToolStatus.DENIED
-    assert "apt-get install bubblewrap" in result.text
-    assert "ran" not in result.text
+    assert_plainly_refused(result, caplog, "apt-get install bubblewrap")
 
 
-def test_a_sandbox_bubblewrap_cannot_build_fails_closed(context, monkeypatch):
+def test_a_sandbox_bubblewrap_cannot_build_fails_closed(context, monkeypatch, caplog):
     build = BubblewrapSandbox.bwrap_arguments
 
     def broken(self, workspace, limits):
@@ -293,16 +300,14 @@ def test_a_sandbox_bubblewrap_cannot_build_fails_closed(context, monkeypatch):
 
     monkeypatch.setattr(BubblewrapSandbox, "bwrap_arguments", broken)
     result = run(context, "print('ran')")
-    assert result.status is ToolStatus.DENIED
-    assert "bubblewrap could not build the sandbox" in result.text
+    assert_plainly_refused(result, caplog, "bubblewrap could not build the sandbox")
+    assert "LOOP_SANDBOX=subprocess" in caplog.text
 
 
-def test_a_workspace_no_sandbox_uid_owns_is_refused(context):
+def test_a_workspace_no_sandbox_uid_owns_is_refused(context, caplog):
     os.chown(context.workspace, 0, 0)  # as if made by hand, or by an older Loop that failed
     result = run(context, "print('ran')")
-    assert result.status is ToolStatus.DENIED
-    assert "not to a sandbox uid" in result.text
-    assert "ran" not in result.text
+    assert_plainly_refused(result, caplog, "not to a sandbox uid")
 
 
 def test_a_uid_base_that_would_reach_root_or_overflow_refuses(workspaces, settings):

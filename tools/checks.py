@@ -33,7 +33,7 @@ def probe_sandbox() -> SandboxReport:
             # A throwaway workspace gets no sandbox started ahead for a next call.
             execution = sandbox.run(PROBE, workspace, Limits(timeout=20), start_next=False)
         except SandboxUnavailable as error:
-            return SandboxReport(False, sandbox.policy, str(error))
+            return SandboxReport(False, sandbox.policy, error.detail)
     if execution.exit_status == 0 and execution.stdout.strip() == "42":
         return SandboxReport(True, sandbox.policy, "ran a snippet and read its output")
     detail = f"exit status {execution.exit_status}, stderr: {execution.stderr.strip()[:500]}"

@@ -54,7 +54,21 @@ PIPE_CAPACITY = 65536  # Linux's default; bwrap's options take a few hundred byt
 
 
 class SandboxUnavailable(ToolDenied):
-    """The configured sandbox cannot run here; the message says why and how to fix it."""
+    """The configured sandbox cannot run here. What the model reads, and the person on its card,
+    says so in plain words, for there is nothing either can do about it; why and how to fix it
+    (`detail`: a package, a sysctl, a setting) is the operator's, in the worker's log and in
+    `manage.py sandboxcheck` and the system checks."""
+
+    SAID = (
+        "run_code is not available on this site right now: the sandbox it runs code in cannot "
+        "start. Nothing you do can fix that, and its operators see why. Do not call run_code "
+        "again in this run; answer with what you can do without running code."
+    )
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(self.SAID)
+        self.detail = detail
+        logger.error("run_code's sandbox cannot run: %s", detail)
 
 
 class ProcessLimitReached(ToolError):
