@@ -53,11 +53,15 @@ def run_of_with_state(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
         runs_for(user)
         .filter(pk=run_id)
         .select_related("conversation", "feedback")
-        .annotate(conversation_last_status=Subquery(last.values("status")[:1]))
+        .annotate(
+            conversation_last_status=Subquery(last.values("status")[:1]),
+            conversation_last_cause=Subquery(last.values("cause")[:1]),
+        )
         .first()
     )
     if run is not None and run.conversation is not None:
         run.conversation.last_status = run.conversation_last_status
+        run.conversation.last_cause = run.conversation_last_cause
     return run
 
 
@@ -190,9 +194,13 @@ def remembered_in(user: AbstractBaseUser, conversation: Conversation) -> QuerySe
 
 
 def with_last_status(conversations: QuerySet[Conversation]) -> QuerySet[Conversation]:
-    """Each conversation with `last_status`, the status of its latest run (None: no run yet)."""
+    """Each conversation with `last_status`, the status of its latest run (None: no run yet),
+    and `last_cause`, why it ended so (a success that did nothing of its task is not done)."""
     last = AgentRun.objects.filter(conversation=OuterRef("pk")).order_by("-pk")
-    return conversations.annotate(last_status=Subquery(last.values("status")[:1]))
+    return conversations.annotate(
+        last_status=Subquery(last.values("status")[:1]),
+        last_cause=Subquery(last.values("cause")[:1]),
+    )
 
 
 def conversations_with_status(user: AbstractBaseUser) -> QuerySet[Conversation]:

@@ -190,9 +190,14 @@ def end_label(end: RunFinished) -> dict[str, str]:
 
 
 def labelled(conversation: Conversation) -> Conversation:
-    """The conversation with its icon and word (`status`), from its `last_status`
-    (agent.selectors.with_last_status)."""
-    conversation.status = status_label(getattr(conversation, "last_status", None))
+    """The conversation with its icon and word (`status`), from its `last_status` and
+    `last_cause` (agent.selectors.with_last_status): a run that did nothing of its task is not
+    shown done, as its answer's header says."""
+    status = getattr(conversation, "last_status", None)
+    only_help = getattr(conversation, "last_cause", "") == EndCause.ONLY_HELP
+    conversation.status = (
+        ONLY_HELP_LABEL if status == RunStatus.SUCCEEDED and only_help else status_label(status)
+    )
     return conversation
 
 

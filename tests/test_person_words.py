@@ -132,6 +132,10 @@ def test_the_demo_models_help_is_not_ended_as_a_success(only_help, person):
     assert "status-not-done" in header
     assert "Not done" in header
     assert "✓" not in header
+    # Nor does the sidebar's icon of its conversation say it is done.
+    [item] = re.findall(rf'<a href="/c/{only_help.conversation_id}/"[^>]*>.*?</a>', page, re.S)
+    assert "Not done" in item
+    assert "✓" not in item
 
 
 def test_the_search_finds_what_it_is_meant_to():
