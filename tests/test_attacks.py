@@ -193,6 +193,21 @@ def test_another_site_cannot_change_a_conversation_from_its_menu(alice, action):
     assert conversation.instructions == ""
 
 
+def test_a_deleted_conversation_has_no_menu_export_or_instructions(as_alice, alice):
+    conversation = Conversation.objects.create(owner=alice, title="Gone", instructions="Old")
+    as_alice.post(reverse("chat:delete", args=[conversation.pk]))
+    gone = [
+        as_alice.get(reverse("chat:menu", args=[conversation.pk])),
+        as_alice.get(reverse("chat:export", args=[conversation.pk, "json"])),
+        as_alice.post(
+            reverse("chat:instructions", args=[conversation.pk]), {"instructions": "New"}
+        ),
+    ]
+    assert [answer.status_code for answer in gone] == [404, 404, 404]
+    conversation.refresh_from_db()
+    assert conversation.instructions == "Old"
+
+
 @pytest.mark.parametrize(
     "title",
     [
@@ -251,6 +266,14 @@ def test_another_person_cannot_decide_a_call_from_their_list(alice, bob, waits):
         assert "Sums" not in refused.text
     assert ApprovalRequest.objects.get(run=waits).decision == ""
     assert AgentRun.objects.get(pk=waits.pk).status == RunStatus.AWAITING_APPROVAL
+
+
+def test_a_call_of_a_deleted_conversation_is_neither_listed_nor_decided(alice, waits, as_alice):
+    as_alice.post(reverse("chat:delete", args=[waits.conversation_id]))
+    assert "No tool call waits for your decision." in as_alice.get("/waiting/").text
+    refused = as_alice.post(f"/runs/{waits.pk}/decide/", listed(waits, "approve"), **HTMX)
+    assert refused.status_code == 404
+    assert ApprovalRequest.objects.get(run=waits).decision == "cancelled"  # by the deletion
 
 
 def test_a_call_decided_cannot_be_decided_again_from_the_list(alice, waits, as_alice):
