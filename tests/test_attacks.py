@@ -21,6 +21,7 @@ from tests.conftest import PASSWORD, wait_for
 from tests.mail_server import link_in, mailbox  # noqa: F401 (a fixture)
 from tests.test_accounts_mail import RESET, ask_reset
 from tests.test_approval_cards import HTMX, decision, parked
+from tests.test_person_words import OPERATOR_WORDS, model_down, person  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -240,6 +241,16 @@ def test_an_export_holds_only_its_owners_runs(alice, bob, as_alice, workspaces):
         sent = as_alice.get(reverse("chat:export", args=[conversation.pk, kind]))
         assert sent.status_code == 200
         assert "Bob's secret task" not in sent.text
+
+
+def test_an_export_says_how_a_run_failed_in_the_persons_words(model_down, person):  # noqa: F811
+    """A failed run's error names the setting, command and address an operator acts on: the
+    export, a page a person downloads, says what the card says instead."""
+    for kind in ("md", "json"):
+        sent = person.get(reverse("chat:export", args=[model_down.conversation_id, kind]))
+        assert OPERATOR_WORDS.findall(sent.content.decode()) == []
+    export = person.get(reverse("chat:export", args=[model_down.conversation_id, "json"])).json()
+    assert export["turns"][0]["error"] == "Failed: The assistant's model is not answering."
 
 
 # Deciding from "Waiting for you" ----------------------------------------------------------------
