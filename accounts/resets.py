@@ -8,6 +8,7 @@ is the usual "sent" page and no more mail goes out: nobody can fill a stranger's
 
 import hashlib
 import threading
+import unicodedata
 from datetime import timedelta
 from enum import Enum
 from typing import Any
@@ -34,7 +35,11 @@ class ResetVerdict(Enum):
 
 
 def email_digest(email: str) -> str:
-    return hashlib.sha256(email.strip().lower().encode()).hexdigest()
+    """One digest for every spelling of an address that Django's form sends the same account's
+    mail to: compared as it compares them (NFKC, case folded), else a Greek final sigma or
+    a letter's case would each count as another mailbox."""
+    folded = unicodedata.normalize("NFKC", email.strip()).casefold()
+    return hashlib.sha256(folded.encode()).hexdigest()
 
 
 def may_reset(address: str, email: str) -> ResetVerdict:

@@ -24,13 +24,16 @@ from agent.core.events import (
     MemoriesRecalled,
     ModelReplied,
     PersonSaid,
+    RunFinished,
     RunHalted,
+    RunStatus,
     ToolCallFinished,
     Unreadable,
     loaded,
 )
 from agent.models import Conversation
 from agent.transcripts import transcripts
+from chat.rendering import what_happened
 
 EXPORT_FORMAT = "loop.conversation/1"
 BRANCH_NOTE = (
@@ -95,13 +98,23 @@ def turn_of(transcript: dict[str, Any], others: list[int]) -> dict[str, Any]:
         "task": run["task"],
         "status": run["status"],
         "answer": run["answer"],
-        "error": run["error"],
+        "error": error_said(events),
         "model": run["model"],
         "created_at": run["created_at"],
         "finished_at": run["finished_at"],
         "other_versions": others,
         "steps": [step for event in events if (step := step_of(event)) is not None],
     }
+
+
+def error_said(events: list[Event | Unreadable]) -> str:
+    """How the run ended short, as its card says it: a failed run's error names the settings,
+    commands and addresses an operator acts on (the console shows it), never for a person's
+    file. A run that succeeded keeps its note (an answer cut short), as its card does."""
+    end = next((event for event in events if isinstance(event, RunFinished)), None)
+    if end is None:
+        return ""
+    return end.error if end.status == RunStatus.SUCCEEDED else what_happened(end)
 
 
 def step_of(event: Event | Unreadable) -> dict[str, Any] | None:
