@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import mcp_types as types
 
+from agent.core.text import unmarked
 from workspace.images import why_not_shown
 
 # Images a server sends are kept as files of these kinds (anything else is named, not kept).
@@ -18,7 +19,6 @@ IMAGE_SUFFIXES = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 MAX_BLOCKS = 50
 OPEN, CLOSE = "<<<mcp result>>>", "<<<end mcp result>>>"
-_MARKERS = ("<<<", ">>>")
 # A tool's name as MCP defines it: at most 128 of these characters.
 _UNNAMED = re.compile(r"[^A-Za-z0-9_.-]")
 NAME_CHARS = 128
@@ -62,11 +62,8 @@ def named(tool: str) -> str:
 
 
 def defused(text: str) -> str:
-    """The text without anything that could forge the block's delimiters."""
-    while any(marker in text for marker in _MARKERS):
-        for marker in _MARKERS:
-            text = text.replace(marker, "")
-    return text
+    """The text without anything that could forge the block's delimiters, look-alikes too."""
+    return unmarked(text)
 
 
 def _part(block: types.ContentBlock, prefix: str, tool: str, store: Store) -> str:

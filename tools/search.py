@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.core.text import excerpt
+from agent.core.text import excerpt, unmarked
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,6 @@ DDGS_GRACE = 1.0
 # ddgs signals "nothing found" with a plain DDGSException carrying this message (ddgs/ddgs.py).
 DDGS_NO_RESULTS = "No results found."
 
-_MARKERS = ("<<<", ">>>")
 _WHITESPACE = re.compile(r"\s+")
 
 T = TypeVar("T")
@@ -185,10 +184,7 @@ def _block(number: int, hit: SearchHit) -> str:
 def clean(text: str, limit: int) -> str:
     """One line of web text that cannot forge a result delimiter, at most limit characters."""
     text = "".join(_clean_char(char) for char in text)
-    # Repeat: removing one marker can join its neighbours into a new one ("<<>>><" -> "<<<").
-    while any(marker in text for marker in _MARKERS):
-        for marker in _MARKERS:
-            text = text.replace(marker, "")
+    text = unmarked(text)  # whole runs, look-alikes too: nothing left joins into a marker
     text = _WHITESPACE.sub(" ", text).strip()
     return excerpt(text, limit)
 

@@ -33,21 +33,12 @@ from agent.core.events import (
 )
 from agent.core.llm import Message, ToolCall, Usage
 from agent.core.results import UNKNOWN_OUTCOME, ToolResult, ToolStatus
+from agent.core.text import undelimited
 
 # The result of a call that started and never finished: its worker stopped mid-call.
 INTERRUPTED_CALL = f"the worker running this call stopped; {UNKNOWN_OUTCOME}"
 # The result of a call the model asked for that never started before the run ended.
 NOT_RUN_ENDED = "not run: the run ended before this call's turn came"
-
-# Runs of angle brackets: removing them all (not just "<<<") leaves nothing that can join up into
-# a delimiter again.
-_DELIMITER_LIKE = re.compile(r"[<>]{2,}")
-
-
-def undelimited(text: str) -> str:
-    """Text that cannot open or close a <<<delimited>>> section it is quoted in."""
-    return _DELIMITER_LIKE.sub("", text)
-
 
 # What the model reads for a call that worked and printed nothing.
 NO_OUTPUT = "(no output)"

@@ -71,3 +71,38 @@ def excerpt(text: str, limit: int) -> str:
     if len(flat) <= limit:
         return flat
     return flat[: max(limit - 1, 0)].rstrip() + ELLIPSIS
+
+
+# What a model may read as a <<<marker>>>'s angle brackets: their own, and look-alikes
+# (full-width, small, guillemets, mathematical and CJK angle brackets).
+_ANGLES = (
+    "<>\uff1c\uff1e\ufe64\ufe65\u2039\u203a\u00ab\u00bb\u2329\u232a\u300a\u300b"
+    "\u226a\u226b\u27e8\u27e9\u27ea\u27eb\u276e\u276f\u276c\u276d\u29fc\u29fd\u3008\u3009"
+)
+# Between two of them, what leaves them reading as one run: spaces, and the invisible characters
+# (soft hyphen, zero-width spaces and joiners, direction marks) that only the model's tokens see.
+_BETWEEN = r"[\s\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]*"
+
+
+def _bracket_runs(least: int) -> re.Pattern[str]:
+    """Runs of at least `least` brackets, whole (greedy): removing a whole run cannot join its
+    neighbours into a new one, for its neighbours are not brackets."""
+    return re.compile(f"[{_ANGLES}](?:{_BETWEEN}[{_ANGLES}]){{{least - 1},}}")
+
+
+_DELIMITER_LIKE = _bracket_runs(2)
+_MARKER_LIKE = _bracket_runs(3)
+
+
+def undelimited(text: str) -> str:
+    """Text Loop quotes in a <<<delimited>>> section of its own (a memory, the person's
+    instructions, a model's own output): no run of two brackets or look-alikes is left, so it
+    can neither open nor close one. A lone bracket (a French « quote », `a < b`) is kept."""
+    return _DELIMITER_LIKE.sub("", text)
+
+
+def unmarked(text: str) -> str:
+    """Text from outside quoted in a block (an MCP server's answer, a web result): no run of
+    three brackets or look-alikes that could forge the block's <<<markers>>>, while a program's
+    `a << b` or `>>` survives."""
+    return _MARKER_LIKE.sub("", text)

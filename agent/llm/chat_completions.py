@@ -53,7 +53,6 @@ from typing import Any
 
 import httpx
 
-from agent.core.history import undelimited
 from agent.core.interrupt import Interrupt
 from agent.core.llm import (
     LLMError,
@@ -65,7 +64,7 @@ from agent.core.llm import (
     ToolCallAsText,
     ToolSpec,
 )
-from agent.core.text import storable
+from agent.core.text import storable, undelimited
 from agent.llm.http_guard import bounded_http_client
 from agent.llm.mistakes import (
     REJECTED_REPLY_NOTE,
