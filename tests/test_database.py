@@ -57,12 +57,36 @@ def test_a_second_process_joins_the_running_server_without_restarting_it():
     assert server_identity() == before  # the child's exit did not stop the server
 
 
+# As SERVER_IDENTITY, once every one of the processes started together has reached the server:
+# each says it arrived, then waits for the others before it leaves. On a busy machine one Python
+# may start seconds after the other; without the wait, the first could come and go (stopping the
+# server as the last one out) before the second starts, and they would not be "together".
+TOGETHER = """
+import pathlib, time
+from django.db import connection
+arrived = pathlib.Path({arrived!r})
+with connection.cursor() as cursor:
+    cursor.execute("SELECT current_setting('data_directory'), pg_postmaster_start_time()")
+    identity = cursor.fetchone()
+    (arrived / str(id(cursor))).touch()
+    deadline = time.monotonic() + 120
+    while len(list(arrived.iterdir())) < {count} and time.monotonic() < deadline:
+        time.sleep(0.05)
+print(*identity, sep="|")
+"""
+
+
 def test_processes_starting_together_share_one_server_whose_data_survives_restarts(tmp_path):
-    var = {"LOOP_VAR_DIR": str(tmp_path)}
-    first, second = start_shell(SERVER_IDENTITY, **var), start_shell(SERVER_IDENTITY, **var)
+    (tmp_path / "var").mkdir()
+    (arrived := tmp_path / "arrived").mkdir()
+    var = {"LOOP_VAR_DIR": str(tmp_path / "var")}
+    together = TOGETHER.format(arrived=str(arrived), count=2)
+    first, second = start_shell(together, **var), start_shell(together, **var)
     identities = {finish(first), finish(second)}
     assert len(identities) == 1
-    assert not (tmp_path / "postgres" / "postmaster.pid").exists()  # the last one out stopped it
+    assert not (
+        tmp_path / "var" / "postgres" / "postmaster.pid"
+    ).exists()  # the last one out stopped it
 
     write = "CREATE TABLE note (body text); INSERT INTO note VALUES ('kept')"
     read = "SELECT body FROM note"

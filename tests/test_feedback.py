@@ -49,7 +49,8 @@ def test_the_chat_page_offers_thumbs_on_an_ended_run_and_shows_the_choice(client
     client.force_login(alice)
     page = client.get(f"/c/{run.conversation_id}/")
     assert f'id="run-{run.pk}-feedback"' in page.text
-    assert 'aria-pressed="true"' not in page.text
+    assert 'class="thumb" aria-pressed="true"' not in page.text  # (the theme's choice is pressed)
+    assert page.text.count('class="thumb" aria-pressed="false"') == 2
 
     thumbs = client.post(f"/runs/{run.pk}/feedback/", {"rating": "down"}, headers=HTMX)
     assert 'value="down" class="thumb" aria-pressed="true"' in thumbs.text
