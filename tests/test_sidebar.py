@@ -257,6 +257,25 @@ def test_a_conversation_exports_as_markdown_to_read(as_alice, branched):
     assert again.answer in text
 
 
+def test_an_exported_run_code_step_holds_its_output_as_its_card_shows_it(as_alice, branched):
+    """The Markdown shows what the snippet printed, not the report the model read; the JSON holds
+    both, the shown output and the raw result."""
+    conversation = branched[0]
+    text = as_alice.get(reverse("chat:export", args=[conversation.pk, "md"])).content.decode()
+    call = text.split("**run_code** (ok)")[1].split("**", 1)[0]
+    assert "```\n5050\n```" in call
+    assert "exit status" not in text
+    assert "--- stdout ---" not in text
+    export = json.loads(
+        as_alice.get(reverse("chat:export", args=[conversation.pk, "json"])).content
+    )
+    steps = export["turns"][0]["steps"]
+    run_code = next(step for step in steps if step.get("tool") == "run_code")
+    assert run_code["output"] == {"text": "5050", "stderr": "", "ended": ""}
+    assert run_code["result"].startswith("exit status: 0")
+    assert "5050" in run_code["result"]
+
+
 def test_a_code_fence_holds_text_with_backticks_whole():
     from chat.exports import fenced
 
