@@ -20,6 +20,7 @@ from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, new_version, start_run, submit_run
 from chat.sidebar import PAGE_SIZE, Cursor
 from engine.execution import execute_run
+from tests.test_conversations import told_teal
 
 pytestmark = pytest.mark.django_db
 
@@ -180,6 +181,22 @@ def test_another_person_cannot_change_a_conversation_from_its_menu(alice, bob, a
         None,
         None,
         None,
+    )
+
+
+@pytest.mark.django_db(transaction=True)  # the remember tool works in a thread of its own
+def test_the_sidebar_s_delete_offers_to_forget_what_its_runs_remembered(client, alice, workspaces):
+    """The sidebar's Delete offers the header's choice, ticked, with the same count."""
+    conversation = told_teal(alice)
+    client.force_login(alice)
+    menu = client.get(reverse("chat:menu", args=[conversation.pk]), headers=HTMX).text
+    page = client.get(reverse("chat:conversation", args=[conversation.pk])).text
+    choice = "Also forget what its runs remembered (1 memory)"
+    assert choice in menu
+    assert choice in page
+    assert (
+        'name="forget" value="1" checked'
+        in menu.split(reverse("chat:delete", args=[conversation.pk]))[1]
     )
 
 
