@@ -40,7 +40,13 @@ from agent.recorder import RunRecorder
 from agent.runs import InvalidTask, queue, start_next_queued
 from agent.selectors import runs_for
 from agent.toolset import registry_for
-from agent.waiting import CallDecision, approval_window_said, end_waiting, record_decision
+from agent.waiting import (
+    CallDecision,
+    approval_window_said,
+    asked_again_words,
+    end_waiting,
+    record_decision,
+)
 from tools.base import Tool, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -316,8 +322,8 @@ def past_deadline(requests: Iterable[ApprovalRequest]) -> ApprovalRequest | None
 def expired_text(request: ApprovalRequest) -> str:
     return (
         f"This request expired at {moment_words(request.deadline)}: nobody decided within "
-        f"{approval_window_said()}, so the {request.tool} call did not run. Continue the run to "
-        "be asked again."
+        f"{approval_window_said()}, so the {request.tool} call did not run. "
+        f"{asked_again_words(request.run)}"
     )
 
 

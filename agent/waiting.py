@@ -124,6 +124,14 @@ def approval_window_said() -> str:
     return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
+def asked_again_words(run: AgentRun) -> str:
+    """How a call that expired is asked about again: a conversation's run is continued from its
+    page; one started at a terminal has no page, so only whoever started it can, from there."""
+    if run.conversation_id is None:
+        return "Whoever started this run at a terminal can resume it there to be asked again."
+    return "Continue the run to be asked again."
+
+
 def ended_waiting(run: AgentRun, events: list[Event], expired: bool) -> list[Event]:
     """`events`, then the run's end with what its log says it did: cancelled, or, `expired`,
     halted for want of a decision."""
@@ -133,7 +141,7 @@ def ended_waiting(run: AgentRun, events: list[Event], expired: bool) -> list[Eve
         return [*events, ended_from_log(RunStatus.CANCELLED, state)]
     detail = (
         f"nobody decided within {approval_window_said()} whether a call it waited on may run; "
-        "the call did not run. Continue the run to be asked again."
+        f"the call did not run. {asked_again_words(run)}"
     )
     halted = RunHalted(step=state.step, reason=HaltReason.NO_DECISION, detail=detail)
     ended = dataclasses.replace(

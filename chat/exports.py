@@ -1,7 +1,7 @@
 """One conversation exported by its owner, from its menu in the sidebar: as JSON
 (loop.conversation/1) or as Markdown to read, each with every turn's steps as the person saw
 them (their task, what the model said between tools, each tool call with its arguments and
-result, the decisions on calls that waited, the answer), in order.
+output as its card shows it, the decisions on calls that waited, the answer), in order.
 
 A conversation with edited or regenerated turns has branches: the export holds the branch the
 conversation shows (each turn's version chosen last) and names the other versions of a turn by
@@ -33,7 +33,8 @@ from agent.core.events import (
 )
 from agent.models import Conversation
 from agent.transcripts import transcripts
-from chat.rendering import what_happened
+from chat.rendering import shown_output, what_happened
+from chat.texts import Texts
 
 EXPORT_FORMAT = "loop.conversation/1"
 BRANCH_NOTE = (
@@ -93,6 +94,7 @@ def conversation_export(conversation: Conversation, user: AbstractBaseUser) -> d
 def turn_of(transcript: dict[str, Any], others: list[int]) -> dict[str, Any]:
     run = transcript["run"]
     events = [loaded(event["kind"], event["data"]) for event in transcript["events"]]
+    texts = Texts(run["id"], 0, limit=None)  # an export holds every output whole
     return {
         "run": run["id"],
         "task": run["task"],
@@ -103,7 +105,7 @@ def turn_of(transcript: dict[str, Any], others: list[int]) -> dict[str, Any]:
         "created_at": run["created_at"],
         "finished_at": run["finished_at"],
         "other_versions": others,
-        "steps": [step for event in events if (step := step_of(event)) is not None],
+        "steps": [step for event in events if (step := step_of(event, texts)) is not None],
     }
 
 
@@ -117,9 +119,10 @@ def error_said(events: list[Event | Unreadable]) -> str:
     return end.error if end.status == RunStatus.SUCCEEDED else what_happened(end)
 
 
-def step_of(event: Event | Unreadable) -> dict[str, Any] | None:
+def step_of(event: Event | Unreadable, texts: Texts) -> dict[str, Any] | None:
     """What the person saw of one event of the log, or None for what they did not see (the
-    run's start, the model's usage, a tool call that has not finished yet)."""
+    run's start, the model's usage, a tool call that has not finished yet). A tool call holds
+    its output as its card shows it, and the text the model read (`result`) beside it."""
     match event:
         case PersonSaid():
             return {"kind": "you_said", "text": event.text}
@@ -136,12 +139,21 @@ def step_of(event: Event | Unreadable) -> dict[str, Any] | None:
                 "tool": event.tool,
                 "arguments": event.arguments,
                 "status": str(event.status),
+                "output": output_of(event, texts),
                 "result": event.text,
                 "truncated": event.truncated,
             }
         case RunHalted():
             return {"kind": "halted", "reason": str(event.reason), "detail": event.detail}
     return None
+
+
+def output_of(event: ToolCallFinished, texts: Texts) -> dict[str, str]:
+    """A call's output as its card shows it (chat.rendering reads it): what it printed, what it
+    printed to stderr, and a sentence on how it ended, each empty when there is none."""
+    shown = shown_output(event, texts)
+    ended = " ".join(words for words in (shown["note"], shown["exit"]) if words)
+    return {"text": shown["text"], "stderr": shown["stderr"], "ended": ended}
 
 
 # Markdown ------------------------------------------------------------------------------------
@@ -192,9 +204,19 @@ def step_lines(step: dict[str, Any]) -> list[str]:
                 f"**{step['tool']}** ({step['status']}{cut})",
                 "",
                 fenced(step["arguments"], "json"),
-                "",
-                fenced(step["result"]),
+                *output_lines(step["output"]),
             ]
         case "halted":
             return [f"_Stopped early ({step['reason']}): {step['detail']}_"]
     return []
+
+
+def output_lines(output: dict[str, str]) -> list[str]:
+    """A call's output as its card shows it: what it printed, its errors only when there are
+    some, and how it ended only when that is worth a word (a failed or killed snippet)."""
+    lines = ["", fenced(output["text"])] if output["text"] else []
+    if output["stderr"]:
+        lines += ["", "What it printed to stderr:", "", fenced(output["stderr"])]
+    if output["ended"]:
+        lines += ["", f"_{output['ended']}_"]
+    return lines or ["", "_It printed nothing._"]

@@ -354,8 +354,8 @@ def shown_output(event: ToolCallFinished, texts: Texts) -> dict[str, Any]:
     shown = {"text": raw, "note": "", "exit": "", "stderr": "", "quiet": False, "truncated": False}
     if event.tool == RUN_CODE and (report := parse_report(event.text)) is not None:
         shown |= {
-            "text": report.stdout[:SHORT_TEXT_CHARS],
-            "stderr": report.stderr[:SHORT_TEXT_CHARS],
+            "text": texts.head(report.stdout),
+            "stderr": texts.head(report.stderr),
             "note": sentence(report.lead),
             # A killed snippet's note (a timeout, a Stop, its memory) already says it was killed.
             "exit": "" if report.lead and report.exit_status is None else exit_words(report),
@@ -366,7 +366,7 @@ def shown_output(event: ToolCallFinished, texts: Texts) -> dict[str, Any]:
         # The decision's card says who declined it and why; the model's wording adds nothing.
         return shown | {"text": declined_words(denial), "raw": ""}
     elif (said := said_in(event.text)) is not None:  # an MCP tool's answer, or its error
-        shown["text"] = said[:SHORT_TEXT_CHARS]
+        shown["text"] = texts.head(said)
     return shown | {"raw": raw if shown["text"] != raw else ""}
 
 

@@ -18,15 +18,20 @@ EVENT_TEXTS = {
 
 
 class Texts:
-    """The texts one card shows, each shortened to SHORT_TEXT_CHARS with a note of its cut."""
+    """The texts one card shows, each shortened to SHORT_TEXT_CHARS with a note of its cut; with
+    no limit, as a conversation's export reads them, each whole."""
 
-    def __init__(self, run_id: int, seq: int) -> None:
-        self.run_id, self.seq = run_id, seq
+    def __init__(self, run_id: int, seq: int, limit: int | None = SHORT_TEXT_CHARS) -> None:
+        self.run_id, self.seq, self.limit = run_id, seq, limit
         self.cuts: list[dict[str, Any]] = []
 
     def fits(self, text: str) -> bool:
         """Whether a card shows all of `text`."""
-        return len(text) <= SHORT_TEXT_CHARS
+        return self.limit is None or len(text) <= self.limit
+
+    def head(self, text: str) -> str:
+        """As much of `text` as a card shows, without a note: for a part of a text already noted."""
+        return text[: self.limit]
 
     def shown(self, key: str, text: str) -> str:
         if self.fits(text):
@@ -35,9 +40,9 @@ class Texts:
         self.cuts.append(
             {
                 "what": EVENT_TEXTS[key],
-                "shown": f"{SHORT_TEXT_CHARS:,}",
+                "shown": f"{self.limit:,}",
                 "total": f"{len(text):,}",
                 "url": url,
             }
         )
-        return text[:SHORT_TEXT_CHARS]
+        return self.head(text)

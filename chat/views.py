@@ -550,7 +550,12 @@ def menu(request: HttpRequest, conversation_id: int) -> HttpResponse:
     """A sidebar conversation's menu, asked for once as the person heads for it; `?current=` is the
     conversation the person is in, where its actions return."""
     conversation = owned_conversation(request, conversation_id)
-    context = {"conversation": conversation, "current": query_int(request, "current")}
+    context = {
+        "conversation": conversation,
+        "current": query_int(request, "current"),
+        # Its Delete offers what the header's does, counted as the menu opens.
+        "remembered": selectors.remembered_in(request.user, conversation).count(),
+    }
     return render(request, "chat/cards.html#sidebar_menu", context)
 
 

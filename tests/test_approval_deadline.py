@@ -25,7 +25,7 @@ from agent.approvals import (
 from agent.core.approval import EXPIRED_TEXT
 from agent.core.events import Decision, HaltReason, RunStatus
 from agent.models import AgentRun, ApprovalRequest
-from agent.runs import continue_run, new_conversation, submit_run
+from agent.runs import continue_run, new_conversation, queue, start_run, submit_run
 from agent.waiting import CallDecision
 from engine.execution import JobOutcome, work_job
 from tests.conftest import PROJECT_DIR, child_environment, wait_for
@@ -37,6 +37,7 @@ TASK = "Save 'hello' to greeting.txt"
 SECONDS = 45  # the issue's setting
 EXPIRED = "This request expired at"
 HTMX = {"HTTP_HX_REQUEST": "true"}
+TERMINAL_AGAIN = "Whoever started this run at a terminal can resume it there to be asked again."
 
 
 @pytest.fixture(autouse=True)
@@ -194,6 +195,37 @@ def test_after_the_periodic_expiry_a_decision_is_told_when_the_request_expired(a
     ):
         decide(alice, run.pk, [approval(request)])
     ended_expired(run, request)
+
+
+def terminal_run(user) -> tuple[AgentRun, ApprovalRequest]:
+    """A run started as `runagent` starts one, in no conversation, waiting on its call."""
+    with transaction.atomic():
+        run = start_run(user, TASK, model="mock")
+        queue(run)
+    assert worked(run) == JobOutcome.AWAITING_APPROVAL
+    run.refresh_from_db()
+    return run, run.approvals.get(decision="")
+
+
+def halt_detail(run: AgentRun) -> str:
+    return run.events.get(kind="run_halted").data["detail"]
+
+
+def test_an_expired_call_says_how_each_run_is_asked_again(alice):
+    """A conversation's run is continued from its page; a run started at a terminal has no page,
+    so its words send no one to a Continue they cannot find."""
+    terminal, terminal_request = terminal_run(alice)
+    chat, chat_request = waiting_run(alice)
+    for request in (terminal_request, chat_request):
+        asked_ago(request, SECONDS + 1)
+    with pytest.raises(DecisionRefused) as refused:
+        decide(alice, terminal.pk, [approval(terminal_request)])
+    assert "Continue the run" not in str(refused.value)
+    assert str(refused.value).endswith(TERMINAL_AGAIN)
+    assert halt_detail(terminal).endswith(TERMINAL_AGAIN)
+    with pytest.raises(DecisionRefused, match=r"Continue the run to be asked again\.$"):
+        decide(alice, chat.pk, [approval(chat_request)])
+    assert halt_detail(chat).endswith("Continue the run to be asked again.")
 
 
 def test_the_chats_approve_after_the_deadline_is_refused_and_says_so(alice, as_alice):

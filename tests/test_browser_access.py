@@ -3,7 +3,8 @@ Playwright), against a live daphne and a real worker: the phone drawer and each 
 (a tap on its backdrop never reaching the page beneath), the keyboard shortcuts and their help,
 the skip link, the sidebar's search and date groups, the quota asked again when a run ends, and
 axe-core (tests/vendor/axe.min.js, MPL-2.0) on every page, light and dark, laptop and phone.
-Screenshots of the drawer and the sidebar land in docs/images/."""
+Screenshots of the drawer and the sidebar land in var/test-artifacts/ (docs/images/ with
+LOOP_DOC_IMAGES=1)."""
 
 import json
 import re
@@ -20,6 +21,7 @@ from agent.core.events import RunStatus
 from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, start_run
 from memory.models import Memory
+from tests.doc_images import doc_image
 from tests.test_browser import (
     ARTIFACTS,
     CHROMIUM_ARGS,  # noqa: F401 (the launch flags the browser fixture uses)
@@ -36,7 +38,6 @@ from tests.test_browser import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 AXE = Path(__file__).parent / "vendor" / "axe.min.js"
-IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 LAPTOP = {"width": 1366, "height": 850}
 PHONE = {"width": 390, "height": 844}
 VIEWS = {"laptop": LAPTOP, "phone": PHONE}
@@ -127,7 +128,7 @@ def test_the_phone_drawer_closes_every_way_and_a_tap_beside_it_starts_nothing(
     assert page.evaluate(
         "document.getElementById('timeline').inert && document.getElementById('task-form').inert"
     )
-    page.screenshot(path=IMAGES / "drawer-phone.png", scale="css")
+    page.screenshot(path=doc_image("drawer-phone.png"), scale="css")
     toggle.click()
     expect(drawer).not_to_be_in_viewport()
     expect(toggle).to_have_attribute("aria-expanded", "false")
@@ -258,7 +259,7 @@ def test_search_date_groups_full_titles_and_a_fresh_quota(live_site, browser):  
     expect(page.locator(".conversations .title")).to_have_text([long_title])
     page.locator("#conversation-search").fill("")
     expect(page.locator(".conversations .title")).to_have_count(4)
-    page.locator("#sidebar").screenshot(path=IMAGES / "sidebar-groups.png", scale="css")
+    page.locator("#sidebar").screenshot(path=doc_image("sidebar-groups.png"), scale="css")
     page.locator("#conversation-search").fill("plan")
     expect(page.locator(".conversations .title")).to_have_count(1)
 

@@ -4,7 +4,8 @@ call shows as a card (its code highlighted) and waits; approved, the call runs a
 comes; edited, it runs with the person's code; denied with a reason, the card says so and the
 model's answer follows; on a site that asks before writes, a write_file call shows its diff
 against the person's file, and approved, writes it. Each card's screenshot lands in
-var/screenshots/ (the whole page's in docs/images/ too, for docs/chat.md)."""
+var/screenshots/ (the whole page's in var/test-artifacts/ too, docs/images/ with
+LOOP_DOC_IMAGES=1, for docs/chat.md)."""
 
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ from playwright.sync_api import Page, expect
 
 from agent.models import ApprovalRequest
 from tests.conftest import PROJECT_DIR
+from tests.doc_images import doc_image
 from tests.test_browser import (  # noqa: F401 (browser is a fixture)
     LAPTOP,
     PASSWORD,
@@ -31,7 +33,6 @@ from tests.test_browser_access import axe_violations, log_in
 from tools.context import context_for
 
 SCREENSHOTS = PROJECT_DIR / "var" / "screenshots"
-IMAGES = PROJECT_DIR / "docs" / "images"
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_a_person_approves_edits_and_denies_calls_that_wait_for_them(asking_site
     expect(page.locator("#sidebar .icon.status-awaiting_approval")).to_have_count(1)
     shot(card, "approval-waiting.png")
     page.screenshot(path=SCREENSHOTS / "approval-page.png")
-    page.screenshot(path=IMAGES / "chat-approval.png")  # docs/chat.md shows it
+    page.screenshot(path=doc_image("chat-approval.png"))  # docs/chat.md shows it
     card.get_by_role("button", name="Approve", exact=True).click()
     turn = last_turn(page)
     decided = turn.locator(".card.approval.decision-approve")

@@ -86,6 +86,40 @@ def test_typing_during_a_send_keeps_every_character_and_a_second_enter_queues(
     expect(box).to_have_value(refused)
 
 
+def test_a_second_send_from_a_new_conversation_does_nothing_while_the_first_is_on_its_way(
+    start_worker,
+    start_daphne,
+    browser,  # noqa: F811
+):
+    """The new conversation's composer posts as a page load: while that post waits at the
+    server's door, a second Enter leaves the browser as nothing (the page cannot be read then:
+    Playwright waits for the page the post loads). Once through, the first task is the
+    conversation's one run."""
+    start_worker()
+    site = start_daphne(app=APPLICATION)
+    db(lambda: User.objects.create_user("alice", password=PASSWORD))
+    page = logged_in(browser, site.url, "alice", LAPTOP)
+    page.goto(f"{site.url}/")
+    posts: list[str] = []
+    page.on(
+        "request", lambda request: posts.append(request.url) if request.method == "POST" else None
+    )
+
+    page.fill(TASK, "What is 17 * 23?")
+    # The keyboard's own presses: a locator's would wait for the page the post loads.
+    page.keyboard.press("Enter")
+    # While the first send is on its way, an impatient person adds a word and sends again (a
+    # second send of the very same text Chromium drops itself; another browser may not).
+    page.keyboard.type(" Please.")
+    page.keyboard.press("Enter")
+    urllib.request.urlopen(site.url + OPEN_PATH, timeout=60).close()  # noqa: S310
+
+    expect(last_turn(page).locator(".card.answer")).to_contain_text("391", timeout=WAIT_MS)
+    assert posts == [f"{site.url}/send/"]
+    assert db(lambda: list(AgentRun.objects.values_list("task", flat=True))) == ["What is 17 * 23?"]
+    assert db(QueuedTask.objects.count) == 0
+
+
 def test_a_restarted_server_brings_the_page_back_live_with_every_step_once(
     start_worker,
     start_daphne,

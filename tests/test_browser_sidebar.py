@@ -2,8 +2,8 @@
 daphne and a real worker: each conversation's menu by keyboard alone at laptop size and in the
 phone's drawer (pin, archive and back, rename, export, delete), "More" bringing the next page
 with the focus on its first conversation, and axe finding nothing with a menu open or a second
-page shown. A screenshot of an open menu lands in docs/images/. The server's side is
-tests/test_sidebar.py."""
+page shown. A screenshot of an open menu lands in var/test-artifacts/ (docs/images/ with
+LOOP_DOC_IMAGES=1). The server's side is tests/test_sidebar.py."""
 
 import re
 
@@ -13,9 +13,9 @@ from playwright.sync_api import Page, expect
 
 from agent.models import Conversation
 from chat.sidebar import PAGE_SIZE
+from tests.doc_images import doc_image
 from tests.test_browser import PASSWORD, browser, db, live_site  # noqa: F401 (fixtures)
 from tests.test_browser_access import (
-    IMAGES,
     LAPTOP,
     PHONE,
     axe_violations,
@@ -81,7 +81,7 @@ def test_the_menu_works_by_keyboard_at_laptop_and_phone_size_and_more_loads_the_
     open_menu_by_keyboard(page, "Weekly plan")
     if violations := axe_violations(page):
         found["menu open, laptop"] = violations
-    page.locator("#sidebar").screenshot(path=IMAGES / "sidebar-menu.png", scale="css")
+    page.locator("#sidebar").screenshot(path=doc_image("sidebar-menu.png"), scale="css")
     press_by_keyboard(page, "Weekly plan", "Pin")
     expect(page.locator("#conversation-list h2.group").first).to_have_text("Pinned")
     expect(page.locator("#conversation-list .conversations .title").first).to_have_text(

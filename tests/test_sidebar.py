@@ -20,6 +20,7 @@ from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, new_version, start_run, submit_run
 from chat.sidebar import PAGE_SIZE, Cursor
 from engine.execution import execute_run
+from tests.test_conversations import told_teal
 
 pytestmark = pytest.mark.django_db
 
@@ -183,6 +184,22 @@ def test_another_person_cannot_change_a_conversation_from_its_menu(alice, bob, a
     )
 
 
+@pytest.mark.django_db(transaction=True)  # the remember tool works in a thread of its own
+def test_the_sidebar_s_delete_offers_to_forget_what_its_runs_remembered(client, alice, workspaces):
+    """The sidebar's Delete offers the header's choice, ticked, with the same count."""
+    conversation = told_teal(alice)
+    client.force_login(alice)
+    menu = client.get(reverse("chat:menu", args=[conversation.pk]), headers=HTMX).text
+    page = client.get(reverse("chat:conversation", args=[conversation.pk])).text
+    choice = "Also forget what its runs remembered (1 memory)"
+    assert choice in menu
+    assert choice in page
+    assert (
+        'name="forget" value="1" checked'
+        in menu.split(reverse("chat:delete", args=[conversation.pk]))[1]
+    )
+
+
 def test_a_deleted_conversation_cannot_be_pinned_or_archived(as_alice, alice):
     gone = conversation_of(alice, "Gone")
     as_alice.post(reverse("chat:delete", args=[gone.pk]))
@@ -255,6 +272,25 @@ def test_a_conversation_exports_as_markdown_to_read(as_alice, branched):
     assert "**run_code** (ok)" in text
     assert "### Loop" in text
     assert again.answer in text
+
+
+def test_an_exported_run_code_step_holds_its_output_as_its_card_shows_it(as_alice, branched):
+    """The Markdown shows what the snippet printed, not the report the model read; the JSON holds
+    both, the shown output and the raw result."""
+    conversation = branched[0]
+    text = as_alice.get(reverse("chat:export", args=[conversation.pk, "md"])).content.decode()
+    call = text.split("**run_code** (ok)")[1].split("**", 1)[0]
+    assert "```\n5050\n```" in call
+    assert "exit status" not in text
+    assert "--- stdout ---" not in text
+    export = json.loads(
+        as_alice.get(reverse("chat:export", args=[conversation.pk, "json"])).content
+    )
+    steps = export["turns"][0]["steps"]
+    run_code = next(step for step in steps if step.get("tool") == "run_code")
+    assert run_code["output"] == {"text": "5050", "stderr": "", "ended": ""}
+    assert run_code["result"].startswith("exit status: 0")
+    assert "5050" in run_code["result"]
 
 
 def test_a_code_fence_holds_text_with_backticks_whole():

@@ -211,3 +211,31 @@ document.addEventListener("submit", function (event) {
     event.preventDefault();
   }
 });
+
+// A task posted as a page load (the new conversation's composer, its suggestions: no htmx there)
+// is sent once: a second Enter or click while the first is on its way does nothing, and the
+// text stays in the box. The buttons are disabled after the form's data is taken (a suggestion's
+// button carries its task); a page brought back by Back is sendable again.
+(function () {
+  "use strict";
+  const ONCE = "#task-form:not([hx-post]), #suggestions form";
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    if (event.defaultPrevented || !form.matches || !form.matches(ONCE)) return;
+    if (form.dataset.sending) {
+      event.preventDefault();
+      return;
+    }
+    form.dataset.sending = "1";
+    window.setTimeout(function () {
+      form.querySelectorAll("button[type=submit]").forEach(function (button) { button.disabled = true; });
+    }, 0);
+  });
+  window.addEventListener("pageshow", function (event) {
+    if (!event.persisted) return;
+    document.querySelectorAll(ONCE).forEach(function (form) {
+      delete form.dataset.sending;
+      form.querySelectorAll("button[type=submit]").forEach(function (button) { button.disabled = false; });
+    });
+  });
+})();
