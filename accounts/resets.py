@@ -104,6 +104,12 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
     template_name = "registration/reset_new_password.html"
     success_url = reverse_lazy("password_reset_complete")
 
+    def get_user(self, uidb64: str) -> Any:
+        """The link's account while it may still log in: Django's token does not change when an
+        operator deactivates an account, so a link mailed before would still set its password."""
+        user = super().get_user(uidb64)
+        return user if user is not None and user.is_active else None
+
 
 class PasswordResetCompleteView(auth_views.PasswordResetCompleteView):
     template_name = "registration/reset_complete.html"

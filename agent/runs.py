@@ -107,7 +107,9 @@ def start_run(
             conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
             conversation.title = conversation.title or title_from(task)
             conversation.model = choice.name
-            conversation.save(update_fields=["title", "model", "updated_at"])
+            # Used again, an archived conversation is back in its owner's list.
+            conversation.archived_at = None
+            conversation.save(update_fields=["title", "model", "archived_at", "updated_at"])
             parent = version_of.parent_id if version_of else last_turn_id(conversation.pk)
         return new_run(user, task, choice, conversation, parent, limits)
 

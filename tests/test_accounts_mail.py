@@ -49,6 +49,18 @@ def test_the_link_in_the_mail_sets_a_new_password_that_logs_in(mailbox):  # noqa
     assert "This link no longer works" in again.text  # a link works once
 
 
+def test_a_link_mailed_before_the_account_was_deactivated_no_longer_works(mailbox):  # noqa: F811
+    alice = User.objects.create_user("alice", "alice@example.com", PASSWORD)
+    ask_reset("alice@example.com")
+    (mail,) = wait_for(lambda: mailbox.to("alice@example.com"), "the reset mail")
+    User.objects.filter(pk=alice.pk).update(is_active=False)  # an operator shuts the account
+    link = urlsplit(link_in(mail))
+    form = Client().get(link.path, follow=True)
+    assert "This link no longer works" in form.text
+    alice.refresh_from_db()
+    assert alice.check_password(PASSWORD)
+
+
 def test_an_unknown_address_gets_the_same_page_and_no_mail(mailbox):  # noqa: F811
     User.objects.create_user("alice", "alice@example.com", PASSWORD)
     unknown, known = ask_reset("nobody@example.com"), ask_reset("alice@example.com")

@@ -200,6 +200,15 @@ def test_the_sidebar_s_delete_offers_to_forget_what_its_runs_remembered(client, 
     )
 
 
+def test_a_task_sent_in_an_archived_conversation_brings_it_back_to_the_list(as_alice, alice):
+    done = conversation_of(alice, "Done with")
+    as_alice.post(reverse("chat:archive", args=[done.pk]), {"archived": "1"})
+    assert sidebar_titles(as_alice.get(reverse("chat:home")).text) == []
+    start_run(alice, "One more thing", model="mock", conversation=done)
+    assert sidebar_titles(as_alice.get(reverse("chat:home")).text) == ["Done with"]
+    assert sidebar_titles(as_alice.get(reverse("chat:archived")).text) == []
+
+
 def test_a_deleted_conversation_cannot_be_pinned_or_archived(as_alice, alice):
     gone = conversation_of(alice, "Gone")
     as_alice.post(reverse("chat:delete", args=[gone.pk]))
