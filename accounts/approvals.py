@@ -14,10 +14,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from agent.approvals import RUN_CODE, WRITE_FILE, preference_of, revoke_grant, site_asks, site_modes
-from agent.core.llm import TOOL_NAME_CHARS
 from agent.models import ApprovalPreference, ToolGrant
 from agent.selectors import conversations_for
 from agent.toolset import default_registry
+from core.llm import TOOL_NAME_CHARS
 
 # Each choice a person makes, and the tools it asks about (None: every tool).
 CHOICES: dict[str, tuple[str, str | None]] = {

@@ -1,13 +1,13 @@
 """A person's instructions (/settings/instructions/): how Loop's runs should answer them, put in the
-system prompt of every run they start, as their preferences (agent.core.instructions)."""
+system prompt of every run they start, as their preferences (core.instructions)."""
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from agent.core.instructions import INSTRUCTIONS_CHARS
 from agent.instructions import InstructionsForm, personal_instructions_of, set_personal_instructions
+from core.instructions import INSTRUCTIONS_CHARS
 
 
 @require_http_methods(["GET", "POST"])

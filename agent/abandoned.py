@@ -18,12 +18,12 @@ from django.db.models import DateTimeField, ExpressionWrapper, Q, QuerySet
 from django.db.models.functions import Now
 from procrastinate.contrib.django.models import ProcrastinateJob, ProcrastinateWorker
 
-from agent.core.events import AnswerSource, EndCause, RunFinished, RunStatus, event_from_dict
-from agent.core.history import RunState, replay
-from agent.core.loop import progress_report
-from agent.core.results import ToolStatus
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
+from core.events import AnswerSource, EndCause, RunFinished, RunStatus, event_from_dict
+from core.history import RunState, replay
+from core.loop import progress_report
+from core.results import ToolStatus
 from tools.fence import raise_fence
 from workspace.directory import workspace_path
 

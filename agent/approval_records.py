@@ -1,4 +1,4 @@
-"""The records of tool calls that wait for a person's decision (agent.core.approval): each call
+"""The records of tool calls that wait for a person's decision (core.approval): each call
 asked about and what became of it (the audit row), the site's policy as staff set it, a
 person's own choices, and the tools a person allowed for one conversation. Registered through
 agent/models.py."""
@@ -9,8 +9,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from agent.core.events import Decision
-from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
+from core.events import Decision
+from core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
 
 DECISIONS = [(str(value), str(value).capitalize()) for value in Decision]
 WEB, TERMINAL, CONSOLE = "web", "terminal", "console"

@@ -1,4 +1,4 @@
-"""Tool calls that wait for a person's decision (agent.core.approval), as the site runs them:
+"""Tool calls that wait for a person's decision (core.approval), as the site runs them:
 who must be asked about what (the site's policy, the person's choices, a conversation's
 grants, the tool's own rule), and the operations on a waiting call: decide it (approve, edit and
 approve, deny), stop its run, let it expire. A decision and the run's return to the queue are
@@ -21,13 +21,6 @@ from pydantic import ValidationError
 
 from agent.approval_records import CONSOLE, WEB, approval_window
 from agent.bus import EventRow
-from agent.core.approval import Approval, Ask
-from agent.core.events import (
-    Decision,
-    Event,
-    RunStatus,
-)
-from agent.core.llm import ToolCall
 from agent.models import (
     AgentRun,
     ApprovalPreference,
@@ -47,6 +40,13 @@ from agent.waiting import (
     end_waiting,
     record_decision,
 )
+from core.approval import Approval, Ask
+from core.events import (
+    Decision,
+    Event,
+    RunStatus,
+)
+from core.llm import ToolCall
 from tools.base import Tool, ToolContext
 
 logger = logging.getLogger(__name__)

@@ -1,13 +1,13 @@
 """What a person asks of Loop's answers, kept: their own instructions ("how to answer me") and each
-conversation's; agent.core.instructions says how a run's system prompt carries them. The one form
+conversation's; core.instructions says how a run's system prompt carries them. The one form
 both pages use, with the one message for instructions too long."""
 
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser
 
-from agent.core.instructions import INSTRUCTIONS_CHARS
 from agent.models import Conversation, PersonalInstructions
 from agent.selectors import conversations_for
+from core.instructions import INSTRUCTIONS_CHARS
 
 TOO_LONG = (
     "Not saved: these instructions are %(show_value)s characters long, and at most "

@@ -18,7 +18,7 @@ from django.db import connections, models
 from django.utils import timezone
 
 from agent.connections import statement_session
-from agent.core.events import (
+from core.events import (
     BREAKER_REASONS,
     EVENT_TYPES,
     ContinuedBy,
@@ -30,9 +30,9 @@ from agent.core.events import (
     Unreadable,
     loaded,
 )
-from agent.core.instructions import INSTRUCTIONS_CHARS
-from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
-from agent.core.results import ToolStatus
+from core.instructions import INSTRUCTIONS_CHARS
+from core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
+from core.results import ToolStatus
 
 # A run not ended: waiting for a worker, worked, or waiting for its person's decision.
 LIVE = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL)
@@ -65,7 +65,7 @@ class Conversation(models.Model):
     # The qualified name (factory.ModelChoice.name) of the model its next task runs on: the one
     # its latest run was started with. "" before its first run.
     model = models.CharField(max_length=200, blank=True, default="")
-    # What its owner asked of its runs, in their system prompt (agent.core.instructions).
+    # What its owner asked of its runs, in their system prompt (core.instructions).
     instructions = models.CharField(max_length=INSTRUCTIONS_CHARS, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -89,7 +89,7 @@ class Conversation(models.Model):
 
 class PersonalInstructions(models.Model):
     """A person's "how to answer me": in the system prompt of every run they start, marked as
-    their preferences (agent.core.instructions). It goes with the account."""
+    their preferences (core.instructions). It goes with the account."""
 
     user = models.OneToOneField(
         settings.AUTH_USER_MODEL,

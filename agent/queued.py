@@ -11,10 +11,10 @@ from django.db import DatabaseError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from agent.connections import statement_session
-from agent.core.loop import PersonMessage
 from agent.models import LIVE, AgentRun, Conversation, QueuedTask
 from agent.runs import InvalidTask, clean_task, start_waiting
 from agent.selectors import conversations_for
+from core.loop import PersonMessage
 
 # Tasks one conversation may hold waiting: a queue, not a backlog.
 MAX_WAITING = 10

@@ -17,7 +17,16 @@ from django.utils import timezone
 
 from agent import bus
 from agent.connections import release_connection
-from agent.core.events import (
+from agent.models import (
+    LIVE,
+    AgentRun,
+    Alongside,
+    ApprovalRequest,
+    BreakerTrip,
+    RunEvent,
+    ToolExecution,
+)
+from core.events import (
     AnswerSource,
     ApprovalRequested,
     BreakerTripped,
@@ -30,19 +39,10 @@ from agent.core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.core.guards import RunReleased
-from agent.core.llm import Usage
-from agent.core.results import ToolStatus
-from agent.core.text import storable
-from agent.models import (
-    LIVE,
-    AgentRun,
-    Alongside,
-    ApprovalRequest,
-    BreakerTrip,
-    RunEvent,
-    ToolExecution,
-)
+from core.guards import RunReleased
+from core.llm import Usage
+from core.results import ToolStatus
+from core.text import storable
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,6 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from agent.abandoned import end_if_abandoned, without_a_process
-from agent.core.events import AnswerSource, PersonSaid, RunFinished, RunStatus
-from agent.core.loop import Limits
-from agent.core.text import excerpt
 from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
 from agent.models import FINISHED, LIVE, AgentRun, Conversation, QueuedTask, Rating, RunFeedback
 from agent.queue import abort_job, defer_run
@@ -30,6 +27,9 @@ from agent.selectors import (
     runs_for,
 )
 from agent.waiting import end_waiting
+from core.events import AnswerSource, PersonSaid, RunFinished, RunStatus
+from core.loop import Limits
+from core.text import excerpt
 
 logger = logging.getLogger(__name__)
 

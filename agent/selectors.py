@@ -10,11 +10,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
-from agent.core.events import Event, MemoriesRecalled, Unreadable, event_from_dict, loaded
-from agent.core.history import loop_note, messages_from_events
-from agent.core.instructions import Instructions
-from agent.core.llm import Message
-from agent.core.recalled import RecalledMemory
 from agent.llm.factory import (
     ModelChoice,
     default_model,
@@ -24,6 +19,11 @@ from agent.llm.factory import (
 )
 from agent.llm.tokens import count_tokens
 from agent.models import FINISHED, AgentRun, Conversation, PersonalInstructions, RunEvent
+from core.events import Event, MemoriesRecalled, Unreadable, event_from_dict, loaded
+from core.history import loop_note, messages_from_events
+from core.instructions import Instructions
+from core.llm import Message
+from core.recalled import RecalledMemory
 from memory.forgetting import remembered_by
 from memory.models import Memory
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from agent.core.events import event_from_dict
-from agent.core.history import messages_from_events
-from agent.core.llm import Message
 from agent.models import AgentRun, RunEvent
+from core.events import event_from_dict
+from core.history import messages_from_events
+from core.llm import Message
 
 TRANSCRIPT_FORMAT = "loop.transcript/1"
 

@@ -1,4 +1,4 @@
-"""Ending a run that waits for its person's decision (agent.core.approval) without a worker:
+"""Ending a run that waits for its person's decision (core.approval) without a worker:
 a Stop, or a wait past LOOP_APPROVAL_SECONDS. The calls it waited on are recorded as never run,
 with their audit rows' decisions, then the run's end with what it had done. Also the one way a
 decision is written on its audit row (agent/approvals.py decides)."""
@@ -14,8 +14,10 @@ from django.utils import timezone
 
 from agent.abandoned import ended_from_log
 from agent.approval_records import CONSOLE
-from agent.core.approval import CANCELLED_TEXT, EXPIRED_TEXT
-from agent.core.events import (
+from agent.models import AgentRun, ApprovalRequest
+from agent.recorder import RunRecorder
+from core.approval import CANCELLED_TEXT, EXPIRED_TEXT
+from core.events import (
     ApprovalDecided,
     Decision,
     Event,
@@ -25,10 +27,8 @@ from agent.core.events import (
     ToolCallFinished,
     event_from_dict,
 )
-from agent.core.history import replay
-from agent.core.results import ToolStatus
-from agent.models import AgentRun, ApprovalRequest
-from agent.recorder import RunRecorder
+from core.history import replay
+from core.results import ToolStatus
 
 
 @dataclass(frozen=True)

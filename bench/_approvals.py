@@ -25,7 +25,7 @@ DECIDER_APP = "bench-decider"
 DECIDER = """
 import json, sys
 from agent.approvals import DecisionRefused, decide
-from agent.core.events import Decision
+from core.events import Decision
 from agent.models import AgentRun
 from agent.waiting import CallDecision
 

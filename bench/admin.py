@@ -72,7 +72,7 @@ USAGE_YEAR_FLOOR_MS = 500.0
 RUNS_A_MINUTE = 360
 
 # One run: started, memories recalled, two steps of a model turn and a tool call, the answer.
-# Each event's data has the fields of its kind (agent/core/events.py), so the pages read it as real.
+# Each event's data has the fields of its kind (core/events.py), so the pages read it as real.
 EVENTS_SQL = """
 INSERT INTO agent_runevent (run_id, seq, kind, step, data, created_at)
 SELECT r.id, s.seq, s.kind, s.step,

@@ -62,10 +62,6 @@ from django.db import connection  # noqa: E402
 from psycopg._connection_base import BaseConnection  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from agent.core.events import Event, RunStatus  # noqa: E402
-from agent.core.interrupt import Interrupt  # noqa: E402
-from agent.core.llm import Message, Reply, ToolCall, ToolSpec  # noqa: E402
-from agent.core.loop import SYSTEM_PROMPT, Limits, run_agent  # noqa: E402
 from agent.llm.chat_completions import ChatCompletionsLLM  # noqa: E402
 from agent.llm.groq import GroqLLM  # noqa: E402
 from agent.llm.openai_compat import OpenAICompatibleLLM  # noqa: E402
@@ -74,6 +70,10 @@ from agent.recorder import RunRecorder  # noqa: E402
 from agent.runs import start_run  # noqa: E402
 from agent.toolset import default_registry  # noqa: E402
 from bench import _chat_server as chat_server  # noqa: E402
+from core.events import Event, RunStatus  # noqa: E402
+from core.interrupt import Interrupt  # noqa: E402
+from core.llm import Message, Reply, ToolCall, ToolSpec  # noqa: E402
+from core.loop import SYSTEM_PROMPT, Limits, run_agent  # noqa: E402
 from tools.base import Tool, ToolContext, ToolRegistry  # noqa: E402
 
 

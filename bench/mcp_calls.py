@@ -49,12 +49,12 @@ from django.contrib.auth.models import AbstractBaseUser  # noqa: E402
 from django.db import connection  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from agent.core.events import Event, RunStatus  # noqa: E402
-from agent.core.loop import run_agent  # noqa: E402
-from agent.core.results import ToolResult, ToolStatus  # noqa: E402
 from agent.llm.mock import MockLLM  # noqa: E402
 from agent.toolset import registry_for  # noqa: E402
 from bench._many_tools import MCP_PATH as MANY_PATH  # noqa: E402
+from core.events import Event, RunStatus  # noqa: E402
+from core.loop import run_agent  # noqa: E402
+from core.results import ToolResult, ToolStatus  # noqa: E402
 from mcp_servers import client  # noqa: E402
 from mcp_servers.discovery import discover  # noqa: E402
 from mcp_servers.models import McpServer  # noqa: E402

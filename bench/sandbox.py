@@ -47,12 +47,12 @@ django.setup()
 
 from django.test import override_settings  # noqa: E402
 
-from agent.core.events import Event, ToolCallFinished  # noqa: E402
-from agent.core.interrupt import Interrupt  # noqa: E402
-from agent.core.llm import Message, Reply, ToolSpec  # noqa: E402
-from agent.core.loop import Limits as RunLimits  # noqa: E402
-from agent.core.loop import run_agent  # noqa: E402
 from agent.llm.scripted import ScriptedLLM, answer, call  # noqa: E402
+from core.events import Event, ToolCallFinished  # noqa: E402
+from core.interrupt import Interrupt  # noqa: E402
+from core.llm import Message, Reply, ToolSpec  # noqa: E402
+from core.loop import Limits as RunLimits  # noqa: E402
+from core.loop import run_agent  # noqa: E402
 from tools.base import ToolContext, ToolRegistry  # noqa: E402
 from tools.code import RUN_CODE  # noqa: E402
 from tools.sandbox import WARM, Limits, execute, interpreter_arguments  # noqa: E402

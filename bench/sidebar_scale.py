@@ -37,8 +37,8 @@ from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from agent.core.events import RunStatus  # noqa: E402
 from agent.models import AgentRun, Conversation  # noqa: E402
+from core.events import RunStatus  # noqa: E402
 
 BATCH = 1000
 

@@ -26,15 +26,15 @@ from agent.approvals import (
     site_modes,
     waiting_for,
 )
-from agent.core.events import ApprovalDecided, ApprovalRequested, Decision, RunStatus, loaded
-from agent.core.results import ToolStatus
-from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.models import AgentRun, ApprovalRequest
 from agent.selectors import Logged, runs_for
 from agent.waiting import CallDecision
 from chat import mcp
 from chat.mcp import Hold, McpShown
 from chat.texts import Texts
+from core.events import ApprovalDecided, ApprovalRequested, Decision, RunStatus, loaded
+from core.results import ToolStatus
+from core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from workspace.browse import BrowseError, NotFound, open_text
 from workspace.directory import workspace_of
 from workspace.markup import code_block, highlighted_file, sanitised

@@ -18,7 +18,11 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from agent import selectors
-from agent.core.events import (
+from agent.models import Conversation
+from agent.transcripts import transcripts
+from chat.rendering import shown_output, what_happened
+from chat.texts import Texts
+from core.events import (
     ApprovalDecided,
     Event,
     MemoriesRecalled,
@@ -31,10 +35,6 @@ from agent.core.events import (
     Unreadable,
     loaded,
 )
-from agent.models import Conversation
-from agent.transcripts import transcripts
-from chat.rendering import shown_output, what_happened
-from chat.texts import Texts
 
 EXPORT_FORMAT = "loop.conversation/1"
 BRANCH_NOTE = (

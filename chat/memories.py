@@ -22,9 +22,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from agent import selectors
-from agent.core.recalled import RecalledMemory
 from agent.forgotten import take_back
 from agent.models import AgentRun, Conversation
+from core.recalled import RecalledMemory
 from memory import personal
 from memory.models import Memory, Origin
 from memory.store import MemoryOutcome

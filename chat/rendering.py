@@ -20,8 +20,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from agent.approvals import RUN_CODE
-from agent.core.approval import Denial, denial_in
-from agent.core.events import (
+from agent.models import AgentRun, Conversation
+from agent.selectors import Logged
+from chat import approvals, mcp
+from chat.approvals import Asking
+from chat.streamed import markdown_so_far, settled_end
+from chat.texts import SHORT_TEXT_CHARS, Texts
+from core.approval import Denial, denial_in
+from core.events import (
     BREAKER_REASONS,
     ApprovalDecided,
     ApprovalRequested,
@@ -40,14 +46,8 @@ from agent.core.events import (
     ToolCallStarted,
     Unreadable,
 )
-from agent.core.results import Remedy, ToolStatus
-from agent.core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
-from agent.models import AgentRun, Conversation
-from agent.selectors import Logged
-from chat import approvals, mcp
-from chat.approvals import Asking
-from chat.streamed import markdown_so_far, settled_end
-from chat.texts import SHORT_TEXT_CHARS, Texts
+from core.results import Remedy, ToolStatus
+from core.wording import OWNERS_WHO, RUN_SYMBOLS, TOOL_SYMBOLS, resumed_text
 from mcp_servers.results import said_in
 from tools.code import Report, parse_report
 from workspace.browse import BrowseError, file_components
@@ -66,7 +66,7 @@ HALT_REASONS = {
     HaltReason.TOOL_CALL_BUDGET: "it used up its budget of tool calls",
     HaltReason.NO_DECISION: "nobody decided in time whether a call it waited on may run",
 }
-# The chat's words for a run's status; its symbols are the console's too (agent.core.wording).
+# The chat's words for a run's status; its symbols are the console's too (core.wording).
 STATUS_WORDS = {
     RunStatus.QUEUED: "Waiting for a worker",
     RunStatus.RUNNING: "Running",

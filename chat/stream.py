@@ -11,7 +11,11 @@ from typing import Any
 from channels.db import database_sync_to_async
 
 from agent import selectors
-from agent.core.events import (
+from agent.models import AgentRun
+from agent.selectors import Logged
+from chat.approvals import Asking, waiting_calls, waiting_of
+from chat.rendering import asking_of, card_for, draw, in_steps, labelled, render_card
+from core.events import (
     ApprovalDecided,
     ApprovalRequested,
     ModelReplied,
@@ -21,10 +25,6 @@ from agent.core.events import (
     RunStatus,
     loaded,
 )
-from agent.models import AgentRun
-from agent.selectors import Logged
-from chat.approvals import Asking, waiting_calls, waiting_of
-from chat.rendering import asking_of, card_for, draw, in_steps, labelled, render_card
 
 ALL_STEPS = 2**31
 # daphne refuses a message over 1 MiB; a frame stays well under it. Only one card bigger than

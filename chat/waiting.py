@@ -12,11 +12,11 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
 from agent.approvals import waiting_for
-from agent.core.events import ApprovalRequested, Decision
 from agent.models import ApprovalRequest
 from agent.waiting import approval_window_said
 from chat.approvals import Asking, Waiting
 from chat.rendering import Card, card_for
+from core.events import ApprovalRequested, Decision
 from workspace.query_string import query_int
 
 PER_PAGE = 50

@@ -27,7 +27,6 @@ from agent.approvals import (
     may_decide_for_others,
     site_modes,
 )
-from agent.core.events import Decision
 from agent.models import ApprovalRequest, SiteToolPolicy, ToolGrant
 from agent.toolset import default_registry
 from agent.waiting import CallDecision
@@ -43,9 +42,10 @@ from console.widgets import (
     pretty_json,
     user_link,
 )
+from core.events import Decision
 
 # The reason the model reads with an operator's denial, after "DENIED: by an operator of this
-# site: " (agent.core.approval.denied_text).
+# site: " (core.approval.denied_text).
 OPERATOR_DENIAL = "the call was stopped from the console."
 # A run's number as the search box takes it: digits, no more than an id column holds.
 RUN_ID = re.compile(r"[0-9]{1,18}")

@@ -39,7 +39,6 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from agent.core.results import ToolStatus
 from agent.models import ToolExecution
 from console.mcp_forms import SiteServerForm
 from console.widgets import (
@@ -53,6 +52,7 @@ from console.widgets import (
     tool_badge,
     user_link,
 )
+from core.results import ToolStatus
 from mcp_servers.declared import ensure_declared
 from mcp_servers.discovery import DiscoveryFailed, discover
 from mcp_servers.models import (

@@ -9,7 +9,6 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from agent.core.text import excerpt
 from console.selectors import recalls_of
 from console.widgets import (
     AuditAdmin,
@@ -21,6 +20,7 @@ from console.widgets import (
     run_link,
     user_link,
 )
+from core.text import excerpt
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
 from memory.store import nearest

@@ -35,8 +35,8 @@ from django.db.models.functions import TruncDate
 from django.db.models.sql import Query
 from django.utils import timezone
 
-from agent.core.results import ToolStatus
 from agent.models import LIVE, AgentRun
+from core.results import ToolStatus
 
 GROUPS = "agent_usage_rollup"  # (zone, day, user_id) → the figures of that user's runs that day
 # (zone, day) → the day's groups summed (`users`: how many), for every day summed, even empty

@@ -23,8 +23,6 @@ from django.utils.safestring import SafeString
 from django.utils.text import smart_split, unescape_string_literal
 from django.views.decorators.http import require_POST
 
-from agent.core.text import excerpt
-from agent.core.wording import resumed_text
 from agent.models import (
     FINISHED,
     AgentRun,
@@ -59,6 +57,8 @@ from console.widgets import (
     run_link,
     user_link,
 )
+from core.text import excerpt
+from core.wording import resumed_text
 from memory.models import Memory
 
 User = get_user_model()

@@ -12,7 +12,9 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from agent.core.events import (
+from agent.models import AgentRun, ApprovalRequest, BreakerTrip, RunEvent, ToolExecution
+from console import rollup
+from core.events import (
     ApprovalDecided,
     ApprovalRequested,
     BreakerTripped,
@@ -30,12 +32,10 @@ from agent.core.events import (
     ToolCallStarted,
     Unreadable,
 )
-from agent.core.recalled import RecalledMemory
-from agent.core.results import ToolStatus
-from agent.core.text import excerpt
-from agent.core.wording import resumed_text
-from agent.models import AgentRun, ApprovalRequest, BreakerTrip, RunEvent, ToolExecution
-from console import rollup
+from core.recalled import RecalledMemory
+from core.results import ToolStatus
+from core.text import excerpt
+from core.wording import resumed_text
 from memory.models import Memory
 
 # A tool call that ran and did not work (the rollup counts the same).

@@ -17,13 +17,13 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agent.core.events import BREAKER_REASONS, Decision, RunStatus
-from agent.core.results import ToolStatus
-from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.models import AgentRun
+from core.events import BREAKER_REASONS, Decision, RunStatus
+from core.results import ToolStatus
+from core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 
 # Badge colours by family: what went well, what a guard or a person stopped, what broke. The
-# symbols are the ones the chat shows (agent/core/wording.py), so a symbol means one thing to all.
+# symbols are the ones the chat shows (core/wording.py), so a symbol means one thing to all.
 RUN_TONES = {
     RunStatus.SUCCEEDED: "good",
     RunStatus.RUNNING: "live",

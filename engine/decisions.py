@@ -17,7 +17,9 @@ from django.db.models import QuerySet
 
 from agent.approval_records import TERMINAL
 from agent.approvals import DecisionRefused, decide
-from agent.core.events import (
+from agent.models import AgentRun, ApprovalRequest
+from agent.waiting import CallDecision
+from core.events import (
     ApprovalDecided,
     ApprovalRequested,
     Decision,
@@ -25,8 +27,6 @@ from agent.core.events import (
     RunStatus,
     event_from_dict,
 )
-from agent.models import AgentRun, ApprovalRequest
-from agent.waiting import CallDecision
 
 # The decision on one waiting call, asked of whoever decides.
 Chooser = Callable[[ApprovalRequest], CallDecision]

@@ -21,7 +21,15 @@ from django.utils import timezone
 
 from agent.abandoned import ended_from_log
 from agent.approvals import approval_for
-from agent.core.events import (
+from agent.llm.factory import OPENAI, ModelChoice, llm_for
+from agent.llm.gate import TakingTurns
+from agent.models import FINISHED, AgentRun, RunResume
+from agent.queued import messages_for
+from agent.recorder import RunRecorder
+from agent.runs import reopen, start_next_queued
+from agent.selectors import conversation_context, instructions_for
+from agent.toolset import registry_for
+from core.events import (
     BREAKER_REASONS,
     ApprovalDecided,
     ApprovalRequested,
@@ -36,21 +44,13 @@ from agent.core.events import (
     RunStatus,
     event_from_dict,
 )
-from agent.core.guards import RunReleased, failure_count, trip_detail
-from agent.core.history import RunState, counted_turns, loop_note, replay
-from agent.core.interrupt import Interrupt, StopReason
-from agent.core.llm import LLM
-from agent.core.loop import Limits, RunResult, Tools, end_of, run_agent
-from agent.core.recalled import RecalledMemory
-from agent.core.results import ToolStatus
-from agent.llm.factory import OPENAI, ModelChoice, llm_for
-from agent.llm.gate import TakingTurns
-from agent.models import FINISHED, AgentRun, RunResume
-from agent.queued import messages_for
-from agent.recorder import RunRecorder
-from agent.runs import reopen, start_next_queued
-from agent.selectors import conversation_context, instructions_for
-from agent.toolset import registry_for
+from core.guards import RunReleased, failure_count, trip_detail
+from core.history import RunState, counted_turns, loop_note, replay
+from core.interrupt import Interrupt, StopReason
+from core.llm import LLM
+from core.loop import Limits, RunResult, Tools, end_of, run_agent
+from core.recalled import RecalledMemory
+from core.results import ToolStatus
 from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
 from tools.base import BoundTools, ToolContext
@@ -77,7 +77,7 @@ logger = logging.getLogger(__name__)
 def continue_note(state: RunState | None) -> str:
     """The Continue's note to the model; after a breaker halt it also says which failure halted
     the run, so the model tries another way (the breaker halts the run at once if that failure
-    comes again, agent.core.guards.Breaker)."""
+    comes again, core.guards.Breaker)."""
     ended = state.finished if state is not None else None
     trip = state.last_trip if state is not None else None
     if trip is None or ended is None or ended.halt_reason not in BREAKER_REASONS:

@@ -22,13 +22,13 @@ from procrastinate.manager import JobManager
 
 from agent.abandoned import end_jobless_runs_without_a_process, runs_of_gone_processes_here
 from agent.approvals import expire_waiting
-from agent.core.events import RunStatus
-from agent.core.interrupt import StopReason
 from agent.models import AgentRun
 from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
 from agent.queued import conversations_waiting
 from agent.retention import prune
 from agent.runs import start_waiting
+from core.events import RunStatus
+from core.interrupt import StopReason
 from engine.execution import JobOutcome, work_job
 from mcp_servers.discovery import discover_site_servers
 from memory.forgetting import purge_forgotten_texts

@@ -185,7 +185,7 @@ LOOP_OPENAI_CONCURRENCY = env_int("LOOP_OPENAI_CONCURRENCY", 0)
 # them); empty: the one default model.
 LOOP_MODELS = env_list("LOOP_MODELS", [])
 
-# The bounds on every run (agent.core.loop.Limits).
+# The bounds on every run (core.loop.Limits).
 LOOP_TASK_MAX_CHARS = env_int("LOOP_TASK_MAX_CHARS", 10_000)
 LOOP_MAX_ITERATIONS = env_int("LOOP_MAX_ITERATIONS", 10)
 LOOP_RUN_SECONDS = env_int("LOOP_RUN_SECONDS", 600)

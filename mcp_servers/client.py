@@ -10,7 +10,7 @@ deadline, and every failure is a `ServerFailed` whose message names the server a
 wrong, never a credential; a call cut off after it was sent is `InDoubt`, for the model to be
 told it may have run. Whatever the server says (its answers, its listing, its errors) leaves here
 with the credentials Loop sent it blanked out, so a server that echoes its request's headers
-cannot hand a person's token or the site's key on, and storable (agent.core.text.storable).
+cannot hand a person's token or the site's key on, and storable (core.text.storable).
 """
 
 import dataclasses
@@ -33,8 +33,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from agent.core.results import UNKNOWN_OUTCOME
-from agent.core.text import storable
+from core.results import UNKNOWN_OUTCOME
+from core.text import storable
 from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_http_client
 from mcp_servers.results import CLOSE, OPEN, defused
 from mcp_servers.secrets import redacted_json, sent_secrets

@@ -60,7 +60,7 @@ from mcp.shared.auth_utils import check_resource_allowed, resource_url_from_serv
 from psycopg.errors import LockNotAvailable
 from pydantic import ValidationError
 
-from agent.core.results import Remedy
+from core.results import Remedy
 from mcp_servers.models import CONNECTED, OAUTH, PENDING, RECONNECT, McpConnection, McpServer
 from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_sync_client
 from mcp_servers.networks import own_host_of, private_networks

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import mcp_types as types
 
-from agent.core.text import unmarked
+from core.text import unmarked
 from workspace.images import why_not_shown
 
 # Images a server sends are kept as files of these kinds (anything else is named, not kept).

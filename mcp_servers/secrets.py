@@ -15,7 +15,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from agent.core.text import each_text
+from core.text import each_text
 
 # What stands in a server's answer for a credential Loop sent it.
 REDACTED = "[redacted]"

@@ -23,7 +23,7 @@ from jsonschema import ValidationError as SchemaViolation
 from jsonschema.validators import validator_for
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from agent.core.results import Remedy
+from core.results import Remedy
 from mcp_servers import client, results
 from mcp_servers.declared import ensure_declared
 from mcp_servers.endpoints import call_seconds, endpoint_for

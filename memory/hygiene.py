@@ -22,8 +22,8 @@ import json
 import re
 from collections.abc import Collection, Iterable
 
-from agent.core.events import AnswerSource
-from agent.core.text import excerpt
+from core.events import AnswerSource
+from core.text import excerpt
 
 # How refusal and failure texts open, whichever model wrote them.
 _NOTHING_OPENINGS = re.compile(

@@ -24,7 +24,7 @@ from django.db.models import F
 from django.utils import timezone
 from pgvector.django import CosineDistance, HnswIndex
 
-from agent.core.recalled import RecalledMemory
+from core.recalled import RecalledMemory
 from memory.embedders import Embedder, EmbedderMismatch, Vector, get_embedder
 from memory.models import EmbeddingSpace, Memory, Origin
 

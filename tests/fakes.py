@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from agent.core.interrupt import Interrupt
-from agent.core.llm import Message, Reply, ToolSpec
-from agent.core.results import ToolResult, ToolStatus
+from core.interrupt import Interrupt
+from core.llm import Message, Reply, ToolSpec
+from core.results import ToolResult, ToolStatus
 from memory.embedders import HashedNgramEmbedder
 from tools.search import SearchFailed, SearchHit
 

@@ -15,9 +15,9 @@ from django.contrib.auth.models import User
 from procrastinate.contrib.django.models import ProcrastinateWorker
 
 from agent.abandoned import end_jobless_runs_without_a_process, stale_before
-from agent.core.events import ResumeReason, RunStatus
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run, submit_run
+from core.events import ResumeReason, RunStatus
 from tests.conftest import PROJECT_DIR, child_environment, others_gone, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,11 +10,6 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.core.events import HaltReason, RunStatus
-from agent.core.llm import LLMError
-from agent.core.loop import Limits
-from agent.core.results import ToolStatus
-from agent.core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from agent.runs import cancel_run, start_run
@@ -22,6 +17,11 @@ from agent.selectors import history_of
 from agent.transcripts import history_from_transcript, transcripts
 from console.selectors import usage
 from console.widgets import run_badge, tool_badge
+from core.events import HaltReason, RunStatus
+from core.llm import LLMError
+from core.loop import Limits
+from core.results import ToolStatus
+from core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from engine.execution import execute_run
 from memory.models import Memory
 

@@ -5,10 +5,10 @@ the test's transaction."""
 import pytest
 from django.urls import reverse
 
-from agent.core.events import ModelReplied, RunStatus
-from agent.core.interrupt import Interrupt
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import start_run
+from core.events import ModelReplied, RunStatus
+from core.interrupt import Interrupt
 from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db(transaction=True)

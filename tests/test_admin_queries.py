@@ -6,10 +6,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from agent.core.llm import LLMError
 from agent.llm.scripted import ScriptedLLM, call
 from agent.models import AgentRun
 from agent.runs import cancel_run, start_run
+from core.llm import LLMError
 from engine.execution import execute_run
 from memory.forgetting import forget
 from memory.models import Memory

@@ -17,14 +17,14 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agent.approvals import decide_as_operator, expire_waiting, moment_words
-from agent.core.events import ApprovalDecided, Decision, ToolCallFinished
-from agent.core.results import ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
 from agent.models import AgentRun, ApprovalPreference, ApprovalRequest, ToolGrant
 from agent.runs import new_conversation, start_run
 from agent.selectors import events_of
 from agent.waiting import CallDecision
 from chat.stream import read_unsent
+from core.events import ApprovalDecided, Decision, ToolCallFinished
+from core.results import ToolStatus
 from engine.execution import execute_run
 from tools.code import parse_report
 from tools.context import context_for

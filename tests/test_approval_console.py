@@ -16,12 +16,12 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from agent.approvals import decide, decide_as_operator, policy_for, site_modes
-from agent.core.events import Decision, RunStatus, ToolCallFinished
-from agent.core.llm import ToolCall
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, ApprovalPreference, ApprovalRequest, SiteToolPolicy, ToolGrant
 from agent.runs import new_conversation, start_run
 from agent.waiting import CallDecision
+from core.events import Decision, RunStatus, ToolCallFinished
+from core.llm import ToolCall
 from engine.execution import execute_run, tool_context
 
 pytestmark = pytest.mark.django_db

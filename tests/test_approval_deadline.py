@@ -22,11 +22,11 @@ from agent.approvals import (
     expire_waiting,
     waiting_for,
 )
-from agent.core.approval import EXPIRED_TEXT
-from agent.core.events import Decision, HaltReason, RunStatus
 from agent.models import AgentRun, ApprovalRequest
 from agent.runs import continue_run, new_conversation, queue, start_run, submit_run
 from agent.waiting import CallDecision
+from core.approval import EXPIRED_TEXT
+from core.events import Decision, HaltReason, RunStatus
 from engine.execution import JobOutcome, work_job
 from tests.conftest import PROJECT_DIR, child_environment, wait_for
 from workspace.directory import workspace_path

@@ -1,4 +1,4 @@
-"""The loop's side of calls that wait for a person's decision (agent.core.approval): the run
+"""The loop's side of calls that wait for a person's decision (core.approval): the run
 parks with its requests, and goes on from its log once decided. No database."""
 
 import json
@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from agent.core.approval import Ask, digest
-from agent.core.events import (
+from agent.llm.scripted import ScriptedLLM, answer, call, calls
+from core.approval import Ask, digest
+from core.events import (
     ApprovalDecided,
     ApprovalRequested,
     Decision,
@@ -17,10 +18,9 @@ from agent.core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.core.history import replay
-from agent.core.llm import ToolCall
-from agent.core.loop import Limits, run_agent
-from agent.llm.scripted import ScriptedLLM, answer, call, calls
+from core.history import replay
+from core.llm import ToolCall
+from core.loop import Limits, run_agent
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry
 
 pytestmark = pytest.mark.fast

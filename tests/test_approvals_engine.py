@@ -14,12 +14,12 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.approvals import DecisionRefused, decide, expire_waiting, policy_for
-from agent.core.approval import digest
-from agent.core.events import Decision, HaltReason, ResumeReason, RunStatus
-from agent.core.history import replay
 from agent.models import AgentRun, ApprovalPreference, ApprovalRequest, ToolGrant
 from agent.runs import cancel_run, continue_run, new_conversation, submit_run
 from agent.waiting import CallDecision
+from core.approval import digest
+from core.events import Decision, HaltReason, ResumeReason, RunStatus
+from core.history import replay
 from engine.execution import JobOutcome, tool_context, work_job, worked_seconds
 
 pytestmark = pytest.mark.django_db(transaction=True)

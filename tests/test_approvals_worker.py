@@ -8,10 +8,10 @@ from asgiref.sync import async_to_sync
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.approvals import decide
-from agent.core.events import Decision, RunStatus
 from agent.models import AgentRun, ApprovalPreference
 from agent.runs import new_conversation, submit_run
 from agent.waiting import CallDecision
+from core.events import Decision, RunStatus
 from engine.tasks import recover_runs
 from tests.conftest import wait_for
 

@@ -10,12 +10,12 @@ from django.test import Client
 from django.urls import reverse
 
 from accounts.models import PasswordResetAttempt
-from agent.core.events import RunStatus
-from agent.core.instructions import Instructions, bounded, instructions_section
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, ApprovalPreference, ApprovalRequest, Conversation
 from agent.runs import new_conversation, start_run, submit_run
 from chat.rendering import streamed_text, streaming_card
+from core.events import RunStatus
+from core.instructions import Instructions, bounded, instructions_section
 from engine.execution import execute_run
 from tests.conftest import PASSWORD, wait_for
 from tests.mail_server import link_in, mailbox  # noqa: F401 (a fixture)

@@ -7,10 +7,10 @@ import importlib
 import pytest
 from django.db import connection
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun
 from agent.runs import InvalidTask, new_conversation, new_version, show_version, submit_run
 from agent.selectors import conversation_context, runs_of
+from core.events import RunStatus
 from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db

@@ -17,9 +17,9 @@ from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, start_run
+from core.events import RunStatus
 from memory.models import Memory
 from tests.doc_images import doc_image
 from tests.test_browser import (

@@ -13,9 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from agent.core.events import HaltReason, RunStatus
 from agent.models import AgentRun
 from agent.runs import start_run
+from core.events import HaltReason, RunStatus
 from mcp_servers.models import McpServer, McpTool
 from tests.test_browser import (
     ARTIFACTS,

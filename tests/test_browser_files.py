@@ -11,9 +11,9 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from agent.core.events import MemoriesRecalled
 from agent.models import AgentRun
 from agent.selectors import events_of
+from core.events import MemoriesRecalled
 from memory.models import Memory
 from tests.conftest import wait_for
 from tests.test_browser import (

@@ -15,9 +15,9 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from agent.core.events import RunStatus
-from agent.core.results import ToolStatus
 from agent.models import AgentRun
+from core.events import RunStatus
+from core.results import ToolStatus
 from tests.conftest import PROJECT_DIR, child_environment, wait_for
 from tests.test_browser import (
     ARTIFACTS,

@@ -16,10 +16,10 @@ import pytest
 from channels.layers import get_channel_layer
 
 from agent import bus
-from agent.core.events import ToolCallStarted
 from agent.models import AgentRun, RunStatus
 from agent.recorder import RunRecorder
 from agent.runs import new_conversation, start_run, submit_run
+from core.events import ToolCallStarted
 from engine.execution import execute_run
 from tests.conftest import wait_for
 from tests.test_settings import load_settings

@@ -11,18 +11,18 @@ from urllib.parse import unquote
 import pytest
 from django.urls import resolve, reverse
 
-from agent.core.events import (
+from agent.models import RunEvent
+from agent.runs import new_conversation, start_run
+from chat.rendering import card_for, render_card
+from core.events import (
     MemoriesRecalled,
     RunFinished,
     RunStatus,
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.core.recalled import RecalledMemory
-from agent.core.results import ToolStatus
-from agent.models import RunEvent
-from agent.runs import new_conversation, start_run
-from chat.rendering import card_for, render_card
+from core.recalled import RecalledMemory
+from core.results import ToolStatus
 
 RUN_ID = 3
 FILES_VIEW = "/files/view/"

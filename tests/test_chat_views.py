@@ -8,13 +8,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.core.events import EndCause, HaltReason, RunFinished, RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, Conversation
 from agent.queue import WORK_RUN
 from agent.runs import new_conversation, start_run
 from agent.selectors import Logged
 from chat.rendering import markdown, page_cards
+from core.events import EndCause, HaltReason, RunFinished, RunStatus
 from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db

@@ -6,10 +6,10 @@ the status, lengths as short as they read."""
 import pytest
 from django.urls import reverse
 
-from agent.core.events import HaltReason, RunStatus
 from agent.models import AgentRun
 from agent.runs import start_run
 from console.runs import span
+from core.events import HaltReason, RunStatus
 
 pytestmark = pytest.mark.django_db
 

@@ -9,10 +9,10 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun, BreakerTrip, ToolExecution
 from console import rollup
 from console.selectors import UsagePages, usage, usage_totals
+from core.events import RunStatus
 
 pytestmark = pytest.mark.django_db
 

@@ -14,13 +14,13 @@ from django.db import connections
 from django.test import Client
 
 from agent import bus as events_bus
-from agent.core.events import ModelReplied, RunFinished, RunStatus, ToolCallStarted
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import new_conversation, start_run, submit_run
 from agent.selectors import events_of
 from chat.consumers import MAX_MESSAGE_CHARS, Close
 from chat.rendering import page_cards
+from core.events import ModelReplied, RunFinished, RunStatus, ToolCallStarted
 from loopsite.asgi import application
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]

@@ -13,17 +13,17 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
-from agent.core.events import (
-    EndCause,
-    ResumeReason,
-    RunStatus,
-)
-from agent.core.llm import LLMError
-from agent.core.loop import Limits
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from chat.stream import read_unsent
+from core.events import (
+    EndCause,
+    ResumeReason,
+    RunStatus,
+)
+from core.llm import LLMError
+from core.loop import Limits
 from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db

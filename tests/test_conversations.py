@@ -6,7 +6,6 @@ import pytest
 from django.db.models import Q, TextField
 from django.db.models.functions import Cast
 
-from agent.core.events import RunStatus
 from agent.forgotten import FORGOTTEN
 from agent.models import AgentRun, Conversation, RunEvent, ToolExecution
 from agent.runs import (
@@ -17,6 +16,7 @@ from agent.runs import (
     start_run,
 )
 from agent.selectors import conversation_context, conversations_for, runs_for
+from core.events import RunStatus
 from engine.execution import execute_run
 from memory.models import ForgottenMemory, Memory
 

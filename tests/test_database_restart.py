@@ -60,7 +60,7 @@ print(f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_N
 RECORD = """
 from django.contrib.auth import get_user_model
 from django.db.models import Max
-from agent.core.events import ModelReplied
+from core.events import ModelReplied
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import start_run

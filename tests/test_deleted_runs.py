@@ -9,8 +9,6 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.urls import reverse
 
-from agent.core.events import RunStatus
-from agent.core.loop import Limits
 from agent.models import AgentRun, RunResume
 from agent.runs import (
     OwnerGone,
@@ -19,6 +17,8 @@ from agent.runs import (
     new_conversation,
     start_run,
 )
+from core.events import RunStatus
+from core.loop import Limits
 from engine.execution import execute_run
 from memory.models import Memory
 from tests.conftest import PASSWORD

@@ -6,8 +6,8 @@ import threading
 import pytest
 from pydantic import BaseModel
 
-from agent.core.results import ToolStatus
 from agent.toolset import default_registry
+from core.results import ToolStatus
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry, truncate
 
 pytestmark = pytest.mark.fast

@@ -6,9 +6,9 @@ import importlib
 import pytest
 from django.apps import apps
 
-from agent.core.events import EndCause, HaltReason, RunFinished, RunStatus
 from agent.models import AgentRun, RunEvent
 from agent.runs import start_run
+from core.events import EndCause, HaltReason, RunFinished, RunStatus
 
 pytestmark = pytest.mark.django_db
 

@@ -10,16 +10,16 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agent.core.events import HaltReason, RunFinished, RunStatus
-from agent.core.guards import Breaker
-from agent.core.llm import ToolCall
-from agent.core.progress import Outcome, failure_reason, progress_in_words
-from agent.core.results import ToolResult, ToolStatus
 from agent.llm.scripted import ScriptedLLM, call
 from agent.models import AgentRun
 from agent.runs import cancel_run, new_conversation, start_run, submit_run
 from agent.selectors import history_of
 from chat.rendering import BREAKER_STEP, STOPPED_TEXT, end_banner
+from core.events import HaltReason, RunFinished, RunStatus
+from core.guards import Breaker
+from core.llm import ToolCall
+from core.progress import Outcome, failure_reason, progress_in_words
+from core.results import ToolResult, ToolStatus
 from engine.execution import execute_run
 from tests.conftest import OutputLines, wait_for
 from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)

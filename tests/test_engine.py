@@ -12,8 +12,6 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.core.events import ContinuedBy, ModelReplied, ResumeReason, RunStatus
-from agent.core.interrupt import StopReason
 from agent.llm.scripted import ScriptedLLM, answer
 from agent.models import AgentRun, RunResume
 from agent.queue import WORK_RUN
@@ -30,6 +28,8 @@ from agent.runs import (
     submit_run,
 )
 from agent.selectors import history_of
+from core.events import ContinuedBy, ModelReplied, ResumeReason, RunStatus
+from core.interrupt import StopReason
 from engine.execution import (
     CONTINUE_NOTE,
     JobOutcome,
@@ -356,7 +356,7 @@ def test_the_recovery_gives_a_dead_workers_run_a_new_job(alice, settings):
 
 
 def test_a_continue_records_who_asked_for_it(alice, operator, workspaces):
-    from agent.core.wording import OWNERS_WHO, resumed_text
+    from core.wording import OWNERS_WHO, resumed_text
 
     limits = default_limits(max_iterations=1)
     mine = execute_run(start_run(alice, SLOW, model="mock", limits=limits))

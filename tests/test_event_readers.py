@@ -8,7 +8,12 @@ from datetime import UTC, datetime
 import pytest
 from django.template.loader import render_to_string
 
-from agent.core.events import (
+from agent.models import RunEvent
+from agent.runs import new_conversation, start_run
+from chat.rendering import card_for, render_card
+from chat.stream import read_unsent
+from console import selectors
+from core.events import (
     EVENT_TYPES,
     ApprovalDecided,
     ApprovalRequested,
@@ -30,15 +35,10 @@ from agent.core.events import (
     ToolCallStarted,
     event_from_dict,
 )
-from agent.core.llm import ToolCall
-from agent.core.recalled import RecalledMemory
-from agent.core.results import ToolStatus
-from agent.core.wording import TOOL_SYMBOLS
-from agent.models import RunEvent
-from agent.runs import new_conversation, start_run
-from chat.rendering import card_for, render_card
-from chat.stream import read_unsent
-from console import selectors
+from core.llm import ToolCall
+from core.recalled import RecalledMemory
+from core.results import ToolStatus
+from core.wording import TOOL_SYMBOLS
 from engine.management.commands.runagent import describe
 
 DEMO = "Compute the sum of 1..100 and save it to a file"

@@ -4,9 +4,9 @@ filter of the runs list."""
 
 import pytest
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun, RunFeedback
 from agent.runs import FEEDBACK_CHARS, InvalidTask, new_conversation, rate_run, submit_run
+from core.events import RunStatus
 from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.results import ToolResult, ToolStatus
+from core.results import ToolResult, ToolStatus
 from tools import files
 from tools.base import ToolContext, ToolRegistry
 from tools.files import LIST_FILES, MAX_READ_BYTES, MAX_WRITE_BYTES, READ_FILE, WRITE_FILE

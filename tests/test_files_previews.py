@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.events import ToolCallFinished
-from agent.core.results import ToolStatus
 from chat.rendering import card_for, render_card
+from core.events import ToolCallFinished
+from core.results import ToolStatus
 from tests.test_chat_views import ActiveParts
 from tests.test_files_panel import put
 from tools.context import context_for

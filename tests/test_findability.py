@@ -16,10 +16,10 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, start_run
 from chat.sidebar import groups_for, span_of
+from core.events import RunStatus
 from tests.conftest import PASSWORD, PROJECT_DIR
 from workspace.templatetags.sizes import size
 

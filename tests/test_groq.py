@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from agent.core.llm import LLM, LLMError, Message, Reply, ToolCall, ToolSpec, Usage
-from agent.core.loop import ask_correcting
 from agent.llm.groq import GroqLLM
+from core.llm import LLM, LLMError, Message, Reply, ToolCall, ToolSpec, Usage
+from core.loop import ask_correcting
 from tests.groq_server import CHAT_COMPLETIONS_PATH, groq_server_fixture, tool_call  # noqa: F401
 
 MODEL = "openai/gpt-oss-120b"
@@ -50,7 +50,7 @@ def make_llm(server, **options) -> GroqLLM:
 
 
 def corrected(llm: LLM, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
-    """A turn as the loop asks it: the model's mistakes fed back to it (agent.core.loop)."""
+    """A turn as the loop asks it: the model's mistakes fed back to it (core.loop)."""
     return ask_correcting(lambda sent: llm.chat(sent, tools), messages)
 
 

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from agent.core.llm import LLMError, ModelTimedOut, ToolCall
+from core.llm import LLMError, ModelTimedOut, ToolCall
 from tests.conftest import wait_for
 from tests.groq_server import (  # noqa: F401 (the fixture)
     RETRY_NOTE,

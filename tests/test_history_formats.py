@@ -3,7 +3,7 @@ whatever the text they carry."""
 
 import pytest
 
-from agent.core.history import (
+from core.history import (
     is_loop_note,
     loop_note,
     memories_in,
@@ -14,7 +14,7 @@ from agent.core.history import (
     summary_prompt,
     tool_message,
 )
-from agent.core.results import ToolStatus
+from core.results import ToolStatus
 
 pytestmark = pytest.mark.fast
 

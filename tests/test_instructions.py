@@ -7,10 +7,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agent.core.instructions import INSTRUCTIONS_CHARS, Instructions, instructions_section
-from agent.core.loop import SYSTEM_PROMPT
 from agent.models import Conversation, PersonalInstructions
 from agent.runs import start_run
+from core.instructions import INSTRUCTIONS_CHARS, Instructions, instructions_section
+from core.loop import SYSTEM_PROMPT
 from engine.execution import execute_run
 from tests.openai_server import openai_server_fixture  # noqa: F401 (a fixture)
 from tests.test_my_data_export import exported, read_json

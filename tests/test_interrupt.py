@@ -9,12 +9,12 @@ import threading
 
 import pytest
 
-from agent.core.events import ModelReplied, RunFinished, RunStarted, RunStatus, ToolCallFinished
-from agent.core.guards import RunReleased
-from agent.core.interrupt import Interrupt, Interrupted, StopReason, interruptibly
-from agent.core.llm import Reply, ToolCall
-from agent.core.loop import Limits, RunResult, run_agent
 from agent.llm.scripted import ScriptedLLM, answer, call
+from core.events import ModelReplied, RunFinished, RunStarted, RunStatus, ToolCallFinished
+from core.guards import RunReleased
+from core.interrupt import Interrupt, Interrupted, StopReason, interruptibly
+from core.llm import Reply, ToolCall
+from core.loop import Limits, RunResult, run_agent
 from tests.conftest import wait_for
 from tests.fakes import BlockingLLM, CountingTools
 from tests.groq_server import groq_server_fixture  # noqa: F401 (the fixture)

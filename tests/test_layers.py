@@ -1,6 +1,6 @@
-"""The layers read agent.core -> workspace -> tools -> memory -> mcp_servers -> agent -> engine ->
+"""The layers read core -> workspace -> tools -> memory -> mcp_servers -> agent -> engine ->
 {console, chat, accounts}, one way: a lower layer never imports a higher one, nor names a higher
-app's model in its schema or its migrations. agent.core, the loop and its vocabulary, is the
+app's model in its schema or its migrations. core, the loop and its vocabulary, is the
 bottom: no Django, nothing else of Loop."""
 
 import ast
@@ -14,17 +14,17 @@ from django.db.migrations.loader import MigrationLoader
 pytestmark = pytest.mark.fast
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-ORDER = ["agent.core", "workspace", "tools", "memory", "mcp_servers", "agent", "engine"]
+ORDER = ["core", "workspace", "tools", "memory", "mcp_servers", "agent", "engine"]
 TOP = {"console", "chat", "accounts"}
 LAYERS = [*ORDER, *sorted(TOP)]
 HIGHER = {layer: {*ORDER[at + 1 :], *TOP} for at, layer in enumerate(ORDER)}
-# The apps that are Django apps (agent.core is a package of agent, not an app of its own).
-APPS = [layer for layer in ORDER if "." not in layer]
+# The apps that are Django apps (core, the bottom, is a plain package: no Django).
+APPS = [layer for layer in ORDER if layer != "core"]
 
 
 def layer_of(module: str) -> str:
-    """`agent.core.loop` is in agent.core; `agent.runs` in agent; `tools.sandbox` in tools."""
-    return "agent.core" if module.split(".")[:2] == ["agent", "core"] else module.split(".")[0]
+    """`core.loop` is in core; `agent.runs` in agent; `tools.sandbox` in tools."""
+    return module.split(".")[0]
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -45,10 +45,7 @@ def imported_apps(path: Path) -> set[str]:
 
 
 def modules(layer: str) -> list[Path]:
-    found = sorted((PROJECT_DIR / layer.replace(".", "/")).rglob("*.py"))
-    if layer == "agent":  # agent.core is a layer of its own
-        found = [path for path in found if "core" not in path.relative_to(PROJECT_DIR).parts[1:2]]
-    return found
+    return sorted((PROJECT_DIR / layer).rglob("*.py"))
 
 
 def named_models(path: Path) -> set[str]:
@@ -116,15 +113,15 @@ def test_tools_owns_no_model():
 
 
 def test_the_agent_core_imports_no_django_and_nothing_else_of_loop():
-    """Only the standard library and agent.core itself."""
+    """Only the standard library and core itself."""
     stdlib = sys.stdlib_module_names
     offenders = {
         str(path.relative_to(PROJECT_DIR)): sorted(
             name
             for name in imported_modules(path)
-            if layer_of(name) != "agent.core" and name.split(".")[0] not in stdlib
+            if layer_of(name) != "core" and name.split(".")[0] not in stdlib
         )
-        for path in modules("agent.core")
+        for path in modules("core")
     }
     assert len(offenders) >= 10  # the loop, events, history, guards, interrupt, llm, ...
     assert {path: names for path, names in offenders.items() if names} == {}

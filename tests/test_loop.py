@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from agent.core.events import (
+from agent.llm.scripted import ScriptedLLM, answer, call, calls
+from core.events import (
     AnswerSource,
     BreakerTripped,
     EndCause,
@@ -22,11 +23,10 @@ from agent.core.events import (
     ToolCallStarted,
     event_from_dict,
 )
-from agent.core.history import messages_from_events
-from agent.core.interrupt import Interrupt, StopReason
-from agent.core.llm import LLMError, ModelTimedOut, Usage
-from agent.core.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
-from agent.llm.scripted import ScriptedLLM, answer, call, calls
+from core.history import messages_from_events
+from core.interrupt import Interrupt, StopReason
+from core.llm import LLMError, ModelTimedOut, Usage
+from core.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry
 
 pytestmark = pytest.mark.fast

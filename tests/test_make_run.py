@@ -20,10 +20,10 @@ from django.db import connection
 from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.core.events import ResumeReason, RunStatus
 from agent.models import AgentRun
 from agent.queue import WORK_RUN
 from agent.runs import new_conversation, submit_run
+from core.events import ResumeReason, RunStatus
 from tests.conftest import (
     CHILD_APPLICATION_NAME,
     PROJECT_DIR,

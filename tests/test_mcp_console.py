@@ -18,10 +18,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun, ToolExecution
 from agent.runs import start_run
 from console.mcp_forms import check_site_url, parsed_headers
+from core.events import RunStatus
 from engine.execution import execute_run
 from mcp_servers import declared
 from mcp_servers.discovery import discover

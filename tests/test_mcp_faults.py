@@ -13,12 +13,12 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 
-from agent.core.events import HaltReason, ResumeReason, RunStatus
-from agent.core.interrupt import StopReason
-from agent.core.results import UNKNOWN_OUTCOME
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run, submit_run
+from core.events import HaltReason, ResumeReason, RunStatus
+from core.interrupt import StopReason
+from core.results import UNKNOWN_OUTCOME
 from engine import execution
 from engine.execution import JobOutcome, execute_run, work_job
 from mcp_servers import client

@@ -11,13 +11,13 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.test import Client
 
 from agent.approvals import decide
-from agent.core.events import Decision, RunFinished, RunStatus, ToolCallFinished
-from agent.core.results import Remedy
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from agent.selectors import events_of
 from agent.waiting import CallDecision
+from core.events import Decision, RunFinished, RunStatus, ToolCallFinished
+from core.results import Remedy
 from engine.execution import execute_run
 from mcp_servers.discovery import discover
 from mcp_servers.models import PERSON, McpServer, McpTool

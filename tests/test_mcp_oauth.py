@@ -26,10 +26,10 @@ from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
-from agent.core.events import RunStatus, ToolCallFinished, loaded
-from agent.core.results import Remedy, ToolStatus
 from agent.llm.scripted import answer, call
 from agent.runs import new_conversation, start_run
+from core.events import RunStatus, ToolCallFinished, loaded
+from core.results import Remedy, ToolStatus
 from engine.execution import execute_run
 from mcp_servers import client
 from mcp_servers.discovery import discover

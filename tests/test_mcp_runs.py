@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from agent.core.events import RunStatus, ToolCallFinished
-from agent.core.results import ToolStatus
 from agent.models import AgentRun, ToolGrant
 from agent.runs import new_conversation, submit_run
 from chat.approvals import Asking
 from chat.rendering import card_for, render_card
+from core.events import RunStatus, ToolCallFinished
+from core.results import ToolStatus
 from engine.execution import work_job
 from mcp_servers.declared import declared as read_declared
 from mcp_servers.declared import sync

@@ -17,12 +17,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 
 from agent.approvals import policy_for
-from agent.core.events import RunStatus
-from agent.core.llm import ToolCall
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, ToolGrant
 from agent.runs import new_conversation, start_run
 from agent.toolset import registry_for
+from core.events import RunStatus
+from core.llm import ToolCall
 from engine.execution import execute_run, tool_context
 from mcp_servers import client, declared
 from mcp_servers.declared import ensure_declared

@@ -3,13 +3,13 @@ a run leaves, read back by its own reader."""
 
 import pytest
 
-from agent.core.events import AnswerSource, RunStatus
-from agent.core.llm import ToolCall, Usage
-from agent.core.loop import progress_report
-from agent.core.results import ToolResult, ToolStatus
 from agent.llm.scripted import ScriptedLLM, call
 from agent.models import AgentRun
 from agent.runs import default_limits, start_run
+from core.events import AnswerSource, RunStatus
+from core.llm import ToolCall, Usage
+from core.loop import progress_report
+from core.results import ToolResult, ToolStatus
 from engine.execution import execute_run
 from memory.hygiene import (
     LEAVES_SOMETHING,

@@ -15,7 +15,10 @@ from typing import Any
 
 import pytest
 
-from agent.core.history import (
+from agent.llm import mock
+from agent.llm.factory import llm_for
+from agent.llm.mock import MockLLM
+from core.history import (
     INTERRUPTED_CALL,
     assistant_message,
     loop_note,
@@ -23,12 +26,9 @@ from agent.core.history import (
     summary_prompt,
     tool_message,
 )
-from agent.core.interrupt import Interrupt, Interrupted, StopReason
-from agent.core.llm import Message, ModelTimedOut, Reply, ToolCall
-from agent.core.results import ToolStatus
-from agent.llm import mock
-from agent.llm.factory import llm_for
-from agent.llm.mock import MockLLM
+from core.interrupt import Interrupt, Interrupted, StopReason
+from core.llm import Message, ModelTimedOut, Reply, ToolCall
+from core.results import ToolStatus
 from memory.hygiene import outcome_text
 from tools.code import STOPPED, describe, parse_report
 from tools.files import empty_file_note

@@ -1,16 +1,16 @@
 """The model's mistakes as a family: the client reports a reply the model got wrong as a typed
 ModelMistake and asks nothing more; the loop feeds its note back, once per kind in a turn, and the
-run's log records it (agent.core.loop.ask_correcting)."""
+run's log records it (core.loop.ask_correcting)."""
 
 import pytest
 
-from agent.core.events import ModelReplied, RunFinished, RunStatus
-from agent.core.llm import LLMError, RejectedGeneration, ToolCallAsText
-from agent.core.loop import ask_correcting, run_agent
 from agent.llm.groq import GroqLLM
 from agent.llm.mistakes import TEXT_TOOL_CALL_NOTE
 from agent.llm.openai_compat import OpenAICompatibleLLM
 from agent.llm.scripted import ScriptedLLM, answer, call
+from core.events import ModelReplied, RunFinished, RunStatus
+from core.llm import LLMError, RejectedGeneration, ToolCallAsText
+from core.loop import ask_correcting, run_agent
 from tests.groq_server import groq_server_fixture  # noqa: F401 (the fixture)
 from tests.openai_server import MODEL, openai_server_fixture  # noqa: F401 (the fixture)
 from tests.test_groq import QUESTION, TOOLS

@@ -22,11 +22,11 @@ from django.test import Client
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent import models as agent_models
-from agent.core.events import RunStatus
 from agent.llm import factory
 from agent.models import AgentRun, Conversation
 from agent.queue import WORK_RUN
 from agent.runs import new_conversation, start_run
+from core.events import RunStatus
 from engine.execution import execute_run
 from tests.openai_server import MODEL, openai_server_fixture  # noqa: F401 (the fixture)
 from tests.test_chat_views import ActiveParts

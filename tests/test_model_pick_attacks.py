@@ -12,13 +12,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from agent.core.events import RunStatus
-from agent.core.interrupt import Interrupt, Interrupted, StopReason
-from agent.core.loop import Limits
 from agent.llm.factory import llm_for
 from agent.llm.gate import TakingTurns
 from agent.models import AgentRun, Conversation
 from agent.runs import continue_run_as_operator, default_limits, new_conversation, start_run
+from core.events import RunStatus
+from core.interrupt import Interrupt, Interrupted, StopReason
+from core.loop import Limits
 from engine.execution import execute_run, server_gate
 from tests.openai_server import MODEL, openai_server_fixture  # noqa: F401 (the fixture)
 

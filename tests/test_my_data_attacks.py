@@ -15,10 +15,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from accounts import my_data
-from agent.core.events import RunStatus
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from chat.consumers import Close
+from core.events import RunStatus
 from memory.store import remember
 from tests.conftest import PASSWORD
 from tests.socket_harness import (

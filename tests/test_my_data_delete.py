@@ -10,9 +10,9 @@ from django.test import Client
 
 from accounts import my_data
 from accounts.models import WAITING_FOR_APPROVAL, SignUp
-from agent.core.events import RunFinished, RunStatus
 from agent.models import AgentRun, Conversation, RunEvent
 from agent.runs import new_conversation, start_run
+from core.events import RunFinished, RunStatus
 from engine.execution import execute_run
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory

@@ -11,8 +11,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
-from agent.core.events import RunStatus
 from agent.runs import start_run
+from core.events import RunStatus
 from engine.execution import execute_run
 from memory import embedders, neural
 from memory.checks import embedder_check

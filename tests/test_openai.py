@@ -8,10 +8,10 @@ import socket
 
 import pytest
 
-from agent.core.llm import LLMError, ModelTimedOut, ToolCall, Usage
 from agent.llm.mistakes import SERVER_FLAGS_HINT, TEXT_TOOL_CALL_NOTE
 from agent.llm.openai_compat import NO_KEY, OpenAICompatibleLLM
 from agent.llm.replies import ReplyPieces, sse_data
+from core.llm import LLMError, ModelTimedOut, ToolCall, Usage
 from tests.conftest import wait_for
 from tests.openai_server import (  # noqa: F401 (the fixture)
     MODEL,

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.events import RunStatus
-from agent.core.llm import LLMError, Usage
 from agent.llm.groq import GroqLLM
 from agent.llm.http_guard import MAX_BODY_BYTES
 from agent.llm.openai_compat import OpenAICompatibleLLM, shown_url
 from agent.llm.replies import MAX_LINE_BYTES, MAX_REPLY_CHARS, MAX_TOOL_CALLS
 from agent.runs import start_run
+from core.events import RunStatus
+from core.llm import LLMError, Usage
 from engine.execution import execute_run
 from tests.chat_server import no_proxies
 from tests.groq_server import FakeGroqServer
@@ -383,7 +383,7 @@ def test_an_answer_of_many_spaces_does_not_hold_the_worker():
     # run's deadline. Run in a child whose CPU time is capped far above what the check takes.
     text = "```" + " " * 50_000 + "x"
     code = (
-        "from agent.core.llm import Reply\n"
+        "from core.llm import Reply\n"
         "from agent.llm.mistakes import text_tool_call\n"
         "from tests.test_groq import TOOLS\n"
         f"assert text_tool_call(Reply(text={text!r}), TOOLS) is None\n"

@@ -10,11 +10,11 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from agent.core.events import RunStatus
 from agent.llm.mistakes import SERVER_FLAGS_HINT, TEXT_TOOL_CALL_NOTE
 from agent.llm.openai_compat import OpenAICompatibleLLM
 from agent.models import AgentRun
 from agent.runs import default_limits, start_run
+from core.events import RunStatus
 from engine.execution import execute_run
 from memory.store import embed
 from tests.conftest import wait_for

@@ -12,11 +12,11 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from agent.core.events import RunStatus
-from agent.core.text import REPLACEMENT, storable
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, RunEvent
 from agent.runs import new_conversation, start_run
+from core.events import RunStatus
+from core.text import REPLACEMENT, storable
 from engine.execution import execute_run
 from mcp_servers.discovery import discover
 from mcp_servers.models import McpServer, McpTool

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.events import RunStatus
-from agent.core.results import ToolResult, ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import new_conversation, start_run
+from core.events import RunStatus
+from core.results import ToolResult, ToolStatus
 from engine.execution import execute_run
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE

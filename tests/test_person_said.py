@@ -4,10 +4,10 @@ its log says where it entered, and a run resumed from that log does not hear it 
 
 import pytest
 
-from agent.core.events import PersonSaid, RunStatus
-from agent.core.history import replay
-from agent.core.loop import Limits, PersonMessage, run_agent
 from agent.llm.scripted import ScriptedLLM, answer, call
+from core.events import PersonSaid, RunStatus
+from core.history import replay
+from core.loop import Limits, PersonMessage, run_agent
 from tests.test_loop import assert_history_valid, bound
 
 pytestmark = pytest.mark.fast

@@ -9,11 +9,11 @@ import re
 import pytest
 from django.test import Client
 
-from agent.core.events import EndCause, RunStatus
 from agent.llm.openai_compat import OpenAICompatibleLLM
 from agent.llm.scripted import answer, call
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
+from core.events import EndCause, RunStatus
 from engine.execution import execute_run
 from tests.socket_harness import free_port
 from tests.test_approval_cards import asks, decide, decision, parked, worked  # noqa: F401

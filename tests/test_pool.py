@@ -18,9 +18,9 @@ from django.db import connection
 from django.test import Client
 from psycopg_pool import ConnectionPool
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun
 from agent.runs import new_conversation, submit_run
+from core.events import RunStatus
 from loopsite.database import Pool, database_settings
 from loopsite.embedded_postgres.base import RevivingConnection
 from loopsite.postgres import base as backend

@@ -6,10 +6,10 @@ one the run ended without reading waits its turn. A person reaches only their ow
 import pytest
 
 from agent import queued
-from agent.core.events import PersonSaid, RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, QueuedTask
 from agent.runs import InvalidTask, cancel_run, new_conversation, submit_run
+from core.events import PersonSaid, RunStatus
 from engine.execution import execute_run
 from engine.tasks import start_stalled_queues
 

@@ -5,9 +5,9 @@ that started since. Nobody reaches another person's queue."""
 import pytest
 from django.test import Client
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun, QueuedTask
 from agent.runs import new_conversation, submit_run
+from core.events import RunStatus
 from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db

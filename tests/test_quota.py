@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.core.results import ToolResult, ToolStatus
+from core.results import ToolResult, ToolStatus
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from tools.fence import Channel

@@ -4,7 +4,7 @@ text Loop quotes in a section of its own (a memory, instructions): neither may f
 
 import pytest
 
-from agent.core.text import undelimited, unmarked
+from core.text import undelimited, unmarked
 from mcp_servers.results import CLOSE, OPEN, defused
 from tools.search import clean
 

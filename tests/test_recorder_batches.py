@@ -7,7 +7,11 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from agent.core.events import (
+from agent.llm.scripted import ScriptedLLM, answer, call
+from agent.models import AgentRun, BreakerTrip, ToolExecution
+from agent.recorder import RunLost, RunRecorder
+from agent.runs import start_run
+from core.events import (
     BreakerTripped,
     HaltReason,
     ModelReplied,
@@ -15,11 +19,7 @@ from agent.core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.core.results import ToolStatus
-from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.models import AgentRun, BreakerTrip, ToolExecution
-from agent.recorder import RunLost, RunRecorder
-from agent.runs import start_run
+from core.results import ToolStatus
 from engine.execution import claim, execute_run, release
 
 pytestmark = pytest.mark.django_db(transaction=True)

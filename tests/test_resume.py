@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from agent.core.events import (
+from agent.llm.mock import MockLLM
+from agent.llm.scripted import ScriptedLLM, answer
+from core.events import (
     AnswerSource,
     BreakerTripped,
     Event,
@@ -25,12 +27,10 @@ from agent.core.events import (
     ToolCallStarted,
     event_from_dict,
 )
-from agent.core.history import INTERRUPTED_CALL, NOT_RUN_ENDED, messages_from_events, replay
-from agent.core.interrupt import Interrupt
-from agent.core.llm import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
-from agent.core.loop import Limits, RunResult, run_agent
-from agent.llm.mock import MockLLM
-from agent.llm.scripted import ScriptedLLM, answer
+from core.history import INTERRUPTED_CALL, NOT_RUN_ENDED, messages_from_events, replay
+from core.interrupt import Interrupt
+from core.llm import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
+from core.loop import Limits, RunResult, run_agent
 from tests.fakes import CountingTools
 from tests.test_loop import assert_history_valid
 

@@ -16,8 +16,6 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.core.events import RunStatus
-from agent.core.loop import Limits
 from agent.models import AgentRun, ToolExecution
 from agent.retention import prune
 from agent.runs import (
@@ -28,6 +26,8 @@ from agent.runs import (
     start_run,
 )
 from agent.transcripts import transcripts
+from core.events import RunStatus
+from core.loop import Limits
 from engine.execution import execute_run
 from engine.tasks import prune_old_records_job
 

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from agent.core.results import ToolResult, ToolStatus
+from core.results import ToolResult, ToolStatus
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from tools.sandbox import (

@@ -16,9 +16,9 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from agent.core.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
+from core.events import RunStatus
 from engine import execution
 from memory.models import Memory
 from tests.conftest import PROJECT_DIR, child_environment

@@ -17,7 +17,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from agent.approvals import decide
-from agent.core.events import (
+from agent.llm.scripted import ScriptedLLM, answer, calls
+from agent.models import AgentRun
+from agent.runs import new_conversation, start_run
+from agent.waiting import CallDecision
+from core.events import (
     ApprovalDecided,
     ApprovalRequested,
     Decision,
@@ -25,10 +29,6 @@ from agent.core.events import (
     RunResumed,
     RunStatus,
 )
-from agent.llm.scripted import ScriptedLLM, answer, calls
-from agent.models import AgentRun
-from agent.runs import new_conversation, start_run
-from agent.waiting import CallDecision
 from engine.decisions import Terminal, decide_here
 from engine.execution import execute_run
 from engine.management.commands.runagent import describe

@@ -2,15 +2,15 @@
 
 import pytest
 
-from agent.core.events import HaltReason, ModelReplied, RunStatus
-from agent.core.interrupt import Interrupt
-from agent.core.llm import LLMError, Usage
-from agent.core.loop import Limits
 from agent.llm.factory import ModelUnavailable
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
 from agent.models import AgentRun, BreakerTrip, RunEvent
 from agent.runs import InvalidTask, cancel_run, start_run
 from agent.selectors import history_of, runs_for
+from core.events import HaltReason, ModelReplied, RunStatus
+from core.interrupt import Interrupt
+from core.llm import LLMError, Usage
+from core.loop import Limits
 from engine.execution import RunNotQueued, execute_run
 from memory.models import Memory
 

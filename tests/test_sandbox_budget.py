@@ -8,7 +8,7 @@ from contextlib import suppress
 
 import psutil
 
-from agent.core.results import ToolStatus
+from core.results import ToolStatus
 from tools.base import ToolContext
 from workspace.directory import ensure_workspace, sandbox_identity
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.core.events import RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import start_run
+from core.events import RunStatus
 from engine.execution import execute_run
 from tools.sandbox import WARM, BubblewrapSandbox, Launched, Limits
 from workspace.directory import sandbox_identity, workspace_path

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.core.results import ToolStatus
+from core.results import ToolStatus
 from loopsite.settings import sandbox_uid_base
 from tools.base import ToolContext
 from tools.cgroups import MEMORY, Tree, Unavailable, own_memory_cgroup

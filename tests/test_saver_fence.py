@@ -17,12 +17,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.core.events import RunStatus
-from agent.core.loop import Limits as RunLimits
-from agent.core.results import ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, calls
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run, submit_run
+from core.events import RunStatus
+from core.loop import Limits as RunLimits
+from core.results import ToolStatus
 from engine.execution import execute_run
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE

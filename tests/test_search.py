@@ -12,7 +12,7 @@ import pytest
 from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
 from django.test import override_settings
 
-from agent.core.results import ToolResult, ToolStatus
+from core.results import ToolResult, ToolStatus
 from tests.fakes import RecordingSearch
 from tools import search
 from tools.base import ToolContext, ToolRegistry

@@ -15,10 +15,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, new_version, start_run, submit_run
 from chat.sidebar import PAGE_SIZE, Cursor
+from core.events import RunStatus
 from engine.execution import execute_run
 from tests.test_conversations import told_teal
 

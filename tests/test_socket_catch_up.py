@@ -8,15 +8,6 @@ import urllib.error
 
 import pytest
 
-from agent.core.events import (
-    ModelReplied,
-    RunFinished,
-    RunStatus,
-    ToolCallFinished,
-    ToolCallStarted,
-)
-from agent.core.llm import ToolCall
-from agent.core.results import ToolStatus
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import start_run
@@ -24,6 +15,15 @@ from agent.selectors import events_of
 from chat.rendering import page_cards
 from chat.stream import FRAME_BYTES
 from chat.texts import SHORT_TEXT_CHARS
+from core.events import (
+    ModelReplied,
+    RunFinished,
+    RunStatus,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from core.llm import ToolCall
+from core.results import ToolStatus
 from tests.socket_harness import (
     DAPHNE_MAX_MESSAGE,
     WAIT,

@@ -10,10 +10,10 @@ from django.contrib.auth.models import User
 from django.db import connection
 from playwright.sync_api import Browser, WebSocketRoute, expect, sync_playwright
 
-from agent.core.events import ToolCallStarted
 from agent.recorder import RunRecorder
 from agent.runs import start_run, submit_first_run
 from chat.consumers import Close
+from core.events import ToolCallStarted
 from tests.conftest import wait_for
 from tests.socket_harness import (
     DatabaseGate,

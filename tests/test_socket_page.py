@@ -8,10 +8,10 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Browser, Page, WebSocketRoute, expect, sync_playwright
 
-from agent.core.events import ToolCallStarted
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import submit_first_run
+from core.events import ToolCallStarted
 from tests.socket_harness import LiveSite
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, LAPTOP, PASSWORD, WAIT_MS, db, logged_in
 

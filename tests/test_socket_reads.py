@@ -5,10 +5,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agent.core.events import RunFinished, RunStatus
 from agent.models import AgentRun, RunEvent, RunFeedback
 from agent.runs import new_conversation, start_run
 from chat.stream import read_unsent
+from core.events import RunFinished, RunStatus
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,9 @@ import pytest
 from asgiref.sync import async_to_sync
 
 from agent import bus
-from agent.core.events import ToolCallStarted
 from agent.recorder import RunRecorder
 from agent.runs import start_run
+from core.events import ToolCallStarted
 from loopsite.channel_layer import PubSubChannelLayer
 from tests.socket_harness import (
     WAIT,

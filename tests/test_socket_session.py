@@ -12,10 +12,10 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from websockets.exceptions import ConnectionClosed
 
-from agent.core.events import ToolCallStarted
 from agent.recorder import RunRecorder
 from agent.runs import start_run
 from chat.consumers import Close
+from core.events import ToolCallStarted
 from tests.conftest import wait_for
 from tests.socket_harness import (
     WAIT,

@@ -3,11 +3,11 @@ as an unknown tool, and the run goes on (issue 25, finding 7)."""
 
 import pytest
 
-from agent.core.events import RunStatus
-from agent.core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS, Reply, ToolCall
-from agent.core.results import ToolStatus
 from agent.llm.scripted import ScriptedLLM, answer, calls
 from agent.runs import start_run
+from core.events import RunStatus
+from core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS, Reply, ToolCall
+from core.results import ToolStatus
 from engine.execution import execute_run
 
 pytestmark = pytest.mark.django_db

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from agent.core.events import Decision, RunStatus
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun, ApprovalPreference, ApprovalRequest
 from agent.runs import start_run
+from core.events import Decision, RunStatus
 from engine.execution import execute_run
 from tests.test_approval_cards import HTMX, decision, parked
 from tests.test_approval_deadline import asked_ago

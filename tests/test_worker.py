@@ -16,12 +16,12 @@ import pytest
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.approvals import decide
-from agent.core.events import Decision, ResumeReason, RunStatus
-from agent.core.history import INTERRUPTED_CALL
 from agent.models import FINISHED, AgentRun, ApprovalPreference
 from agent.queue import WORK_RUN
 from agent.runs import cancel_run, new_conversation, request_cancel, submit_run
 from agent.waiting import CallDecision
+from core.events import Decision, ResumeReason, RunStatus
+from core.history import INTERRUPTED_CALL
 from tests.conftest import PROJECT_DIR, OutputLines, children, wait_for
 from tests.groq_server import (  # noqa: F401 (the fixture)
     CHAT_COMPLETIONS_PATH,

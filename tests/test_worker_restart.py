@@ -23,9 +23,9 @@ from django.db import connection
 from django.utils import timezone
 
 from agent.abandoned import PID_REUSE_MARGIN, worker_process_gone
-from agent.core.events import ResumeReason, RunStatus
 from agent.models import AgentRun, RunResume
 from agent.runs import new_conversation, submit_run
+from core.events import ResumeReason, RunStatus
 from engine.tasks import reclaim_runs_of_dead_workers_here
 from tests.conftest import OutputLines, wait_for
 from tests.groq_server import (  # noqa: F401 (the fixture)

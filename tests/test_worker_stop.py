@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from agent.core.events import RunStatus
 from agent.models import AgentRun
 from agent.runs import cancel_run, new_conversation, submit_run
 from agent.selectors import history_of
+from core.events import RunStatus
 from tests.conftest import wait_for
 from tests.groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)
 

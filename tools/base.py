@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from agent.core.results import Remedy, ToolResult, ToolStatus
+from core.results import Remedy, ToolResult, ToolStatus
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class Tool:
     # A tool that cannot hang (it has nothing to wait on) may run in the caller's thread; any
     # other runs in a backstop thread that gives up on it after `timeout`.
     own_deadline: bool = False
-    # The tool's own rule on asking (agent.core.approval): where the site or the person asks
+    # The tool's own rule on asking (core.approval): where the site or the person asks
     # before this tool, whether this call (its arguments checked already) is one to ask about.
     # None: every call is.
     asks: Callable[[Any, ToolContext], bool] | None = None

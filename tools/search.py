@@ -15,7 +15,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.core.text import excerpt, unmarked
+from core.text import excerpt, unmarked
 from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 and writer of it goes through (confined), and the Files panel through which its person sees and
 changes it (browse, uploads, views, urls, its templates and static files).
 
-It sits below tools: agent.core -> workspace -> tools -> ... (tests/test_layers.py). The file
+It sits below tools: core -> workspace -> tools -> ... (tests/test_layers.py). The file
 tools, the sandbox and its saver all stand on the workspace (its path rules, its quota, whom its
 files belong to), while nothing here needs a tool: so workspace imports nothing of tools, and the
 few things that are the tools' own are there. The sandbox's command that starts the quota's saver

@@ -26,7 +26,7 @@ returned marked as cut.
 A reply the model got wrong is a ModelMistake carrying the note that puts it right: a 400 about what
 the model generated (Groq's `tool_use_failed`, RejectedGeneration), or a tool call written as JSON
 text in the answer instead of being called (ToolCallAsText). The loop feeds the note back
-(agent.core.loop.ask_correcting), where the run's log shows it. A model that does not exist fails
+(core.loop.ask_correcting), where the run's log shows it. A model that does not exist fails
 at once naming the setting to change and the check to run; so does a server that cannot call
 tools.
 
@@ -53,18 +53,6 @@ from typing import Any
 
 import httpx
 
-from agent.core.interrupt import Interrupt
-from agent.core.llm import (
-    LLMError,
-    Message,
-    ModelMistake,
-    ModelTimedOut,
-    RejectedGeneration,
-    Reply,
-    ToolCallAsText,
-    ToolSpec,
-)
-from agent.core.text import storable, undelimited
 from agent.llm.http_guard import bounded_http_client
 from agent.llm.mistakes import (
     REJECTED_REPLY_NOTE,
@@ -92,6 +80,18 @@ from agent.llm.replies import (
 from agent.llm.said import clipped, listable_name, secrets_of, sentence
 from agent.llm.waits import MAX_WAIT, fits, hinted_wait, try_again_at
 from agent.llm.watchdog import Watchdog
+from core.interrupt import Interrupt
+from core.llm import (
+    LLMError,
+    Message,
+    ModelMistake,
+    ModelTimedOut,
+    RejectedGeneration,
+    Reply,
+    ToolCallAsText,
+    ToolSpec,
+)
+from core.text import storable, undelimited
 
 
 def _no_rejected_reply(error: "ServerAnswered") -> bool:

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from agent.core.llm import LLM
 from agent.llm.groq import GroqLLM
 from agent.llm.mock import MockLLM
 from agent.llm.openai_compat import OpenAICompatibleLLM
+from core.llm import LLM
 
 MOCK = "mock"
 GROQ = GroqLLM.provider

@@ -6,8 +6,8 @@ import time
 
 from django.conf import settings
 
-from agent.core.interrupt import Interrupt
-from agent.core.llm import LLM, Message, ModelTimedOut, Reply, ToolSpec
+from core.interrupt import Interrupt
+from core.llm import LLM, Message, ModelTimedOut, Reply, ToolSpec
 
 
 class TakingTurns:

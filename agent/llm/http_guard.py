@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 
 import httpx
 
-from agent.core.llm import LLMError
 from agent.llm.said import clipped, scrubbed_url, sentence
+from core.llm import LLMError
 
 MAX_BODY_BYTES = 32 * 2**20
 

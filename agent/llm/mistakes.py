@@ -8,8 +8,8 @@ raises for the loop to feed back once; a server or model that cannot call tools
 
 import json
 
-from agent.core.history import loop_note
-from agent.core.llm import Reply, ToolSpec
+from core.history import loop_note
+from core.llm import Reply, ToolSpec
 
 REJECTED_REPLY_NOTE = loop_note(
     "Your last reply was rejected by the model provider and nothing in it ran: {reason} {hint}"

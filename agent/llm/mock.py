@@ -16,19 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.core.approval import EXPIRED_TEXT, denial_in
-from agent.core.history import (
+from agent.llm.tokens import count_prompt_tokens, count_tokens
+from core.approval import EXPIRED_TEXT, denial_in
+from core.history import (
     is_loop_note,
     memories_in,
     memory_line,
     parse_tool_message,
     summary_detail,
 )
-from agent.core.interrupt import Interrupt
-from agent.core.llm import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
-from agent.core.progress import Outcome, failure_reason, progress_in_words
-from agent.core.results import ToolStatus
-from agent.llm.tokens import count_prompt_tokens, count_tokens
+from core.interrupt import Interrupt
+from core.llm import Message, ModelTimedOut, Reply, ToolCall, ToolSpec, Usage
+from core.progress import Outcome, failure_reason, progress_in_words
+from core.results import ToolStatus
 from mcp_servers.results import said_in
 from memory.hygiene import outcome_answer
 from tools.code import STOPPED, parse_report

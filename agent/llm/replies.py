@@ -17,10 +17,10 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from agent.core.interrupt import Interrupt
-from agent.core.llm import LLMError, Reply, ToolCall, Usage
-from agent.core.text import storable
 from agent.llm.said import clipped
+from core.interrupt import Interrupt
+from core.llm import LLMError, Reply, ToolCall, Usage
+from core.text import storable
 
 # What Loop holds of one reply, whatever the server sends (a hostile or broken one may send
 # gigabytes inside a run's deadline): the characters of text, reasoning and tool calls (several

@@ -9,7 +9,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
-from agent.core.text import storable
+from core.text import storable
 
 
 def secrets_of(base_url: str, api_key: str) -> tuple[str, ...]:

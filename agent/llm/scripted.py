@@ -5,8 +5,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from agent.core.interrupt import Interrupt
-from agent.core.llm import LLMError, Message, Reply, ToolCall, ToolSpec
+from core.interrupt import Interrupt
+from core.llm import LLMError, Message, Reply, ToolCall, ToolSpec
 
 
 def answer(text: str, **reply: Any) -> Reply:

@@ -4,7 +4,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import agent.core.events
+import core.events
 
 
 class Migration(migrations.Migration):
@@ -37,7 +37,7 @@ class Migration(migrations.Migration):
                             ("failed", "Failed"),
                             ("interrupted", "Interrupted"),
                         ],
-                        default=agent.core.events.RunStatus["QUEUED"],
+                        default=core.events.RunStatus["QUEUED"],
                         max_length=16,
                     ),
                 ),

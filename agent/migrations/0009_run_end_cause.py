@@ -8,7 +8,7 @@ from django.apps.registry import Apps
 from django.db import migrations, models
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
-# What each cause's runs were recognised by before (agent/core/loop.py and engine/execution.py
+# What each cause's runs were recognised by before (core/loop.py and engine/execution.py
 # wrote these words); a deadline halt with an error is recognised apart.
 PREFIXES = {
     "Model failed: ": "model_down",

@@ -8,7 +8,8 @@ from django.contrib.admin.views.main import ChangeList
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from agent.core.events import (
+from console import widgets
+from core.events import (
     ApprovalDecided,
     ApprovalRequested,
     BreakerTripped,
@@ -22,7 +23,6 @@ from agent.core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from console import widgets
 
 register = template.Library()
 

@@ -11,8 +11,6 @@ from typing import Any, ClassVar, cast
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agent.core.llm import LLMError, Reply, ToolSpec
-from agent.core.loop import ask_correcting
 from agent.llm.chat_completions import ChatCompletionsLLM
 from agent.llm.factory import (
     GROQ,
@@ -28,6 +26,8 @@ from agent.llm.factory import (
 from agent.llm.groq import TOOL_CALLING_MODELS
 from agent.llm.mistakes import SERVER_FLAGS_HINT
 from agent.llm.openai_compat import OpenAICompatibleLLM
+from core.llm import LLMError, Reply, ToolSpec
+from core.loop import ask_correcting
 
 NOTHING_TO_CHECK = 2
 FAILED = 1

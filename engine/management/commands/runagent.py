@@ -1,5 +1,5 @@
 """`manage.py runagent "task"`: run one task from the terminal, printing each step as it happens,
-and asking its person about each tool call that waits for a decision (agent.core.approval).
+and asking its person about each tool call that waits for a decision (core.approval).
 `manage.py runagent --resume RUN_ID`: continue a run that stopped early (or whose process is
 gone), here, from where it stopped; or decide the calls a waiting run waits on, then work it
 here."""
@@ -21,7 +21,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
 from agent.abandoned import end_if_abandoned, process_gone
-from agent.core.events import (
+from agent.llm.factory import ModelUnavailable
+from agent.models import AgentRun
+from agent.runs import InvalidTask, default_limits, start_run
+from core.events import (
     ApprovalDecided,
     ApprovalRequested,
     BreakerTripped,
@@ -38,14 +41,11 @@ from agent.core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.core.interrupt import StopReason
-from agent.core.loop import Limits
-from agent.core.recalled import RecalledMemory
-from agent.core.text import excerpt
-from agent.core.wording import OWNERS_WHO, resumed_text
-from agent.llm.factory import ModelUnavailable
-from agent.models import AgentRun
-from agent.runs import InvalidTask, default_limits, start_run
+from core.interrupt import StopReason
+from core.loop import Limits
+from core.recalled import RecalledMemory
+from core.text import excerpt
+from core.wording import OWNERS_WHO, resumed_text
 from engine.decisions import (
     Chooser,
     LeftWaiting,

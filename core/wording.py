@@ -2,8 +2,8 @@
 status-icon vocabulary, so a symbol means the same to a person and to an operator, and how each
 says that a run went on after it had stopped."""
 
-from agent.core.events import ContinuedBy, ResumeReason, RunStatus
-from agent.core.results import ToolStatus
+from core.events import ContinuedBy, ResumeReason, RunStatus
+from core.results import ToolStatus
 
 # A status is always shown as its symbol and a word, never colour alone.
 RUN_SYMBOLS = {

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Any, ClassVar, Protocol, Union, get_args, get_origin
 
-from agent.core.llm import ToolCall
-from agent.core.recalled import RecalledMemory
-from agent.core.results import Remedy, ToolStatus
+from core.llm import ToolCall
+from core.recalled import RecalledMemory
+from core.results import Remedy, ToolStatus
 
 
 class RunStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
-    # It waits for its person's decision on a tool call (agent.core.approval); no worker holds it.
+    # It waits for its person's decision on a tool call (core.approval); no worker holds it.
     AWAITING_APPROVAL = "awaiting_approval"
     SUCCEEDED = "succeeded"
     HALTED = "halted"
@@ -56,7 +56,7 @@ class ResumeReason(StrEnum):
     # The database restarted while it was worked; not counted against LOOP_MAX_RESUMES.
     DATABASE_RESTARTED = "database_restarted"
     CONTINUED = "continued"  # a person asked a run that had ended to go on
-    DECIDED = "decided"  # its person decided every call it waited on (agent.core.approval)
+    DECIDED = "decided"  # its person decided every call it waited on (core.approval)
 
 
 class ContinuedBy(StrEnum):
@@ -120,7 +120,7 @@ class RunStarted(Event):
     model: str
     messages: list[dict[str, Any]]
     limits: dict[str, Any]
-    # What the person asked of every run and of this conversation's (agent.core.instructions),
+    # What the person asked of every run and of this conversation's (core.instructions),
     # as the system prompt quotes them; "" for none (and in a log from before Loop had them).
     person_instructions: str = ""
     conversation_instructions: str = ""
@@ -170,7 +170,7 @@ class Decision(StrEnum):
 @dataclass(frozen=True, kw_only=True)
 class ApprovalRequested(Event):
     """A call of the model's `step` needs its person's decision before it runs (`why`: whose
-    rule asks). `digest` binds a decision to exactly this call (agent.core.approval.digest)."""
+    rule asks). `digest` binds a decision to exactly this call (core.approval.digest)."""
 
     kind = "approval_requested"
     step: int

@@ -7,7 +7,7 @@ logged, persisted, replayed and sent to a provider unchanged.
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from agent.core.interrupt import Interrupt
+from core.interrupt import Interrupt
 
 Message = dict[str, Any]
 ToolSpec = dict[str, Any]
@@ -94,7 +94,7 @@ class ModelTimedOut(LLMError):
 class ModelMistake(LLMError):
     """The model got its reply wrong in a way it can put right when told: the reply is not
     returned, and `note` (a user message) says what was wrong. The loop feeds the note back and
-    asks again, once per kind in a turn (agent.core.loop.ask_correcting); the same kind again
+    asks again, once per kind in a turn (core.loop.ask_correcting); the same kind again
     fails the run with `again`. Its own message is the failure for a caller that does not feed
     it back. `retried` is what went wrong on the attempts the client retried on the way."""
 

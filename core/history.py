@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.core.events import (
+from core.events import (
     ApprovalDecided,
     ApprovalRequested,
     BreakerTripped,
@@ -31,9 +31,9 @@ from agent.core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.core.llm import Message, ToolCall, Usage
-from agent.core.results import UNKNOWN_OUTCOME, ToolResult, ToolStatus
-from agent.core.text import undelimited
+from core.llm import Message, ToolCall, Usage
+from core.results import UNKNOWN_OUTCOME, ToolResult, ToolStatus
+from core.text import undelimited
 
 # The result of a call that started and never finished: its worker stopped mid-call.
 INTERRUPTED_CALL = f"the worker running this call stopped; {UNKNOWN_OUTCOME}"

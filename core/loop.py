@@ -6,10 +6,10 @@ outcome (succeeded, halted, cancelled, failed) with its partial progress, its an
 it came from. No exception escapes: a run this process must record nothing more for (its worker
 hands it back, or its recorder was fenced off) ends as a result that says it was released.
 
-A call may need its person's decision first (agent.core.approval): the run then parks, its
+A call may need its person's decision first (core.approval): the run then parks, its
 worker free, and goes on from its log once every call it waits on is decided.
 
-A run can go on from its log (`resume`: the RunState agent.core.history.replay rebuilt from it): no
+A run can go on from its log (`resume`: the RunState core.history.replay rebuilt from it): no
 tool call that finished runs again, and a call that started and never finished is answered as
 interrupted, for the model to judge.
 """
@@ -25,7 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from agent.core.approval import (
+from core.approval import (
     Approval,
     AwaitingDecision,
     ask_nothing,
@@ -33,7 +33,7 @@ from agent.core.approval import (
     digest,
     unrun_result,
 )
-from agent.core.events import (
+from core.events import (
     AnswerSource,
     ApprovalDecided,
     ApprovalRequested,
@@ -53,7 +53,7 @@ from agent.core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from agent.core.guards import (
+from core.guards import (
     Breaker,
     BreakerOpen,
     Cancelled,
@@ -63,7 +63,7 @@ from agent.core.guards import (
     failure_count,
     trip_detail,
 )
-from agent.core.history import (
+from core.history import (
     INTERRUPTED_CALL,
     RunState,
     add_result,
@@ -74,9 +74,9 @@ from agent.core.history import (
     summary_request,
     tool_message,
 )
-from agent.core.instructions import NO_INSTRUCTIONS, Instructions, bounded, instructions_section
-from agent.core.interrupt import Interrupt, Interrupted, StopReason, interruptibly
-from agent.core.llm import (
+from core.instructions import NO_INSTRUCTIONS, Instructions, bounded, instructions_section
+from core.interrupt import Interrupt, Interrupted, StopReason, interruptibly
+from core.llm import (
     CALL_ID_CHARS,
     LLM,
     TOOL_NAME_CHARS,
@@ -89,10 +89,10 @@ from agent.core.llm import (
     ToolSpec,
     Usage,
 )
-from agent.core.progress import Outcome, progress_in_words
-from agent.core.recalled import RecalledMemory
-from agent.core.results import Remedy, ToolResult, ToolStatus
-from agent.core.text import excerpt
+from core.progress import Outcome, progress_in_words
+from core.recalled import RecalledMemory
+from core.results import Remedy, ToolResult, ToolStatus
+from core.text import excerpt
 
 logger = logging.getLogger(__name__)
 
@@ -611,7 +611,7 @@ class AgentLoop:
 
     def counts(self, call: ToolCall, result: ToolResult) -> bool:
         """Whether the breaker counts the call's result: a denial is the person's choice, which
-        says nothing about the tool (agent.core.approval)."""
+        says nothing about the tool (core.approval)."""
         decision = self.decisions.get(call.id)
         if decision is not None and Decision(decision.decision) is Decision.DENY:
             return False
@@ -840,7 +840,7 @@ class AgentLoop:
 
     def park(self, waiting: AwaitingDecision) -> RunResult:
         """The run waits for its person's decision on `waiting.calls`: nothing more is recorded
-        here (the requests go with the run's parking, agent.core.approval), no end."""
+        here (the requests go with the run's parking, core.approval), no end."""
         logged = set() if self.resumed is None else set(self.resumed.asked)
         requests = [self.asked[call.id] for call in waiting.calls if call.id not in logged]
         result = self.finish(
@@ -919,7 +919,7 @@ def on_hold(observations: Sequence[tuple[ToolCall, ToolResult]]) -> list[str]:
 
 def progress_report(last_text: str, observations: Sequence[tuple[ToolCall, ToolResult]]) -> str:
     """What was done so far, in words, for a run that ends without the model's own account of it:
-    the model's last words, then what worked and what failed and why (agent.core.progress). The
+    the model's last words, then what worked and what failed and why (core.progress). The
     tools' outputs stay in the run's cards."""
     lines = ["Stopped before a final answer."]
     if last_text:

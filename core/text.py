@@ -1,4 +1,4 @@
-"""Text helpers every layer shares (agent.core is the bottom one)."""
+"""Text helpers every layer shares (core is the bottom one)."""
 
 import dataclasses
 import re

@@ -9,8 +9,8 @@ failure's reason, once however many times it came.
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from agent.core.results import ToolStatus
-from agent.core.text import excerpt
+from core.results import ToolStatus
+from core.text import excerpt
 
 # What a failure's reason is cut to, and the layout of run_code's report that it skips over.
 REASON_CHARS = 200

@@ -4,7 +4,7 @@ the person's preferences, which never override those rules."""
 
 from dataclasses import dataclass
 
-from agent.core.text import undelimited
+from core.text import undelimited
 
 # The most one set of instructions holds: the forms refuse more, and a longer text stored some
 # other way is cut here, so the system prompt stays bounded whatever the database says.

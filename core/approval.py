@@ -4,7 +4,7 @@ A run asks its `Approval` about each call the model proposes. A call that needs 
 recorded (ApprovalRequested, with the call's digest) and the run parks: its worker lets it go,
 and nothing holds it until its person decides. Each decision is an ApprovalDecided in the run's
 log; once every call the run waits on is decided, a worker takes the run up from its log
-(agent.core.history.replay) and carries the decisions out: an approved call runs once, an
+(core.history.replay) and carries the decisions out: an approved call runs once, an
 edited one runs with the person's arguments, a denied one is answered with the person's reason,
 an expired one never runs and the run halts. Nothing is ever run for want of a decision.
 """
@@ -13,9 +13,9 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.core.events import ApprovalDecided, Decision
-from agent.core.llm import ToolCall
-from agent.core.results import ToolResult, ToolStatus
+from core.events import ApprovalDecided, Decision
+from core.llm import ToolCall
+from core.results import ToolResult, ToolStatus
 
 
 def digest(tool: str, arguments: str) -> str:

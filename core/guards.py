@@ -5,9 +5,9 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
-from agent.core.events import EndCause, HaltReason
-from agent.core.llm import ToolCall
-from agent.core.results import ToolResult
+from core.events import EndCause, HaltReason
+from core.llm import ToolCall
+from core.results import ToolResult
 
 # How much of an error's first line the breaker's words quote.
 ERROR_CHARS = 200
