@@ -95,10 +95,13 @@ worker: migrate
 # workers than the 2 cores pay. Each module's tests stay on one worker, and so do the modules of
 # one xdist_group (tests/conftest.py's scheduler). Then the tests marked serial, alone (timed
 # bounds that busy workers beside them would stretch). `make test TEST_WORKERS=0`: all serially.
+# Each phase ends with its DURATIONS slowest tests (setup, call and teardown timed apart), so a
+# CI log says where the suite's minutes go.
 TEST_WORKERS ?= 4
+DURATIONS ?= 30
 test: $(VENV)/.installed system-deps browser-deps
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
-	$(BIN)/pytest -m serial
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --durations=$(DURATIONS)
+	$(BIN)/pytest -m serial --durations=$(DURATIONS)
 
 # The edit-test cycle, in seconds: the modules marked `pytestmark = pytest.mark.fast` (no
 # database, no server, no sandbox, no browser). Only those modules are collected: collecting all

@@ -1,15 +1,20 @@
 """A run's thread borrows a database connection for a write and gives it back, instead of holding
 one for the run's life: with a pool (loopsite/database.py), the sessions a worker holds stay
-under its pool's size however many runs it works at once."""
+under its pool's size however many runs it works at once. And whether an error says the database
+is not answering, which the web's 503 page, the socket's reconnect and the embedded server's
+restart each ask (below chat and loopsite, so neither imports up into the other)."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.utils import load_backend
+
+# The server said it cannot serve now: shutting down, crashed, or (re)starting.
+_SERVER_UNAVAILABLE = {"57P01", "57P02", "57P03"}
 
 
 def release_connection(alias: str = DEFAULT_DB_ALIAS) -> None:
@@ -55,3 +60,17 @@ def connection_of_its_own(alias: str = DEFAULT_DB_ALIAS) -> BaseDatabaseWrapper:
     options = {name: value for name, value in settings["OPTIONS"].items() if name != "pool"}
     backend = load_backend(settings["ENGINE"])
     return backend.DatabaseWrapper({**settings, "OPTIONS": options, "CONN_MAX_AGE": 0}, alias)
+
+
+def database_unreachable(error: BaseException | None) -> bool:
+    """Whether `error` (or what caused it) says the database is not answering: no server on the
+    socket or port, a connection lost or closed, a server shutting down or starting up. Not a
+    query's own failure (a constraint, a deadlock, a timeout of a statement)."""
+    while error is not None:
+        if isinstance(error, psycopg.InterfaceError | InterfaceError):
+            return True
+        if isinstance(error, psycopg.OperationalError):
+            state = error.sqlstate
+            return state is None or state.startswith("08") or state in _SERVER_UNAVAILABLE
+        error = error.__cause__
+    return False

@@ -36,10 +36,10 @@ from django.contrib.auth.signals import user_logged_out
 from django.db import InterfaceError, OperationalError
 
 from agent import bus
+from agent.connections import database_unreachable
 from chat.rendering import draw, streamed_removal, streamed_text, streaming_card
 from chat.stream import ALL_STEPS, Unsent, pushed, read_unsent, unsent
 from chat.texts import SHORT_TEXT_CHARS
-from loopsite.database import database_unreachable
 
 logger = logging.getLogger(__name__)
 

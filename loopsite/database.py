@@ -7,17 +7,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import psycopg
 from django.core.exceptions import ImproperlyConfigured
-from django.db import InterfaceError
 from psycopg import ProgrammingError
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
 EMBEDDED_DATABASE = "loop"
 _SCHEMES = {"postgres", "postgresql"}
-# The server said it cannot serve now: shutting down, crashed, or (re)starting.
-_SERVER_UNAVAILABLE = {"57P01", "57P02", "57P03"}
 # Sessions a pool keeps open while its process is idle; it grows to its size under load, and
 # what it opened beyond this closes after psycopg_pool's max_idle (10 minutes) unused.
 POOL_MIN_SIZE = 1
@@ -102,17 +98,3 @@ def url_settings(url: str, pool: Pool | None = None) -> dict[str, Any]:
         "PORT": port,
         **connection_settings(params, pool),
     }
-
-
-def database_unreachable(error: BaseException) -> bool:
-    """Whether `error` (or what caused it) says the database is not answering: no server on the
-    socket or port, a connection lost or closed, a server shutting down or starting up. Not a
-    query's own failure (a constraint, a deadlock, a timeout of a statement)."""
-    while error is not None:
-        if isinstance(error, psycopg.InterfaceError | InterfaceError):
-            return True
-        if isinstance(error, psycopg.OperationalError):
-            state = error.sqlstate
-            return state is None or state.startswith("08") or state in _SERVER_UNAVAILABLE
-        error = error.__cause__
-    return False

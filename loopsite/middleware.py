@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils.cache import patch_cache_control
 from django.utils.deprecation import MiddlewareMixin
 
-from loopsite.database import database_unreachable
+from agent.connections import database_unreachable
 
 RETRY_AFTER_SECONDS = 5
 

@@ -8,11 +8,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
@@ -244,14 +246,32 @@ def bob():
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float = 90.0) -> object:
     """Poll until `condition()` is truthy; a generous bound only turns a hang into a failure."""
-    import time
-
     deadline = time.monotonic() + timeout
     while not (result := condition()):
         if time.monotonic() > deadline:
             raise AssertionError(f"Gave up waiting for {what}")
         time.sleep(0.05)
     return result
+
+
+class Clock:
+    """time.monotonic, moved on by hand: a test that needs a deadline passed moves the clock past
+    it rather than sleeping until it is. Only ever forward, so every other reader of the clock
+    in the process still sees time run one way."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ahead = 0.0
+        real = time.monotonic
+        monkeypatch.setattr(time, "monotonic", lambda: real() + self.ahead)
+
+    def advance(self, seconds: float) -> None:
+        self.ahead += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """This test's clock (time.monotonic), which only `advance` moves past what the wall says."""
+    return Clock(monkeypatch)
 
 
 @pytest.fixture
@@ -391,3 +411,40 @@ def broken_redis(request) -> Iterator[str]:
         return
     with silent_server() as port:
         yield f"redis://127.0.0.1:{port}/0"
+
+
+def start_redis(port: int, directory: Path) -> subprocess.Popen[bytes]:
+    """A redis-server of the test's own on `port`, on loopback, keeping nothing on disk."""
+    return subprocess.Popen(
+        ["/usr/bin/redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[str]:
+    """The URL of a Redis of this test's own on a free port, once it answers: the test needs no
+    Redis on the host, and shares none. Stopped after the test."""
+    from tests.socket_harness import free_port
+
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    server = start_redis(port, tmp_path)
+    client = redis.Redis.from_url(url, socket_timeout=2)
+    try:
+        wait_for(lambda: server.poll() is not None or answers(client), "Redis to answer")
+        assert server.poll() is None, f"redis-server exited ({server.returncode})"
+        yield url
+    finally:
+        client.close()
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def answers(client: redis.Redis) -> bool:
+    """Whether the Redis behind `client` answers a ping."""
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False

@@ -1,7 +1,6 @@
 """The loop alone: a scripted model, small test tools, events collected in a list. No database."""
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from core.history import messages_from_events
 from core.interrupt import Interrupt, StopReason
 from core.llm import LLMError, ModelTimedOut, Usage
 from core.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
+from tests.conftest import Clock
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry
 
 pytestmark = pytest.mark.fast
@@ -55,16 +55,20 @@ def flaky(arguments: Text, context: ToolContext) -> str:
     return "flaky worked"
 
 
-def pause(arguments: Pause, context: ToolContext) -> str:
-    time.sleep(arguments.seconds)
-    return f"paused {arguments.tag}"
+def pausing(clock: Clock) -> Tool:
+    """A tool whose call takes its `seconds` of the run's time: the clock moves on, nobody waits."""
+
+    def pause(arguments: Pause, context: ToolContext) -> str:
+        clock.advance(arguments.seconds)
+        return f"paused {arguments.tag}"
+
+    return Tool("pause", "Takes a while.", Pause, pause)
 
 
 TOOLS = [
     Tool("echo", "Echo the text.", Text, echo),
     Tool("fail", "Always fails.", Text, fail),
     Tool("flaky", "Fails on text starting with 'bad'.", Text, flaky),
-    Tool("pause", "Sleeps.", Pause, pause),
 ]
 
 
@@ -252,9 +256,9 @@ def test_a_model_failure_in_the_summary_turn_still_reports_progress():
     assert "What worked: echo." in run.result.answer
 
 
-def test_the_deadline_halts_the_run_with_its_partial_progress():
+def test_the_deadline_halts_the_run_with_its_partial_progress(clock):
     script = [call("pause", {"seconds": 0.2, "tag": "first"}), call("echo", {"text": "never"})]
-    run = Run(script, limits=Limits(max_seconds=0.1))
+    run = Run(script, tools=bound(pausing(clock)), limits=Limits(max_seconds=0.1))
     assert run.result.status is RunStatus.HALTED
     assert run.result.halt_reason is HaltReason.DEADLINE
     assert len(run.llm.turns) == 1  # no summary turn: the time is up
@@ -509,10 +513,10 @@ def test_the_model_gets_the_time_the_run_has_left_as_its_timeout():
     assert second <= first
 
 
-def test_a_model_turn_cut_short_by_the_deadline_halts_the_run_rather_than_failing_it():
+def test_a_model_turn_cut_short_by_the_deadline_halts_the_run_rather_than_failing_it(clock):
     class SlowLLM(ScriptedLLM):
         def chat(self, messages, tools, **options):
-            time.sleep(options["timeout"] + 0.01)  # the provider gives up when the time is up
+            clock.advance(options["timeout"] + 0.01)  # the provider gives up when the time is up
             raise LLMError("Groq did not answer within 0.05 seconds.")
 
     events = []

@@ -13,6 +13,7 @@ from ddgs.exceptions import DDGSException, RatelimitException, TimeoutException
 from django.test import override_settings
 
 from core.results import ToolResult, ToolStatus
+from tests.conftest import Clock
 from tests.fakes import RecordingSearch
 from tools import search
 from tools.base import ToolContext, ToolRegistry
@@ -272,10 +273,12 @@ def test_ddgs_exceptions_become_timeout_error_or_search_failed(
         DdgsSearch().search("python", 5, timeout=2)
 
 
-def test_ddgs_no_results_after_its_deadline_is_a_timeout(fake_ddgs: type[FakeDDGS]) -> None:
+def test_ddgs_no_results_after_its_deadline_is_a_timeout(
+    fake_ddgs: type[FakeDDGS], clock: Clock
+) -> None:
     # ddgs drops engines still running at its deadline and then reports "No results found.".
     def late_nothing() -> list[dict[str, Any]]:
-        time.sleep(0.02)
+        clock.advance(0.02)
         raise DDGSException("No results found.")
 
     fake_ddgs.outcome = late_nothing

@@ -15,6 +15,7 @@ from agent.recorder import RunRecorder
 from agent.runs import start_run
 from core.events import ToolCallStarted
 from loopsite.channel_layer import PubSubChannelLayer
+from tests.conftest import start_redis
 from tests.socket_harness import (
     WAIT,
     free_port,
@@ -57,11 +58,7 @@ def redis_later(tmp_path) -> Iterator[tuple[int, Callable[[], None]]]:
     started: list[subprocess.Popen[bytes]] = []
 
     def start() -> None:
-        started.append(subprocess.Popen(
-            ["/usr/bin/redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(tmp_path)],
-            stdout=subprocess.DEVNULL,
-        ))  # fmt: skip
+        started.append(start_redis(port, tmp_path))
 
     yield port, start
     for server in started:

@@ -9,7 +9,8 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from loopsite.database import PoolExhausted, database_unreachable
+from agent.connections import database_unreachable
+from loopsite.database import PoolExhausted
 from loopsite.embedded_postgres.server import (
     SUPERUSER,
     await_start,
