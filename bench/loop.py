@@ -1,6 +1,7 @@
 """Loop's own overhead per step (an instant model, a no-op tool), and the model clients' per turn.
 
     .venv/bin/python bench/loop.py [--repeats 5] [--turns 150] [--only loop|clients]
+    .venv/bin/python bench/loop.py --project OLD [--repeats 5]   # the loop beside OLD's
 
 The loop, with nothing else to wait for: each step is one model turn asking for one tool call
 and that call's result. Two sinks: (a) events kept in memory; (b) every event persisted to
@@ -16,6 +17,11 @@ Floors: (a) under 100 µs per step; (b) at most 3x one INSERT of an event-sized 
 its own, measured in the same run, rounds alternating (a step is a model turn and a tool call: its
 reply and its call's start go in one statement, the call's end and its audit row in another, two
 commits in all); and 200 steps within 1.3x of 20 per step.
+
+With `--project OLD`, the loop's figures (not the clients') of this tree beside OLD's, OLD being
+another checkout of Loop (the code before a change) whose bench/loop.py takes `--figures` as this
+one does: each tree's own bench in a process of its own, both on this process's database, rounds
+alternating (and which goes first), medians side by side with this tree's over OLD's.
 
 The model clients (`--turns` turns each, after a warm-up; `--only clients` needs no database):
 GroqLLM and OpenAICompatibleLLM (one client on plain httpx, in two dialects) side by
@@ -196,33 +202,52 @@ def median_per_step(measure: Callable[[int], float], steps: int, repeats: int) -
 def loop_overhead(repeats: int) -> None:
     """Each figure's rounds interleave the persisted run with the one-INSERT floor, so both meet
     the same disk and the same neighbours."""
-    floors = {"in memory": 100e-6}
     print(f"{'sink':<12}{'20 steps':>14}{'200 steps':>14}{'200/20':>9}  floor")
     try:
-        persisted_rounds(repeats)
-        sinks = (
-            ("in memory", in_memory),
-            ("+ backstop", in_memory_backstop),
-            ("+ interrupt", in_memory_interruptible),
-        )
-        for name, measure in sinks:
-            short = median_per_step(measure, 20, repeats * 10)
-            long = median_per_step(measure, 200, repeats)
-            ratio = long / short
-            figures = f"{name:<12}{short * 1e6:>11.1f} µs{long * 1e6:>11.1f} µs{ratio:>8.2f}x  "
-            if name not in floors:
-                print(figures + "(no floor: for comparison)")
-                continue
-            ok = max(short, long) < floors[name] and ratio <= 1.3
-            verdict = "met" if ok else "MISSED"
-            print(figures + f"< {floors[name] * 1e6:g} µs/step, <= 1.3x: {verdict}")
+        figures = loop_figures(repeats)
+        print_persisted(figures)
+        for name, _ in SINKS:
+            print_sink(name, figures[f"{name} 20"], figures[f"{name} 200"])
     finally:
-        get_user_model().objects.filter(username="bench").delete()  # its runs and memories too
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+        forget_bench()
 
 
-def persisted_rounds(repeats: int) -> None:
+# The in-memory sinks; only the first is held to a floor.
+SINKS: tuple[tuple[str, Callable[[int], float]], ...] = (
+    ("in memory", in_memory),
+    ("+ backstop", in_memory_backstop),
+    ("+ interrupt", in_memory_interruptible),
+)
+IN_MEMORY_FLOOR = 100e-6
+
+
+def loop_figures(repeats: int) -> dict[str, float]:
+    """Every figure of the loop's table, in seconds a step (keys as `print_loop` reads them)."""
+    figures = persisted_rounds(repeats)
+    for name, measure in SINKS:
+        figures[f"{name} 20"] = median_per_step(measure, 20, repeats * 10)
+        figures[f"{name} 200"] = median_per_step(measure, 200, repeats)
+    return figures
+
+
+def forget_bench() -> None:
+    get_user_model().objects.filter(username="bench").delete()  # its runs and memories too
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+
+
+def print_sink(name: str, short: float, long: float) -> None:
+    ratio = long / short
+    figures = f"{name:<12}{short * 1e6:>11.1f} µs{long * 1e6:>11.1f} µs{ratio:>8.2f}x  "
+    if name != "in memory":
+        print(figures + "(no floor: for comparison)")
+        return
+    ok = max(short, long) < IN_MEMORY_FLOOR and ratio <= 1.3
+    verdict = "met" if ok else "MISSED"
+    print(figures + f"< {IN_MEMORY_FLOOR * 1e6:g} µs/step, <= 1.3x: {verdict}")
+
+
+def persisted_rounds(repeats: int) -> dict[str, float]:
     """The persisted step (20 and 200 steps a run) beside one INSERT, rounds alternating."""
     persisted(20)  # warm up: imports, caches, connections
     one_insert(20)
@@ -235,8 +260,16 @@ def persisted_rounds(repeats: int) -> None:
             steps[size].append(step.wall)
             cpu.append(step.cpu)
             floor.append(one_insert(size))
-    short, long = statistics.median(steps[20]), statistics.median(steps[200])
-    one = statistics.median(floor)
+    return {
+        "PostgreSQL 20": statistics.median(steps[20]),
+        "PostgreSQL 200": statistics.median(steps[200]),
+        "PostgreSQL CPU": statistics.median(cpu),
+        "one INSERT": statistics.median(floor),
+    }
+
+
+def print_persisted(figures: dict[str, float]) -> None:
+    short, long, one = figures["PostgreSQL 20"], figures["PostgreSQL 200"], figures["one INSERT"]
     ratio = long / short
     worst = max(short, long) / one
     verdict = "met" if worst <= 3 and ratio <= 1.3 else "MISSED"
@@ -244,8 +277,49 @@ def persisted_rounds(repeats: int) -> None:
         f"{'PostgreSQL':<12}{short * 1e6:>11.1f} µs{long * 1e6:>11.1f} µs{ratio:>8.2f}x  "
         f"<= 3x one INSERT ({one * 1e6:.1f} µs): {worst:.1f}x, <= 1.3x: {verdict}"
     )
-    print(f"{'':<12}this thread's CPU a step: {statistics.median(cpu) * 1e6:.1f} µs")
+    print(f"{'':<12}this thread's CPU a step: {figures['PostgreSQL CPU'] * 1e6:.1f} µs")
     print(f"{'':<12}a step's round trips: {round_trips(200)}")
+
+
+# --- this tree beside another (`--project OLD`) ---------------------------------------------------
+
+
+def compared(old: Path, repeats: int) -> None:
+    """This tree's loop figures beside OLD's (a checkout of Loop whose bench/loop.py takes
+    `--figures`), each measured by its own bench in a process of its own against this process's
+    database, rounds alternating (which goes first too), so both meet the same server, disk and
+    neighbours. Medians over the rounds; the ratio is this tree's figure over OLD's."""
+    trees = {"this tree": Path(__file__).resolve().parent.parent, "OLD": old.resolve()}
+    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    for number in range(repeats):
+        order = list(trees) if number % 2 == 0 else list(reversed(trees))
+        for name in order:
+            rounds[name].append(figures_of(trees[name]))
+    ours, theirs = median_figures(rounds["this tree"]), median_figures(rounds["OLD"])
+    print(f"The loop, this tree beside {trees['OLD']} ({repeats} rounds, medians, µs a step)")
+    print(f"{'figure':<18}{'this tree':>12}{'OLD':>12}{'ratio':>9}")
+    for key in ours:
+        ratio = ours[key] / theirs[key]
+        print(f"{key:<18}{ours[key] * 1e6:>12.1f}{theirs[key] * 1e6:>12.1f}{ratio:>8.2f}x")
+
+
+def figures_of(tree: Path) -> dict[str, float]:
+    """One round of `tree`'s own bench, in a child process on this process's database."""
+    params = connection.get_connection_params()
+    database = f"postgresql://{params['user']}@/{connection.settings_dict['NAME']}"
+    env = {**os.environ, "DATABASE_URL": f"{database}?host={params['host']}"}
+    command = [sys.executable, str(tree / "bench" / "loop.py"), "--repeats", "1", "--figures"]
+    done = subprocess.run(  # noqa: S603 (our own command line)
+        command, cwd=tree, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode:
+        raise SystemExit(f"{tree}'s bench failed:\n{done.stderr[-3000:]}")
+    figures: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+def median_figures(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(figures[key] for figures in rounds) for key in rounds[0]}
 
 
 def round_trips(steps: int) -> str:
@@ -557,13 +631,27 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="runs per loop figure")
     parser.add_argument("--turns", type=int, default=150, help="model turns per client figure")
     parser.add_argument("--only", choices=("loop", "clients"), help="one part of the two")
+    parser.add_argument(
+        "--project", type=Path, metavar="OLD", help="the loop's figures beside another checkout's"
+    )
+    parser.add_argument(
+        "--figures", action="store_true", help="the loop's figures alone, as one JSON line"
+    )
     options = parser.parse_args()
     if options.turns < 2:
         parser.error("--turns takes 2 or more (a p95 needs two)")
-    if options.only != "clients":
-        loop_overhead(options.repeats)
-    if options.only != "loop":
-        client_overhead(options.turns)
+    if options.figures:
+        try:
+            print(json.dumps(loop_figures(options.repeats)))
+        finally:
+            forget_bench()
+    elif options.project:
+        compared(options.project, options.repeats)
+    else:
+        if options.only != "clients":
+            loop_overhead(options.repeats)
+        if options.only != "loop":
+            client_overhead(options.turns)
 
 
 if __name__ == "__main__":
