@@ -27,7 +27,7 @@ from core.events import (
     ToolCallFinished,
     event_from_dict,
 )
-from core.history import replay
+from core.state import replay
 from core.results import ToolStatus
 
 

@@ -8,7 +8,7 @@ from agent.models import AgentRun
 from agent.runs import default_limits, start_run
 from core.events import AnswerSource, RunStatus
 from core.llm import ToolCall, Usage
-from core.loop import progress_report
+from core.ending import progress_report
 from core.results import ToolResult, ToolStatus
 from engine.execution import execute_run
 from memory.hygiene import (
