@@ -39,6 +39,8 @@ class ToolsPhase(RunCourse):
             return spent
         ready, undecided = self.sort_out(calls)
         if (stop := self.run_calls(ready)) is not None:
+            if not handed_back(stop):  # nobody is asked about a call that cannot run now
+                self.skip(undecided, not_run(stop))
             return stop
         return self.wait_for_decision(undecided) if undecided else None
 
@@ -72,14 +74,14 @@ class ToolsPhase(RunCourse):
 
     def wait_for_decision(self, calls: list[ToolCall]) -> Stop:
         """Park the run on these calls, unless a guard stops it first (no person is asked
-        about a call that could not run anyway: those are skipped, saying why)."""
+        about a call that could not run anyway: none of them runs, each skipped, saying why)."""
         probe = breaker_probe(self.state)
-        for at, call in enumerate(calls):
+        for call in calls:
             refusal = self.refusal(call, probe)
             if handed_back(refusal):
                 return Stopped(StopReason.HAND_BACK)
             if refusal is not None:
-                self.skip(calls[at:], not_run(refusal))
+                self.skip(calls, not_run(refusal))
                 return refusal
         return Waiting(tuple(calls))
 
