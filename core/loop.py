@@ -58,6 +58,17 @@ from core.turn import (
     model_failure,
 )
 
+# What the loop's callers use, some of it defined beside it (the limits, the tools, the result).
+__all__ = [
+    "SYSTEM_PROMPT",
+    "AgentLoop",
+    "Limits",
+    "RunResult",
+    "Tools",
+    "ask_correcting",
+    "run_agent",
+]
+
 logger = logging.getLogger(__name__)
 
 # The limits of a run given none.

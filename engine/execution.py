@@ -490,7 +490,7 @@ def pick_up(claimed: Claim, recorder: RunRecorder) -> tuple[RunState | None, Lim
         AgentRun.objects.filter(pk=run.pk).update(limits=dataclasses.asdict(limits))
     resumed = RunResumed(
         attempt=run.attempt,
-        reason=reason.value,
+        reason=reason,
         lost_worker=claimed.lost_worker,
         note=note,
         limits=dataclasses.asdict(limits),
