@@ -1,6 +1,7 @@
 """The guards that stop a run: its limits, a halt with its reason, the circuit breaker, and the
 release of a run this process no longer works."""
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -102,11 +103,16 @@ class HandedBack(RunReleased):
 
 def call_identity(call: ToolCall) -> tuple[str, str]:
     """Same tool, same arguments: key order and whitespace in the JSON do not make a call new."""
+    return _identity(call.name, call.arguments)
+
+
+@functools.lru_cache(maxsize=256)
+def _identity(name: str, arguments: str) -> tuple[str, str]:
+    """A call's identity is asked for before it runs and again once it ran: read once."""
     try:
-        arguments = json.dumps(json.loads(call.arguments), sort_keys=True)
+        return name, json.dumps(json.loads(arguments), sort_keys=True)
     except ValueError:
-        arguments = call.arguments
-    return call.name, arguments
+        return name, arguments
 
 
 @dataclass
@@ -137,16 +143,14 @@ class Breaker:
     streak: int = 0
 
     def probe(self) -> "Breaker":
-        """A copy to ask about calls not finished yet, leaving this one as it is."""
+        """A copy to ask `before` about calls not finished yet, leaving this one as it is (it
+        shares what `before` only reads)."""
         return Breaker(
             self.max_failures,
             self.max_identical,
-            {tool: [dict(failure) for failure in listed] for tool, listed in self.failures.items()},
-            Counter(self.in_a_row),
-            dict(self.failed),
-            {tool: set(errors) for tool, errors in self.tripped_on.items()},
-            self.last,
-            self.streak,
+            failed=self.failed,
+            last=self.last,
+            streak=self.streak,
         )
 
     def remember_trip(self, tool: str, failures: Iterable[dict[str, str]]) -> None:
