@@ -20,10 +20,9 @@ from procrastinate.contrib.django.models import ProcrastinateJob, ProcrastinateW
 
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
-from core.events import AnswerSource, EndCause, RunFinished, RunStatus, event_from_dict
-from core.history import RunState, replay
-from core.loop import progress_report
-from core.results import ToolStatus
+from core.ending import run_end
+from core.events import EndCause, RunFinished, RunStatus, event_from_dict
+from core.state import RunState, replay
 from tools.fence import raise_fence
 from workspace.directory import workspace_path
 
@@ -171,16 +170,4 @@ def ended_from_log(
 ) -> RunFinished:
     """The end Loop records for a run it ends on its own behalf, with what the run's log says it
     had done so far."""
-    state = state or RunState()
-    return RunFinished(
-        status=status,
-        answer=progress_report(state.last_text, state.observations),
-        answer_source=AnswerSource.PROGRESS,
-        ok_tool_calls=sum(result.status is ToolStatus.OK for _, result in state.observations),
-        error=error,
-        cause=cause,
-        iterations=state.step,
-        tool_calls=state.tool_calls,
-        prompt_tokens=state.usage.prompt_tokens,
-        completion_tokens=state.usage.completion_tokens,
-    )
+    return run_end(state or RunState(), status, error=error, cause=cause)

@@ -14,7 +14,7 @@ from agent.connections import statement_session
 from agent.models import LIVE, AgentRun, Conversation, QueuedTask
 from agent.runs import InvalidTask, clean_task, start_waiting
 from agent.selectors import conversations_for
-from core.loop import PersonMessage
+from core.run import PersonMessage
 
 # Tasks one conversation may hold waiting: a queue, not a backlog.
 MAX_WAITING = 10

@@ -26,8 +26,8 @@ from agent.models import (
     RunEvent,
     ToolExecution,
 )
+from core.ending import run_end
 from core.events import (
-    AnswerSource,
     ApprovalRequested,
     BreakerTripped,
     EndCause,
@@ -37,11 +37,10 @@ from core.events import (
     RunFinished,
     RunStatus,
     ToolCallFinished,
-    ToolCallStarted,
 )
 from core.guards import RunReleased
-from core.llm import Usage
 from core.results import ToolStatus
+from core.state import RunState, apply
 from core.text import storable
 
 logger = logging.getLogger(__name__)
@@ -93,9 +92,8 @@ class RunRecorder:
         if last_seq is None:
             last_seq = run.events.aggregate(last=Max("seq"))["last"] or 0
         self.seq = last_seq
-        self.iterations = 0
-        self.tool_calls = 0
-        self.usage = Usage()
+        # What this recorder wrote, folded (core.state): the run's figures on its row.
+        self.state = RunState()
         # The first refresh comes SUMMARY_INTERVAL into the run, not at its first reply: a run
         # shorter than that has its figures written once, with its end.
         self.summarised = time.monotonic()
@@ -135,6 +133,8 @@ class RunRecorder:
         in the same transaction. The events as stored: seq, kind, data."""
         first = self.seq + 1
         self.seq += len(events)
+        for event in events:
+            self.state = apply(self.state, event)
         writes = [write for event in events for write in self.writes_for(event)]
         audit = [
             row
@@ -169,7 +169,7 @@ class RunRecorder:
     def stream(self, text: str) -> None:
         """A piece of the reply the model is writing now: published (gathered with the pieces
         around it), never stored; the stored reply replaces it."""
-        bus.publish_delta(self.run.pk, self.iterations + 1, text)
+        bus.publish_delta(self.run.pk, self.state.step + 1, text)
 
     def announce(self, rows: list[bus.EventRow]) -> None:
         """Wake the pages watching this run (through Redis, with the events just stored; a
@@ -202,20 +202,15 @@ class RunRecorder:
     def writes_for(self, event: Event) -> list[Callable[[], object]]:
         """What an event changes besides the log and the audit rows: the run's summary row."""
         match event:
-            case ToolCallStarted():
-                self.tool_calls += 1
-                return []
             case ModelReplied():
-                self.iterations = event.step
-                self.usage += Usage(event.prompt_tokens, event.completion_tokens)
                 if time.monotonic() - self.summarised < SUMMARY_INTERVAL:
                     return []
                 return [
                     partial(
                         self.update,
-                        iterations=self.iterations,
-                        prompt_tokens=self.usage.prompt_tokens,
-                        completion_tokens=self.usage.completion_tokens,
+                        iterations=self.state.step,
+                        prompt_tokens=self.state.usage.prompt_tokens,
+                        completion_tokens=self.state.usage.completion_tokens,
                     )
                 ]
             case RunFinished():
@@ -256,19 +251,7 @@ class RunRecorder:
         )
         if not mine.exists():
             return
-        self(
-            RunFinished(
-                status=status,
-                answer="",
-                answer_source=AnswerSource.PROGRESS,
-                error=error,
-                cause=cause,
-                iterations=self.iterations,
-                tool_calls=self.tool_calls,
-                prompt_tokens=self.usage.prompt_tokens,
-                completion_tokens=self.usage.completion_tokens,
-            )
-        )
+        self(run_end(self.state, status, "", error=error, cause=cause))
 
     def update(self, **fields: object) -> None:
         AgentRun.objects.filter(pk=self.run.pk, attempt=self.attempt).update(**fields)

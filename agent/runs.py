@@ -27,8 +27,10 @@ from agent.selectors import (
     runs_for,
 )
 from agent.waiting import end_waiting
-from core.events import AnswerSource, PersonSaid, RunFinished, RunStatus
-from core.loop import Limits
+from core.ending import run_end
+from core.events import PersonSaid, RunStatus
+from core.guards import Limits
+from core.state import RunState
 from core.text import excerpt
 
 logger = logging.getLogger(__name__)
@@ -298,9 +300,7 @@ def end_queued(run_id: int) -> bool:
             return False
         went = run.events.exists()  # handed back by a worker that stopped, or continued
         note = "Cancelled while it waited for a worker." if went else "Cancelled before it started."
-        ended = RunFinished(
-            status=RunStatus.CANCELLED, answer=note, answer_source=AnswerSource.PROGRESS
-        )
+        ended = run_end(RunState(), RunStatus.CANCELLED, note)
         recorder = RunRecorder(run, on_end=start_next_queued)
         rows = recorder.record([ended])
     recorder.announce(rows)  # once committed: a page woken by it reads the end

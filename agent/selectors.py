@@ -20,10 +20,11 @@ from agent.llm.factory import (
 from agent.llm.tokens import count_tokens
 from agent.models import FINISHED, AgentRun, Conversation, PersonalInstructions, RunEvent
 from core.events import Event, MemoriesRecalled, Unreadable, event_from_dict, loaded
-from core.history import loop_note, messages_from_events
+from core.history import loop_note
 from core.instructions import Instructions
 from core.llm import Message
 from core.recalled import RecalledMemory
+from core.state import messages_from_events
 from memory.forgetting import remembered_by
 from memory.models import Memory
 

@@ -10,8 +10,8 @@ from django.db.models import QuerySet
 
 from agent.models import AgentRun, RunEvent
 from core.events import event_from_dict
-from core.history import messages_from_events
 from core.llm import Message
+from core.state import messages_from_events
 
 TRANSCRIPT_FORMAT = "loop.transcript/1"
 

@@ -27,8 +27,8 @@ from core.events import (
     ToolCallFinished,
     event_from_dict,
 )
-from core.history import replay
 from core.results import ToolStatus
+from core.state import replay
 
 
 @dataclass(frozen=True)

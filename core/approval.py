@@ -1,12 +1,13 @@
 """Tool calls that wait for a person's decision: the loop's side, without Django.
 
 A run asks its `Approval` about each call the model proposes. A call that needs a decision is
-recorded (ApprovalRequested, with the call's digest) and the run parks: its worker lets it go,
-and nothing holds it until its person decides. Each decision is an ApprovalDecided in the run's
-log; once every call the run waits on is decided, a worker takes the run up from its log
-(core.history.replay) and carries the decisions out: an approved call runs once, an
-edited one runs with the person's arguments, a denied one is answered with the person's reason,
-an expired one never runs and the run halts. Nothing is ever run for want of a decision.
+recorded (ApprovalRequested, with the call's digest) and the run parks (core.turn.Waiting): its
+worker lets it go, and nothing holds it until its person decides. Each decision is an
+ApprovalDecided in the run's log; once every call the run waits on is decided, a worker takes
+the run up from its log (core.state.replay) and carries the decisions out: an approved call
+runs once, an edited one runs with the person's arguments, a denied one is answered with the
+person's reason, an expired one never runs and the run halts. Nothing is ever run for want of a
+decision.
 """
 
 import hashlib
@@ -37,15 +38,6 @@ Approval = Callable[[ToolCall], Ask | None]
 
 def ask_nothing(call: ToolCall) -> Ask | None:
     return None
-
-
-class AwaitingDecision(Exception):
-    """The run waits for its person's decision on these calls (their ApprovalRequested are in
-    its log): its worker lets it go."""
-
-    def __init__(self, calls: list[ToolCall]) -> None:
-        super().__init__(f"waiting for a decision on {len(calls)} call(s)")
-        self.calls = calls
 
 
 BY_PERSON, BY_OPERATOR = "by the person", "by an operator of this site"

@@ -1,9 +1,11 @@
-"""The guards that stop a run: a halt with its reason, the circuit breaker, a cancel, and the
+"""The guards that stop a run: its limits, a halt with its reason, the circuit breaker, and the
 release of a run this process no longer works."""
 
+import functools
 import json
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from core.events import EndCause, HaltReason
 from core.llm import ToolCall
@@ -13,47 +15,42 @@ from core.results import ToolResult
 ERROR_CHARS = 200
 
 
-class Halt(Exception):
-    """A guard ends the run as `halted`. With `summarise`, the model gets one last turn;
-    `error` is what went wrong when something besides a budget did (say, the provider was slow),
-    and `cause` says which it was.
-    """
+@dataclass(frozen=True)
+class Limits:
+    """What a run may spend: its guards halt it at these."""
 
-    def __init__(
-        self,
-        reason: HaltReason,
-        detail: str,
-        *,
-        summarise: bool,
-        error: str = "",
-        cause: EndCause | None = None,
-    ) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-        self.summarise = summarise
-        self.error = error
-        self.cause = cause
+    max_iterations: int = 10
+    max_seconds: float = 600.0
+    max_tokens: int = 200_000
+    max_tool_calls: int = 50
+    max_tool_failures: int = 3
+    max_identical_calls: int = 3
+    max_parallel_calls: int = 4
 
 
-class BreakerOpen(Halt):
+@dataclass(frozen=True)
+class Halt:
+    """A guard ends the run as `halted` (a turn's outcome, core.turn). With `summarise`, the
+    model gets one last turn; `error` is what went wrong when something besides a budget did
+    (say, the provider was slow), and `cause` says which it was."""
+
+    reason: HaltReason
+    detail: str
+    summarise: bool
+    error: str = ""
+    cause: EndCause | None = None
+
+
+@dataclass(frozen=True)
+class Trip(Halt):
     """The circuit breaker tripped: the halt names the tool and the failures (the record of it is
     agent.models.BreakerTrip). `recorded`: its BreakerTripped is in the log already (a resumed
     run halting on it)."""
 
-    def __init__(
-        self,
-        reason: HaltReason,
-        detail: str,
-        tool: str,
-        failures: list[dict[str, str]],
-        *,
-        recorded: bool = False,
-    ) -> None:
-        super().__init__(reason, detail, summarise=True)
-        self.tool = tool
-        self.failures = failures
-        self.recorded = recorded
+    summarise: bool = True
+    tool: str = ""
+    failures: list[dict[str, str]] = field(default_factory=list)
+    recorded: bool = False
 
 
 def trip_detail(
@@ -90,10 +87,6 @@ def first_line(text: str, most: int = ERROR_CHARS) -> str:
     return line if len(line) <= most else line[: most - 1].rstrip() + "…"
 
 
-class Cancelled(Exception):
-    """Someone asked the run to stop."""
-
-
 class RunReleased(Exception):
     """This process no longer works the run: nothing more may be recorded for it here.
 
@@ -110,13 +103,19 @@ class HandedBack(RunReleased):
 
 def call_identity(call: ToolCall) -> tuple[str, str]:
     """Same tool, same arguments: key order and whitespace in the JSON do not make a call new."""
+    return _identity(call.name, call.arguments)
+
+
+@functools.lru_cache(maxsize=256)
+def _identity(name: str, arguments: str) -> tuple[str, str]:
+    """A call's identity is asked for before it runs and again once it ran: read once."""
     try:
-        arguments = json.dumps(json.loads(call.arguments), sort_keys=True)
+        return name, json.dumps(json.loads(arguments), sort_keys=True)
     except ValueError:
-        arguments = call.arguments
-    return call.name, arguments
+        return name, arguments
 
 
+@dataclass
 class Breaker:
     """Trips when calling on is pointless.
 
@@ -129,17 +128,30 @@ class Breaker:
     After a Continue it remembers the errors of the trip that halted the run (`remember_trip`):
     the same tool failing the same way again trips it at once, rather than after another
     `max_failures` tries, until a call works (which may have changed what failed).
+
+    A run's breaker is part of its state (core.state): the fold moves it on with each call's
+    result; `before` asks it about a call about to start (`probe` first: a copy to ask).
     """
 
-    def __init__(self, max_failures: int, max_identical: int) -> None:
-        self.max_failures = max_failures
-        self.max_identical = max_identical
-        self.failures: defaultdict[str, list[dict[str, str]]] = defaultdict(list)
-        self.in_a_row: Counter[str] = Counter()
-        self.failed: dict[tuple[str, str], str] = {}
-        self.tripped_on: dict[str, set[str]] = {}
-        self.last: tuple[str, str] | None = None
-        self.streak = 0
+    max_failures: int = 3
+    max_identical: int = 3
+    failures: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    in_a_row: Counter[str] = field(default_factory=Counter)
+    failed: dict[tuple[str, str], str] = field(default_factory=dict)
+    tripped_on: dict[str, set[str]] = field(default_factory=dict)
+    last: tuple[str, str] | None = None
+    streak: int = 0
+
+    def probe(self) -> "Breaker":
+        """A copy to ask `before` about calls not finished yet, leaving this one as it is (it
+        shares what `before` only reads)."""
+        return Breaker(
+            self.max_failures,
+            self.max_identical,
+            failed=self.failed,
+            last=self.last,
+            streak=self.streak,
+        )
 
     def remember_trip(self, tool: str, failures: Iterable[dict[str, str]]) -> None:
         """The trip a Continue went on after: its errors trip the breaker at once if they come
@@ -148,27 +160,23 @@ class Breaker:
         if errors:
             self.tripped_on[tool] = errors
 
-    def before(self, call: ToolCall) -> None:
+    def before(self, call: ToolCall) -> Trip | None:
+        """The trip the call causes before it runs, if any; it counts as the latest call."""
         identity = call_identity(call)
         if identity in self.failed:
             failures = [{"arguments": call.arguments, "error": self.failed[identity]}]
-            raise BreakerOpen(
-                HaltReason.REPEATED_FAILED_CALL,
-                trip_detail(HaltReason.REPEATED_FAILED_CALL, call.name, 1, failures),
-                call.name,
-                failures,
-            )
+            reason = HaltReason.REPEATED_FAILED_CALL
+            detail = trip_detail(reason, call.name, 1, failures)
+            return Trip(reason, detail, tool=call.name, failures=failures)
         self.streak = self.streak + 1 if identity == self.last else 1
         self.last = identity
         if self.streak >= self.max_identical:
-            raise BreakerOpen(
-                HaltReason.IDENTICAL_CALLS,
-                trip_detail(HaltReason.IDENTICAL_CALLS, call.name, self.streak),
-                call.name,
-                [],
-            )
+            reason = HaltReason.IDENTICAL_CALLS
+            detail = trip_detail(reason, call.name, self.streak)
+            return Trip(reason, detail, tool=call.name)
+        return None
 
-    def after(self, call: ToolCall, result: ToolResult) -> BreakerOpen | None:
+    def after(self, call: ToolCall, result: ToolResult) -> Trip | None:
         """The trip this result causes, if any."""
         if result.ok:
             self.failures.pop(call.name, None)
@@ -181,19 +189,16 @@ class Breaker:
         if result.text in self.tripped_on.get(call.name, ()):
             failures = [failure | {"times": "1"}]
             detail = failed_again_detail(call.name, failures)
-            return BreakerOpen(HaltReason.REPEATED_FAILED_CALL, detail, call.name, failures)
-        failures = self.failures[call.name]
+            return Trip(HaltReason.REPEATED_FAILED_CALL, detail, tool=call.name, failures=failures)
+        failures = self.failures.setdefault(call.name, [])
         add_failure(failures, failure)
         self.in_a_row[call.name] += 1
         count = self.in_a_row[call.name]
         if count < self.max_failures:
             return None
-        return BreakerOpen(
-            HaltReason.TOOL_FAILURES,
-            trip_detail(HaltReason.TOOL_FAILURES, call.name, count, failures),
-            call.name,
-            [dict(failure) for failure in failures],
-        )
+        detail = trip_detail(HaltReason.TOOL_FAILURES, call.name, count, failures)
+        listed = [dict(failure) for failure in failures]
+        return Trip(HaltReason.TOOL_FAILURES, detail, tool=call.name, failures=listed)
 
 
 def add_failure(failures: list[dict[str, str]], failure: dict[str, str]) -> None:

@@ -29,6 +29,7 @@ from agent.recorder import RunRecorder
 from agent.runs import reopen, start_next_queued
 from agent.selectors import conversation_context, instructions_for
 from agent.toolset import registry_for
+from core.ending import Ended, Parked, Released
 from core.events import (
     BREAKER_REASONS,
     ApprovalDecided,
@@ -45,12 +46,13 @@ from core.events import (
     event_from_dict,
 )
 from core.guards import RunReleased, failure_count, trip_detail
-from core.history import RunState, counted_turns, loop_note, replay
+from core.history import counted_turns, loop_note
 from core.interrupt import Interrupt, StopReason
 from core.llm import LLM
-from core.loop import Limits, RunResult, Tools, end_of, run_agent
+from core.loop import Limits, Tools, run_agent
 from core.recalled import RecalledMemory
 from core.results import ToolStatus
+from core.state import RunState, apply, replay
 from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
 from tools.base import BoundTools, ToolContext
@@ -399,14 +401,15 @@ def work(
             RunStatus.INTERRUPTED, f"The process running it stopped ({type(stop).__name__})."
         )
         raise
-    if result.released:  # nothing more is recorded here: the run's next worker takes it up
-        release(run, recorder)
-        return run
-    if result.status is RunStatus.AWAITING_APPROVAL:
-        park(run, recorder, result.awaiting)
-        return run
+    match result:
+        case Released():  # nothing more is recorded here: the run's next worker takes it up
+            release(run, recorder)
+            return run
+        case Parked(awaiting=awaiting):
+            park(run, recorder, awaiting)
+            return run
     if not recorder.finished:  # the loop could not log its end: the run's row gets it anyway
-        recorder.write_end(end_of(result))
+        recorder.write_end(result.end)
     read_again(run)
     if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
         remember_outcome(run, result)
@@ -487,7 +490,7 @@ def pick_up(claimed: Claim, recorder: RunRecorder) -> tuple[RunState | None, Lim
         AgentRun.objects.filter(pk=run.pk).update(limits=dataclasses.asdict(limits))
     resumed = RunResumed(
         attempt=run.attempt,
-        reason=reason.value,
+        reason=reason,
         lost_worker=claimed.lost_worker,
         note=note,
         limits=dataclasses.asdict(limits),
@@ -496,7 +499,7 @@ def pick_up(claimed: Claim, recorder: RunRecorder) -> tuple[RunState | None, Lim
     recorder(resumed)
     if state is None:  # it stopped before its first event: it starts afresh
         return None, limits, worked
-    return replay([*events, resumed]), limits, worked
+    return apply(state, resumed), limits, worked
 
 
 def worked_seconds(rows: Sequence[tuple[str, datetime]]) -> float:
@@ -644,7 +647,7 @@ def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
     return recall(user, task)
 
 
-def remember_outcome(run: AgentRun, result: RunResult) -> None:
+def remember_outcome(run: AgentRun, result: Ended) -> None:
     """Store what was asked, how it ended and the answer, for the run's user, unless it carries
     nothing or is not worth an outcome (memory.hygiene's rules, told whose account the answer
     is and which tool calls worked); the run is over whatever happens here."""

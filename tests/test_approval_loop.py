@@ -9,6 +9,8 @@ from pydantic import BaseModel
 
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
 from core.approval import Ask, digest
+from core.ending import Parked as ParkedRun
+from core.ending import RunResult
 from core.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -18,9 +20,9 @@ from core.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from core.history import replay
 from core.llm import ToolCall
 from core.loop import Limits, run_agent
+from core.state import replay
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry
 
 pytestmark = pytest.mark.fast
@@ -63,6 +65,11 @@ def nothing_ran():
     RAN.clear()
 
 
+def awaiting(result: RunResult) -> list[ApprovalRequested]:
+    """The requests a parked run's result carries (an ended run's carries none)."""
+    return result.awaiting if isinstance(result, ParkedRun) else []
+
+
 class Parked:
     """A run that parked, its log as a worker would record it (the requests with the parking)."""
 
@@ -77,7 +84,7 @@ class Parked:
             approval=asks_about(*ask),
             limits=limits or Limits(),
         )
-        self.log += self.result.awaiting
+        self.log += awaiting(self.result)
 
     def decide(self, decision, *, arguments="", reason="", call_id=None):
         request = self.waiting(call_id)
@@ -106,7 +113,7 @@ class Parked:
             resume=replay(self.log),
             approval=asks_about(*ask),
         )
-        self.log += self.result.awaiting
+        self.log += awaiting(self.result)
         return self.result
 
     def of(self, kind):
@@ -201,5 +208,5 @@ def test_a_guard_that_stops_the_batch_asks_nobody():
     replies = [call("broken", {}), call("broken", {}), calls(("broken", {}), ("effect", {}))]
     run = Parked(replies, limits=Limits(max_tool_failures=3))
     assert run.result.status is RunStatus.HALTED
-    assert run.result.awaiting == []
+    assert awaiting(run.result) == []
     assert run.of(ApprovalRequested) == []

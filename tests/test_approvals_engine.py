@@ -19,7 +19,7 @@ from agent.runs import cancel_run, continue_run, new_conversation, submit_run
 from agent.waiting import CallDecision
 from core.approval import digest
 from core.events import Decision, HaltReason, ResumeReason, RunStatus
-from core.history import replay
+from core.state import replay
 from engine.execution import JobOutcome, tool_context, work_job, worked_seconds
 
 pytestmark = pytest.mark.django_db(transaction=True)

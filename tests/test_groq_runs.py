@@ -8,8 +8,8 @@ import pytest
 from agent.llm import groq as groq_module
 from agent.models import AgentRun
 from agent.runs import default_limits, start_run
+from core.ending import CUT_ANSWER
 from core.events import RunStatus
-from core.loop import CUT_ANSWER
 from engine.execution import execute_run
 from memory.models import Memory
 from memory.store import embed

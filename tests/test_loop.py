@@ -7,6 +7,7 @@ import pytest
 from pydantic import BaseModel
 
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
+from core.ending import CUT_ANSWER, Released
 from core.events import (
     AnswerSource,
     BreakerTripped,
@@ -22,10 +23,11 @@ from core.events import (
     ToolCallStarted,
     event_from_dict,
 )
-from core.history import messages_from_events
 from core.interrupt import Interrupt, StopReason
 from core.llm import LLMError, ModelTimedOut, Usage
-from core.loop import CUT_ANSWER, Limits, RecalledMemory, run_agent
+from core.loop import Limits, run_agent
+from core.recalled import RecalledMemory
+from core.state import messages_from_events
 from tests.conftest import Clock
 from tools.base import Tool, ToolContext, ToolError, ToolRegistry
 
@@ -595,7 +597,7 @@ def assert_ends(run: Run, source: AnswerSource, ok_tool_calls: int) -> None:
     assert (run.result.answer_source, run.result.ok_tool_calls) == (source, ok_tool_calls)
     assert (finished.answer_source, finished.ok_tool_calls) == (source, ok_tool_calls)
     assert finished.answer == run.result.answer
-    assert not run.result.released
+    assert not isinstance(run.result, Released)
 
 
 def test_the_models_final_reply_is_the_models_answer():

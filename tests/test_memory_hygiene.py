@@ -6,9 +6,9 @@ import pytest
 from agent.llm.scripted import ScriptedLLM, call
 from agent.models import AgentRun
 from agent.runs import default_limits, start_run
+from core.ending import progress_report
 from core.events import AnswerSource, RunStatus
 from core.llm import ToolCall, Usage
-from core.loop import progress_report
 from core.results import ToolResult, ToolStatus
 from engine.execution import execute_run
 from memory.hygiene import (

@@ -6,8 +6,9 @@ import pytest
 
 from agent.llm.scripted import ScriptedLLM, answer, call
 from core.events import PersonSaid, RunStatus
-from core.history import replay
-from core.loop import Limits, PersonMessage, run_agent
+from core.loop import Limits, run_agent
+from core.run import PersonMessage
+from core.state import replay
 from tests.test_loop import assert_history_valid, bound
 
 pytestmark = pytest.mark.fast

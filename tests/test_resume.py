@@ -27,10 +27,12 @@ from core.events import (
     ToolCallStarted,
     event_from_dict,
 )
-from core.history import INTERRUPTED_CALL, NOT_RUN_ENDED, messages_from_events, replay
+from core.guards import Breaker
+from core.history import INTERRUPTED_CALL, NOT_RUN_ENDED
 from core.interrupt import Interrupt
 from core.llm import LLMError, Message, Reply, ToolCall, ToolSpec, Usage
 from core.loop import Limits, RunResult, run_agent
+from core.state import messages_from_events, replay
 from tests.fakes import CountingTools
 from tests.test_loop import assert_history_valid
 
@@ -551,7 +553,7 @@ def test_a_continue_starts_the_breaker_afresh():
     replies = [*FAILS[:2], answer("gave up")]
     log, _ = run(replies, limits=Limits(max_tool_failures=3))
     state = replay(continued(log, Limits(max_tool_failures=3)))
-    assert state.breaker_since == []
+    assert state.breaker == Breaker(max_failures=3, max_identical=3)  # nothing counted since
 
     tools = CountingTools()
     third = asks(("f3", "fail", {"text": "3"}))
