@@ -13,7 +13,7 @@ from http import HTTPStatus
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.handlers.asgi import ASGIRequest
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest
@@ -64,7 +64,7 @@ class HeldExport:
         self._connection.close()
 
 
-def start_export(user: AbstractBaseUser) -> HeldExport:
+def start_export(user: User) -> HeldExport:
     """Hold the person's export and a place among the site's, and count it as started; or
     ExportRefused, holding nothing."""
     held = HeldExport()
@@ -76,7 +76,7 @@ def start_export(user: AbstractBaseUser) -> HeldExport:
     return held
 
 
-def admit(held: HeldExport, user: AbstractBaseUser) -> None:
+def admit(held: HeldExport, user: User) -> None:
     if not held.lock(PERSON_LOCK.format(user.pk)):
         raise ExportRefused(UNDER_WAY, HTTPStatus.CONFLICT)
     # Only the holder of the person's lock reads and writes the time below: no race.
@@ -91,7 +91,7 @@ def admit(held: HeldExport, user: AbstractBaseUser) -> None:
     ExportStart.objects.update_or_create(user=user, defaults={"started_at": timezone.now()})
 
 
-def seconds_to_wait(user: AbstractBaseUser) -> int:
+def seconds_to_wait(user: User) -> int:
     """How long until the person may start another export; 0: now."""
     started = ExportStart.objects.filter(user=user).values_list("started_at", flat=True).first()
     if started is None:

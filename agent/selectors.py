@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from agent.llm.factory import (
@@ -28,23 +28,23 @@ from memory.forgetting import remembered_by
 from memory.models import Memory
 
 
-def runs_for(user: AbstractBaseUser) -> QuerySet[AgentRun]:
+def runs_for(user: User) -> QuerySet[AgentRun]:
     """The user's runs, less those of conversations they deleted."""
     return AgentRun.objects.filter(user=user).filter(
         Q(conversation__isnull=True) | Q(conversation__deleted_at__isnull=True)
     )
 
 
-def conversations_for(user: AbstractBaseUser) -> QuerySet[Conversation]:
+def conversations_for(user: User) -> QuerySet[Conversation]:
     return Conversation.objects.filter(owner=user, deleted_at__isnull=True)
 
 
-def run_of(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
+def run_of(user: User, run_id: int) -> AgentRun | None:
     """The user's run of that id, or None (another person's, or of a deleted conversation)."""
     return runs_for(user).filter(pk=run_id).first()
 
 
-def run_of_with_state(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
+def run_of_with_state(user: User, run_id: int) -> AgentRun | None:
     """As run_of, in the same one query: the run's feedback (`getattr(run, "feedback", None)`)
     and its conversation with `last_status` (as with_last_status), for a page that redraws the
     run's status, its feedback and the sidebar's icon together."""
@@ -65,7 +65,7 @@ def run_of_with_state(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
     return run
 
 
-def runs_by_id(user: AbstractBaseUser, ids: Iterable[int | None]) -> dict[int, AgentRun]:
+def runs_by_id(user: User, ids: Iterable[int | None]) -> dict[int, AgentRun]:
     """The user's runs of these ids, by id, each with its conversation: the runs that stored
     their memories. A run of a deleted conversation is still theirs here (its memory outlived
     it); a reader links to the conversation only while `conversation.deleted_at` is None."""
@@ -188,7 +188,7 @@ def model_offered(run: AgentRun, offered: list[ModelChoice] | None = None) -> bo
     return ModelChoice(run.provider, run.model) in offered
 
 
-def remembered_in(user: AbstractBaseUser, conversation: Conversation) -> QuerySet[Memory]:
+def remembered_in(user: User, conversation: Conversation) -> QuerySet[Memory]:
     """What the conversation's runs stored in their owner's memory (what deleting it may forget)."""
     return remembered_by(user, conversation.runs.values("pk"))
 
@@ -203,7 +203,7 @@ def with_last_status(conversations: QuerySet[Conversation]) -> QuerySet[Conversa
     )
 
 
-def conversations_with_status(user: AbstractBaseUser) -> QuerySet[Conversation]:
+def conversations_with_status(user: User) -> QuerySet[Conversation]:
     """The user's conversations, most recently updated first, each with its `last_status`."""
     return with_last_status(conversations_for(user))
 
@@ -230,7 +230,7 @@ def events_of(run: AgentRun, *, after: int = 0, limit: int | None = None) -> lis
 
 
 def events_of_run_of(
-    user: AbstractBaseUser, run_id: int, *, after: int = 0, limit: int | None = None
+    user: User, run_id: int, *, after: int = 0, limit: int | None = None
 ) -> list[Logged]:
     """The events after seq `after` of the user's run of that id, in order (at most `limit`),
     in one query that also checks the run is theirs: none if it is not (another person's, of a

@@ -13,7 +13,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -59,7 +59,7 @@ def file_name(conversation: Conversation, extension: str) -> str:
     return f"loop-{conversation.pk}-{slug}.{extension}"
 
 
-def conversation_export(conversation: Conversation, user: AbstractBaseUser) -> dict[str, Any]:
+def conversation_export(conversation: Conversation, user: User) -> dict[str, Any]:
     """The conversation and the turns of its chosen branch, oldest first, each with its steps.
     Only the user's own runs, whatever else a conversation may come to hold."""
     turns = selectors.turns_of(conversation.pk)

@@ -17,7 +17,7 @@ from itertools import islice
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.models import F
@@ -60,7 +60,7 @@ class Remembered:
 
 
 def remember(
-    owner: AbstractBaseUser,
+    owner: User,
     text: str,
     *,
     importance: float = 0.5,
@@ -92,7 +92,7 @@ def remember(
     return Remembered(memory, MemoryOutcome.STORED)
 
 
-def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:
+def recall(owner: User, query: str, k: int | None = None) -> list[RecalledMemory]:
     """The owner's memories most relevant to `query`, best first, each with its score parts."""
     k = k or settings.LOOP_MEMORY_RECALL_K
     if not Memory.objects.filter(owner=owner).exists():
@@ -112,7 +112,7 @@ def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[Re
 
 
 def nearest(
-    owner: AbstractBaseUser,
+    owner: User,
     vector: Vector,
     limit: int,
     *,
@@ -164,7 +164,7 @@ def set_search(limit: int, *, strict: bool = False) -> None:
         )
 
 
-def evict_beyond_bound(owner: AbstractBaseUser) -> set[int]:
+def evict_beyond_bound(owner: User) -> set[int]:
     """Keep at most LOOP_MEMORY_MAX_PER_USER memories: the least valuable go first (`value`).
     Returns the ids of those deleted."""
     mine = Memory.objects.filter(owner=owner)
@@ -320,13 +320,13 @@ class _Near:
     similarity: float
 
 
-def _lock(owner: AbstractBaseUser) -> None:
+def _lock(owner: User) -> None:
     """Lock the owner's row (its key alone is read back: nothing else is needed)."""
     users = get_user_model().objects.select_for_update(no_key=True).filter(pk=owner.pk)
     users.values_list("pk", flat=True).first()
 
 
-def _nearest(owner: AbstractBaseUser, vector: Vector, origin: str) -> _Near | None:
+def _nearest(owner: User, vector: Vector, origin: str) -> _Near | None:
     """The nearest memory of the same origin: a run's outcome never rewrites a fact the person
     gave, nor a fact an outcome."""
     found = nearest(owner, vector, 1, strict=True, origin=origin)
@@ -377,7 +377,7 @@ def _supersede(
 
 
 def _create(
-    owner: AbstractBaseUser,
+    owner: User,
     text: str,
     digest: str,
     vector: Vector,

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
@@ -278,7 +278,7 @@ class Command(BaseCommand):
             raise CommandError("--max-iterations must be at least 1.", returncode=USAGE_ERROR)
         return default_limits(max_iterations=max_iterations)
 
-    def user(self, username: str | None) -> AbstractBaseUser:
+    def user(self, username: str | None) -> User:
         users = get_user_model()
         if username is None:
             user, created = users.objects.get_or_create(**{users.USERNAME_FIELD: CLI_USER})
