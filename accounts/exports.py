@@ -57,7 +57,7 @@ class HeldExport:
     def lock(self, key: str) -> bool:
         with self._connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
-            return cursor.fetchone()[0]
+            return bool(cursor.fetchone()[0])
 
     def release(self) -> None:
         """Let go of every lock: they belong to the connection's session."""
@@ -129,15 +129,19 @@ class SyncExportStream(ExportStream):
         return self._chunks
 
 
+def next_chunk(chunks: Iterator[bytes]) -> bytes | None:
+    return next(chunks, None)
+
+
 class AsyncExportStream(ExportStream):
     """Under ASGI Django reads a synchronous iterator whole before sending a byte of it, which
     would hold the whole zip in memory: here each chunk is made in the request's own thread (its
     database connection) and sent before the next is made."""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        pull = sync_to_async(next, thread_sensitive=True)
+        pull = sync_to_async(next_chunk, thread_sensitive=True)
         try:
-            while (chunk := await pull(self._chunks, None)) is not None:
+            while (chunk := await pull(self._chunks)) is not None:
                 yield chunk
         except Exception:
             # Django's ASGI handler closes the response when it is sent or the client went
@@ -146,7 +150,9 @@ class AsyncExportStream(ExportStream):
             raise
 
 
-def export_stream(request: HttpRequest, chunks: Generator[bytes], held: HeldExport) -> ExportStream:
+def export_stream(
+    request: HttpRequest, chunks: Generator[bytes], held: HeldExport
+) -> SyncExportStream | AsyncExportStream:
     if isinstance(request, ASGIRequest):
         return AsyncExportStream(chunks, held)
     return SyncExportStream(chunks, held)

@@ -151,7 +151,7 @@ class Pipe(io.RawIOBase):
         return written
 
 
-def export_chunks(user: User) -> Iterator[bytes]:
+def export_chunks(user: User) -> Generator[bytes]:
     """Everything Loop keeps of `user`, as one zip, in the pieces it is written in: a record or
     a chunk of a file at a time, so no more than about CHUNK_BYTES of it is held at once."""
     pipe = Pipe()

@@ -17,6 +17,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.http import content_disposition_header
@@ -90,7 +91,7 @@ class DeleteAccountForm(forms.Form):
         self.request = request
 
     def clean_password(self) -> str:
-        password = self.cleaned_data["password"]
+        password: str = self.cleaned_data["password"]
         user = self.request.user
         checked = authenticate(self.request, username=user.get_username(), password=password)
         if checked is None or checked.pk != user.pk:
@@ -116,7 +117,7 @@ def my_data(request: SignedInRequest) -> HttpResponse:
 
 
 @require_POST
-def export(request: SignedInRequest) -> HttpResponse:
+def export(request: SignedInRequest) -> HttpResponseBase:
     """A POST with the CSRF token, so no other site can start one. The zip is sent as it is
     made; the export's hold is let go when the response closes."""
     try:

@@ -29,7 +29,7 @@ from agent.llm.factory import (
     offered_models,
     parse,
 )
-from agent.models import AgentRun, Conversation
+from agent.models import AgentRun, Conversation, QueuedTask
 from chat import exports, sidebar, waiting
 from chat.approvals import Asking, decisions_from, latest_decisions, waiting_calls, waiting_of
 from chat.rendering import (
@@ -251,8 +251,9 @@ def start(request: SignedInRequest) -> HttpResponse:
         model = runs.chat_model(None, picked, offered)
         run = runs.submit_first_run(request.user, task, model=model)
     except runs.InvalidTask as error:
-        refused_page = {"error": str(error), "task": task, "picked": picked, "offered": offered}
-        return chat_page(request, None, **refused_page, status=400)
+        return chat_page(
+            request, None, error=str(error), task=task, picked=picked, offered=offered, status=400
+        )
     return redirect("chat:conversation", run.conversation_id)
 
 
@@ -271,8 +272,15 @@ def send(request: SignedInRequest, conversation_id: int) -> HttpResponse:
         run = runs.submit_run(request.user, task, conversation, model=model)
     except runs.InvalidTask as error:
         if not request.htmx:
-            error_page = {"error": str(error), "task": task, "picked": picked, "offered": offered}
-            return chat_page(request, conversation, **error_page, status=400)
+            return chat_page(
+                request,
+                conversation,
+                error=str(error),
+                task=task,
+                picked=picked,
+                offered=offered,
+                status=400,
+            )
         response = HttpResponse(escape(str(error)))  # it may quote what the person sent
         response["HX-Retarget"] = "#send-error"
         response["HX-Reswap"] = "innerHTML"
@@ -312,7 +320,7 @@ def queued_change(request: SignedInRequest, task_id: int, change: Any) -> HttpRe
     """A change to one of the person's waiting tasks; one that no longer waits is shown as the
     queue is now (it started, or was sent), whoever asks: another person's is never found."""
     conversation_id = (
-        queued.QueuedTask.objects.filter(
+        QueuedTask.objects.filter(
             pk=task_id, conversation__in=selectors.conversations_for(request.user)
         )
         .values_list("conversation_id", flat=True)
@@ -501,6 +509,8 @@ def show(request: SignedInRequest, run_id: int) -> HttpResponse:
         run = runs.show_version(request.user, run_id)
     except AgentRun.DoesNotExist:
         raise Http404("No such turn.") from None
+    if run.conversation_id is None:  # show_version picks among a conversation's turns only
+        raise Http404("No such turn.")
     return to_conversation(request, run.conversation_id)
 
 
@@ -532,7 +542,9 @@ def rename(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     conversation = owned_conversation(request, conversation_id)
     form = RenameForm(request.POST)
     if not form.is_valid():
-        error = "The title was not changed: " + " ".join(form.errors["title"])
+        error = "The title was not changed: " + " ".join(
+            str(message) for message in form.errors["title"]
+        )
         return chat_page(request, conversation, error=error, status=400)
     runs.rename_conversation(request.user, conversation.pk, form.cleaned_data["title"])
     return back_to(request, reverse("chat:conversation", args=[conversation.pk]))
@@ -592,7 +604,7 @@ def instructions(request: SignedInRequest, conversation_id: int) -> HttpResponse
     conversation = owned_conversation(request, conversation_id)
     form = InstructionsForm(request.POST)
     if not form.is_valid():
-        error = " ".join(form.errors["instructions"])
+        error = " ".join(str(message) for message in form.errors["instructions"])
         # Shown again as typed (not saved), so shortening them loses nothing.
         conversation.instructions = form.data.get("instructions", "")
         return chat_page(request, conversation, error=error, status=400)

@@ -222,16 +222,18 @@ class KindFilter(admin.SimpleListFilter):
     title = "kind"
     parameter_name = "kind"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [("site", "site servers"), ("personal", "people's own")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() in ("site", "personal"):
             return queryset.filter(owner__isnull=self.value() == "site")
         return queryset
 
 
-class McpToolInline(admin.TabularInline):
+class McpToolInline(admin.TabularInline[Any, Any]):
     """The server's tools: enabled and auto are changed here for a console server."""
 
     model = McpTool
@@ -262,7 +264,7 @@ class McpToolInline(admin.TabularInline):
         return hints(tool.annotations or {})
 
 
-class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
+class McpServerAdmin(MalformedFiltersSaid):
     """Site servers added here are edited here; the environment's and people's are read-only
     (a person's may be disabled). Saving an enabled server lists its tools at once."""
 
@@ -582,10 +584,12 @@ class HeldFilter(admin.SimpleListFilter):
         "missing": Q(missing_since__isnull=False),
     }
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [(state, state) for state in self.STATES]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         chosen = self.STATES.get(self.value() or "")
         return queryset if chosen is None else queryset.filter(chosen)
 
@@ -596,7 +600,7 @@ class McpToolForm(forms.ModelForm):
         fields = ("enabled", "auto")
 
 
-class McpToolAdmin(MalformedFiltersSaid, admin.ModelAdmin):
+class McpToolAdmin(MalformedFiltersSaid):
     """A tool's pinned definition and any held one beside it, with their difference. Enabled
     and auto are changed for a console server's tools; a held definition of a site server's
     tool is accepted here, a person's only by its person, on their settings page."""

@@ -62,7 +62,7 @@ class OwnerFilter(UserFilter):
     path = "owner"
 
 
-class MemoryAdmin(MalformedFiltersSaid, admin.ModelAdmin):
+class MemoryAdmin(MalformedFiltersSaid):
     list_display = (
         "id",
         "owner_name",

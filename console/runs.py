@@ -120,10 +120,12 @@ class FeedbackFilter(admin.SimpleListFilter):
     title = "feedback"
     parameter_name = "feedback"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [*Rating.choices, ("none", "None given")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() == "none":
             return queryset.filter(feedback__isnull=True)
         if self.value() in Rating.values:

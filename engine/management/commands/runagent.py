@@ -62,7 +62,7 @@ CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 USAGE_ERROR = 2
 LINE_CHARS = 160  # the most of a text one line of the transcript shows
-EXIT_CODES = {
+EXIT_CODES: dict[str, int] = {
     RunStatus.SUCCEEDED: 0,
     RunStatus.FAILED: 1,
     RunStatus.HALTED: 3,
