@@ -48,6 +48,7 @@ from console.widgets import (
     change_url,
     link,
     list_url,
+    operator,
     pretty_json,
     tool_badge,
     user_link,
@@ -416,7 +417,7 @@ class McpServerAdmin(MalformedFiltersSaid):
             return
         as_user = None
         if server.auth == OAUTH:
-            as_user = request.user
+            as_user = operator(request)
             if not server.connections.filter(user=as_user, state=CONNECTED).exists():
                 self.message_user(
                     request,

@@ -17,13 +17,14 @@ from console.widgets import (
     change_url,
     filter_link,
     link,
+    operator,
     run_link,
     user_link,
 )
 from core.text import excerpt
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
-from memory.store import nearest
+from memory.store import NearMemory, nearest
 
 NEIGHBOURS = 5
 # How much of a memory's text a list or a table row shows.
@@ -32,7 +33,7 @@ TEXT_WIDTH = 80
 NOT_KEPT_SAID = "(not kept: see LOOP_FORGOTTEN_TEXT_DAYS)"
 
 
-def neighbours(memory: Memory, k: int = NEIGHBOURS) -> list[tuple[Memory, float]]:
+def neighbours(memory: Memory, k: int = NEIGHBOURS) -> list[tuple[NearMemory, float]]:
     """The owner's `k` memories nearest to this one, with their cosine similarity."""
     vector = Memory.objects.values_list("embedding", flat=True).get(pk=memory.pk)
     found = nearest(memory.owner_id, vector, k + 1, strict=True)
@@ -108,16 +109,17 @@ class MemoryAdmin(MalformedFiltersSaid):
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
-        if "delete_selected" in actions:
-            action, name, _ = actions["delete_selected"]
+        deleting = actions.get("delete_selected")
+        if deleting is not None:
+            action, name, _ = deleting
             actions["delete_selected"] = (action, name, "Forget selected memories (recorded)")
         return actions
 
     def delete_model(self, request: HttpRequest, obj: Memory) -> None:
-        forget(Memory.objects.filter(pk=obj.pk), request.user)
+        forget(Memory.objects.filter(pk=obj.pk), operator(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Memory]) -> None:
-        forget(queryset, request.user)
+        forget(queryset, operator(request))
 
     @admin.display(description="text")
     def short_text(self, memory: Memory) -> str:

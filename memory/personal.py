@@ -115,7 +115,9 @@ def stating(owner: User, text: str, vector: Vector) -> list[Memory]:
     holds, and "My favourite city is Porto" does not)."""
     threshold = store.same_fact_similarity()
     near = store.nearest(owner, vector, COPY_CANDIDATES, strict=True) if any(vector) else []
-    found = {memory.pk: memory for memory in near if 1.0 - memory.distance >= threshold}
+    found: dict[int, Memory] = {
+        memory.pk: memory for memory in near if 1.0 - memory.distance >= threshold
+    }
     for memory in holding_words_of(owner, text):
         found.setdefault(memory.pk, memory)
     return list(found.values())

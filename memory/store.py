@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from itertools import islice
+from typing import TypeAlias, TypedDict
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -22,6 +23,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.models import F
 from django.utils import timezone
+from django_stubs_ext import WithAnnotations
 from pgvector.django import CosineDistance, HnswIndex
 
 from core.recalled import RecalledMemory
@@ -111,14 +113,23 @@ def recall(owner: User, query: str, k: int | None = None) -> list[RecalledMemory
     return kept
 
 
+class Distance(TypedDict):
+    distance: float  # cosine distance to the vector searched for
+
+
+# A memory found by nearest(), with its distance (a string: the alias takes no arguments at
+# run time on Python 3.11).
+NearMemory: TypeAlias = "WithAnnotations[Memory, Distance]"
+
+
 def nearest(
-    owner: User,
+    owner: User | int,
     vector: Vector,
     limit: int,
     *,
     strict: bool = False,
     origin: str | None = None,
-) -> list[Memory]:
+) -> list[NearMemory]:
     """The owner's `limit` nearest memories by cosine distance, through the HNSW index.
 
     `strict` keeps the scan's results in exact distance order, for when the single nearest one
@@ -191,7 +202,8 @@ def value(memory: Memory, now: datetime) -> float:
 
 
 def _recency(age_days: float) -> float:
-    return 0.5 ** (age_days / settings.LOOP_MEMORY_HALF_LIFE_DAYS)
+    half_life: float = settings.LOOP_MEMORY_HALF_LIFE_DAYS
+    return float(0.5 ** (age_days / half_life))
 
 
 def reembed(batch_size: int = 256) -> int:
@@ -333,7 +345,7 @@ def _nearest(owner: User, vector: Vector, origin: str) -> _Near | None:
     return _Near(found[0], 1.0 - found[0].distance) if found else None
 
 
-def _score(memory: Memory, now: datetime) -> RecalledMemory:
+def _score(memory: NearMemory, now: datetime) -> RecalledMemory:
     age_days = (now - memory.updated_at).total_seconds() / 86400
     parts = {
         "similarity": round(1.0 - memory.distance, 4),
