@@ -86,10 +86,10 @@ def calls_of(server: McpServer) -> QuerySet[ToolExecution]:
     return calls.exclude(run__user__mcp_servers__prefix=server.prefix)
 
 
-def counted(calls: QuerySet[ToolExecution]) -> Subquery:
+def counted(rows: QuerySet[Any]) -> Subquery:
     """A row count as a subquery (no GROUP BY in the outer query)."""
     return Subquery(
-        calls.order_by().annotate(n=Func(F("pk"), function="COUNT")).values("n"),
+        rows.order_by().annotate(n=Func(F("pk"), function="COUNT")).values("n"),
         output_field=IntegerField(),
     )
 
@@ -145,7 +145,7 @@ def status_table(rows: Iterable[dict[str, Any]]) -> SafeString:
 
 
 def by_status(calls: QuerySet[ToolExecution]) -> list[dict[str, Any]]:
-    return list(calls.order_by().values("tool", "status").annotate(n=Count("pk")))
+    return [dict(row) for row in calls.order_by().values("tool", "status").annotate(n=Count("pk"))]
 
 
 # Shared displays ----------------------------------------------------------------------------------
@@ -299,10 +299,9 @@ class McpServerAdmin(MalformedFiltersSaid):
     def get_queryset(self, request: HttpRequest) -> QuerySet[McpServer]:
         tools = McpTool.objects.filter(server=OuterRef("pk"))
         offered = tools.filter(enabled=True, held_digest="", missing_since__isnull=True)
+        servers: QuerySet[McpServer] = super().get_queryset(request)
         return (
-            super()
-            .get_queryset(request)
-            .select_related("owner")
+            servers.select_related("owner")
             .prefetch_related("users", "groups")
             .annotate(
                 offered_count=counted(offered),
@@ -383,21 +382,21 @@ class McpServerAdmin(MalformedFiltersSaid):
         obj: McpServer | None = None,
         change: bool = False,
         **kwargs: Any,
-    ) -> type[forms.ModelForm]:
+    ) -> type[forms.ModelForm[Any]]:
         if not self.has_change_permission(request, obj):
             kwargs["form"] = forms.ModelForm  # nothing is taken in: no credentials field at all
-        form: type[forms.ModelForm] = super().get_form(request, obj, change, **kwargs)
+        form: type[forms.ModelForm[Any]] = super().get_form(request, obj, change, **kwargs)
         return form
 
     def save_model(
-        self, request: HttpRequest, obj: McpServer, form: forms.ModelForm, change: bool
+        self, request: HttpRequest, obj: McpServer, form: forms.ModelForm[Any], change: bool
     ) -> None:
         obj.owner = None
         obj.source = CONSOLE
         super().save_model(request, obj, form, change)
 
     def save_related(
-        self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool
+        self, request: HttpRequest, form: forms.ModelForm[Any], formsets: Any, change: bool
     ) -> None:
         super().save_related(request, form, formsets, change)
         server = form.instance
@@ -595,7 +594,7 @@ class HeldFilter(admin.SimpleListFilter):
         return queryset if chosen is None else queryset.filter(chosen)
 
 
-class McpToolForm(forms.ModelForm):
+class McpToolForm(forms.ModelForm[McpTool]):
     class Meta:
         model = McpTool
         fields = ("enabled", "auto")
@@ -649,13 +648,10 @@ class McpToolAdmin(MalformedFiltersSaid):
     def get_queryset(self, request: HttpRequest) -> QuerySet[McpTool]:
         tool = OuterRef("exposed_name")
         prefix, owner = "server__prefix", "server__owner"
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                calls=calls_counted(tool, prefix, owner, failed=False),
-                failures=calls_counted(tool, prefix, owner, failed=True),
-            )
+        tools: QuerySet[McpTool] = super().get_queryset(request)
+        return tools.annotate(
+            calls=calls_counted(tool, prefix, owner, failed=False),
+            failures=calls_counted(tool, prefix, owner, failed=True),
         )
 
     def get_fieldsets(self, request: HttpRequest, obj: McpTool | None = None) -> Any:

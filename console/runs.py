@@ -3,7 +3,7 @@ day. Records are read-only here, bar Cancel and Continue; people are accounts/ad
 
 import json
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 from django import forms
 from django.conf import settings
@@ -22,6 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import smart_split, unescape_string_literal
 from django.views.decorators.http import require_POST
+from django_stubs_ext import WithAnnotations
 
 from agent.models import (
     FINISHED,
@@ -113,6 +114,14 @@ def transcript_response(transcript: object, filename: str) -> HttpResponse:
     )
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
+
+
+class FailedCalls(TypedDict):
+    failed_calls: int  # selectors.failed_tool_calls(), as the list annotates each run
+
+
+# A string: the alias takes no arguments at run time on Python 3.11.
+RunWithFailedCalls: TypeAlias = "WithAnnotations[AgentRun, FailedCalls]"
 
 
 class FeedbackFilter(admin.SimpleListFilter):
@@ -211,7 +220,8 @@ class AgentRunAdmin(AuditAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
-        return super().get_queryset(request).annotate(failed_calls=selectors.failed_tool_calls())
+        runs: QuerySet[AgentRun] = super().get_queryset(request)
+        return runs.annotate(failed_calls=selectors.failed_tool_calls())
 
     def get_fieldsets(self, request: HttpRequest, obj: AgentRun | None = None) -> Any:
         """A run that failed says why first thing, unfolded: the reason an operator opens it."""
@@ -284,7 +294,7 @@ class AgentRunAdmin(AuditAdmin):
         return format_html('<span title="{}">{}</span>', run.model, run.model.rpartition("/")[2])
 
     @admin.display(description="calls", ordering="tool_calls")
-    def calls(self, run: AgentRun) -> SafeString | int:
+    def calls(self, run: RunWithFailedCalls) -> SafeString | int:
         if not run.failed_calls:
             return run.tool_calls
         return format_html(
@@ -296,7 +306,7 @@ class AgentRunAdmin(AuditAdmin):
         return halt_badge(run.halt_reason)
 
     @admin.display(description="failed calls")
-    def failed_tool_calls(self, run: AgentRun) -> int:
+    def failed_tool_calls(self, run: RunWithFailedCalls) -> int:
         return run.failed_calls
 
     @admin.display(description="tokens")
@@ -555,7 +565,8 @@ class UsageRange(forms.Form):
     cut = ""
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         since, until = cleaned.get("since"), cleaned.get("until")
         if since and until and since > until:
             raise forms.ValidationError("The range starts after it ends.")
