@@ -60,8 +60,9 @@ def run_of_with_state(user: User, run_id: int) -> AgentRun | None:
         .first()
     )
     if run is not None and run.conversation is not None:
-        run.conversation.last_status = run.conversation_last_status
-        run.conversation.last_cause = run.conversation_last_cause
+        # As with_last_status annotates a conversation: attributes the model does not declare.
+        run.conversation.last_status = run.conversation_last_status  # type: ignore[attr-defined]
+        run.conversation.last_cause = run.conversation_last_cause  # type: ignore[attr-defined]
     return run
 
 
@@ -91,8 +92,9 @@ class Branching(NamedTuple):
     """Where a turn stands among its versions (its siblings: regenerated or edited turns):
     which one of how many it is, and the versions before and after it."""
 
-    index: int
-    count: int
+    # The names the page reads (turn.branching.index); they shadow tuple's methods, never called.
+    index: int  # type: ignore[assignment]
+    count: int  # type: ignore[assignment]
     previous: int | None
     next: int | None
 
@@ -141,7 +143,8 @@ def runs_of(conversation: Conversation) -> ConversationPath:
 
 def branching_of(run: AgentRun) -> Branching:
     """Where the run stands among the versions of its turn."""
-    siblings = AgentRun.objects.filter(conversation_id=run.conversation_id, parent_id=run.parent_id)
+    # A run of no conversation: Django reads `= None` as IS NULL; django-stubs allows no None.
+    siblings = AgentRun.objects.filter(conversation_id=run.conversation_id, parent_id=run.parent_id)  # type: ignore[misc]
     return branching_among(list(siblings.order_by("pk").values_list("pk", flat=True)), run.pk)
 
 
@@ -281,7 +284,8 @@ def instructions_for(run: AgentRun) -> Instructions:
     """What the run's person asked of every run, and of the run's conversation, as they stand
     when it starts (an edit applies from the next run on)."""
     person = PersonalInstructions.objects.filter(user_id=run.user_id).values_list("text", flat=True)
-    conversation = Conversation.objects.filter(pk=run.conversation_id).values_list(
+    # A run of no conversation: Django reads `= None` as IS NULL; django-stubs allows no None.
+    conversation = Conversation.objects.filter(pk=run.conversation_id).values_list(  # type: ignore[misc]
         "instructions", flat=True
     )
     return Instructions(person=person.first() or "", conversation=conversation.first() or "")
@@ -290,7 +294,8 @@ def instructions_for(run: AgentRun) -> Instructions:
 def ancestors(run: AgentRun) -> list[tuple[str, str]]:
     """(task, answer) of the turns the run follows in its branch, newest first; the answer of
     one that did not finish is "" (it is no context)."""
-    rows = AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)
+    # A run of no conversation: Django reads `= None` as IS NULL; django-stubs allows no None.
+    rows = AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)  # type: ignore[misc]
     turns = {
         pk: (parent, task, answer if status in FINISHED else "")
         for pk, parent, status, task, answer in rows.values_list(

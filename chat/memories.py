@@ -77,9 +77,11 @@ def counted(count: int) -> str:
 
 def shown(user: Any, memories: list[Memory]) -> list[Shown]:
     runs = selectors.runs_by_id(user, (memory.source_run_id for memory in memories))
-    return [
-        Shown(memory, *run_and_conversation(runs.get(memory.source_run_id))) for memory in memories
-    ]
+    return [Shown(memory, *run_and_conversation(source_run(runs, memory))) for memory in memories]
+
+
+def source_run(runs: dict[int, AgentRun], memory: Memory) -> AgentRun | None:
+    return None if memory.source_run_id is None else runs.get(memory.source_run_id)
 
 
 def run_and_conversation(run: AgentRun | None) -> tuple[AgentRun | None, Conversation | None]:
@@ -144,7 +146,7 @@ def listed(
     recalled: Recalled | None,
     origin: str,
     page_key: str,
-) -> Page:
+) -> Page[Memory]:
     """One kind of the memories `found` as the page shows it: narrowed to what the run of
     `?run=` recalled, one page of it (its own page number: facts and runs page apart)."""
     if isinstance(found, QuerySet):

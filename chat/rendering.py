@@ -197,7 +197,8 @@ def labelled(conversation: Conversation) -> Conversation:
     shown done, as its answer's header says."""
     status = getattr(conversation, "last_status", None)
     only_help = getattr(conversation, "last_cause", "") == EndCause.ONLY_HELP
-    conversation.status = (
+    # The template's word for it: an attribute the model does not declare.
+    conversation.status = (  # type: ignore[attr-defined]
         ONLY_HELP_LABEL if status == RunStatus.SUCCEEDED and only_help else status_label(status)
     )
     return conversation
@@ -541,7 +542,10 @@ def page_cards(run_id: int, events: Sequence[Logged], asking: Asking | None = No
 def partial(name: str) -> Template:
     """A partial of chat/cards.html, looked up and compiled once: the socket draws one for every
     piece of every reply it streams."""
-    return get_template(f"chat/cards.html#{name}")
+    template = get_template(f"chat/cards.html#{name}")
+    if not isinstance(template, Template):  # never: the site has Django's template engine only
+        raise TypeError(f"chat/cards.html#{name} is not a Django template.")
+    return template
 
 
 def draw(name: str, **context: Any) -> str:

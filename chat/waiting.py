@@ -87,7 +87,7 @@ def waiting_page(request: SignedInRequest, error: str = "", status: int = 200) -
     return render(request, "chat/waiting.html", context, status=status)
 
 
-def awaiting_on(page: Page) -> Waiting:
+def awaiting_on(page: Page[ApprovalRequest]) -> Waiting:
     """The header's count, from the list's own (the header links to this page, not to a
     conversation)."""
     return Waiting(page.paginator.count, None)

@@ -48,7 +48,6 @@ from console.widgets import (
     change_url,
     link,
     list_url,
-    operator,
     pretty_json,
     tool_badge,
     user_link,
@@ -67,6 +66,7 @@ from mcp_servers.models import (
     McpTool,
 )
 from mcp_servers.pinning import SEPARATOR, Changes, accept_held
+from workspace.requests import person_of
 
 # A call that went wrong on the server's side (a denial or a skip is the run's, not the server's).
 FAILED = (ToolStatus.ERROR, ToolStatus.TIMEOUT)
@@ -416,7 +416,7 @@ class McpServerAdmin(MalformedFiltersSaid):
             return
         as_user = None
         if server.auth == OAUTH:
-            as_user = operator(request)
+            as_user = person_of(request)
             if not server.connections.filter(user=as_user, state=CONNECTED).exists():
                 self.message_user(
                     request,

@@ -17,7 +17,6 @@ from console.widgets import (
     change_url,
     filter_link,
     link,
-    operator,
     run_link,
     user_link,
 )
@@ -25,6 +24,7 @@ from core.text import excerpt
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
 from memory.store import NearMemory, nearest
+from workspace.requests import person_of
 
 NEIGHBOURS = 5
 # How much of a memory's text a list or a table row shows.
@@ -116,10 +116,10 @@ class MemoryAdmin(MalformedFiltersSaid):
         return actions
 
     def delete_model(self, request: HttpRequest, obj: Memory) -> None:
-        forget(Memory.objects.filter(pk=obj.pk), operator(request))
+        forget(Memory.objects.filter(pk=obj.pk), person_of(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Memory]) -> None:
-        forget(queryset, operator(request))
+        forget(queryset, person_of(request))
 
     @admin.display(description="text")
     def short_text(self, memory: Memory) -> str:

@@ -53,7 +53,6 @@ from console.widgets import (
     halt_badge,
     link,
     list_url,
-    operator,
     pretty_json,
     run_badge,
     run_link,
@@ -62,6 +61,7 @@ from console.widgets import (
 from core.text import excerpt
 from core.wording import resumed_text
 from memory.models import Memory
+from workspace.requests import person_of
 
 User = get_user_model()
 # A day of a thousand active users is a thousand rows: the page shows them a hundred at a time.
@@ -399,10 +399,10 @@ class AgentRunAdmin(AuditAdmin):
             context |= {
                 "timeline": selectors.timeline(obj),
                 "stored_memories": Memory.objects.filter(source_run_id=obj.pk).defer("embedding"),
-                "can_cancel": not obj.is_finished and can_cancel_any_run(operator(request)),
+                "can_cancel": not obj.is_finished and can_cancel_any_run(person_of(request)),
                 "can_continue": obj.can_continue
                 and obj.owner_active
-                and can_continue_any_run(operator(request)),
+                and can_continue_any_run(person_of(request)),
             }
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -440,7 +440,7 @@ class AgentRunAdmin(AuditAdmin):
         rollup.forget_days(made)
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return can_cancel_any_run(operator(request))
+        return can_cancel_any_run(person_of(request))
 
     @admin.action(description="Cancel selected runs", permissions=["cancel"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
@@ -455,7 +455,7 @@ class AgentRunAdmin(AuditAdmin):
         self.message_user(request, message, messages.SUCCESS if asked else messages.WARNING)
 
     def has_continue_permission(self, request: HttpRequest) -> bool:
-        return can_continue_any_run(operator(request))
+        return can_continue_any_run(person_of(request))
 
     @admin.action(description="Continue the selected runs", permissions=["continue"])
     def continue_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
@@ -465,7 +465,7 @@ class AgentRunAdmin(AuditAdmin):
 
     def go_on(self, request: HttpRequest, run_id: int) -> None:
         try:
-            run = continue_run_as_operator(operator(request), run_id)
+            run = continue_run_as_operator(person_of(request), run_id)
         except InvalidTask as error:
             self.message_user(request, f"Run {run_id} was not continued: {error}", messages.WARNING)
             return
@@ -479,7 +479,7 @@ class AgentRunAdmin(AuditAdmin):
         return transcript_response(transcripts(queryset), "loop-transcripts.json")
 
     def cancel(self, request: HttpRequest, run: AgentRun) -> AgentRun:
-        run = cancel_run_as_operator(operator(request), run.pk)
+        run = cancel_run_as_operator(person_of(request), run.pk)
         self.log_change(request, run, "Cancelled by an operator.")
         return run
 

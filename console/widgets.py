@@ -9,8 +9,6 @@ from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Model, QuerySet
@@ -99,13 +97,6 @@ def halt_badge(reason: str) -> SafeString:
     if reason in BREAKER_REASONS:
         return badge(reason, tone=BREAKER_TONE, symbol=BREAKER_SYMBOL)
     return badge(reason, tone=GUARD_TONE, symbol=GUARD_SYMBOL)
-
-
-def operator(request: HttpRequest) -> User:
-    """The person an admin page serves: the admin site lets in none but signed-in staff."""
-    if not isinstance(request.user, User):
-        raise PermissionDenied
-    return request.user
 
 
 def change_url(
