@@ -94,8 +94,9 @@ def unquote_fields(
 
 def any_of(fields: Iterable[str], forms: set[str]) -> Q:
     """Rows where any of `fields` holds any of `forms`."""
-    quoting = [(f"{field}__contains", form) for field in fields for form in forms]
-    return Q.create(quoting, connector=Q.OR)
+    return Q.create(
+        [(f"{field}__contains", form) for field in fields for form in forms], connector=Q.OR
+    )
 
 
 def unquoted(value: Any, pattern: re.Pattern[str]) -> Any:

@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import BadRequest, SuspiciousOperation
 from django.http import FileResponse, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
@@ -143,7 +144,7 @@ def preview_template(request: SignedInRequest) -> str:
 
 
 @require_GET
-def image(request: SignedInRequest, path: str) -> HttpResponse:
+def image(request: SignedInRequest, path: str) -> HttpResponseBase:
     """An image for a preview's <img>: served as what its first bytes prove it is, in a sandbox
     of its own, so that even opened on its own it can run nothing."""
     try:
@@ -160,7 +161,7 @@ def image(request: SignedInRequest, path: str) -> HttpResponse:
 
 
 @require_GET
-def raw(request: SignedInRequest, path: str) -> HttpResponse:
+def raw(request: SignedInRequest, path: str) -> HttpResponseBase:
     """The file as a download: never rendered from this origin, whatever its name says."""
     try:
         download = browse.open_download(workspace_of(request.user), path)

@@ -281,7 +281,9 @@ class Command(BaseCommand):
     def user(self, username: str | None) -> User:
         users = get_user_model()
         if username is None:
-            user, created = users.objects.get_or_create(**{users.USERNAME_FIELD: CLI_USER})
+            user, created = users.objects.get_or_create(
+                defaults=None, **{users.USERNAME_FIELD: CLI_USER}
+            )
             if created:
                 user.set_unusable_password()
                 user.save()
