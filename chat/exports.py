@@ -131,20 +131,20 @@ def step_of(event: Event | Unreadable, texts: Texts) -> dict[str, Any] | None:
         case ModelReplied() if event.tool_calls and event.text.strip():
             return {"kind": "model_said", "text": event.text}
         case ApprovalDecided():
-            decided = {"kind": "decision", "tool": event.tool, "decision": str(event.decision)}
+            decided = {"kind": "decision", "tool": event.tool, "decision": event.decision}
             return decided | ({"reason": event.reason} if event.reason else {})
         case ToolCallFinished():
             return {
                 "kind": "tool_call",
                 "tool": event.tool,
                 "arguments": event.arguments,
-                "status": str(event.status),
+                "status": event.status,
                 "output": output_of(event, texts),
                 "result": event.text,
                 "truncated": event.truncated,
             }
         case RunHalted():
-            return {"kind": "halted", "reason": str(event.reason), "detail": event.detail}
+            return {"kind": "halted", "reason": event.reason, "detail": event.detail}
     return None
 
 

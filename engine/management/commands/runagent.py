@@ -376,7 +376,7 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             return [f"step {event.step}  {event.tool} waits for a decision{why}"]
         case ApprovalDecided():
             by = f" by {event.by}" if event.by else ""
-            decided = DECIDED.get(event.decision, str(event.decision))
+            decided = DECIDED.get(event.decision, event.decision)
             why = f": {excerpt(event.reason, LINE_CHARS)}" if event.reason else ""
             return [f"step {event.step}  {event.tool} {decided}{by}{why}"]
         case RunResumed():
