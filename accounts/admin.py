@@ -34,19 +34,19 @@ def is_superuser(request: HttpRequest) -> bool:
     return request.user.is_active and request.user.is_superuser
 
 
-def any_privileged(users: QuerySet | list[Model]) -> bool:
+def any_privileged(users: QuerySet[Any] | list[Model]) -> bool:
     pks = [user.pk for user in users]
     return User.objects.filter(PRIVILEGED, pk__in=pks).exists()
 
 
-class Approves:
+class Approves(admin.ModelAdmin[Any]):
     """The action that lets selected sign-ups in, for whoever may approve sign-ups."""
 
     def has_approve_signup_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(APPROVE_SIGNUP)
 
     @admin.action(description="Approve selected sign-ups", permissions=["approve_signup"])
-    def approve(self, request: HttpRequest, queryset: QuerySet) -> None:
+    def approve(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         # Counted before the update: the sign-ups page's queryset holds only accounts waiting,
         # so counted after it, the approved ones were gone and "-1 selected were not waiting".
         selected = queryset.count()
@@ -69,7 +69,7 @@ class Approves:
 
 
 @admin.register(SignUp)
-class SignUpAdmin(Approves, MalformedFiltersSaid, admin.ModelAdmin):
+class SignUpAdmin(Approves, MalformedFiltersSaid):
     """Only the accounts waiting, read-only: what an operator who approves sign-ups needs."""
 
     list_display = ("username", "email", "date_joined")
@@ -99,10 +99,12 @@ class ApprovalFilter(admin.SimpleListFilter):
     title = "approval"
     parameter_name = "approval"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [("waiting", "Waiting for approval")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() == "waiting":
             return queryset.filter(WAITING_FOR_APPROVAL)
         return queryset
@@ -112,13 +114,13 @@ admin.site.unregister(User)
 
 
 @admin.register(User)
-class PeopleAdmin(Approves, MalformedFiltersSaid, auth_admin.UserAdmin):
+class PeopleAdmin(Approves, MalformedFiltersSaid, auth_admin.UserAdmin[User]):
     form = PersonChangeForm
     add_form = PersonCreationForm
     list_display = ("username", "email", "is_active", "is_staff", "date_joined", "last_login")
     list_filter = (ApprovalFilter, *auth_admin.UserAdmin.list_filter)
     actions = ("approve",)
-    fieldsets = (*auth_admin.UserAdmin.fieldsets, ("Activity", {"fields": ("activity",)}))
+    fieldsets = (*(auth_admin.UserAdmin.fieldsets or ()), ("Activity", {"fields": ("activity",)}))
     readonly_fields = ("activity",)
 
     class Media:

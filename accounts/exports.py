@@ -13,7 +13,7 @@ from http import HTTPStatus
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.handlers.asgi import ASGIRequest
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.http import HttpRequest
@@ -57,14 +57,14 @@ class HeldExport:
     def lock(self, key: str) -> bool:
         with self._connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [key])
-            return cursor.fetchone()[0]
+            return bool(cursor.fetchone()[0])
 
     def release(self) -> None:
         """Let go of every lock: they belong to the connection's session."""
         self._connection.close()
 
 
-def start_export(user: AbstractBaseUser) -> HeldExport:
+def start_export(user: User) -> HeldExport:
     """Hold the person's export and a place among the site's, and count it as started; or
     ExportRefused, holding nothing."""
     held = HeldExport()
@@ -76,7 +76,7 @@ def start_export(user: AbstractBaseUser) -> HeldExport:
     return held
 
 
-def admit(held: HeldExport, user: AbstractBaseUser) -> None:
+def admit(held: HeldExport, user: User) -> None:
     if not held.lock(PERSON_LOCK.format(user.pk)):
         raise ExportRefused(UNDER_WAY, HTTPStatus.CONFLICT)
     # Only the holder of the person's lock reads and writes the time below: no race.
@@ -91,7 +91,7 @@ def admit(held: HeldExport, user: AbstractBaseUser) -> None:
     ExportStart.objects.update_or_create(user=user, defaults={"started_at": timezone.now()})
 
 
-def seconds_to_wait(user: AbstractBaseUser) -> int:
+def seconds_to_wait(user: User) -> int:
     """How long until the person may start another export; 0: now."""
     started = ExportStart.objects.filter(user=user).values_list("started_at", flat=True).first()
     if started is None:
@@ -129,15 +129,19 @@ class SyncExportStream(ExportStream):
         return self._chunks
 
 
+def next_chunk(chunks: Iterator[bytes]) -> bytes | None:
+    return next(chunks, None)
+
+
 class AsyncExportStream(ExportStream):
     """Under ASGI Django reads a synchronous iterator whole before sending a byte of it, which
     would hold the whole zip in memory: here each chunk is made in the request's own thread (its
     database connection) and sent before the next is made."""
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        pull = sync_to_async(next, thread_sensitive=True)
+        pull = sync_to_async(next_chunk, thread_sensitive=True)
         try:
-            while (chunk := await pull(self._chunks, None)) is not None:
+            while (chunk := await pull(self._chunks)) is not None:
                 yield chunk
         except Exception:
             # Django's ASGI handler closes the response when it is sent or the client went
@@ -146,7 +150,9 @@ class AsyncExportStream(ExportStream):
             raise
 
 
-def export_stream(request: HttpRequest, chunks: Generator[bytes], held: HeldExport) -> ExportStream:
+def export_stream(
+    request: HttpRequest, chunks: Generator[bytes], held: HeldExport
+) -> SyncExportStream | AsyncExportStream:
     if isinstance(request, ASGIRequest):
         return AsyncExportStream(chunks, held)
     return SyncExportStream(chunks, held)

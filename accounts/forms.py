@@ -11,6 +11,7 @@ from django.contrib.auth.forms import (
     UserChangeForm,
     UserCreationForm,
 )
+from django.contrib.auth.models import User
 from django.contrib.auth.validators import ASCIIUsernameValidator
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
@@ -49,7 +50,7 @@ class LoginForm(AuthenticationForm):
         return person is not None and person.check_password(password)
 
 
-class SignUpForm(UserCreationForm):
+class SignUpForm(UserCreationForm[User]):
     """Django's sign-up form, for ASCII names only (a well-known rule that keeps look-alikes
     from other scripts out at once), and silent on whether a name is taken: Django's form says
     so, which tells anyone which accounts exist. accounts.signups decides, and the view answers
@@ -69,7 +70,7 @@ class SignUpForm(UserCreationForm):
 
     def clean_username(self) -> str:
         """A deleted account's placeholder name, or a look-alike of one, is refused."""
-        name = self.cleaned_data["username"]
+        name: str = self.cleaned_data["username"]
         refuse_placeholder_look_alike(name)
         return name
 
@@ -77,7 +78,7 @@ class SignUpForm(UserCreationForm):
         """Left to accounts.signups: the name is the only unique field a person fills in."""
 
 
-class PersonCreationForm(AdminUserCreationForm):
+class PersonCreationForm(AdminUserCreationForm[User]):
     """The admin's "Add user" form: an operator cannot make a placeholder look-alike either."""
 
     def clean_username(self) -> str:
@@ -86,12 +87,12 @@ class PersonCreationForm(AdminUserCreationForm):
         return name
 
 
-class PersonChangeForm(UserChangeForm):
+class PersonChangeForm(UserChangeForm[User]):
     """The admin's account form: a name changed to a placeholder look-alike is refused; a
     placeholder's own name, left as it is, is not a change."""
 
     def clean_username(self) -> str:
-        name = self.cleaned_data["username"]
+        name: str = self.cleaned_data["username"]
         if "username" in self.changed_data:
             refuse_placeholder_look_alike(name)
         return name
@@ -108,7 +109,7 @@ class ThrottledPasswordChangeForm(PasswordChangeForm):
         self.request = request
 
     def clean_old_password(self) -> str:
-        old_password = self.cleaned_data["old_password"]
+        old_password: str = self.cleaned_data["old_password"]
         checked = authenticate(
             self.request, username=self.user.get_username(), password=old_password
         )

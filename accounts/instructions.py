@@ -2,16 +2,17 @@
 system prompt of every run they start, as their preferences (core.instructions)."""
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from agent.instructions import InstructionsForm, personal_instructions_of, set_personal_instructions
 from core.instructions import INSTRUCTIONS_CHARS
+from workspace.requests import SignedInRequest
 
 
 @require_http_methods(["GET", "POST"])
-def instruction_settings(request: HttpRequest) -> HttpResponse:
+def instruction_settings(request: SignedInRequest) -> HttpResponse:
     if request.method == "POST":
         form = InstructionsForm(request.POST)
         if form.is_valid():

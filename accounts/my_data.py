@@ -31,7 +31,7 @@ from django.apps import apps
 from django.conf import settings
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
 from django.utils import timezone
@@ -110,7 +110,7 @@ class WrongPassword(AccountNotDeleted):
 class Deletion:
     """What deleting an account did: who keeps its runs now, and how much went."""
 
-    placeholder: AbstractBaseUser
+    placeholder: User
     runs_cancelled: int
     runs_anonymised: int
     memories: int
@@ -120,7 +120,7 @@ class Deletion:
 # The export ----------------------------------------------------------------------------------
 
 
-def held_by(user: AbstractBaseUser) -> dict[str, int]:
+def held_by(user: User) -> dict[str, int]:
     """How much Loop keeps of the person, for the page that offers to export or delete it."""
     return {
         "conversations": Conversation.objects.filter(owner=user).count(),
@@ -151,7 +151,7 @@ class Pipe(io.RawIOBase):
         return written
 
 
-def export_chunks(user: AbstractBaseUser) -> Iterator[bytes]:
+def export_chunks(user: User) -> Generator[bytes]:
     """Everything Loop keeps of `user`, as one zip, in the pieces it is written in: a record or
     a chunk of a file at a time, so no more than about CHUNK_BYTES of it is held at once."""
     pipe = Pipe()
@@ -160,7 +160,7 @@ def export_chunks(user: AbstractBaseUser) -> Iterator[bytes]:
             yield written
 
 
-def write_export(user: AbstractBaseUser, pipe: Pipe) -> Iterator[None]:
+def write_export(user: User, pipe: Pipe) -> Iterator[None]:
     """Write the zip into `pipe`, pausing after each record and each chunk of a file. The
     records (JSON, small, compressible) are deflated; the workspace's files are stored, which
     costs no CPU for files that are mostly compressed already or large."""
@@ -173,7 +173,7 @@ def write_export(user: AbstractBaseUser, pipe: Pipe) -> Iterator[None]:
     yield
 
 
-def records(user: AbstractBaseUser) -> Iterator[tuple[str, Any]]:
+def records(user: User) -> Iterator[tuple[str, Any]]:
     """Each record of the person's, with its name in the zip."""
     yield "account.json", account_of(user)
     for conversation in Conversation.objects.filter(owner=user).order_by("pk"):
@@ -191,7 +191,7 @@ def when(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment else None
 
 
-def account_of(user: AbstractBaseUser) -> dict[str, Any]:
+def account_of(user: User) -> dict[str, Any]:
     return {
         "format": EXPORT_FORMAT,
         "username": user.get_username(),
@@ -206,7 +206,7 @@ def account_of(user: AbstractBaseUser) -> dict[str, Any]:
     }
 
 
-def mcp_servers_of(user: AbstractBaseUser) -> list[dict[str, Any]]:
+def mcp_servers_of(user: User) -> list[dict[str, Any]]:
     """The person's own MCP servers and their tools; never a credential (those are sealed, and
     stay on the site): two queries."""
     servers = McpServer.objects.filter(owner=user).order_by("pk").prefetch_related("tools")
@@ -226,7 +226,7 @@ def mcp_servers_of(user: AbstractBaseUser) -> list[dict[str, Any]]:
     ]
 
 
-def approvals_of(user: AbstractBaseUser) -> dict[str, Any]:
+def approvals_of(user: User) -> dict[str, Any]:
     """The person's approval choices (all off until they make one) and their grants: two
     queries."""
     chosen = ApprovalPreference.objects.filter(user=user).first()
@@ -252,7 +252,7 @@ def conversation_name(conversation: Conversation) -> str:
     return f"conversations/{conversation.pk}-{slug}.json"
 
 
-def conversation_of(conversation: Conversation, user: AbstractBaseUser) -> dict[str, Any]:
+def conversation_of(conversation: Conversation, user: User) -> dict[str, Any]:
     """The conversation and its runs' transcripts, oldest first: two queries for its runs. Only
     the user's own runs, whatever else a conversation may come to hold."""
     return {
@@ -266,7 +266,7 @@ def conversation_of(conversation: Conversation, user: AbstractBaseUser) -> dict[
     }
 
 
-def loose_transcripts(user: AbstractBaseUser) -> Iterator[dict[str, Any]]:
+def loose_transcripts(user: User) -> Iterator[dict[str, Any]]:
     """The transcripts of the user's runs outside any conversation, a batch at a time, so a
     long history is never read whole."""
     ids = list(
@@ -279,7 +279,7 @@ def loose_transcripts(user: AbstractBaseUser) -> Iterator[dict[str, Any]]:
         yield from transcripts(AgentRun.objects.filter(pk__in=batch))
 
 
-def memories_of(user: AbstractBaseUser) -> list[dict[str, Any]]:
+def memories_of(user: User) -> list[dict[str, Any]]:
     memories = Memory.objects.filter(owner=user).defer("embedding").order_by("pk")
     return [
         {
@@ -296,7 +296,7 @@ def memories_of(user: AbstractBaseUser) -> list[dict[str, Any]]:
     ]
 
 
-def readme(user: AbstractBaseUser, skipped: list[str]) -> str:
+def readme(user: User, skipped: list[str]) -> str:
     note = ""
     if skipped:
         listed = "".join(f"\n                      {escaped_name(name)}" for name in skipped)
@@ -412,7 +412,7 @@ def copy_into(
 # Deleting the account ------------------------------------------------------------------------
 
 
-def delete_account(user: AbstractBaseUser, password: str) -> Deletion:
+def delete_account(user: User, password: str) -> Deletion:
     """Delete `user`'s account, once their password is checked: their live runs are asked to
     stop first; then, in one transaction, their memories (each forgetting recorded, without its
     text), their conversations and the account go, and their runs, with their event logs and
@@ -487,7 +487,7 @@ def is_an_id(name: str) -> bool:
     return name.isascii() and name.isdecimal()
 
 
-def hold_account(user: AbstractBaseUser) -> None:
+def hold_account(user: User) -> None:
     """Lock the account's row to the transaction's end against starting a run and remembering
     (both lock it first), so no run starts meanwhile; an account already gone (deleted from
     another device at the same time) is refused, and nothing more is made or changed. A lock
@@ -498,7 +498,7 @@ def hold_account(user: AbstractBaseUser) -> None:
         raise AccountNotDeleted("This account is already deleted.")
 
 
-def cancel_live_runs(user: AbstractBaseUser, *, only_unasked: bool = False) -> int:
+def cancel_live_runs(user: User, *, only_unasked: bool = False) -> int:
     """Ask each run still queued or running to stop, deleted conversations' included: a queued
     one ends at once, a running one within a second and, cancelled, remembers nothing.
     `only_unasked` leaves out the running ones already asked."""
@@ -511,7 +511,7 @@ def cancel_live_runs(user: AbstractBaseUser, *, only_unasked: bool = False) -> i
     return len(runs)
 
 
-def make_placeholder() -> AbstractBaseUser:
+def make_placeholder() -> User:
     """An account of its own for one deleted account's runs: inactive, with no usable password,
     and a last login (the deletion's time), so it is never taken for a sign-up waiting for an
     operator's approval."""
@@ -526,7 +526,7 @@ def make_placeholder() -> AbstractBaseUser:
     return placeholder
 
 
-def hand_over_runs(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> int:
+def hand_over_runs(user: User, placeholder: User) -> int:
     """The runs, their logs and audit rows stay, the placeholder's and in no conversation; who
     asked a continue stays right (the owner is the placeholder now)."""
     runs = AgentRun.objects.filter(user=user)
@@ -535,7 +535,7 @@ def hand_over_runs(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> int
     return runs.update(user=placeholder, conversation=None)
 
 
-def anonymise_forgettings(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> None:
+def anonymise_forgettings(user: User, placeholder: User) -> None:
     """Every forgetting record that names the person names the placeholder instead, and those
     of the person's memories keep no text, whatever LOOP_FORGOTTEN_TEXT_DAYS says."""
     name = placeholder.get_username()
@@ -547,7 +547,7 @@ def anonymise_forgettings(user: AbstractBaseUser, placeholder: AbstractBaseUser)
     )
 
 
-def anonymise_admin_log(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> None:
+def anonymise_admin_log(user: User, placeholder: User) -> None:
     """Operators' log entries about the account (approving the sign-up, say, which the admin logs
     under a proxy of the user model) stay, about the placeholder."""
     concrete = get_user_model()
@@ -561,7 +561,7 @@ def anonymise_admin_log(user: AbstractBaseUser, placeholder: AbstractBaseUser) -
     )
 
 
-def anonymise_logins(user: AbstractBaseUser, placeholder: AbstractBaseUser) -> None:
+def anonymise_logins(user: User, placeholder: User) -> None:
     """django-axes' records of the account's logins and failed attempts (time, address, browser)
     stay for the operators' security audit, under the placeholder's name."""
     name, placeholder_name = user.get_username(), placeholder.get_username()

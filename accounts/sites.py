@@ -5,7 +5,8 @@ password there either."""
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django.urls import reverse
 
 from accounts.forms import ThrottledPasswordChangeForm
@@ -17,9 +18,11 @@ class ThrottledAdminPasswordChangeForm(ThrottledPasswordChangeForm):
 
 
 class LoopAdminSite(admin.AdminSite):
-    def password_change(
+    # Typed as what it returns, as Django's own does: the view's answer, a redirect once the
+    # password is changed (django-stubs says TemplateResponse, the form's page only).
+    def password_change(  # type: ignore[override]
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
+    ) -> HttpResponseBase:
         """Django's `AdminSite.password_change`, with the form that counts wrong old passwords."""
         defaults: dict[str, Any] = {
             "form_class": ThrottledAdminPasswordChangeForm,

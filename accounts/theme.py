@@ -38,7 +38,7 @@ class Theme:
 def chosen(request: HttpRequest) -> Theme:
     """The person's choice from their cookie; anything else (none, or garbled) is the system's."""
     value = request.COOKIES.get(COOKIE, "system")
-    return Theme(value if value in CHOICES else "system")  # type: ignore[arg-type]
+    return Theme(value if value in CHOICES else "system")
 
 
 def theme(request: HttpRequest) -> dict[str, object]:

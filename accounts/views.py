@@ -17,6 +17,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.http import content_disposition_header
@@ -26,6 +27,7 @@ from accounts import signups
 from accounts.exports import ExportRefused, export_stream, start_export
 from accounts.forms import SignUpForm, ThrottledPasswordChangeForm
 from accounts.my_data import AccountNotDeleted, delete_account, export_chunks, held_by
+from workspace.requests import SignedInRequest
 
 # The backend a fresh account logs in with (the first one, axes, only counts failures).
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
@@ -84,12 +86,12 @@ class DeleteAccountForm(forms.Form):
         widget=forms.PasswordInput(attrs={"autocomplete": "current-password"}),
     )
 
-    def __init__(self, *args: Any, request: HttpRequest, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, request: SignedInRequest, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.request = request
 
     def clean_password(self) -> str:
-        password = self.cleaned_data["password"]
+        password: str = self.cleaned_data["password"]
         user = self.request.user
         checked = authenticate(self.request, username=user.get_username(), password=password)
         if checked is None or checked.pk != user.pk:
@@ -98,7 +100,7 @@ class DeleteAccountForm(forms.Form):
 
 
 def my_data_page(
-    request: HttpRequest, form: DeleteAccountForm, refused: ExportRefused | None = None
+    request: SignedInRequest, form: DeleteAccountForm, refused: ExportRefused | None = None
 ) -> HttpResponse:
     context = {"form": form, "held": held_by(request.user), "export_refused": refused}
     response = render(request, "accounts/my_data.html", context)
@@ -110,12 +112,12 @@ def my_data_page(
 
 
 @require_GET
-def my_data(request: HttpRequest) -> HttpResponse:
+def my_data(request: SignedInRequest) -> HttpResponse:
     return my_data_page(request, DeleteAccountForm(request=request))
 
 
 @require_POST
-def export(request: HttpRequest) -> HttpResponse:
+def export(request: SignedInRequest) -> HttpResponseBase:
     """A POST with the CSRF token, so no other site can start one. The zip is sent as it is
     made; the export's hold is let go when the response closes."""
     try:
@@ -130,7 +132,7 @@ def export(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def delete(request: HttpRequest) -> HttpResponse:
+def delete(request: SignedInRequest) -> HttpResponse:
     form = DeleteAccountForm(request.POST, request=request)
     if not form.is_valid():
         return my_data_page(request, form)

@@ -51,8 +51,9 @@ from urllib.parse import urlsplit
 
 import psycopg
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
+from channels.layers import BaseChannelLayer, get_channel_layer
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.db import DatabaseError, connections
 from django.dispatch import receiver
@@ -113,6 +114,14 @@ def delta(run_id: int, step: int, text: str, at: int | None = None) -> dict[str,
     """A piece of the reply to step `step`, the `at` characters before it sent already (None
     from a publisher that did not say): a page that missed what came before knows it did."""
     return {"type": "run.delta", "run": run_id, "step": step, "text": text, "at": at}
+
+
+def channel_layer() -> BaseChannelLayer:
+    """The site's channel layer (CHANNEL_LAYERS always names one)."""
+    layer = get_channel_layer()
+    if layer is None:
+        raise ImproperlyConfigured("CHANNEL_LAYERS names no default layer.")
+    return layer
 
 
 def describe(error: BaseException) -> str:
@@ -542,7 +551,7 @@ class RedisSender:
     def send(self, outgoing: Outgoing) -> None:
         if self.loop is None:
             self.loop = asyncio.new_event_loop()
-        sending = get_channel_layer().group_send(outgoing.group, outgoing.message)
+        sending = channel_layer().group_send(outgoing.group, outgoing.message)
         self.loop.run_until_complete(asyncio.wait_for(sending, SEND_SECONDS))
 
     def rest(self) -> None:
@@ -640,7 +649,7 @@ class NotifyListener:
             del self.watched[run_id]
 
     async def listen(self) -> None:
-        layer = get_channel_layer()
+        layer = channel_layer()
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(

@@ -78,7 +78,7 @@ def check_model_name_lengths(app_configs: Any = None, **kwargs: Any) -> list[Che
     named += [("LOOP_OPENAI_MODEL", settings.LOOP_OPENAI_MODEL)]
     for setting, name in named:
         model = parse(name).model if setting != "LOOP_OPENAI_MODEL" else name
-        if len(model) > MODEL_CHARS:
+        if MODEL_CHARS is not None and len(model) > MODEL_CHARS:
             problems.append(
                 Warning(
                     f"{setting} names {name!r}, whose model name is {len(model)} characters "

@@ -59,7 +59,10 @@ def connection_of_its_own(alias: str = DEFAULT_DB_ALIAS) -> BaseDatabaseWrapper:
     settings = connections.settings[alias]
     options = {name: value for name, value in settings["OPTIONS"].items() if name != "pool"}
     backend = load_backend(settings["ENGINE"])
-    return backend.DatabaseWrapper({**settings, "OPTIONS": options, "CONN_MAX_AGE": 0}, alias)
+    wrapper: BaseDatabaseWrapper = backend.DatabaseWrapper(
+        {**settings, "OPTIONS": options, "CONN_MAX_AGE": 0}, alias
+    )
+    return wrapper
 
 
 def database_unreachable(error: BaseException | None) -> bool:

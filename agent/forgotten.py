@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
@@ -25,7 +25,7 @@ from memory.models import ForgottenMemory, Memory
 FORGOTTEN = "[forgotten]"
 
 
-def take_back(owner: AbstractBaseUser, memories: QuerySet[Memory]) -> list[ForgottenMemory]:
+def take_back(owner: User, memories: QuerySet[Memory]) -> list[ForgottenMemory]:
     """Forget `memories` (the owner's own: the caller chose them) as their owner, and take
     their texts out of the owner's runs, in one transaction."""
     with transaction.atomic():
@@ -35,7 +35,7 @@ def take_back(owner: AbstractBaseUser, memories: QuerySet[Memory]) -> list[Forgo
     return records
 
 
-def unquote(owner: AbstractBaseUser, texts: Iterable[str]) -> int:
+def unquote(owner: User, texts: Iterable[str]) -> int:
     """Replace each quote of `texts` in the owner's runs with FORGOTTEN; how many rows changed."""
     forms = {form for text in texts if text.strip() for form in quoted_forms(text)}
     if not forms:
@@ -94,8 +94,9 @@ def unquote_fields(
 
 def any_of(fields: Iterable[str], forms: set[str]) -> Q:
     """Rows where any of `fields` holds any of `forms`."""
-    quoting = [(f"{field}__contains", form) for field in fields for form in forms]
-    return Q.create(quoting, connector=Q.OR)
+    return Q.create(
+        [(f"{field}__contains", form) for field in fields for form in forms], connector=Q.OR
+    )
 
 
 def unquoted(value: Any, pattern: re.Pattern[str]) -> Any:

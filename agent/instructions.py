@@ -3,7 +3,7 @@ conversation's; core.instructions says how a run's system prompt carries them. T
 both pages use, with the one message for instructions too long."""
 
 from django import forms
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from agent.models import Conversation, PersonalInstructions
 from agent.selectors import conversations_for
@@ -30,19 +30,17 @@ class InstructionsForm(forms.Form):
         self.fields["instructions"].widget.attrs.pop("maxlength", None)
 
 
-def personal_instructions_of(user: AbstractBaseUser) -> str:
+def personal_instructions_of(user: User) -> str:
     found = PersonalInstructions.objects.filter(user=user).values_list("text", flat=True)
     return found.first() or ""
 
 
-def set_personal_instructions(user: AbstractBaseUser, text: str) -> None:
+def set_personal_instructions(user: User, text: str) -> None:
     """Runs the person starts from now on read these; runs already started keep what they read."""
     PersonalInstructions.objects.update_or_create(user=user, defaults={"text": text})
 
 
-def set_conversation_instructions(
-    user: AbstractBaseUser, conversation_id: int, text: str
-) -> Conversation:
+def set_conversation_instructions(user: User, conversation_id: int, text: str) -> Conversation:
     """The instructions of one of the person's own conversations (another's does not exist
     here: Conversation.DoesNotExist)."""
     conversation = conversations_for(user).get(pk=conversation_id)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from agent.llm.factory import (
@@ -29,23 +29,23 @@ from memory.forgetting import remembered_by
 from memory.models import Memory
 
 
-def runs_for(user: AbstractBaseUser) -> QuerySet[AgentRun]:
+def runs_for(user: User) -> QuerySet[AgentRun]:
     """The user's runs, less those of conversations they deleted."""
     return AgentRun.objects.filter(user=user).filter(
         Q(conversation__isnull=True) | Q(conversation__deleted_at__isnull=True)
     )
 
 
-def conversations_for(user: AbstractBaseUser) -> QuerySet[Conversation]:
+def conversations_for(user: User) -> QuerySet[Conversation]:
     return Conversation.objects.filter(owner=user, deleted_at__isnull=True)
 
 
-def run_of(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
+def run_of(user: User, run_id: int) -> AgentRun | None:
     """The user's run of that id, or None (another person's, or of a deleted conversation)."""
     return runs_for(user).filter(pk=run_id).first()
 
 
-def run_of_with_state(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
+def run_of_with_state(user: User, run_id: int) -> AgentRun | None:
     """As run_of, in the same one query: the run's feedback (`getattr(run, "feedback", None)`)
     and its conversation with `last_status` (as with_last_status), for a page that redraws the
     run's status, its feedback and the sidebar's icon together."""
@@ -61,12 +61,13 @@ def run_of_with_state(user: AbstractBaseUser, run_id: int) -> AgentRun | None:
         .first()
     )
     if run is not None and run.conversation is not None:
-        run.conversation.last_status = run.conversation_last_status
-        run.conversation.last_cause = run.conversation_last_cause
+        # As with_last_status annotates a conversation: attributes the model does not declare.
+        run.conversation.last_status = run.conversation_last_status  # type: ignore[attr-defined]
+        run.conversation.last_cause = run.conversation_last_cause  # type: ignore[attr-defined]
     return run
 
 
-def runs_by_id(user: AbstractBaseUser, ids: Iterable[int | None]) -> dict[int, AgentRun]:
+def runs_by_id(user: User, ids: Iterable[int | None]) -> dict[int, AgentRun]:
     """The user's runs of these ids, by id, each with its conversation: the runs that stored
     their memories. A run of a deleted conversation is still theirs here (its memory outlived
     it); a reader links to the conversation only while `conversation.deleted_at` is None."""
@@ -92,8 +93,9 @@ class Branching(NamedTuple):
     """Where a turn stands among its versions (its siblings: regenerated or edited turns):
     which one of how many it is, and the versions before and after it."""
 
-    index: int
-    count: int
+    # The names the page reads (turn.branching.index); they shadow tuple's methods, never called.
+    index: int  # type: ignore[assignment]
+    count: int  # type: ignore[assignment]
     previous: int | None
     next: int | None
 
@@ -142,7 +144,8 @@ def runs_of(conversation: Conversation) -> ConversationPath:
 
 def branching_of(run: AgentRun) -> Branching:
     """Where the run stands among the versions of its turn."""
-    siblings = AgentRun.objects.filter(conversation_id=run.conversation_id, parent_id=run.parent_id)
+    # A run of no conversation: Django reads `= None` as IS NULL; django-stubs allows no None.
+    siblings = AgentRun.objects.filter(conversation_id=run.conversation_id, parent_id=run.parent_id)  # type: ignore[misc]
     return branching_among(list(siblings.order_by("pk").values_list("pk", flat=True)), run.pk)
 
 
@@ -189,7 +192,7 @@ def model_offered(run: AgentRun, offered: list[ModelChoice] | None = None) -> bo
     return ModelChoice(run.provider, run.model) in offered
 
 
-def remembered_in(user: AbstractBaseUser, conversation: Conversation) -> QuerySet[Memory]:
+def remembered_in(user: User, conversation: Conversation) -> QuerySet[Memory]:
     """What the conversation's runs stored in their owner's memory (what deleting it may forget)."""
     return remembered_by(user, conversation.runs.values("pk"))
 
@@ -204,7 +207,7 @@ def with_last_status(conversations: QuerySet[Conversation]) -> QuerySet[Conversa
     )
 
 
-def conversations_with_status(user: AbstractBaseUser) -> QuerySet[Conversation]:
+def conversations_with_status(user: User) -> QuerySet[Conversation]:
     """The user's conversations, most recently updated first, each with its `last_status`."""
     return with_last_status(conversations_for(user))
 
@@ -231,7 +234,7 @@ def events_of(run: AgentRun, *, after: int = 0, limit: int | None = None) -> lis
 
 
 def events_of_run_of(
-    user: AbstractBaseUser, run_id: int, *, after: int = 0, limit: int | None = None
+    user: User, run_id: int, *, after: int = 0, limit: int | None = None
 ) -> list[Logged]:
     """The events after seq `after` of the user's run of that id, in order (at most `limit`),
     in one query that also checks the run is theirs: none if it is not (another person's, of a
@@ -282,7 +285,8 @@ def instructions_for(run: AgentRun) -> Instructions:
     """What the run's person asked of every run, and of the run's conversation, as they stand
     when it starts (an edit applies from the next run on)."""
     person = PersonalInstructions.objects.filter(user_id=run.user_id).values_list("text", flat=True)
-    conversation = Conversation.objects.filter(pk=run.conversation_id).values_list(
+    # A run of no conversation: Django reads `= None` as IS NULL; django-stubs allows no None.
+    conversation = Conversation.objects.filter(pk=run.conversation_id).values_list(  # type: ignore[misc]
         "instructions", flat=True
     )
     return Instructions(person=person.first() or "", conversation=conversation.first() or "")
@@ -291,7 +295,8 @@ def instructions_for(run: AgentRun) -> Instructions:
 def ancestors(run: AgentRun) -> list[tuple[str, str]]:
     """(task, answer) of the turns the run follows in its branch, newest first; the answer of
     one that did not finish is "" (it is no context)."""
-    rows = AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)
+    # A run of no conversation: Django reads `= None` as IS NULL; django-stubs allows no None.
+    rows = AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)  # type: ignore[misc]
     turns = {
         pk: (parent, task, answer if status in FINISHED else "")
         for pk, parent, status, task, answer in rows.values_list(

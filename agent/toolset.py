@@ -3,7 +3,7 @@ may use (mcp_servers/tools.py)."""
 
 from functools import partial
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from mcp_servers.tools import tools_for, withdrawn
 from memory.tools import REMEMBER
@@ -16,7 +16,7 @@ def default_registry() -> ToolRegistry:
     return registry_of([*BUILTIN_TOOLS, REMEMBER])
 
 
-def registry_for(user: AbstractBaseUser) -> ToolRegistry:
+def registry_for(user: User) -> ToolRegistry:
     """The tools of a run of `user`: Loop's own and their MCP tools, nobody else's (and why one
     of their MCP tools not among them may not be called, for a call asked for before)."""
     return registry_of([*BUILTIN_TOOLS, REMEMBER, *tools_for(user)], partial(withdrawn, user))

@@ -53,8 +53,8 @@ def transcripts(runs: QuerySet[AgentRun]) -> list[dict[str, Any]]:
 
     An export copies the log rather than reading it: each event's `data` is what the log stores,
     as stored (loop.transcript/1), and `history_from_transcript` reads it back as typed events."""
-    runs = list(runs.select_related("user").order_by("pk"))
-    events = RunEvent.objects.filter(run__in=runs).order_by("run_id", "seq")
+    chosen = list(runs.select_related("user").order_by("pk"))
+    events = RunEvent.objects.filter(run__in=chosen).order_by("run_id", "seq")
     by_run = {
         run_id: list(group) for run_id, group in itertools.groupby(events, lambda e: e.run_id)
     }
@@ -73,7 +73,7 @@ def transcripts(runs: QuerySet[AgentRun]) -> list[dict[str, Any]]:
                 for event in by_run.get(run.pk, [])
             ],
         }
-        for run in runs
+        for run in chosen
     ]
 
 

@@ -29,7 +29,6 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user
 from django.contrib.auth.signals import user_logged_out
@@ -138,7 +137,7 @@ class RunConsumer(AsyncWebsocketConsumer):
     recovery: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        self.user = self.scope.get("user")
+        user = self.scope.get("user")
         self.session_key = getattr(self.scope.get("session"), "session_key", None)
         self.sent: dict[int, int] = {}  # run id -> last seq sent
         self.replied: dict[int, int] = {}  # run id -> last step whose stored reply was sent
@@ -148,9 +147,10 @@ class RunConsumer(AsyncWebsocketConsumer):
         self.listener = bus.transport().listener()
         self.listened: list[int] = []
         self.sending = asyncio.Lock()  # one catch-up at a time, or a card could go twice
-        if self.user is None or not self.user.is_authenticated or not self.user.is_active:
+        if user is None or not user.is_authenticated or not user.is_active:
             await self.close()
             return
+        self.user = user  # the signed-in person, as every later step reads it
         seen_signed_in(self.session_key, self.user.pk)
         await self.accept()
         self.accepted = True
@@ -215,7 +215,8 @@ class RunConsumer(AsyncWebsocketConsumer):
             self.closing = True
             await self.close(code=int(code))  # autobahn takes an int, not an IntEnum
 
-    @property
+    # The layer's messages, as Loop's receiver gives them (channels' stubs type them as ASGI's).
+    @property  # type: ignore[override]
     def channel_receive(self) -> Callable[[], Awaitable[dict[str, Any]]]:
         return self.receive_from_layer
 
@@ -495,7 +496,8 @@ def signed_in(session_key: str | None, user_id: int) -> bool:
     if not session_key:
         return False
     session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    return get_user(SimpleNamespace(session=session)).pk == user_id
+    # get_user reads a request's session only: a stand-in with just that, as no request is here.
+    return get_user(SimpleNamespace(session=session)).pk == user_id  # type: ignore[arg-type]
 
 
 def close_sockets_of(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
@@ -507,7 +509,7 @@ def close_sockets_of(sender: Any, request: Any, user: Any, **kwargs: Any) -> Non
 
     async def tell() -> None:
         await asyncio.wait_for(
-            get_channel_layer().group_send(signed_in_group(user.pk), message), LAYER_SECONDS
+            bus.channel_layer().group_send(signed_in_group(user.pk), message), LAYER_SECONDS
         )
 
     try:

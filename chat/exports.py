@@ -13,7 +13,7 @@ import re
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -59,7 +59,7 @@ def file_name(conversation: Conversation, extension: str) -> str:
     return f"loop-{conversation.pk}-{slug}.{extension}"
 
 
-def conversation_export(conversation: Conversation, user: AbstractBaseUser) -> dict[str, Any]:
+def conversation_export(conversation: Conversation, user: User) -> dict[str, Any]:
     """The conversation and the turns of its chosen branch, oldest first, each with its steps.
     Only the user's own runs, whatever else a conversation may come to hold."""
     turns = selectors.turns_of(conversation.pk)
@@ -131,20 +131,20 @@ def step_of(event: Event | Unreadable, texts: Texts) -> dict[str, Any] | None:
         case ModelReplied() if event.tool_calls and event.text.strip():
             return {"kind": "model_said", "text": event.text}
         case ApprovalDecided():
-            decided = {"kind": "decision", "tool": event.tool, "decision": str(event.decision)}
+            decided = {"kind": "decision", "tool": event.tool, "decision": event.decision}
             return decided | ({"reason": event.reason} if event.reason else {})
         case ToolCallFinished():
             return {
                 "kind": "tool_call",
                 "tool": event.tool,
                 "arguments": event.arguments,
-                "status": str(event.status),
+                "status": event.status,
                 "output": output_of(event, texts),
                 "result": event.text,
                 "truncated": event.truncated,
             }
         case RunHalted():
-            return {"kind": "halted", "reason": str(event.reason), "detail": event.detail}
+            return {"kind": "halted", "reason": event.reason, "detail": event.detail}
     return None
 
 

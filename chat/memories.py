@@ -16,7 +16,7 @@ from django.contrib import messages
 from django.core.cache import cache
 from django.core.paginator import Page, Paginator
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -29,6 +29,7 @@ from memory import personal
 from memory.models import Memory, Origin
 from memory.store import MemoryOutcome
 from workspace.query_string import query_int, query_text, whole_number
+from workspace.requests import SignedInRequest
 
 PER_PAGE = 50
 # The longest search the page takes: a search is words to find, not a document.
@@ -76,9 +77,11 @@ def counted(count: int) -> str:
 
 def shown(user: Any, memories: list[Memory]) -> list[Shown]:
     runs = selectors.runs_by_id(user, (memory.source_run_id for memory in memories))
-    return [
-        Shown(memory, *run_and_conversation(runs.get(memory.source_run_id))) for memory in memories
-    ]
+    return [Shown(memory, *run_and_conversation(source_run(runs, memory))) for memory in memories]
+
+
+def source_run(runs: dict[int, AgentRun], memory: Memory) -> AgentRun | None:
+    return None if memory.source_run_id is None else runs.get(memory.source_run_id)
 
 
 def run_and_conversation(run: AgentRun | None) -> tuple[AgentRun | None, Conversation | None]:
@@ -87,11 +90,11 @@ def run_and_conversation(run: AgentRun | None) -> tuple[AgentRun | None, Convers
     return run, run.conversation
 
 
-def search_of(request: HttpRequest) -> str:
+def search_of(request: SignedInRequest) -> str:
     return query_text(request, "q", MAX_QUERY_CHARS).strip()
 
 
-def recalled_run(request: HttpRequest) -> Recalled | None:
+def recalled_run(request: SignedInRequest) -> Recalled | None:
     """The run of `?run=`, the person's own (anyone else's is 404), with what it recalled."""
     run_id = query_int(request, "run")
     if run_id is None:
@@ -106,7 +109,7 @@ def recalled_run(request: HttpRequest) -> Recalled | None:
 
 
 def memories_page(
-    request: HttpRequest,
+    request: SignedInRequest,
     *,
     error: str = "",
     text: str = "",
@@ -138,12 +141,12 @@ def memories_page(
 
 
 def listed(
-    request: HttpRequest,
+    request: SignedInRequest,
     found: QuerySet[Memory] | list[Memory],
     recalled: Recalled | None,
     origin: str,
     page_key: str,
-) -> Page:
+) -> Page[Memory]:
     """One kind of the memories `found` as the page shows it: narrowed to what the run of
     `?run=` recalled, one page of it (its own page number: facts and runs page apart)."""
     if isinstance(found, QuerySet):
@@ -161,7 +164,7 @@ def here(query: str, run_id: int | None) -> dict[str, str]:
     return {key: str(value) for key, value in (("q", query), ("run", run_id)) if value}
 
 
-def back(request: HttpRequest) -> HttpResponse:
+def back(request: SignedInRequest) -> HttpResponse:
     """To the Memories page as it was: the same search, the same run."""
     wanted = {key: request.POST.get(key, "") for key in ("q", "run")}
     query = urlencode({key: value for key, value in wanted.items() if value})
@@ -169,13 +172,13 @@ def back(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def memories(request: HttpRequest) -> HttpResponse:
+def memories(request: SignedInRequest) -> HttpResponse:
     if search_of(request) and not may_search(request.user):
         return memories_page(request, error=TOO_MANY_SEARCHES, status=429, searched=False)
     return memories_page(request)
 
 
-def posted_ids(request: HttpRequest) -> list[int]:
+def posted_ids(request: SignedInRequest) -> list[int]:
     ids = [whole_number(value) for value in request.POST.getlist("id")]
     if None in ids:
         raise Http404("No such memory.")
@@ -183,7 +186,7 @@ def posted_ids(request: HttpRequest) -> list[int]:
 
 
 @require_POST
-def forget(request: HttpRequest) -> HttpResponse:
+def forget(request: SignedInRequest) -> HttpResponse:
     """Forget the memories of the `id` fields, or all of them with `all=1`; each forgetting is
     recorded, and their texts are taken out of the person's runs. Ids none of which are the
     person's memories are 404. Memories that state the same as those chosen are offered first
@@ -208,7 +211,7 @@ def forget(request: HttpRequest) -> HttpResponse:
 
 
 def confirm_page(
-    request: HttpRequest, chosen: list[Memory], offered: list[Memory], *, edited: bool = False
+    request: SignedInRequest, chosen: list[Memory], offered: list[Memory], *, edited: bool = False
 ) -> HttpResponse:
     """Which copies to forget: those `chosen` (forgotten whatever is ticked, unless it was an
     edit, which keeps its memory) and the `offered` copies, each ticked; unticking keeps it."""
@@ -243,7 +246,7 @@ def may_search(user: Any) -> bool:
 
 
 @require_POST
-def add(request: HttpRequest) -> HttpResponse:
+def add(request: SignedInRequest) -> HttpResponse:
     """Remember what the person wrote ("Remember this"); the page says what became of it."""
     text = request.POST.get("text", "")
     if not may_change(request.user):
@@ -257,7 +260,7 @@ def add(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def edit(request: HttpRequest, memory_id: int) -> HttpResponse:
+def edit(request: SignedInRequest, memory_id: int) -> HttpResponse:
     """Give one memory a new text (re-embedded, so recall finds it by the new words)."""
     if not may_change(request.user):
         return memories_page(request, error=TOO_MANY_CHANGES, status=429)

@@ -6,6 +6,7 @@ from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
 
 from chat.approvals import waiting_of
+from workspace.requests import person_of
 
 # Each place's URL names the pages under it; the longest match wins, and the chat ("/") holds
 # every page no other place does (a conversation, the search).
@@ -33,5 +34,5 @@ def navigation(request: HttpRequest) -> dict[str, object]:
     the page saying the database is down), and a view's own `awaiting` takes its place."""
     return {
         "nav_here": SimpleLazyObject(lambda: place_of(request.path)),
-        "awaiting": SimpleLazyObject(lambda: waiting_of(request.user)),
+        "awaiting": SimpleLazyObject(lambda: waiting_of(person_of(request))),
     }

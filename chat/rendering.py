@@ -56,7 +56,8 @@ from workspace.markup import markdown
 LONG_OUTPUT_LINES = 12
 LONG_OUTPUT_CHARS = 1200
 
-HALT_REASONS = {
+# Keyed by the value a log or a row stores (a str: a StrEnum member is its value).
+HALT_REASONS: dict[str, str] = {
     HaltReason.TOOL_FAILURES: "the same tool failed too many times in a row",
     HaltReason.REPEATED_FAILED_CALL: "the model repeated a call that had already failed",
     HaltReason.IDENTICAL_CALLS: "the model made the same call over and over",
@@ -67,7 +68,7 @@ HALT_REASONS = {
     HaltReason.NO_DECISION: "nobody decided in time whether a call it waited on may run",
 }
 # The chat's words for a run's status; its symbols are the console's too (core.wording).
-STATUS_WORDS = {
+STATUS_WORDS: dict[str, str] = {
     RunStatus.QUEUED: "Waiting for a worker",
     RunStatus.RUNNING: "Running",
     RunStatus.AWAITING_APPROVAL: "Waiting for your decision",
@@ -81,6 +82,7 @@ STATUS_WORDS = {
 FILE_TOOLS = frozenset({"read_file", "write_file"})
 NO_RUN = {"status": "none", "icon": "○", "label": "No runs yet"}
 UNKNOWN_SYMBOL = "?"  # a status from a later version of Loop
+RUN_SYMBOL_OF: dict[str, str] = dict(RUN_SYMBOLS.items())  # by the status a row stores
 RUNNING_CALL = {"status": "running", "icon": "…", "label": "Running"}  # a call not yet finished
 STOPPED_CALL = {"status": "stopped", "icon": RUN_SYMBOLS[RunStatus.CANCELLED], "label": "Stopped"}
 # A call refused because its tool is on hold for review: a warning, not a failure of the tool.
@@ -157,8 +159,8 @@ def what_happened(end: RunFinished) -> str:
         case RunStatus.CANCELLED:
             return STOPPED_TEXT
         case RunStatus.FAILED:
-            why = FAILED_TEXTS.get(end.cause) if end.cause else None
-            return f"Failed: {why}" if why else "Failed."
+            failure = FAILED_TEXTS.get(end.cause) if end.cause else None
+            return f"Failed: {failure}" if failure else "Failed."
         case RunStatus.INTERRUPTED:
             return f"Interrupted: {INTERRUPTED_TEXT}"
     return ""
@@ -177,7 +179,7 @@ def status_label(status: str | None) -> dict[str, str]:
     """How a run's status shows: an icon and a word, never colour alone. None: no run yet."""
     if status is None:
         return NO_RUN
-    icon = RUN_SYMBOLS.get(status, UNKNOWN_SYMBOL)
+    icon = RUN_SYMBOL_OF.get(status, UNKNOWN_SYMBOL)
     return {"status": status, "icon": icon, "label": STATUS_WORDS.get(status, status)}
 
 
@@ -195,7 +197,8 @@ def labelled(conversation: Conversation) -> Conversation:
     shown done, as its answer's header says."""
     status = getattr(conversation, "last_status", None)
     only_help = getattr(conversation, "last_cause", "") == EndCause.ONLY_HELP
-    conversation.status = (
+    # The template's word for it: an attribute the model does not declare.
+    conversation.status = (  # type: ignore[attr-defined]
         ONLY_HELP_LABEL if status == RunStatus.SUCCEEDED and only_help else status_label(status)
     )
     return conversation
@@ -539,7 +542,10 @@ def page_cards(run_id: int, events: Sequence[Logged], asking: Asking | None = No
 def partial(name: str) -> Template:
     """A partial of chat/cards.html, looked up and compiled once: the socket draws one for every
     piece of every reply it streams."""
-    return get_template(f"chat/cards.html#{name}")
+    template = get_template(f"chat/cards.html#{name}")
+    if not isinstance(template, Template):  # never: the site has Django's template engine only
+        raise TypeError(f"chat/cards.html#{name} is not a Django template.")
+    return template
 
 
 def draw(name: str, **context: Any) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import urlencode
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
@@ -93,7 +93,7 @@ def matching(conversations: QuerySet[Conversation], query: str) -> QuerySet[Conv
     return conversations.filter(Q(title__icontains=query) | Exists(sent))
 
 
-def listed(user: AbstractBaseUser, query: str, *, archived: bool) -> QuerySet[Conversation]:
+def listed(user: User, query: str, *, archived: bool) -> QuerySet[Conversation]:
     """The person's conversations the list shows: the archived ones or the others, those
     matching `query` if one is given."""
     conversations = selectors.conversations_with_status(user).filter(
@@ -112,7 +112,7 @@ def after(conversations: QuerySet[Conversation], cursor: Cursor | None) -> Query
 
 
 def sidebar_for(
-    user: AbstractBaseUser,
+    user: User,
     query: str = "",
     *,
     archived: bool = False,
@@ -159,6 +159,6 @@ def by_day(conversations: list[Conversation], continues: str) -> list[Group]:
     return list(groups.values())
 
 
-def groups_for(user: AbstractBaseUser, query: str = "") -> list[Group]:
+def groups_for(user: User, query: str = "") -> list[Group]:
     """The first page's groups of the person's list (those matching `query`)."""
     return sidebar_for(user, query).groups

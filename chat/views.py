@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -29,7 +29,7 @@ from agent.llm.factory import (
     offered_models,
     parse,
 )
-from agent.models import AgentRun, Conversation
+from agent.models import AgentRun, Conversation, QueuedTask
 from chat import exports, sidebar, waiting
 from chat.approvals import Asking, decisions_from, latest_decisions, waiting_calls, waiting_of
 from chat.rendering import (
@@ -43,6 +43,7 @@ from chat.rendering import (
 from chat.texts import EVENT_TEXTS
 from tools.base import ToolError
 from workspace.query_string import query_int, query_text
+from workspace.requests import SignedInRequest
 from workspace.views import quota_context
 
 SUGGESTIONS = (
@@ -112,7 +113,7 @@ def model_context(
 
 
 def model_header(
-    request: HttpRequest, conversation: Conversation, offered: list[ModelChoice]
+    request: SignedInRequest, conversation: Conversation, offered: list[ModelChoice]
 ) -> bytes:
     """The header's model, drawn out of band: after a send, it says what the conversation goes
     on with now (and a form reset puts the pick back to it, not to the page's first one)."""
@@ -132,7 +133,7 @@ def quota_or_none(user: Any) -> dict[str, Any] | None:
 
 
 def chat_page(
-    request: HttpRequest,
+    request: SignedInRequest,
     conversation: Conversation | None,
     *,
     error: str = "",
@@ -177,23 +178,23 @@ def chat_page(
     return render(request, "chat/page.html", context, status=status)
 
 
-def owned_conversation(request: HttpRequest, conversation_id: int) -> Conversation:
+def owned_conversation(request: SignedInRequest, conversation_id: int) -> Conversation:
     return get_object_or_404(selectors.conversations_for(request.user), pk=conversation_id)
 
 
 @require_GET
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: SignedInRequest) -> HttpResponse:
     """A new conversation: it is stored when its first task is sent."""
     return chat_page(request, None)
 
 
 @require_GET
-def conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def conversation(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     return chat_page(request, owned_conversation(request, conversation_id))
 
 
 @require_GET
-def search(request: HttpRequest) -> HttpResponse:
+def search(request: SignedInRequest) -> HttpResponse:
     """The sidebar's conversations matching `q` (titles and tasks), grouped by day: the list
     alone for htmx as the person types, else the whole page with the list filtered."""
     archived = bool(query_text(request, "archived", 1))
@@ -210,13 +211,13 @@ def search(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def archived(request: HttpRequest) -> HttpResponse:
+def archived(request: SignedInRequest) -> HttpResponse:
     """The archived conversations in the sidebar, each with Unarchive in its menu."""
     return chat_page(request, None, archived=True)
 
 
 @require_GET
-def more(request: HttpRequest) -> HttpResponse:
+def more(request: SignedInRequest) -> HttpResponse:
     """The next page of the sidebar's list, after the conversation `?after=` names (as
     sidebar.Cursor writes it), for "More" to put in its own place."""
     cursor = sidebar.Cursor.parse(query_text(request, "after", 100))
@@ -241,7 +242,7 @@ def more(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def start(request: HttpRequest) -> HttpResponse:
+def start(request: SignedInRequest) -> HttpResponse:
     """The first task of a new conversation: store both, on the model picked (the default if
     none), then show the conversation."""
     task, picked = request.POST.get("task", ""), request.POST.get("model", "")
@@ -250,13 +251,14 @@ def start(request: HttpRequest) -> HttpResponse:
         model = runs.chat_model(None, picked, offered)
         run = runs.submit_first_run(request.user, task, model=model)
     except runs.InvalidTask as error:
-        refused_page = {"error": str(error), "task": task, "picked": picked, "offered": offered}
-        return chat_page(request, None, **refused_page, status=400)
+        return chat_page(
+            request, None, error=str(error), task=task, picked=picked, offered=offered, status=400
+        )
     return redirect("chat:conversation", run.conversation_id)
 
 
 @require_POST
-def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def send(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     """A task in a conversation, on the model picked for it (else the conversation's own): with
     htmx, answer the new turn to add to the timeline, and the header's model as it is now."""
     conversation = owned_conversation(request, conversation_id)
@@ -270,8 +272,15 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
         run = runs.submit_run(request.user, task, conversation, model=model)
     except runs.InvalidTask as error:
         if not request.htmx:
-            error_page = {"error": str(error), "task": task, "picked": picked, "offered": offered}
-            return chat_page(request, conversation, **error_page, status=400)
+            return chat_page(
+                request,
+                conversation,
+                error=str(error),
+                task=task,
+                picked=picked,
+                offered=offered,
+                status=400,
+            )
         response = HttpResponse(escape(str(error)))  # it may quote what the person sent
         response["HX-Retarget"] = "#send-error"
         response["HX-Reswap"] = "innerHTML"
@@ -285,7 +294,9 @@ def send(request: HttpRequest, conversation_id: int) -> HttpResponse:
     return response
 
 
-def queue_answer(request: HttpRequest, conversation: Conversation, *, oob: bool) -> HttpResponse:
+def queue_answer(
+    request: SignedInRequest, conversation: Conversation, *, oob: bool
+) -> HttpResponse:
     """The conversation's waiting tasks as they stand: in place (`oob`: out of band, beside a
     send's empty answer), or, without htmx, the conversation's page."""
     if not request.htmx:
@@ -295,21 +306,21 @@ def queue_answer(request: HttpRequest, conversation: Conversation, *, oob: bool)
 
 
 @require_POST
-def queued_now(request: HttpRequest, task_id: int) -> HttpResponse:
+def queued_now(request: SignedInRequest, task_id: int) -> HttpResponse:
     """Hand a waiting task to the conversation's running task, which reads it at its next step."""
     return queued_change(request, task_id, queued.send_now)
 
 
 @require_POST
-def queued_remove(request: HttpRequest, task_id: int) -> HttpResponse:
+def queued_remove(request: SignedInRequest, task_id: int) -> HttpResponse:
     return queued_change(request, task_id, queued.remove)
 
 
-def queued_change(request: HttpRequest, task_id: int, change: Any) -> HttpResponse:
+def queued_change(request: SignedInRequest, task_id: int, change: Any) -> HttpResponse:
     """A change to one of the person's waiting tasks; one that no longer waits is shown as the
     queue is now (it started, or was sent), whoever asks: another person's is never found."""
     conversation_id = (
-        queued.QueuedTask.objects.filter(
+        QueuedTask.objects.filter(
             pk=task_id, conversation__in=selectors.conversations_for(request.user)
         )
         .values_list("conversation_id", flat=True)
@@ -323,7 +334,7 @@ def queued_change(request: HttpRequest, task_id: int, change: Any) -> HttpRespon
 
 
 @require_GET
-def turns_after(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def turns_after(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     """The turns of the conversation after run `?run=` (the page's last), and its waiting tasks:
     what a page adds when a queued task became the next run."""
     conversation = owned_conversation(request, conversation_id)
@@ -340,7 +351,7 @@ def turns_after(request: HttpRequest, conversation_id: int) -> HttpResponse:
 
 
 @require_GET
-def run_fragment(request: HttpRequest, run_id: int) -> HttpResponse:
+def run_fragment(request: SignedInRequest, run_id: int) -> HttpResponse:
     """One turn of a conversation as it stands, as the page draws it."""
     run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
     shown = turn(run, offered_models(), Asking(request.user))
@@ -348,7 +359,7 @@ def run_fragment(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @require_POST
-def stop(request: HttpRequest, run_id: int) -> HttpResponse:
+def stop(request: SignedInRequest, run_id: int) -> HttpResponse:
     try:
         run = runs.cancel_run(request.user, run_id)
     except AgentRun.DoesNotExist:
@@ -360,7 +371,7 @@ def stop(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @require_POST
-def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
+def continue_run(request: SignedInRequest, run_id: int) -> HttpResponse:
     """Its owner asks a run that stopped early to go on: the turn, queued again, takes its own
     place on the page, and its seq marker has the page watch it live, as after a send."""
     try:
@@ -382,7 +393,7 @@ def continue_run(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @require_POST
-def decide(request: HttpRequest, run_id: int) -> HttpResponse:
+def decide(request: SignedInRequest, run_id: int) -> HttpResponse:
     """The person's decision on calls their run waits on, from a call's card or the run's
     "Approve all" / "Deny all": the decided cards in their place, with the run's status, the
     sidebar's icon and the title's count as they are now. A refusal changes nothing and says why
@@ -401,7 +412,7 @@ def decide(request: HttpRequest, run_id: int) -> HttpResponse:
     return decisions_answer(request, run.pk, len(decided))
 
 
-def decisions_answer(request: HttpRequest, run_id: int, decided: int) -> HttpResponse:
+def decisions_answer(request: SignedInRequest, run_id: int, decided: int) -> HttpResponse:
     """The run's latest decisions' cards, its status, its sidebar icon and the waiting count,
     each out of band (what the socket sends too, when it hears of them)."""
     run = selectors.run_of_with_state(request.user, run_id)
@@ -422,7 +433,7 @@ def decisions_answer(request: HttpRequest, run_id: int, decided: int) -> HttpRes
     return HttpResponse("".join(parts))
 
 
-def decision_refused(request: HttpRequest, run: AgentRun, error: str) -> HttpResponse:
+def decision_refused(request: SignedInRequest, run: AgentRun, error: str) -> HttpResponse:
     """A decision refused: its sentence in the card it came from (htmx), or above the composer."""
     if request.htmx:
         return HttpResponse(escape(error), status=400)  # it may quote what the person sent
@@ -433,14 +444,14 @@ def decision_refused(request: HttpRequest, run: AgentRun, error: str) -> HttpRes
 
 
 @require_GET
-def waiting_count(request: HttpRequest) -> HttpResponse:
+def waiting_count(request: SignedInRequest) -> HttpResponse:
     """The calls waiting for the person's decision, for a page in the background to keep its
     title's count true (its socket hears only the runs it shows)."""
     return render(request, "chat/cards.html#waiting_count", {"awaiting": waiting_of(request.user)})
 
 
 @require_POST
-def feedback(request: HttpRequest, run_id: int) -> HttpResponse:
+def feedback(request: SignedInRequest, run_id: int) -> HttpResponse:
     """A thumb up or down on a run's answer, and why if the person says: the feedback as it
     stands now, in place (the comment box opens once a thumb is chosen)."""
     rating, comment = request.POST.get("rating", ""), request.POST.get("comment", "")
@@ -457,18 +468,18 @@ def feedback(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 @require_POST
-def regenerate(request: HttpRequest, run_id: int) -> HttpResponse:
+def regenerate(request: SignedInRequest, run_id: int) -> HttpResponse:
     """The turn's task asked again, as another version of it, on the conversation's model."""
     return new_version(request, run_id, None)
 
 
 @require_POST
-def edit(request: HttpRequest, run_id: int) -> HttpResponse:
+def edit(request: SignedInRequest, run_id: int) -> HttpResponse:
     """The turn's task as the person rewrote it, as another version of it."""
     return new_version(request, run_id, request.POST.get("edited", ""))
 
 
-def new_version(request: HttpRequest, run_id: int, task: str | None) -> HttpResponse:
+def new_version(request: SignedInRequest, run_id: int, task: str | None) -> HttpResponse:
     """Another version of a turn: the page is drawn again, on the new branch, the new run live.
     `task` None asks the turn's own task again; an edit is checked as any task is."""
     run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
@@ -485,23 +496,25 @@ def new_version(request: HttpRequest, run_id: int, task: str | None) -> HttpResp
     return to_conversation(request, conversation.pk)
 
 
-def to_conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def to_conversation(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     """The conversation's page drawn anew: its turns changed, not just one of them."""
     url = reverse("chat:conversation", args=[conversation_id])
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
 @require_POST
-def show(request: HttpRequest, run_id: int) -> HttpResponse:
+def show(request: SignedInRequest, run_id: int) -> HttpResponse:
     """Show this version of its turn, and what followed it."""
     try:
         run = runs.show_version(request.user, run_id)
     except AgentRun.DoesNotExist:
         raise Http404("No such turn.") from None
+    if run.conversation_id is None:  # show_version picks among a conversation's turns only
+        raise Http404("No such turn.")
     return to_conversation(request, run.conversation_id)
 
 
-def refused(request: HttpRequest, run_id: int, error: str) -> HttpResponse:
+def refused(request: SignedInRequest, run_id: int, error: str) -> HttpResponse:
     """A continue refused with its sentence, where a refused send shows its own."""
     if request.htmx:
         response = HttpResponse(escape(error))
@@ -525,17 +538,19 @@ class RenameForm(forms.Form):
 
 
 @require_POST
-def rename(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def rename(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     conversation = owned_conversation(request, conversation_id)
     form = RenameForm(request.POST)
     if not form.is_valid():
-        error = "The title was not changed: " + " ".join(form.errors["title"])
+        error = "The title was not changed: " + " ".join(
+            str(message) for message in form.errors["title"]
+        )
         return chat_page(request, conversation, error=error, status=400)
     runs.rename_conversation(request.user, conversation.pk, form.cleaned_data["title"])
     return back_to(request, reverse("chat:conversation", args=[conversation.pk]))
 
 
-def back_to(request: HttpRequest, default: str) -> HttpResponse:
+def back_to(request: SignedInRequest, default: str) -> HttpResponse:
     """Where an action from a sidebar's menu returns: the conversation the person was in (the
     form's `current`), while it is theirs and still there, else `default`."""
     current = request.POST.get("current", "")
@@ -546,7 +561,7 @@ def back_to(request: HttpRequest, default: str) -> HttpResponse:
 
 
 @require_GET
-def menu(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def menu(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     """A sidebar conversation's menu, asked for once as the person heads for it; `?current=` is the
     conversation the person is in, where its actions return."""
     conversation = owned_conversation(request, conversation_id)
@@ -560,7 +575,7 @@ def menu(request: HttpRequest, conversation_id: int) -> HttpResponse:
 
 
 @require_POST
-def pin(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def pin(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     """Pin the conversation to the top of the list (`pinned=1`), or unpin it."""
     try:
         runs.pin_conversation(
@@ -572,7 +587,7 @@ def pin(request: HttpRequest, conversation_id: int) -> HttpResponse:
 
 
 @require_POST
-def archive(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def archive(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     """Archive the conversation (`archived=1`): it leaves the list for the Archived view; or
     bring it back (from that view, which the person goes back to)."""
     archiving = request.POST.get("archived") == "1"
@@ -584,12 +599,12 @@ def archive(request: HttpRequest, conversation_id: int) -> HttpResponse:
 
 
 @require_POST
-def instructions(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def instructions(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     """The conversation's own instructions, read by its runs from the next one on."""
     conversation = owned_conversation(request, conversation_id)
     form = InstructionsForm(request.POST)
     if not form.is_valid():
-        error = " ".join(form.errors["instructions"])
+        error = " ".join(str(message) for message in form.errors["instructions"])
         # Shown again as typed (not saved), so shortening them loses nothing.
         conversation.instructions = form.data.get("instructions", "")
         return chat_page(request, conversation, error=error, status=400)
@@ -598,7 +613,7 @@ def instructions(request: HttpRequest, conversation_id: int) -> HttpResponse:
 
 
 @require_POST
-def delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
+def delete(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     """Delete the conversation and, if its owner asked, forget what its runs remembered (and
     take those texts out of every run of theirs, this conversation's included). What they
     remembered is read now, not when the page was drawn: a run that ended since counts."""
@@ -615,7 +630,7 @@ EXPORT_TYPES = {"md": "text/markdown; charset=utf-8", "json": "application/json"
 
 
 @require_GET
-def export(request: HttpRequest, conversation_id: int, kind: str) -> HttpResponse:
+def export(request: SignedInRequest, conversation_id: int, kind: str) -> HttpResponse:
     """The conversation as a file to download, Markdown (`md`) or JSON, for its owner only."""
     conversation = owned_conversation(request, conversation_id)
     if kind not in EXPORT_TYPES:
@@ -632,7 +647,7 @@ def export(request: HttpRequest, conversation_id: int, kind: str) -> HttpRespons
 
 
 @require_GET
-def event_text(request: HttpRequest, run_id: int, seq: int, key: str) -> HttpResponse:
+def event_text(request: SignedInRequest, run_id: int, seq: int, key: str) -> HttpResponse:
     """The whole text a card shows shortened (chat/rendering.py), for the run's owner only, as
     plain text: nothing in it is ever read as HTML."""
     run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)

@@ -6,7 +6,7 @@ call off the list and the counts down. Its queries are as many for a hundred cal
 from dataclasses import dataclass
 
 from django.core.paginator import Page, Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
@@ -18,6 +18,7 @@ from chat.approvals import Asking, Waiting
 from chat.rendering import Card, card_for
 from core.events import ApprovalRequested, Decision
 from workspace.query_string import query_int
+from workspace.requests import SignedInRequest
 
 PER_PAGE = 50
 # The page's form field that says a decision came from this list, so that its answer takes the
@@ -66,11 +67,11 @@ def waiting_card(request: ApprovalRequest, asking: Asking) -> Card | None:
 
 
 @require_GET
-def waiting(request: HttpRequest) -> HttpResponse:
+def waiting(request: SignedInRequest) -> HttpResponse:
     return waiting_page(request)
 
 
-def waiting_page(request: HttpRequest, error: str = "", status: int = 200) -> HttpResponse:
+def waiting_page(request: SignedInRequest, error: str = "", status: int = 200) -> HttpResponse:
     """The list; `error`: why a decision sent without the page's script was refused."""
     page = Paginator(waiting_for(request.user), PER_PAGE).get_page(query_int(request, "p"))
     asking = Asking(request.user)
@@ -86,13 +87,13 @@ def waiting_page(request: HttpRequest, error: str = "", status: int = 200) -> Ht
     return render(request, "chat/waiting.html", context, status=status)
 
 
-def awaiting_on(page: Page) -> Waiting:
+def awaiting_on(page: Page[ApprovalRequest]) -> Waiting:
     """The header's count, from the list's own (the header links to this page, not to a
     conversation)."""
     return Waiting(page.paginator.count, None)
 
 
-def decided_answer(request: HttpRequest, decided: list[ApprovalRequest]) -> HttpResponse:
+def decided_answer(request: SignedInRequest, decided: list[ApprovalRequest]) -> HttpResponse:
     """The decided calls off the list, what became of them said, and the counts as they are now,
     each out of band: the other cards, a reason half typed in one, stay as they are. Without
     the page's script, the list again."""

@@ -66,6 +66,7 @@ from mcp_servers.models import (
     McpTool,
 )
 from mcp_servers.pinning import SEPARATOR, Changes, accept_held
+from workspace.requests import person_of
 
 # A call that went wrong on the server's side (a denial or a skip is the run's, not the server's).
 FAILED = (ToolStatus.ERROR, ToolStatus.TIMEOUT)
@@ -85,10 +86,10 @@ def calls_of(server: McpServer) -> QuerySet[ToolExecution]:
     return calls.exclude(run__user__mcp_servers__prefix=server.prefix)
 
 
-def counted(calls: QuerySet[ToolExecution]) -> Subquery:
+def counted(rows: QuerySet[Any]) -> Subquery:
     """A row count as a subquery (no GROUP BY in the outer query)."""
     return Subquery(
-        calls.order_by().annotate(n=Func(F("pk"), function="COUNT")).values("n"),
+        rows.order_by().annotate(n=Func(F("pk"), function="COUNT")).values("n"),
         output_field=IntegerField(),
     )
 
@@ -144,7 +145,7 @@ def status_table(rows: Iterable[dict[str, Any]]) -> SafeString:
 
 
 def by_status(calls: QuerySet[ToolExecution]) -> list[dict[str, Any]]:
-    return list(calls.order_by().values("tool", "status").annotate(n=Count("pk")))
+    return [dict(row) for row in calls.order_by().values("tool", "status").annotate(n=Count("pk"))]
 
 
 # Shared displays ----------------------------------------------------------------------------------
@@ -222,16 +223,18 @@ class KindFilter(admin.SimpleListFilter):
     title = "kind"
     parameter_name = "kind"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [("site", "site servers"), ("personal", "people's own")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() in ("site", "personal"):
             return queryset.filter(owner__isnull=self.value() == "site")
         return queryset
 
 
-class McpToolInline(admin.TabularInline):
+class McpToolInline(admin.TabularInline[Any, Any]):
     """The server's tools: enabled and auto are changed here for a console server."""
 
     model = McpTool
@@ -262,7 +265,7 @@ class McpToolInline(admin.TabularInline):
         return hints(tool.annotations or {})
 
 
-class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
+class McpServerAdmin(MalformedFiltersSaid):
     """Site servers added here are edited here; the environment's and people's are read-only
     (a person's may be disabled). Saving an enabled server lists its tools at once."""
 
@@ -296,10 +299,9 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[McpServer]:
         tools = McpTool.objects.filter(server=OuterRef("pk"))
         offered = tools.filter(enabled=True, held_digest="", missing_since__isnull=True)
+        servers: QuerySet[McpServer] = super().get_queryset(request)
         return (
-            super()
-            .get_queryset(request)
-            .select_related("owner")
+            servers.select_related("owner")
             .prefetch_related("users", "groups")
             .annotate(
                 offered_count=counted(offered),
@@ -380,21 +382,21 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         obj: McpServer | None = None,
         change: bool = False,
         **kwargs: Any,
-    ) -> type[forms.ModelForm]:
+    ) -> type[forms.ModelForm[Any]]:
         if not self.has_change_permission(request, obj):
             kwargs["form"] = forms.ModelForm  # nothing is taken in: no credentials field at all
-        form: type[forms.ModelForm] = super().get_form(request, obj, change, **kwargs)
+        form: type[forms.ModelForm[Any]] = super().get_form(request, obj, change, **kwargs)
         return form
 
     def save_model(
-        self, request: HttpRequest, obj: McpServer, form: forms.ModelForm, change: bool
+        self, request: HttpRequest, obj: McpServer, form: forms.ModelForm[Any], change: bool
     ) -> None:
         obj.owner = None
         obj.source = CONSOLE
         super().save_model(request, obj, form, change)
 
     def save_related(
-        self, request: HttpRequest, form: forms.ModelForm, formsets: Any, change: bool
+        self, request: HttpRequest, form: forms.ModelForm[Any], formsets: Any, change: bool
     ) -> None:
         super().save_related(request, form, formsets, change)
         server = form.instance
@@ -414,7 +416,7 @@ class McpServerAdmin(MalformedFiltersSaid, admin.ModelAdmin):
             return
         as_user = None
         if server.auth == OAUTH:
-            as_user = request.user
+            as_user = person_of(request)
             if not server.connections.filter(user=as_user, state=CONNECTED).exists():
                 self.message_user(
                     request,
@@ -582,21 +584,23 @@ class HeldFilter(admin.SimpleListFilter):
         "missing": Q(missing_since__isnull=False),
     }
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [(state, state) for state in self.STATES]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         chosen = self.STATES.get(self.value() or "")
         return queryset if chosen is None else queryset.filter(chosen)
 
 
-class McpToolForm(forms.ModelForm):
+class McpToolForm(forms.ModelForm[McpTool]):
     class Meta:
         model = McpTool
         fields = ("enabled", "auto")
 
 
-class McpToolAdmin(MalformedFiltersSaid, admin.ModelAdmin):
+class McpToolAdmin(MalformedFiltersSaid):
     """A tool's pinned definition and any held one beside it, with their difference. Enabled
     and auto are changed for a console server's tools; a held definition of a site server's
     tool is accepted here, a person's only by its person, on their settings page."""
@@ -644,13 +648,10 @@ class McpToolAdmin(MalformedFiltersSaid, admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[McpTool]:
         tool = OuterRef("exposed_name")
         prefix, owner = "server__prefix", "server__owner"
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                calls=calls_counted(tool, prefix, owner, failed=False),
-                failures=calls_counted(tool, prefix, owner, failed=True),
-            )
+        tools: QuerySet[McpTool] = super().get_queryset(request)
+        return tools.annotate(
+            calls=calls_counted(tool, prefix, owner, failed=False),
+            failures=calls_counted(tool, prefix, owner, failed=True),
         )
 
     def get_fieldsets(self, request: HttpRequest, obj: McpTool | None = None) -> Any:

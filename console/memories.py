@@ -23,7 +23,8 @@ from console.widgets import (
 from core.text import excerpt
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
-from memory.store import nearest
+from memory.store import NearMemory, nearest
+from workspace.requests import person_of
 
 NEIGHBOURS = 5
 # How much of a memory's text a list or a table row shows.
@@ -32,7 +33,7 @@ TEXT_WIDTH = 80
 NOT_KEPT_SAID = "(not kept: see LOOP_FORGOTTEN_TEXT_DAYS)"
 
 
-def neighbours(memory: Memory, k: int = NEIGHBOURS) -> list[tuple[Memory, float]]:
+def neighbours(memory: Memory, k: int = NEIGHBOURS) -> list[tuple[NearMemory, float]]:
     """The owner's `k` memories nearest to this one, with their cosine similarity."""
     vector = Memory.objects.values_list("embedding", flat=True).get(pk=memory.pk)
     found = nearest(memory.owner_id, vector, k + 1, strict=True)
@@ -62,7 +63,7 @@ class OwnerFilter(UserFilter):
     path = "owner"
 
 
-class MemoryAdmin(MalformedFiltersSaid, admin.ModelAdmin):
+class MemoryAdmin(MalformedFiltersSaid):
     list_display = (
         "id",
         "owner_name",
@@ -108,16 +109,17 @@ class MemoryAdmin(MalformedFiltersSaid, admin.ModelAdmin):
 
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         actions = super().get_actions(request)
-        if "delete_selected" in actions:
-            action, name, _ = actions["delete_selected"]
+        deleting = actions.get("delete_selected")
+        if deleting is not None:
+            action, name, _ = deleting
             actions["delete_selected"] = (action, name, "Forget selected memories (recorded)")
         return actions
 
     def delete_model(self, request: HttpRequest, obj: Memory) -> None:
-        forget(Memory.objects.filter(pk=obj.pk), request.user)
+        forget(Memory.objects.filter(pk=obj.pk), person_of(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Memory]) -> None:
-        forget(queryset, request.user)
+        forget(queryset, person_of(request))
 
     @admin.display(description="text")
     def short_text(self, memory: Memory) -> str:

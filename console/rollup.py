@@ -279,7 +279,8 @@ def per_user(since: date, until: date, user_id: int | None = None) -> list[tuple
         FROM {GROUPS} g JOIN auth_user u ON u.id = g.user_id
         WHERE g.zone = %s AND g.day BETWEEN %s AND %s {mine}
     """  # noqa: S608
-    params = [zone(), since, until, *([user_id] if user_id is not None else [])]
+    params: list[str | date | int] = [zone(), since, until]
+    params += [user_id] if user_id is not None else []
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return list(cursor.fetchall())

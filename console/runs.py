@@ -3,7 +3,7 @@ day. Records are read-only here, bar Cancel and Continue; people are accounts/ad
 
 import json
 from datetime import date, timedelta
-from typing import Any
+from typing import Any, TypeAlias, TypedDict
 
 from django import forms
 from django.conf import settings
@@ -22,6 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import smart_split, unescape_string_literal
 from django.views.decorators.http import require_POST
+from django_stubs_ext import WithAnnotations
 
 from agent.models import (
     FINISHED,
@@ -60,6 +61,7 @@ from console.widgets import (
 from core.text import excerpt
 from core.wording import resumed_text
 from memory.models import Memory
+from workspace.requests import person_of
 
 User = get_user_model()
 # A day of a thousand active users is a thousand rows: the page shows them a hundred at a time.
@@ -114,16 +116,26 @@ def transcript_response(transcript: object, filename: str) -> HttpResponse:
     return response
 
 
+class FailedCalls(TypedDict):
+    failed_calls: int  # selectors.failed_tool_calls(), as the list annotates each run
+
+
+# A string: the alias takes no arguments at run time on Python 3.11.
+RunWithFailedCalls: TypeAlias = "WithAnnotations[AgentRun, FailedCalls]"
+
+
 class FeedbackFilter(admin.SimpleListFilter):
     """The runs whose person rated the answer up, down, or not at all."""
 
     title = "feedback"
     parameter_name = "feedback"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [*Rating.choices, ("none", "None given")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() == "none":
             return queryset.filter(feedback__isnull=True)
         if self.value() in Rating.values:
@@ -208,7 +220,8 @@ class AgentRunAdmin(AuditAdmin):
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
-        return super().get_queryset(request).annotate(failed_calls=selectors.failed_tool_calls())
+        runs: QuerySet[AgentRun] = super().get_queryset(request)
+        return runs.annotate(failed_calls=selectors.failed_tool_calls())
 
     def get_fieldsets(self, request: HttpRequest, obj: AgentRun | None = None) -> Any:
         """A run that failed says why first thing, unfolded: the reason an operator opens it."""
@@ -281,7 +294,7 @@ class AgentRunAdmin(AuditAdmin):
         return format_html('<span title="{}">{}</span>', run.model, run.model.rpartition("/")[2])
 
     @admin.display(description="calls", ordering="tool_calls")
-    def calls(self, run: AgentRun) -> SafeString | int:
+    def calls(self, run: RunWithFailedCalls) -> SafeString | int:
         if not run.failed_calls:
             return run.tool_calls
         return format_html(
@@ -293,7 +306,7 @@ class AgentRunAdmin(AuditAdmin):
         return halt_badge(run.halt_reason)
 
     @admin.display(description="failed calls")
-    def failed_tool_calls(self, run: AgentRun) -> int:
+    def failed_tool_calls(self, run: RunWithFailedCalls) -> int:
         return run.failed_calls
 
     @admin.display(description="tokens")
@@ -386,10 +399,10 @@ class AgentRunAdmin(AuditAdmin):
             context |= {
                 "timeline": selectors.timeline(obj),
                 "stored_memories": Memory.objects.filter(source_run_id=obj.pk).defer("embedding"),
-                "can_cancel": not obj.is_finished and can_cancel_any_run(request.user),
+                "can_cancel": not obj.is_finished and can_cancel_any_run(person_of(request)),
                 "can_continue": obj.can_continue
                 and obj.owner_active
-                and can_continue_any_run(request.user),
+                and can_continue_any_run(person_of(request)),
             }
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -427,7 +440,7 @@ class AgentRunAdmin(AuditAdmin):
         rollup.forget_days(made)
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return can_cancel_any_run(request.user)
+        return can_cancel_any_run(person_of(request))
 
     @admin.action(description="Cancel selected runs", permissions=["cancel"])
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
@@ -442,7 +455,7 @@ class AgentRunAdmin(AuditAdmin):
         self.message_user(request, message, messages.SUCCESS if asked else messages.WARNING)
 
     def has_continue_permission(self, request: HttpRequest) -> bool:
-        return can_continue_any_run(request.user)
+        return can_continue_any_run(person_of(request))
 
     @admin.action(description="Continue the selected runs", permissions=["continue"])
     def continue_runs(self, request: HttpRequest, queryset: QuerySet[AgentRun]) -> None:
@@ -452,7 +465,7 @@ class AgentRunAdmin(AuditAdmin):
 
     def go_on(self, request: HttpRequest, run_id: int) -> None:
         try:
-            run = continue_run_as_operator(request.user, run_id)
+            run = continue_run_as_operator(person_of(request), run_id)
         except InvalidTask as error:
             self.message_user(request, f"Run {run_id} was not continued: {error}", messages.WARNING)
             return
@@ -466,7 +479,7 @@ class AgentRunAdmin(AuditAdmin):
         return transcript_response(transcripts(queryset), "loop-transcripts.json")
 
     def cancel(self, request: HttpRequest, run: AgentRun) -> AgentRun:
-        run = cancel_run_as_operator(request.user, run.pk)
+        run = cancel_run_as_operator(person_of(request), run.pk)
         self.log_change(request, run, "Cancelled by an operator.")
         return run
 
@@ -552,7 +565,8 @@ class UsageRange(forms.Form):
     cut = ""
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         since, until = cleaned.get("since"), cleaned.get("until")
         if since and until and since > until:
             raise forms.ValidationError("The range starts after it ends.")

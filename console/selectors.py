@@ -44,7 +44,7 @@ FAILED_TOOL_STATUSES = rollup.FAILED_TOOL_STATUSES
 GIST_WIDTH = 80
 
 
-def failed_tool_calls() -> Subquery:
+def failed_tool_calls() -> Coalesce:
     """A run's failed tool calls, as an annotation: one indexed lookup per row shown, not a join
     and GROUP BY over every run."""
     failed = (
@@ -232,7 +232,15 @@ class UsageRow:
 
 
 COUNTED_STATUSES = (RunStatus.SUCCEEDED, RunStatus.HALTED, RunStatus.FAILED, RunStatus.CANCELLED)
-COUNTED = ("runs", "succeeded", "halted", "failed", "cancelled", "tool_calls", "tool_failures")
+COUNTED: tuple[str, ...] = (
+    "runs",
+    "succeeded",
+    "halted",
+    "failed",
+    "cancelled",
+    "tool_calls",
+    "tool_failures",
+)
 COUNTED += ("breaker_trips", "prompt_tokens", "completion_tokens")
 
 
@@ -276,12 +284,13 @@ def usage(since: date, until: date, user_id: int | None = None) -> list[UsageRow
             **{str(status): count for status, count in by_status.items()},
         )
     )
-    for figures in per_day:
+    for day_figures in per_day:
+        figures: dict[str, Any] = dict(day_figures)
         day_row = row(figures.pop("day"), figures.pop("user_id"))
         day_row.username = figures.pop("user__username")
         for name, value in figures.items():
             setattr(day_row, name, value)
-    of_runs = {"run__created_at__gte": start, "run__created_at__lt": end}
+    of_runs: dict[str, object] = {"run__created_at__gte": start, "run__created_at__lt": end}
     if user_id is not None:
         of_runs["run__user_id"] = user_id
     for name, model, statuses in (
@@ -295,8 +304,8 @@ def usage(since: date, until: date, user_id: int | None = None) -> list[UsageRow
             .order_by()
             .annotate(n=Count("pk"))
         )
-        for figures in counted:
-            setattr(row(figures["day"], figures["run__user_id"]), name, figures["n"])
+        for counts in counted:
+            setattr(row(counts["day"], counts["run__user_id"]), name, counts["n"])
     return sorted(rows.values(), key=lambda r: (-r.day.toordinal(), r.username))
 
 

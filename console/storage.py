@@ -84,4 +84,5 @@ def table_sizes() -> list[TableSize]:
 def database_size() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_database_size(current_database())")
-        return cursor.fetchone()[0]
+        size: int = cursor.fetchone()[0]
+        return size

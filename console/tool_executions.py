@@ -1,5 +1,7 @@
 """The tool execution pages: every tool call a run made, read-only, linked to its run and step."""
 
+from typing import Any
+
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -18,11 +20,13 @@ class PolicyFilter(admin.SimpleListFilter):
     parameter_name = "policy"
     NONE = "none"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         policies = (BubblewrapSandbox.policy, SubprocessSandbox.policy)
         return [*((policy, policy) for policy in policies), (self.NONE, "none (not sandboxed)")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() is None:
             return queryset
         return queryset.filter(policy="" if self.value() == self.NONE else self.value())

@@ -8,6 +8,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Model, QuerySet
@@ -24,7 +25,8 @@ from core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 
 # Badge colours by family: what went well, what a guard or a person stopped, what broke. The
 # symbols are the ones the chat shows (core/wording.py), so a symbol means one thing to all.
-RUN_TONES = {
+# Keyed by the status as a row stores it (a str: a StrEnum member is its value).
+RUN_TONES: dict[str, str] = {
     RunStatus.SUCCEEDED: "good",
     RunStatus.RUNNING: "live",
     RunStatus.AWAITING_APPROVAL: "warn",
@@ -34,7 +36,7 @@ RUN_TONES = {
     RunStatus.INTERRUPTED: "warn",
     RunStatus.FAILED: "bad",
 }
-TOOL_TONES = {
+TOOL_TONES: dict[str, str] = {
     ToolStatus.OK: "good",
     ToolStatus.SKIPPED: "quiet",
     ToolStatus.INTERRUPTED: "warn",
@@ -51,6 +53,8 @@ DECISION_BADGES = {
     Decision.EXPIRED: ("warn", "⧗", Decision.EXPIRED),
     Decision.CANCELLED: ("quiet", "■", Decision.CANCELLED),
 }
+RUN_SYMBOL_OF: dict[str, str] = dict(RUN_SYMBOLS.items())
+TOOL_SYMBOL_OF: dict[str, str] = dict(TOOL_SYMBOLS.items())
 QUIET_TONE = "quiet"
 UNKNOWN_SYMBOL = "•"  # a status this version does not know (a later Loop's)
 BREAKER_TONE = "bad"
@@ -72,7 +76,7 @@ def run_badge(status: str) -> SafeString:
     return badge(
         status,
         tone=RUN_TONES.get(status, QUIET_TONE),
-        symbol=RUN_SYMBOLS.get(status, UNKNOWN_SYMBOL),
+        symbol=RUN_SYMBOL_OF.get(status, UNKNOWN_SYMBOL),
     )
 
 
@@ -80,7 +84,7 @@ def tool_badge(status: str) -> SafeString:
     return badge(
         status,
         tone=TOOL_TONES.get(status, QUIET_TONE),
-        symbol=TOOL_SYMBOLS.get(status, UNKNOWN_SYMBOL),
+        symbol=TOOL_SYMBOL_OF.get(status, UNKNOWN_SYMBOL),
     )
 
 
@@ -98,8 +102,12 @@ def halt_badge(reason: str) -> SafeString:
 def change_url(
     obj: Model | None = None, *, model: type[Model] | None = None, pk: Any = None
 ) -> str:
-    opts = (model or type(obj))._meta
-    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[pk or obj.pk])
+    if obj is not None:
+        model, pk = type(obj), pk or obj.pk
+    if model is None:
+        raise TypeError("change_url takes an object, or a model and a primary key.")
+    opts = model._meta
+    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[pk])
 
 
 def list_url(model: type[Model], **filters: Any) -> str:
@@ -128,13 +136,13 @@ def run_link(run_id: int | None, step: int | None = None) -> SafeString:
     return link(f"{url}#step-{step}", f"step {step}")
 
 
-def user_link(user: Model | None) -> SafeString:
+def user_link(user: AbstractBaseUser | None) -> SafeString:
     if user is None:
         return format_html('<span class="loop-none">{}</span>', "—")
     return link(change_url(user), user.get_username())
 
 
-class EstimatedCountPaginator(Paginator):
+class EstimatedCountPaginator(Paginator[Model]):
     """An unfiltered list of a table this large shows PostgreSQL's estimate of its rows:
     counting a million rows exactly takes longer than the rest of the page. A filtered list,
     or a smaller table, is counted exactly."""
@@ -143,16 +151,16 @@ class EstimatedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        query = getattr(self.object_list, "query", None)
-        if query is not None and not query.where:
+        rows = self.object_list
+        if isinstance(rows, QuerySet) and not rows.query.where:
             with connection.cursor() as cursor:
                 cursor.execute(
                     "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                    [self.object_list.model._meta.db_table],
+                    [rows.model._meta.db_table],
                 )
                 row = cursor.fetchone()
             if row and row[0] >= self.EXACT_BELOW:
-                return row[0]
+                return int(row[0])
         return super().count
 
 
@@ -162,7 +170,7 @@ IGNORED_FILTERS = (
 )
 
 
-class MalformedFiltersSaid:
+class MalformedFiltersSaid(admin.ModelAdmin[Any]):
     """Django answers a filter that does not fit a list (`?run__id__exact=abc`, a field the list
     does not have) by redirecting to the whole list with `?e=1`: say there what happened. A
     lookup Django refuses outright (from 5.2.20, a relation the list does not filter on, such as
@@ -180,7 +188,7 @@ class MalformedFiltersSaid:
             return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
 
 
-class AuditAdmin(MalformedFiltersSaid, admin.ModelAdmin):
+class AuditAdmin(MalformedFiltersSaid):
     """Audit records are never added or edited through the admin, whatever is posted; only a
     superuser deletes them. The count of all rows is skipped: tables grow to millions."""
 
@@ -207,7 +215,9 @@ class UserFilter(admin.SimpleListFilter):
     parameter_name = "user"
     path = "user"  # where the user is, from the listed model
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         chosen = user_id(self.value())
         if chosen is None:
             return []
@@ -217,7 +227,7 @@ class UserFilter(admin.SimpleListFilter):
     def has_output(self) -> bool:
         return True
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if not self.value():
             return queryset
         chosen = user_id(self.value())
@@ -239,7 +249,7 @@ def user_id(value: str | None) -> int | None:
     return int(value) if int(value) <= largest else None
 
 
-def filter_link(model_admin: admin.ModelAdmin, user: Model) -> SafeString:
+def filter_link(model_admin: admin.ModelAdmin[Any], user: AbstractBaseUser) -> SafeString:
     """A user's name that filters the list it is in down to that user's rows."""
     return link(list_url(model_admin.model, user=user.pk), user.get_username())
 

@@ -1,6 +1,7 @@
 """Typed readers for the environment variables that configure Loop (12-factor settings)."""
 
 import os
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -33,6 +34,10 @@ def env_int(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}.") from None
 
 
+@overload
+def env_float(name: str, default: float) -> float: ...
+@overload
+def env_float(name: str, default: None) -> float | None: ...
 def env_float(name: str, default: float | None) -> float | None:
     raw = env_str(name)
     if not raw:

@@ -34,7 +34,7 @@ from django.urls import set_script_prefix
 IDLE_THREADS = 16
 
 
-class OneCallHandler(ASGIHandler):  # type: ignore[misc]
+class OneCallHandler(ASGIHandler):
     """Django's ASGIHandler, but a request's sync code runs in one call in one kept thread."""
 
     def __init__(self) -> None:
@@ -76,10 +76,13 @@ class OneCallHandler(ASGIHandler):  # type: ignore[misc]
         signals.request_started.send(sender=self.__class__, scope=scope)
         request, error_response = self.create_request(scope, body)
         if request is None:
+            if error_response is None:  # never: create_request gives one or the other
+                raise RuntimeError("Django's create_request gave no request and no response.")
             response = error_response
         else:
             response = self.get_response(request)
-            response._handler_class = self.__class__
+            # As Django's own handler marks it: an attribute django-stubs does not declare.
+            response._handler_class = self.__class__  # type: ignore[attr-defined]
             if isinstance(response, FileResponse):
                 response.block_size = self.chunk_size  # daphne sends it in pieces itself
         if not response.streaming:

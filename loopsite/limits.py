@@ -30,7 +30,7 @@ from django.conf import settings
 REFUSAL = b"Request body too large: this site accepts at most %d bytes.\n"
 
 
-class BoundedRequest(http_protocol.WebRequest):
+class BoundedRequest(http_protocol.WebRequest):  # type: ignore[misc]  # daphne has no types
     """daphne's request, refusing a body larger than `max_body` bytes before storing it."""
 
     max_body = 0  # set by bound_request_bodies
@@ -45,15 +45,16 @@ class BoundedRequest(http_protocol.WebRequest):
         self._parsePOSTFormSubmission = False
 
     @property
-    def application_queue(self) -> asyncio.Queue | None:
+    def application_queue(self) -> asyncio.Queue[dict[str, Any]] | None:
         return self.__dict__.get("_application_queue")
 
     @application_queue.setter
-    def application_queue(self, queue: asyncio.Queue | None) -> None:
+    def application_queue(self, queue: asyncio.Queue[dict[str, Any]] | None) -> None:
         """daphne makes the queue, then puts the whole body on it: keep a large body on disk."""
         if type(queue) is asyncio.Queue and on_disk(self.content):
             queue.__class__ = BodyOnDisk
-            queue.content, queue.offset = self.content, 0
+            if isinstance(queue, BodyOnDisk):  # as it now is
+                queue.content, queue.offset = self.content, 0
         self.__dict__["_application_queue"] = queue
 
     def gotLength(self, length: int | None) -> None:
@@ -129,7 +130,7 @@ class _OnDisk:
     size: int
 
 
-class BodyOnDisk(asyncio.Queue):
+class BodyOnDisk(asyncio.Queue[dict[str, Any]]):
     """The application's queue of one request with a large body: of each chunk daphne puts on
     it, only where it lies in Twisted's temporary file is kept; the chunk is read when the
     application takes it (Queue.get calls _get), so the body is never all in memory at once."""

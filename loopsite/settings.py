@@ -8,6 +8,7 @@ import hashlib
 from datetime import timedelta
 from pathlib import Path
 
+import django_stubs_ext
 from csp.constants import NONE, SELF
 from django.core.management.utils import get_random_secret_key
 
@@ -21,6 +22,9 @@ from loopsite.env import (
     env_str,
     require,
 )
+
+# ModelAdmin[Memory], Paginator[Model] and the like, written as their types say, at run time too.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LOOP_VAR_DIR") or BASE_DIR / "var").resolve()

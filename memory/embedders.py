@@ -96,7 +96,8 @@ class HashedNgramEmbedder:
 
 @cache
 def _load(path: str) -> Embedder:
-    return import_string(path)()
+    embedder: Embedder = import_string(path)()
+    return embedder
 
 
 def get_embedder() -> Embedder:

@@ -9,9 +9,10 @@ at all, so what a person took back is not kept verbatim anywhere they cannot see
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -29,7 +30,7 @@ def text_retention() -> timedelta:
     return timedelta(days=min(max(settings.LOOP_FORGOTTEN_TEXT_DAYS, 0), timedelta.max.days))
 
 
-def forget(memories: QuerySet[Memory], by: AbstractBaseUser) -> list[ForgottenMemory]:
+def forget(memories: QuerySet[Memory], by: User) -> list[ForgottenMemory]:
     """Delete `memories` and record each one, in one transaction: none goes unrecorded."""
     keep_text = text_retention() > timedelta(0)
     with transaction.atomic():
@@ -63,7 +64,7 @@ def purge_forgotten_texts(now: datetime | None = None) -> int:
     return stale.update(text=NOT_KEPT)
 
 
-def remembered_by(owner: AbstractBaseUser, run_ids: Iterable[int]) -> QuerySet[Memory]:
+def remembered_by(owner: User, run_ids: Iterable[int] | QuerySet[Any, Any]) -> QuerySet[Memory]:
     """What the runs of these ids stored in their owner's memory (a queryset of ids stays one
     query); a memory a later run merged into names that later run as its source."""
     return Memory.objects.filter(owner=owner, source_run_id__in=run_ids)

@@ -110,7 +110,8 @@ class MiniLM:
         hidden = x.reshape(batch, length, -1)
         weights = mask[:, :, None]
         pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
-        return pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+        unit: Array = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+        return unit
 
 
 def _transformer_layer(
@@ -138,7 +139,7 @@ def _softmax(scores: Array) -> Array:
 
 def _layer_norm(x: Array, norm: tuple[Array, Array]) -> Array:
     gain, bias = norm
-    centred = x - x.mean(axis=-1, keepdims=True)
+    centred: Array = x - x.mean(axis=-1, keepdims=True)
     variance = np.square(centred).mean(axis=-1, keepdims=True)
     centred /= np.sqrt(variance + LAYER_NORM_EPS)
     centred *= gain
@@ -157,7 +158,7 @@ _ONE = np.float32(1.0)
 
 
 def _gelu(x: Array) -> Array:
-    inner = np.square(x)
+    inner: Array = np.square(x)
     inner *= _GELU_CUBIC
     inner += _ONE
     inner *= x

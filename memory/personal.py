@@ -21,7 +21,7 @@ from operator import and_
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
@@ -53,13 +53,13 @@ class Edited:
     stale: list[Memory] = field(default_factory=list)
 
 
-def mine(owner: AbstractBaseUser) -> QuerySet[Memory]:
+def mine(owner: User) -> QuerySet[Memory]:
     """The owner's memories, without their vectors (for the index, not for reading)."""
     return Memory.objects.filter(owner=owner).defer("embedding")
 
 
 def memories_of(
-    owner: AbstractBaseUser, query: str = "", origin: str | None = None
+    owner: User, query: str = "", origin: str | None = None
 ) -> QuerySet[Memory] | list[Memory]:
     """The owner's memories (of one origin, if given), newest first. With a query: those whose
     text holds each of its words (case aside), newest first, then those that mean what it
@@ -75,7 +75,7 @@ def memories_of(
     return by_words + [m for m in by_meaning(owner, query, origin) if m.pk not in seen]
 
 
-def by_meaning(owner: AbstractBaseUser, query: str, origin: str | None = None) -> list[Memory]:
+def by_meaning(owner: User, query: str, origin: str | None = None) -> list[Memory]:
     """What recall would find for `query`, with the same embedder and relevance floor, most
     similar first: "which colour do I like" finds "My favourite colour is green"."""
     if not mine(owner).exists():
@@ -89,7 +89,7 @@ def by_meaning(owner: AbstractBaseUser, query: str, origin: str | None = None) -
 
 
 def copies_of(
-    owner: AbstractBaseUser, memories: Iterable[Memory], *, besides: Iterable[int] = ()
+    owner: User, memories: Iterable[Memory], *, besides: Iterable[int] = ()
 ) -> list[Memory]:
     """The owner's other memories that state what any of `memories` states (facts and runs'
     outcomes alike), oldest first; none of `memories` nor of `besides`. Each memory's stored
@@ -108,14 +108,16 @@ def copies_of(
     return sorted(found.values(), key=lambda memory: (memory.created_at, memory.pk))
 
 
-def stating(owner: AbstractBaseUser, text: str, vector: Vector) -> list[Memory]:
+def stating(owner: User, text: str, vector: Vector) -> list[Memory]:
     """The owner's memories that state what `text` (of that vector) states: by meaning, at
     least the same-fact similarity, or by the words, holding every content word of it ("My
     favourite city is Lisbon": favourite, city and lisbon, which a run's answer quoting it
     holds, and "My favourite city is Porto" does not)."""
     threshold = store.same_fact_similarity()
     near = store.nearest(owner, vector, COPY_CANDIDATES, strict=True) if any(vector) else []
-    found = {memory.pk: memory for memory in near if 1.0 - memory.distance >= threshold}
+    found: dict[int, Memory] = {
+        memory.pk: memory for memory in near if 1.0 - memory.distance >= threshold
+    }
     for memory in holding_words_of(owner, text):
         found.setdefault(memory.pk, memory)
     return list(found.values())
@@ -127,7 +129,7 @@ def as_vector(stored: Any) -> Vector:
     return [float(value) for value in values]
 
 
-def holding_words_of(owner: AbstractBaseUser, text: str) -> list[Memory]:
+def holding_words_of(owner: User, text: str) -> list[Memory]:
     """The owner's memories holding every content word of `text` as a word (not inside
     another: "city" is not in "velocity"); nothing for a text of none or of too many."""
     wanted = set(words(text))
@@ -137,7 +139,7 @@ def holding_words_of(owner: AbstractBaseUser, text: str) -> list[Memory]:
     return [memory for memory in mine(owner).filter(holding) if wanted <= set(words(memory.text))]
 
 
-def memory_of(owner: AbstractBaseUser, memory_id: int) -> Memory:
+def memory_of(owner: User, memory_id: int) -> Memory:
     """The owner's memory of that id; anyone else's raises Memory.DoesNotExist."""
     return mine(owner).get(pk=memory_id)
 
@@ -154,7 +156,7 @@ def checked_text(text: str) -> str:
     return text
 
 
-def add_by_hand(owner: AbstractBaseUser, text: str) -> store.Remembered:
+def add_by_hand(owner: User, text: str) -> store.Remembered:
     """Remember `text` because its owner said so; the outcome says whether it was new, already
     there (DUPLICATE), an update of a nearly identical one (MERGED) or not kept (DROPPED)."""
     return store.remember(
@@ -162,7 +164,7 @@ def add_by_hand(owner: AbstractBaseUser, text: str) -> store.Remembered:
     )
 
 
-def edit(owner: AbstractBaseUser, memory_id: int, text: str) -> Edited:
+def edit(owner: User, memory_id: int, text: str) -> Edited:
     """Give the owner's memory a new text: a new embedding and content hash, so recall finds it
     by what it says now. Another memory of theirs that the new text duplicates (the same hash,
     or at least the merge similarity) is folded into this one: its recalls count here, and it
@@ -191,9 +193,7 @@ def edit(owner: AbstractBaseUser, memory_id: int, text: str) -> Edited:
     return Edited(memory, [other.pk for other in redundant], stale)
 
 
-def _redundant_with(
-    owner: AbstractBaseUser, memory: Memory, digest: str, vector: Vector
-) -> list[Memory]:
+def _redundant_with(owner: User, memory: Memory, digest: str, vector: Vector) -> list[Memory]:
     """The owner's other memories that would duplicate `memory` once it holds the new text."""
     same = Memory.objects.filter(owner=owner, content_hash=digest).exclude(pk=memory.pk)
     redundant = {other.pk: other for other in same.select_for_update()}
@@ -213,6 +213,6 @@ def _absorb(memory: Memory, other: Memory) -> None:
         memory.last_recalled_at = other.last_recalled_at
 
 
-def these(owner: AbstractBaseUser, memory_ids: Iterable[int]) -> QuerySet[Memory]:
+def these(owner: User, memory_ids: Iterable[int]) -> QuerySet[Memory]:
     """Those of the ids that are the owner's memories (others' do not exist here)."""
     return mine(owner).filter(pk__in=list(memory_ids))

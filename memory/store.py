@@ -14,14 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from itertools import islice
+from typing import TypeAlias, TypedDict
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.models import F
 from django.utils import timezone
+from django_stubs_ext import WithAnnotations
 from pgvector.django import CosineDistance, HnswIndex
 
 from core.recalled import RecalledMemory
@@ -60,7 +62,7 @@ class Remembered:
 
 
 def remember(
-    owner: AbstractBaseUser,
+    owner: User,
     text: str,
     *,
     importance: float = 0.5,
@@ -92,7 +94,7 @@ def remember(
     return Remembered(memory, MemoryOutcome.STORED)
 
 
-def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[RecalledMemory]:
+def recall(owner: User, query: str, k: int | None = None) -> list[RecalledMemory]:
     """The owner's memories most relevant to `query`, best first, each with its score parts."""
     k = k or settings.LOOP_MEMORY_RECALL_K
     if not Memory.objects.filter(owner=owner).exists():
@@ -111,14 +113,23 @@ def recall(owner: AbstractBaseUser, query: str, k: int | None = None) -> list[Re
     return kept
 
 
+class Distance(TypedDict):
+    distance: float  # cosine distance to the vector searched for
+
+
+# A memory found by nearest(), with its distance (a string: the alias takes no arguments at
+# run time on Python 3.11).
+NearMemory: TypeAlias = "WithAnnotations[Memory, Distance]"
+
+
 def nearest(
-    owner: AbstractBaseUser,
+    owner: User | int,
     vector: Vector,
     limit: int,
     *,
     strict: bool = False,
     origin: str | None = None,
-) -> list[Memory]:
+) -> list[NearMemory]:
     """The owner's `limit` nearest memories by cosine distance, through the HNSW index.
 
     `strict` keeps the scan's results in exact distance order, for when the single nearest one
@@ -164,7 +175,7 @@ def set_search(limit: int, *, strict: bool = False) -> None:
         )
 
 
-def evict_beyond_bound(owner: AbstractBaseUser) -> set[int]:
+def evict_beyond_bound(owner: User) -> set[int]:
     """Keep at most LOOP_MEMORY_MAX_PER_USER memories: the least valuable go first (`value`).
     Returns the ids of those deleted."""
     mine = Memory.objects.filter(owner=owner)
@@ -191,7 +202,8 @@ def value(memory: Memory, now: datetime) -> float:
 
 
 def _recency(age_days: float) -> float:
-    return 0.5 ** (age_days / settings.LOOP_MEMORY_HALF_LIFE_DAYS)
+    half_life: float = settings.LOOP_MEMORY_HALF_LIFE_DAYS
+    return float(0.5 ** (age_days / half_life))
 
 
 def reembed(batch_size: int = 256) -> int:
@@ -320,20 +332,20 @@ class _Near:
     similarity: float
 
 
-def _lock(owner: AbstractBaseUser) -> None:
+def _lock(owner: User) -> None:
     """Lock the owner's row (its key alone is read back: nothing else is needed)."""
     users = get_user_model().objects.select_for_update(no_key=True).filter(pk=owner.pk)
     users.values_list("pk", flat=True).first()
 
 
-def _nearest(owner: AbstractBaseUser, vector: Vector, origin: str) -> _Near | None:
+def _nearest(owner: User, vector: Vector, origin: str) -> _Near | None:
     """The nearest memory of the same origin: a run's outcome never rewrites a fact the person
     gave, nor a fact an outcome."""
     found = nearest(owner, vector, 1, strict=True, origin=origin)
     return _Near(found[0], 1.0 - found[0].distance) if found else None
 
 
-def _score(memory: Memory, now: datetime) -> RecalledMemory:
+def _score(memory: NearMemory, now: datetime) -> RecalledMemory:
     age_days = (now - memory.updated_at).total_seconds() / 86400
     parts = {
         "similarity": round(1.0 - memory.distance, 4),
@@ -377,7 +389,7 @@ def _supersede(
 
 
 def _create(
-    owner: AbstractBaseUser,
+    owner: User,
     text: str,
     digest: str,
     vector: Vector,

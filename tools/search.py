@@ -78,7 +78,7 @@ class DdgsSearch:
     def _text(self, query: str, max_results: int, timeout: float) -> list[dict[str, Any]]:
         # ddgs reads a proxy from DDGS_PROXY when none is given; the timeout bounds each request
         # (ddgs hints int, but hands it to primp, which takes fractions of a second too).
-        return DDGS(timeout=timeout).text(
+        return DDGS(timeout=timeout).text(  # type: ignore[arg-type]
             query, max_results=max_results, backend=settings.LOOP_WEB_SEARCH_ENGINE
         )
 
@@ -111,7 +111,8 @@ def _within(timeout: float, call: Callable[[], T]) -> T:
         raise TimeoutError(f"no answer within {timeout:g} seconds")
     if "error" in box:
         raise box["error"]
-    return box["value"]
+    value: T = box["value"]
+    return value
 
 
 class WebSearchArguments(BaseModel):
@@ -134,12 +135,13 @@ def get_backend() -> SearchBackend:
     # Read at call time so a settings override (tests, operators) takes effect immediately.
     path = settings.LOOP_WEB_SEARCH_BACKEND
     try:
-        return import_string(path)()
+        backend: SearchBackend = import_string(path)()
     except ImportError:
         logger.exception("Cannot load web search backend %s", path)
         raise ToolError(
             f"Web search is not available (backend {path!r} cannot be loaded)."
         ) from None
+    return backend
 
 
 def web_search(arguments: WebSearchArguments, context: ToolContext) -> ToolOutput:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 
 from workspace import paths
@@ -86,6 +86,6 @@ def hand_over(path: Path, identity: Identity) -> None:
         os.close(root)
 
 
-def workspace_of(user: AbstractBaseUser) -> Path:
+def workspace_of(user: User) -> Path:
     """The person's workspace, made (and handed to their sandbox uid) if it is not yet."""
     return ensure_workspace(workspace_path(user.pk), user.pk)

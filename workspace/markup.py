@@ -15,7 +15,8 @@ from markdown_it.token import Token
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
-from pygments.lexers import TextLexer, get_lexer_by_name, get_lexer_for_filename
+from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
+from pygments.lexers.special import TextLexer
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
@@ -48,9 +49,10 @@ def _lexer_named(language: str) -> Lexer:
     if not language:
         return TextLexer()
     try:
-        return get_lexer_by_name(language)
+        lexer: Lexer = get_lexer_by_name(language)
     except ClassNotFound:
         return TextLexer()
+    return lexer
 
 
 def code_block(code: str, lexer: Lexer) -> str:

@@ -306,6 +306,8 @@ def _reopen(frames: list[_Frame]) -> bool:
     handle = frames[start].handle
     for index in range(start + 1, len(frames)):
         frame = frames[index]
+        if frame.entry is None:  # never: only the root's frame has no entry, and it stays open
+            raise ValueError("Only the root's frame has no entry.")
         try:
             child = os.open(frame.entry.name, _DIRECTORY, dir_fd=handle)
         except OSError:

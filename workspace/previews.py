@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
@@ -83,18 +83,18 @@ def preview(workspace: Path, path: str) -> Preview:
         download.file.close()
         return Preview(kind, path, download.size)
     part = browse.open_text(workspace, path)
-    shown = {"kind": kind, "path": part.path, "size": part.size, "part": part}
+    shown = Preview(kind, part.path, part.size, part=part)
     if kind is PreviewKind.MARKDOWN:
-        return Preview(**shown, html=markdown(part.text))
+        return replace(shown, html=markdown(part.text))
     if kind is PreviewKind.CODE:
-        return Preview(**shown, html=highlighted_file(part.text, part.path))
+        return replace(shown, html=highlighted_file(part.text, part.path))
     if kind is PreviewKind.TABLE:
         try:
             rows, more = first_rows(part.text, TABLE_DELIMITERS[PurePosixPath(path).suffix.lower()])
         except csv.Error:  # not a table after all (a NUL, a field past csv's limit): its text
-            return Preview(**shown | {"kind": PreviewKind.TEXT})
-        return Preview(**shown, rows=rows, more_rows=more or part.cut)
-    return Preview(**shown)
+            return replace(shown, kind=PreviewKind.TEXT)
+        return replace(shown, rows=rows, more_rows=more or part.cut)
+    return shown
 
 
 def first_rows(text: str, delimiter: str) -> tuple[list[list[str]], bool]:

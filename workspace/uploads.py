@@ -137,7 +137,9 @@ class WorkspaceUploadHandler(FileUploadHandler):
             return f"{name} was not stored: your workspace is not available."
         return browse.over_quota(name, self.root)
 
-    def file_complete(self, file_size: int) -> Streamed | None:
+    # Django files what this returns in request.FILES: here a part already stored, not an
+    # UploadedFile as django-stubs says.
+    def file_complete(self, file_size: int) -> Streamed | None:  # type: ignore[override]
         current, self.current = self.current, None
         if current is None:
             return None
@@ -182,7 +184,8 @@ def stream_into_workspace(request: HttpRequest, handler: WorkspaceUploadHandler)
             meta, post_data, request.upload_handlers, request.encoding
         ).parse()
 
-    request.parse_file_upload = parse  # type: ignore[method-assign]
+    # The request's own parser replaced, for this request only (a function, not a method).
+    request.parse_file_upload = parse  # type: ignore[method-assign,assignment]
 
 
 def streams_uploads(view: Callable[..., Any]) -> Callable[..., Any]:

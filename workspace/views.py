@@ -12,10 +12,11 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import BadRequest, SuspiciousOperation
-from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
@@ -26,6 +27,7 @@ from workspace.directory import workspace_of
 from workspace.paths import MAX_PATH_CHARS
 from workspace.query_string import query_text
 from workspace.quota import Quota, usage
+from workspace.requests import SignedInRequest
 from workspace.uploads import FIELD, WorkspaceUploadHandler, stream_into_workspace, streams_uploads
 
 # Served as text/plain (never rendered: nosniff); anything else downloads as octet-stream.
@@ -56,7 +58,7 @@ BINARY_TYPE = "application/octet-stream"
 IMAGE_POLICY = "default-src 'none'; sandbox"
 
 
-def quota_context(user: AbstractBaseUser) -> dict[str, Any]:
+def quota_context(user: User) -> dict[str, Any]:
     """How much of the workspace quota the person uses, for the page header
     (workspace/quota.html)."""
     quota = Quota.from_settings()
@@ -81,7 +83,7 @@ def parent_of(path: str) -> str:
 
 
 def panel(
-    request: HttpRequest,
+    request: SignedInRequest,
     folder: str,
     *,
     notes: list[tuple[str, str]] | None = None,
@@ -107,19 +109,19 @@ def panel(
 
 
 @require_GET
-def files(request: HttpRequest) -> HttpResponse:
+def files(request: SignedInRequest) -> HttpResponse:
     return panel(request, query_text(request, "dir", MAX_PATH_CHARS))
 
 
 @require_GET
-def quota(request: HttpRequest) -> HttpResponse:
+def quota(request: SignedInRequest) -> HttpResponse:
     """The quota line alone: the chat's sidebar asks for it again when a run ends, since a run
     may have written files."""
     return render(request, "workspace/quota.html", {"quota": quota_context(request.user)})
 
 
 @require_GET
-def view(request: HttpRequest, path: str) -> HttpResponse:
+def view(request: SignedInRequest, path: str) -> HttpResponse:
     """A file previewed by its kind (workspace.previews), on its page or, for htmx, alone (in
     the tool card that wrote or read it): never served as a page of its own."""
     try:
@@ -136,13 +138,13 @@ def view(request: HttpRequest, path: str) -> HttpResponse:
     return render(request, preview_template(request), context)
 
 
-def preview_template(request: HttpRequest) -> str:
+def preview_template(request: SignedInRequest) -> str:
     """The page, or for htmx (a tool card's preview) the preview alone."""
     return "workspace/file_view.html#preview" if request.htmx else "workspace/file_view.html"
 
 
 @require_GET
-def image(request: HttpRequest, path: str) -> HttpResponse:
+def image(request: SignedInRequest, path: str) -> HttpResponseBase:
     """An image for a preview's <img>: served as what its first bytes prove it is, in a sandbox
     of its own, so that even opened on its own it can run nothing."""
     try:
@@ -159,7 +161,7 @@ def image(request: HttpRequest, path: str) -> HttpResponse:
 
 
 @require_GET
-def raw(request: HttpRequest, path: str) -> HttpResponse:
+def raw(request: SignedInRequest, path: str) -> HttpResponseBase:
     """The file as a download: never rendered from this origin, whatever its name says."""
     try:
         download = browse.open_download(workspace_of(request.user), path)
@@ -178,7 +180,7 @@ def raw(request: HttpRequest, path: str) -> HttpResponse:
 
 
 @require_POST
-def delete(request: HttpRequest) -> HttpResponse:
+def delete(request: SignedInRequest) -> HttpResponse:
     """Delete a file or a folder; a folder with entries only with `contents`, the number of
     entries it holds, which the first attempt answers (and the panel asks to confirm)."""
     path = request.POST.get("path", "")
@@ -202,7 +204,7 @@ def delete(request: HttpRequest) -> HttpResponse:
 
 
 def answer(
-    request: HttpRequest,
+    request: SignedInRequest,
     folder: str,
     *,
     done: list[str] | None = None,
@@ -232,7 +234,7 @@ def answer(
 @streams_uploads
 @csrf_exempt  # the CSRF check reads the form, and the form must be read through the handler
 @require_POST
-def upload(request: HttpRequest) -> HttpResponse:
+def upload(request: SignedInRequest) -> HttpResponse:
     """Store one or several parts named `file` in the folder `dir`: each part is streamed to
     disk as it arrives and named only when whole, the CSRF token checked and the quota met."""
     handler = WorkspaceUploadHandler(workspace_of(request.user))
@@ -250,7 +252,7 @@ def upload(request: HttpRequest) -> HttpResponse:
 
 
 @csrf_protect
-def store(request: HttpRequest, handler: WorkspaceUploadHandler) -> HttpResponse:
+def store(request: SignedInRequest, handler: WorkspaceUploadHandler) -> HttpResponse:
     folder = request.POST.get("dir", "")
     on_clash = request.POST.get("on_clash", "")
     done, refused, paths = [], list(handler.refusals), []

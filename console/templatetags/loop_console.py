@@ -88,7 +88,7 @@ def timeline_partial(event: object) -> str:
 
 
 @register.inclusion_tag("admin/date_hierarchy.html")
-def date_hierarchy_by_id(cl: ChangeList) -> dict[str, Any]:
+def date_hierarchy_by_id(cl: ChangeList) -> dict[str, Any] | None:
     """Django's date hierarchy, except its first level: the years from the first row to the last
     by id, two index lookups, where Django scans every row twice (for the range, then for the
     years). The console's dates are all creation times of append-only rows, so ids follow them."""

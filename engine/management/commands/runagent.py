@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
@@ -62,7 +62,7 @@ CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 USAGE_ERROR = 2
 LINE_CHARS = 160  # the most of a text one line of the transcript shows
-EXIT_CODES = {
+EXIT_CODES: dict[str, int] = {
     RunStatus.SUCCEEDED: 0,
     RunStatus.FAILED: 1,
     RunStatus.HALTED: 3,
@@ -278,10 +278,12 @@ class Command(BaseCommand):
             raise CommandError("--max-iterations must be at least 1.", returncode=USAGE_ERROR)
         return default_limits(max_iterations=max_iterations)
 
-    def user(self, username: str | None) -> AbstractBaseUser:
+    def user(self, username: str | None) -> User:
         users = get_user_model()
         if username is None:
-            user, created = users.objects.get_or_create(**{users.USERNAME_FIELD: CLI_USER})
+            user, created = users.objects.get_or_create(
+                defaults=None, **{users.USERNAME_FIELD: CLI_USER}
+            )
             if created:
                 user.set_unusable_password()
                 user.save()
@@ -374,7 +376,7 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             return [f"step {event.step}  {event.tool} waits for a decision{why}"]
         case ApprovalDecided():
             by = f" by {event.by}" if event.by else ""
-            decided = DECIDED.get(event.decision, str(event.decision))
+            decided = DECIDED.get(event.decision, event.decision)
             why = f": {excerpt(event.reason, LINE_CHARS)}" if event.reason else ""
             return [f"step {event.step}  {event.tool} {decided}{by}{why}"]
         case RunResumed():

@@ -1,7 +1,7 @@
 """`manage.py worker`: one run-engine worker process, on any machine that reaches DATABASE_URL."""
 
 from argparse import ArgumentTypeError
-from typing import Any, ClassVar
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
@@ -28,7 +28,7 @@ class Command(BaseCommand):
 
     # The worker runs the checks itself; the supervisor has no use for them (the sandbox's check
     # starts one) and becomes a process without Django at once.
-    requires_system_checks: ClassVar[list[str]] = []
+    requires_system_checks = ()
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
