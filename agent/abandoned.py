@@ -15,6 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Q, QuerySet
+from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 from procrastinate.contrib.django.models import ProcrastinateJob, ProcrastinateWorker
 
@@ -27,7 +28,7 @@ from tools.fence import raise_fence
 from workspace.directory import workspace_path
 
 
-def stale_before() -> ExpressionWrapper:
+def stale_before() -> ExpressionWrapper[CombinedExpression]:
     """The database's now less LOOP_STALE_SECONDS: a heartbeat older than that is a dead one.
     The database's clock, which Procrastinate's heartbeats use too, whatever the host's says."""
     stale = timedelta(seconds=settings.LOOP_STALE_SECONDS)
@@ -76,7 +77,7 @@ def runs_of_gone_processes_here() -> list[tuple[int, int, str]]:
     return [
         (pk, job, worker)
         for pk, job, worker, claimed in rows
-        if worker_process_gone(worker, claimed)
+        if job is not None and worker_process_gone(worker, claimed)
     ]
 
 

@@ -6,7 +6,7 @@ sent "now", goes to the live run, whose model reads it before its next turn (the
 from collections.abc import Sequence
 
 import psycopg
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import DatabaseError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
@@ -31,9 +31,7 @@ def live_run_in(conversation: Conversation) -> AgentRun | None:
     )
 
 
-def queue_task(
-    user: AbstractBaseUser, conversation: Conversation, text: str, *, model: str = ""
-) -> QueuedTask:
+def queue_task(user: User, conversation: Conversation, text: str, *, model: str = "") -> QueuedTask:
     """Keep `text` as the conversation's next task, after those already waiting, to run on
     `model` (a qualified name; "": the conversation's when it starts); it starts at once if no
     run is going any more (the one that was may have ended meanwhile)."""
@@ -50,12 +48,12 @@ def queue_task(
     return task
 
 
-def owned_waiting(user: AbstractBaseUser, task_id: int) -> QuerySet[QueuedTask]:
+def owned_waiting(user: User, task_id: int) -> QuerySet[QueuedTask]:
     mine = QueuedTask.objects.filter(conversation__in=conversations_for(user))
     return mine.filter(pk=task_id, sent_to__isnull=True)
 
 
-def send_now(user: AbstractBaseUser, task_id: int) -> QueuedTask:
+def send_now(user: User, task_id: int) -> QueuedTask:
     """Hand a waiting task to the conversation's live run: its model reads it before its next
     turn. With no run going, the conversation's queue just moves on."""
     with transaction.atomic():
@@ -71,7 +69,7 @@ def send_now(user: AbstractBaseUser, task_id: int) -> QueuedTask:
     return task
 
 
-def remove(user: AbstractBaseUser, task_id: int) -> None:
+def remove(user: User, task_id: int) -> None:
     """Take back a task that waits; one sent to the run may have been read: it stays."""
     if not owned_waiting(user, task_id).delete()[0]:
         raise NotWaiting("That task no longer waits: it has started or was sent to the run.")

@@ -179,6 +179,8 @@ class RunRecorder:
 
     def publish(self, event: Event) -> None:
         """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""
+        if self.then is None:
+            return
         try:
             self.then(event)
         except OSError as error:  # the reader went away (a closed pipe or socket): no traceback

@@ -5,13 +5,14 @@ is engine/execution.py."""
 import dataclasses
 import logging
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import CharField, Model, QuerySet
 from django.utils import timezone
 
 from agent.abandoned import end_if_abandoned, without_a_process
@@ -68,8 +69,8 @@ def clean_task(task: str) -> str:
     return task
 
 
-def default_limits(**overrides: float) -> Limits:
-    configured = {
+def default_limits(**overrides: Any) -> Limits:
+    configured: dict[str, Any] = {
         "max_iterations": settings.LOOP_MAX_ITERATIONS,
         "max_seconds": settings.LOOP_RUN_SECONDS,
         "max_tokens": settings.LOOP_RUN_TOKENS,
@@ -82,7 +83,7 @@ def default_limits(**overrides: float) -> Limits:
 
 
 def start_run(
-    user: AbstractBaseUser,
+    user: User,
     task: str,
     *,
     model: str | ModelChoice = "",
@@ -117,7 +118,7 @@ def start_run(
 
 
 def new_run(
-    user: AbstractBaseUser,
+    user: User,
     task: str,
     choice: ModelChoice,
     conversation: Conversation | None,
@@ -137,12 +138,21 @@ def new_run(
     )
 
 
+def column_width(model: type[Model], name: str) -> int:
+    """The characters a text column holds (its max_length; every text column here has one)."""
+    field = model._meta.get_field(name)
+    width = field.max_length if isinstance(field, CharField) else None
+    if width is None:
+        raise TypeError(f"{model.__name__}.{name} is no bounded text column")
+    return width
+
+
 def recordable(choice: ModelChoice) -> ModelChoice:
     """The choice, if a run and its conversation can record it; a name longer than their columns
     is refused with the reason, before anything is stored (not a database error)."""
     longest = min(
-        AgentRun._meta.get_field("model").max_length,
-        Conversation._meta.get_field("model").max_length - len(f"{choice.provider}:"),
+        column_width(AgentRun, "model"),
+        column_width(Conversation, "model") - len(f"{choice.provider}:"),
     )
     if len(choice.model) > longest:
         raise InvalidTask(
@@ -177,7 +187,7 @@ def lock_owner(user_id: int) -> None:
 
 
 def submit_run(
-    user: AbstractBaseUser, task: str, conversation: Conversation, *, model: str | ModelChoice = ""
+    user: User, task: str, conversation: Conversation, *, model: str | ModelChoice = ""
 ) -> AgentRun:
     """Start a run in `conversation` and queue it for a worker; returns at once."""
     with transaction.atomic():
@@ -192,9 +202,7 @@ def queue(run: AgentRun, priority: int = 0) -> None:
     AgentRun.objects.filter(pk=run.pk).update(job_id=run.job_id)
 
 
-def submit_first_run(
-    user: AbstractBaseUser, task: str, *, model: str | ModelChoice = ""
-) -> AgentRun:
+def submit_first_run(user: User, task: str, *, model: str | ModelChoice = "") -> AgentRun:
     """Start a new conversation with `task`; if the run is refused, no conversation is kept.
     As start_run and submit_run do, in one transaction without their savepoints: the
     conversation is made with its title and model, and nothing else can see it yet, so it is not
@@ -242,18 +250,18 @@ def title_from(task: str) -> str:
     return excerpt(task, TITLE_CHARS)
 
 
-def cancel_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
+def cancel_run(user: User, run_id: int) -> AgentRun:
     """Ask `user`'s run to stop. Another user's run does not exist, as far as this is concerned."""
     return request_cancel(runs_for(user).get(pk=run_id))
 
 
-def can_cancel_any_run(user: AbstractBaseUser) -> bool:
+def can_cancel_any_run(user: User) -> bool:
     """Operators may stop anyone's run: active staff allowed to change runs (runs are otherwise
     never edited, so that permission means "may cancel")."""
     return user.is_active and user.is_staff and user.has_perm("agent.change_agentrun")
 
 
-def cancel_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
+def cancel_run_as_operator(operator: User, run_id: int) -> AgentRun:
     """Ask any user's run to stop, on an operator's behalf; it ends as if its owner had asked."""
     if not can_cancel_any_run(operator):
         raise PermissionDenied(f"{operator.get_username()} may not cancel other users' runs.")
@@ -328,7 +336,10 @@ def start_waiting(conversation_id: int) -> AgentRun | None:
     live. None if nothing starts; a task refused (its person has too many runs going, the
     model is gone) keeps waiting, and the recovery tries again (engine/tasks.py)."""
     owner = Conversation.objects.filter(pk=conversation_id).values_list("owner_id", flat=True)
-    lock_owner(owner.first())  # first the person, then the conversation, as start_run locks
+    owner_id = owner.first()
+    if owner_id is None:  # the conversation is gone, and its waiting tasks with it
+        return None
+    lock_owner(owner_id)  # first the person, then the conversation, as start_run locks
     Conversation.objects.select_for_update().filter(pk=conversation_id).first()
     waiting = QueuedTask.objects.filter(conversation_id=conversation_id, sent_to__isnull=True)
     task = waiting.select_related("conversation__owner").first()
@@ -354,7 +365,7 @@ def start_waiting(conversation_id: int) -> AgentRun | None:
 
 
 def new_version(
-    user: AbstractBaseUser, run_id: int, *, task: str | None = None, model: str | ModelChoice = ""
+    user: User, run_id: int, *, task: str | None = None, model: str | ModelChoice = ""
 ) -> AgentRun:
     """Another version of one of `user`'s turns, queued: its task asked again (regenerate,
     `task` None), or `task` instead (an edit, checked as any task is), following the same turn
@@ -363,7 +374,7 @@ def new_version(
     fork is made between whole turns, never at a tool call waiting for its result."""
     with transaction.atomic():
         run = runs_for(user).select_for_update(of=("self",)).get(pk=run_id)
-        if run.conversation is None:
+        if run.conversation_id is None:
             raise InvalidTask("Only a conversation's turns have versions.")
         live = AgentRun.objects.filter(conversation_id=run.conversation_id, status__in=LIVE)
         if live.exists():
@@ -381,7 +392,7 @@ def new_version(
     return new
 
 
-def show_version(user: AbstractBaseUser, run_id: int) -> AgentRun:
+def show_version(user: User, run_id: int) -> AgentRun:
     """Show this version of its turn, and the branch that follows it, from now on."""
     run = runs_for(user).exclude(conversation=None).get(pk=run_id)
     AgentRun.objects.filter(pk=run.pk).update(chosen_at=timezone.now())
@@ -391,7 +402,7 @@ def show_version(user: AbstractBaseUser, run_id: int) -> AgentRun:
 FEEDBACK_CHARS = 2000
 
 
-def rate_run(user: AbstractBaseUser, run_id: int, rating: str, comment: str = "") -> RunFeedback:
+def rate_run(user: User, run_id: int, rating: str, comment: str = "") -> RunFeedback:
     """Keep what `user` thinks of their run's answer (a rating, and why if they say), replacing
     what they thought before. Only a finished run of theirs; another's does not exist here."""
     if rating not in Rating.values:
@@ -408,7 +419,7 @@ def rate_run(user: AbstractBaseUser, run_id: int, rating: str, comment: str = ""
     return feedback
 
 
-def continue_run(user: AbstractBaseUser, run_id: int) -> AgentRun:
+def continue_run(user: User, run_id: int) -> AgentRun:
     """Queue `user`'s halted, stopped, interrupted or model-failed run to go on from its log, on
     the model it recorded, while this Loop still offers that model (an operator may go on
     regardless). Another user's run does not exist, as far as this is concerned."""
@@ -427,20 +438,18 @@ def check_still_offered(run: AgentRun) -> None:
         )
 
 
-def can_continue_any_run(user: AbstractBaseUser) -> bool:
+def can_continue_any_run(user: User) -> bool:
     """Operators who may stop anyone's run may also ask it to go on."""
     return can_cancel_any_run(user)
 
 
-def continue_run_as_operator(operator: AbstractBaseUser, run_id: int) -> AgentRun:
+def continue_run_as_operator(operator: User, run_id: int) -> AgentRun:
     if not can_continue_any_run(operator):
         raise PermissionDenied(f"{operator.get_username()} may not continue other users' runs.")
     return reopen(AgentRun.objects.all(), run_id, by=operator, queue_it=True)
 
 
-def reopen(
-    runs: QuerySet[AgentRun], run_id: int, *, by: AbstractBaseUser, queue_it: bool
-) -> AgentRun:
+def reopen(runs: QuerySet[AgentRun], run_id: int, *, by: User, queue_it: bool) -> AgentRun:
     """Put a run that may go on back in the queue, asked `by` its owner or an operator: it counts
     as one of its owner's live runs again, and its next worker picks it up from its log with
     renewed limits."""
@@ -502,39 +511,37 @@ def check_owner_active(run: AgentRun) -> None:
         )
 
 
-def new_conversation(user: AbstractBaseUser, title: str = "") -> Conversation:
+def new_conversation(user: User, title: str = "") -> Conversation:
     return Conversation.objects.create(owner=user, title=title.strip()[:200])
 
 
-def rename_conversation(user: AbstractBaseUser, conversation_id: int, title: str) -> Conversation:
+def rename_conversation(user: User, conversation_id: int, title: str) -> Conversation:
     conversation = conversations_for(user).get(pk=conversation_id)
     conversation.title = " ".join(title.split())[:200]
     conversation.save(update_fields=["title", "updated_at"])
     return conversation
 
 
-def pin_conversation(user: AbstractBaseUser, conversation_id: int, *, pinned: bool) -> None:
+def pin_conversation(user: User, conversation_id: int, *, pinned: bool) -> None:
     """Pin the conversation to the top of its owner's list, or unpin it. Its place by last use
     (`updated_at`) is kept: an update, not a save, which would move it to the top as if used."""
     mark_conversation(user, conversation_id, pinned_at=timezone.now() if pinned else None)
 
 
-def archive_conversation(user: AbstractBaseUser, conversation_id: int, *, archived: bool) -> None:
+def archive_conversation(user: User, conversation_id: int, *, archived: bool) -> None:
     """Take the conversation out of its owner's list into the Archived view, or bring it back.
     Its runs go on, and it can still be opened and continued."""
     mark_conversation(user, conversation_id, archived_at=timezone.now() if archived else None)
 
 
-def mark_conversation(
-    user: AbstractBaseUser, conversation_id: int, **marks: datetime | None
-) -> None:
+def mark_conversation(user: User, conversation_id: int, **marks: datetime | None) -> None:
     """Set the marks of one of the user's conversations; another person's, or one deleted, is
     Conversation.DoesNotExist, as if it did not exist."""
     if not conversations_for(user).filter(pk=conversation_id).update(**marks):
         raise Conversation.DoesNotExist
 
 
-def delete_conversation(user: AbstractBaseUser, conversation_id: int) -> None:
+def delete_conversation(user: User, conversation_id: int) -> None:
     """Gone for the user, with its runs; the rows stay for operators. Runs still going stop."""
     conversation = conversations_for(user).get(pk=conversation_id)
     for run_id in conversation.runs.exclude(status__in=FINISHED).values_list("pk", flat=True):

@@ -76,7 +76,7 @@ CANCELLED_TEXT = "not run: the run was stopped while this call waited for a deci
 def unrun_result(decision: ApprovalDecided) -> ToolResult | None:
     """The result of a call its decision did not let run (None: it runs). A denial is the
     person's choice, which the model adapts to and the breaker never counts."""
-    match Decision(decision.decision):
+    match decision.decision:
         case Decision.DENY:
             text = denied_text(decision.reason, decision.operator)
             return ToolResult(ToolStatus.DENIED, text, 0.0)
@@ -89,6 +89,6 @@ def unrun_result(decision: ApprovalDecided) -> ToolResult | None:
 
 def decided_call(call: ToolCall, decision: ApprovalDecided) -> ToolCall:
     """The call as it runs: with the person's arguments when they edited it."""
-    if Decision(decision.decision) is Decision.EDIT:
+    if decision.decision is Decision.EDIT:
         return ToolCall(call.id, call.name, decision.arguments)
     return call

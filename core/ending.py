@@ -88,7 +88,7 @@ class Ended:
 
     @property
     def status(self) -> RunStatus:
-        return RunStatus(self.end.status)
+        return self.end.status
 
     @property
     def answer(self) -> str:
@@ -96,7 +96,7 @@ class Ended:
 
     @property
     def halt_reason(self) -> HaltReason | None:
-        return HaltReason(self.end.halt_reason) if self.end.halt_reason else None
+        return self.end.halt_reason
 
     @property
     def error(self) -> str:

@@ -30,7 +30,6 @@ def tool_message(call_id: str, status: ToolStatus, text: str, edited: str | None
     """A tool result as the model reads it: the text, or the failure marked by its status
     ("ERROR: ...", "TIMEOUT: ..."); `parse_tool_message` reads it back. `edited`: the arguments
     the call ran with, which its person gave instead of the model's (a note says so first)."""
-    status = ToolStatus(status)
     content = (text or NO_OUTPUT) if status is ToolStatus.OK else _failure_mark(status) + text
     if edited is not None:
         content = edited_note(edited) + content

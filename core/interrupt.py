@@ -63,7 +63,7 @@ class Interrupt:
         with self._lock:
             if self._reason is not None:
                 return False
-            self._reason = StopReason(reason)
+            self._reason = reason
             self._event.set()
             hooks, self._hooks = self._hooks, []
             waiters = set(self._waiters)

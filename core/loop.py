@@ -237,7 +237,7 @@ class AgentLoop(ToolsPhase):
 
     def recorded_trip(self, tripped: BreakerTripped) -> Trip:
         """The trip the log has (the run stopped before halting on it), not to be recorded again."""
-        reason = HaltReason(tripped.reason)
+        reason = tripped.reason
         count = failure_count(tripped.failures) or self.limits.max_identical_calls
         detail = trip_detail(reason, tripped.tool, count, tripped.failures)
         failures = list(tripped.failures)
@@ -341,7 +341,7 @@ class AgentLoop(ToolsPhase):
             summary = self.summarise()
         if isinstance(summary, Stopped):
             return Released(self.state)
-        return self.end_halted(HaltReason(halted.reason), summary, detail=halted.detail)
+        return self.end_halted(halted.reason, summary, detail=halted.detail)
 
     def summarise(self) -> Reply | Stopped:
         """The model's last turn: its answer to the summary request last in the history; none

@@ -114,7 +114,7 @@ class RunCourse:
 
     def observe(self, call: ToolCall, result: ToolResult) -> None:
         decision = self.state.decisions.get(call.id)
-        edited = decision is not None and Decision(decision.decision) is Decision.EDIT
+        edited = decision is not None and decision.decision is Decision.EDIT
         self.emit(
             ToolCallFinished(
                 step=self.state.step,

@@ -164,7 +164,7 @@ def _replied(state: RunState, event: ModelReplied) -> None:
 def _finished_call(state: RunState, event: ToolCallFinished) -> None:
     call = ToolCall(event.call_id, event.tool, event.arguments)
     result = ToolResult(
-        ToolStatus(event.status),
+        event.status,
         event.text,
         event.duration,
         event.policy,
@@ -198,7 +198,7 @@ def counts(state: RunState, call: ToolCall, result: ToolResult) -> bool:
     says nothing about the tool (core.approval); an interrupted call's outcome is unknown, a
     stopped one failed for the Stop: neither says anything about the tool either."""
     decision = state.decisions.get(call.id)
-    if decision is not None and Decision(decision.decision) is Decision.DENY:
+    if decision is not None and decision.decision is Decision.DENY:
         return False
     return result.status is not ToolStatus.INTERRUPTED and not result.stopped
 

@@ -116,7 +116,7 @@ class ToolsPhase(RunCourse):
     def expired(self, calls: Sequence[ToolCall]) -> bool:
         decisions = self.state.decisions
         return any(
-            Decision(decisions[call.id].decision) is Decision.EXPIRED
+            decisions[call.id].decision is Decision.EXPIRED
             for call in calls
             if call.id in decisions
         )

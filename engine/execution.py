@@ -14,7 +14,7 @@ from enum import StrEnum
 from functools import partial
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -330,7 +330,8 @@ def database_started_after(moment: datetime) -> bool:
     """Whether the database server (re)started after `moment`."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_postmaster_start_time() > %s", [moment])
-        return cursor.fetchone()[0]
+        (started_after,) = cursor.fetchone() or (False,)
+        return bool(started_after)
 
 
 def work(
@@ -506,16 +507,17 @@ def worked_seconds(rows: Sequence[tuple[str, datetime]]) -> float:
     """Time the run was being worked: from each start or resume to the last event before the
     next one. The time it lay with a dead worker (after its last event) does not count."""
     worked = 0.0
-    began = last = None
+    began: datetime | None = None
+    last: datetime | None = None
     for kind, at in rows:
         if kind == ApprovalDecided.kind:  # written by its decider, while no worker held the run
             continue
         if kind in (RunStarted.kind, RunResumed.kind):
-            if began is not None:
+            if began is not None and last is not None:
                 worked += (last - began).total_seconds()
             began = at
         last = at
-    if began is not None:
+    if began is not None and last is not None:
         worked += (last - began).total_seconds()
     return worked
 
@@ -643,7 +645,7 @@ def tool_context(run: AgentRun) -> ToolContext:
     return dataclasses.replace(context_for(run.user), run_id=run.pk, attempt=run.attempt)
 
 
-def recall_for(user: AbstractBaseUser, task: str) -> list[RecalledMemory]:
+def recall_for(user: User, task: str) -> list[RecalledMemory]:
     return recall(user, task)
 
 

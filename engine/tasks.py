@@ -114,7 +114,8 @@ async def recover_runs(timestamp: int) -> int:
     for job in await app.job_manager.get_stalled_jobs(
         task_name=WORK_RUN, seconds_since_heartbeat=settings.LOOP_STALE_SECONDS
     ):
-        recovered += await sync_to_async(hand_over)(job.id, "its worker stopped")
+        if job.id is not None:  # a job read from the queue always has one
+            recovered += await sync_to_async(hand_over)(job.id, "its worker stopped")
     for run_id, job_id in await _runs_whose_job_ended():
         recovered += await sync_to_async(give_a_new_job)(
             run_id, job_id, f"its job {job_id} ended before it"
@@ -265,4 +266,4 @@ async def _runs_whose_job_ended() -> list[tuple[int, int]]:
         .exclude(job_id__in=live_jobs)
         .values_list("pk", "job_id")
     )
-    return await sync_to_async(list)(orphans)
+    return await sync_to_async(lambda: [(run, job) for run, job in orphans if job is not None])()
