@@ -718,6 +718,7 @@ class AgentLoop:
                 stopped=result.stopped,
                 edited=edited,
                 remedy=result.remedy,
+                saved=list(result.saved),
             )
         )
         edit = call.arguments if edited else None

@@ -228,7 +228,7 @@ def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> To
         answer = _answer(target, arguments.values())
         if answer.tools_changed:
             McpServer.objects.filter(pk=server.pk).update(stale=True)
-        text = results.rendered(
+        said = results.rendered(
             answer.result,
             server=server.name,
             tool=target.remote,
@@ -238,8 +238,8 @@ def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> To
     finally:
         connection.close()  # the dispatcher's thread: its connection must not outlive it
     if answer.result.is_error:
-        raise ToolError(text)
-    return ToolOutput(text)
+        raise ToolError(said.text, saved=said.saved)
+    return ToolOutput(said.text, saved=said.saved)
 
 
 def _current(target: Target) -> Target:

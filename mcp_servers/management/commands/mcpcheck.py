@@ -318,7 +318,7 @@ class Command(BaseCommand):
         took = time.monotonic() - started
         text = rendered(
             answer.result, server=endpoint.label, tool=name, prefix=prefix, store=keep_nothing
-        )
+        ).text
         self.say(f"Called {shown} in {took:.2f}s:")
         self.say(text)
         if answer.result.is_error:
