@@ -113,7 +113,7 @@ test-fast: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy core agent/llm mcp_servers/client.py mcp_servers/netguard.py mcp_servers/secrets.py mcp_servers/results.py
+	$(BIN)/mypy core agent/llm mcp_servers/client.py netguard mcp_servers/secrets.py mcp_servers/results.py
 
 format: $(VENV)/.installed
 	$(BIN)/ruff format .

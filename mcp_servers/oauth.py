@@ -62,9 +62,9 @@ from pydantic import ValidationError
 
 from core.results import Remedy
 from mcp_servers.models import CONNECTED, OAUTH, PENDING, RECONNECT, McpConnection, McpServer
-from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_sync_client
 from mcp_servers.networks import own_host_of, private_networks
 from mcp_servers.secrets import CredentialUnreadable, decrypt, encrypt, redacted
+from netguard.ssrf import UnsafeAddress, UnsafeResponse, guarded_sync_client
 from tools.base import ToolError
 
 logger = logging.getLogger(__name__)

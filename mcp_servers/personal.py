@@ -2,7 +2,7 @@
 hosts the operator's LOOP_MCP_PERSONAL_HOSTS admits and never at an address Loop must not reach.
 
 The address is checked twice: here, when the person saves the URL (a refusal they can act on),
-and by the SSRF guard at every connection (mcp_servers/netguard.py), since a name may resolve
+and by the SSRF guard at every connection (netguard/ssrf.py), since a name may resolve
 elsewhere later and a server may redirect. Credentials are sealed as they are saved and never
 read back into a page. Only the server's owner reviews its held tools and chooses which run.
 """
@@ -22,7 +22,6 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
-from mcp_servers import netguard
 from mcp_servers.declared import ensure_declared
 from mcp_servers.discovery import DiscoveryFailed, discover
 from mcp_servers.endpoints import headers_of
@@ -42,6 +41,7 @@ from mcp_servers.pinning import Changes
 from mcp_servers.secrets import encrypt
 from mcp_servers.tools import destructive, open_to
 from memory.tools import REMEMBER
+from netguard import ssrf
 from tools.registry import BUILTIN_TOOLS
 
 # How a person gives credentials; `bearer` is stored as an Authorization header.
@@ -94,8 +94,8 @@ def check_url(url: str) -> None:
     if not personal_allowed():
         raise Refused("This site does not allow servers of your own.")
     try:
-        netguard.check_url(url)
-    except netguard.UnsafeUrl as error:
+        ssrf.check_url(url, private_networks())
+    except ssrf.UnsafeUrl as error:
         raise Refused(str(error)) from None
     parsed = httpx2.URL(url)
     host = parsed.raw_host.decode("ascii")  # an international name in its DNS form
@@ -103,8 +103,8 @@ def check_url(url: str) -> None:
         raise Refused(f"{parsed.host} is not among the hosts this site allows for your servers.")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
-        netguard.vetted_addresses(host, port, private_networks())
-    except (netguard.UnsafeAddress, httpcore2.ConnectError) as error:
+        ssrf.vetted_addresses(host, port, private_networks())
+    except (ssrf.UnsafeAddress, httpcore2.ConnectError) as error:
         raise Refused(str(error)) from None
 
 

@@ -33,9 +33,9 @@ from mcp_servers.client import (
 from mcp_servers.declared import ensure_declared
 from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, McpConnection, McpServer
-from mcp_servers.netguard import ANYWHERE, UnsafeUrl, check_url
 from mcp_servers.pinning import compared
 from mcp_servers.results import rendered
+from netguard.ssrf import ANYWHERE, UnsafeUrl, check_url
 
 NOTHING_TO_CHECK = 2
 FAILED = 1
