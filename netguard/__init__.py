@@ -8,6 +8,7 @@ one the MCP SDK speaks) under two policies.
   operator admits), so no redirect, DNS answer or rebinding reaches the site's own network.
 
 Both ask for nothing compressed and refuse a compressed body (a small gzip body can inflate to
-gigabytes), and cap what they read of a body (`bodies`). What they refuse is an exception the
-request raises; the caller words it for whoever reads it.
+gigabytes), and cap the bytes they read of a body as it comes (`bodies`: `ssrf` every body,
+`bounded` a body read whole; the model clients bound a streamed reply line by line). What they
+refuse is an exception the request raises; the caller words it for whoever reads it.
 """
