@@ -10,5 +10,6 @@ one the MCP SDK speaks) under two policies.
 Both ask for nothing compressed and refuse a compressed body (a small gzip body can inflate to
 gigabytes), and cap the bytes they read of a body as it comes (`bodies`: `ssrf` every body,
 `bounded` a body read whole; the model clients bound a streamed reply line by line). What they
-refuse is an exception the request raises; the caller words it for whoever reads it.
+refuse is an exception the request raises; the caller words it for whoever reads it. Both verify
+a server's certificate by the same trust roots, loaded once a process (`trust`).
 """

@@ -12,6 +12,7 @@ from typing import Protocol
 import httpx2
 
 from netguard.bodies import NOTHING_COMPRESSED, CappedSyncStream, content_coding
+from netguard.trust import trust_roots
 
 MAX_BODY_BYTES = 32 * 2**20
 
@@ -48,6 +49,7 @@ def bounded_http_client(
         base_url=base_url,
         headers={**headers, **NOTHING_COMPRESSED, "User-Agent": USER_AGENT},
         timeout=timeout,
+        verify=trust_roots(),  # those the environment names, loaded once a process
         follow_redirects=True,  # within the server's own origin: the guard refuses the others
         event_hooks={"response": [ResponseGuard(refusals)]},
     )

@@ -9,9 +9,7 @@ early, friendly refusal of what can never work. Its bodies are held as every pol
 """
 
 import contextlib
-import functools
 import ipaddress
-import os
 import socket
 import ssl
 from collections.abc import Iterable, Sequence
@@ -30,6 +28,7 @@ from netguard.bodies import (
     TooLarge,
     content_coding,
 )
+from netguard.trust import trust_roots
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
@@ -350,18 +349,6 @@ def _client_options(headers: dict[str, str] | None, timeout: float) -> dict[str,
     }
 
 
-def _ssl_context() -> ssl.SSLContext:
-    """The system's trust roots, or those named by SSL_CERT_FILE / SSL_CERT_DIR (a private CA):
-    one context per process while those stay the same (loading the roots costs 10 to 100 ms, and
-    every MCP call is a client of its own; a context is safe to share between connections)."""
-    return _ssl_context_for(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-
-
-@functools.lru_cache(maxsize=4)
-def _ssl_context_for(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
-    return httpx2.create_ssl_context(verify=True, trust_env=True)
-
-
 def _pool_options(context: ssl.SSLContext) -> dict[str, Any]:
     return {
         "ssl_context": context,
@@ -377,7 +364,7 @@ class _GuardedAsyncTransport(httpx2.AsyncHTTPTransport):
     def __init__(
         self, allowed: Sequence[IPNetwork], own_host: str, max_response_bytes: int
     ) -> None:
-        context = _ssl_context()
+        context = trust_roots()
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
         # httpx2 takes no network backend, so the pool it just built (unused) is replaced.
         self._pool = httpcore2.AsyncConnectionPool(
@@ -400,7 +387,7 @@ class _GuardedSyncTransport(httpx2.HTTPTransport):
     def __init__(
         self, allowed: Sequence[IPNetwork], own_host: str, max_response_bytes: int
     ) -> None:
-        context = _ssl_context()
+        context = trust_roots()
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
         self._pool = httpcore2.ConnectionPool(
             **_pool_options(context), network_backend=_GuardedSyncBackend(allowed, own_host)
