@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import psycopg
 import websockets
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidHandshake
@@ -423,11 +423,11 @@ def reconnect_delay(attempt: int) -> float:
     return random.random() * 2 ** min(attempt, 6)
 
 
-class ProxyTransport(httpx.AsyncHTTPTransport):
+class ProxyTransport(httpx2.AsyncHTTPTransport):
     """A TLS-terminating proxy in front of daphne, in the client: an https:// request (whose
     Secure cookies the client then sends) goes to daphne as plain HTTP, saying it came by HTTPS."""
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         request.url = request.url.copy_with(scheme="http")
         request.headers["X-Forwarded-Proto"] = "https"
         return await super().handle_async_request(request)
@@ -440,7 +440,7 @@ class Person:
         self.stack = stack
         self.username = username
         transport = ProxyTransport() if stack.production else None
-        self.client = httpx.AsyncClient(base_url=stack.origin, timeout=WAIT, transport=transport)
+        self.client = httpx2.AsyncClient(base_url=stack.origin, timeout=WAIT, transport=transport)
         self.headers = {"Origin": stack.origin}  # a browser's POST carries its page's origin
         self.error = ""  # why the site failed this person before the send, if it did
 

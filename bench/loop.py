@@ -24,13 +24,13 @@ one does: each tree's own bench in a process of its own, both on this process's 
 alternating (and which goes first), medians side by side with this tree's over OLD's.
 
 The model clients (`--turns` turns each, after a warm-up; `--only clients` needs no database):
-GroqLLM and OpenAICompatibleLLM (one client on plain httpx, in two dialects) side by
+GroqLLM and OpenAICompatibleLLM (one client on plain httpx2, in two dialects) side by
 side in this process, asking a fake chat-completions server on loopback (bench/_chat_server.py,
 in a process of its own) for a turn of the demo task as a run asks for it: the system prompt, the
 task, each earlier turn's call and result (turn 2 and turn 10, the last a default run has), the
 default tools, the run's time left as the turn's timeout (so the watchdog runs). The reply is a
 short answer and one tool call, whole or streamed (a token or so a chunk, to a deltas callback).
-Beside each, the bare exchange: the same request body, already encoded, posted by a plain httpx
+Beside each, the bare exchange: the same request body, already encoded, posted by a plain httpx2
 client, and the reply's bytes read, nothing parsed. A client's own cost is its
 turn minus the bare exchange of the same round; a round takes each of the eight and its bare
 exchange in turn, in reverse order every other round, so a noisy neighbour weighs on all alike.
@@ -61,7 +61,7 @@ import django
 
 django.setup()
 
-import httpx  # noqa: E402
+import httpx2  # noqa: E402
 import psycopg  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
@@ -422,7 +422,7 @@ def since(start: Timing) -> Timing:
 @dataclasses.dataclass
 class Exchange:
     """One provider's client at one turn, whole or streamed, and the bare exchange of the same
-    request body by a plain httpx client."""
+    request body by a plain httpx2 client."""
 
     label: str
     turn: int
@@ -436,7 +436,7 @@ class Exchange:
 
     def __post_init__(self) -> None:
         self.body = request_body(self.llm, self.messages, self.specs, self.streamed)
-        self.bare_client = httpx.Client(timeout=TIME_LEFT)
+        self.bare_client = httpx2.Client(timeout=TIME_LEFT)
         self.headers = {
             "content-type": "application/json",
             "accept": "application/json",
@@ -478,7 +478,7 @@ class Exchange:
 def request_body(
     llm: ChatCompletionsLLM, messages: list[Message], specs: list[ToolSpec], streamed: bool
 ) -> bytes:
-    """What the client posts for this turn, encoded as httpx encodes JSON."""
+    """What the client posts for this turn, encoded as httpx2 encodes JSON."""
     body: dict[str, Any] = {"messages": messages, "model": llm.model, **llm.request_options(specs)}
     if streamed:
         body["stream"] = True
@@ -508,12 +508,12 @@ def clients(origin: str, streamed: bool) -> list[tuple[str, ChatCompletionsLLM, 
     )
     return [
         (
-            f"Groq (httpx {httpx.__version__})",
+            f"Groq (httpx2 {httpx2.__version__})",
             groq_llm,
             f"{origin}/openai/v1/chat/completions",
         ),
         (
-            f"OpenAI-compatible (httpx {httpx.__version__})",
+            f"OpenAI-compatible (httpx2 {httpx2.__version__})",
             openai_llm,
             f"{origin}/v1/chat/completions",
         ),

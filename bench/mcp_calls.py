@@ -58,7 +58,7 @@ from core.results import ToolResult, ToolStatus  # noqa: E402
 from mcp_servers import client  # noqa: E402
 from mcp_servers.discovery import discover  # noqa: E402
 from mcp_servers.models import McpServer  # noqa: E402
-from mcp_servers.netguard import ANYWHERE  # noqa: E402
+from netguard.ssrf import ANYWHERE  # noqa: E402
 from tests.mcp_servers.harness import serve  # noqa: E402
 from tools.base import Tool, ToolContext, ToolRegistry  # noqa: E402
 

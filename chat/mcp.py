@@ -1,7 +1,8 @@
 """What a card shows of a call to one of its person's MCP tools (mcp_servers/): the server and the
 tool's own name, the tool's pinned description while a call waits, the images its answer saved in
-the person's workspace, a way to reconnect when the person's OAuth grant was lost, and where a
-tool on hold is reviewed (the result's typed remedy, never its text).
+the person's workspace (the result's saved files), a way to reconnect when the person's OAuth grant
+was lost, and where a tool on hold is reviewed (the result's typed remedy): facts the call's event
+carries as fields, never read from its text.
 
 A tool is known by the name the model called it (`<prefix>__<tool>`) among the tools a run of
 the person gets (agent.toolset.registry_for); any other name (a tool removed since, a name the
@@ -9,14 +10,16 @@ model made up) is shown as it is. The answer itself is the server's untrusted te
 show it escaped, as every tool's output, never as HTML or markdown.
 """
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.urls import reverse
 
 from mcp_servers.models import McpTool
 from mcp_servers.pinning import SEPARATOR
+from mcp_servers.results import IMAGE_SUFFIXES
 from mcp_servers.tools import destructive, person_tool, run_tools
 from workspace.browse import BrowseError, file_components
 
@@ -29,9 +32,8 @@ def reconnect_url() -> str:
 # A description is capped when pinned (LOOP_MCP_DESCRIPTION_CHARS); the card caps it again, so
 # no description, however it was stored, fills the page.
 DESCRIPTION_CHARS = 2000
-# What mcp_servers.results says of an image it kept.
-SAVED_IMAGE = re.compile(r"\[image saved in the workspace as ([^\]\n]+)\]")
-IMAGE_SUFFIXES = "png|jpg|gif|webp"
+# The kinds of file an MCP answer's images are kept as (mcp_servers.results), as a card shows them.
+SHOWN_SUFFIXES = frozenset(f".{suffix}" for suffix in IMAGE_SUFFIXES.values())
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ def is_mcp(name: str) -> bool:
     return SEPARATOR in name
 
 
-def tools_of(user: AbstractBaseUser) -> dict[str, McpShown]:
+def tools_of(user: User) -> dict[str, McpShown]:
     """The person's MCP tools by the name the model calls them: those a run of theirs gets."""
     return {row.exposed_name: shown_tool(row) for row in run_tools(user)}
 
@@ -77,7 +79,7 @@ class Hold:
         return bool(self.review_url)
 
 
-def hold_of(user: AbstractBaseUser, name: str) -> Hold | None:
+def hold_of(user: User, name: str) -> Hold | None:
     """The hold on the person's MCP tool `name`, as a card about it links to it; None when they
     have no such tool (removed since). A card drawn after the change was accepted still leads
     to the tool's page, where it is offered again."""
@@ -94,17 +96,14 @@ def capped(description: str) -> str:
     return description[:DESCRIPTION_CHARS] + "…"
 
 
-def saved_images(shown: McpShown, text: str) -> list[dict[str, str]]:
-    """The images the answer says it kept, each with its <img> URL and its Files panel link: only
-    paths of the shape mcp_servers.results gives this tool's images (a server's text that
-    claims another file shows none), and only ever from the workspace of the person reading
-    (the Files panel's views serve their own files alone)."""
-    shape = re.compile(
-        rf"mcp/{re.escape(shown.prefix)}/{re.escape(shown.tool)}-[0-9a-f]{{12}}\.({IMAGE_SUFFIXES})"
-    )
+def saved_images(saved: Sequence[str]) -> list[dict[str, str]]:
+    """The images the call kept (its event's `saved` paths, which Loop set as it stored them:
+    a server's text naming a file shows none), each with its <img> URL and its Files panel
+    link; only ever from the workspace of the person reading (the Files panel's views serve
+    their own files alone)."""
     images = []
-    for path in dict.fromkeys(SAVED_IMAGE.findall(text)):
-        if not shape.fullmatch(path):
+    for path in dict.fromkeys(saved):
+        if PurePosixPath(path).suffix not in SHOWN_SUFFIXES:
             continue
         try:
             inside = "/".join(file_components(path))

@@ -426,7 +426,7 @@ def mcp_data(event: ToolCallStarted | ToolCallFinished, asking: Asking | None) -
         return {}
     data: dict[str, Any] = {"mcp": shown}
     if isinstance(event, ToolCallFinished):
-        data["images"] = mcp.saved_images(shown, event.text)
+        data["images"] = mcp.saved_images(event.saved)
         if event.remedy is Remedy.RECONNECT:
             data["reconnect"] = mcp.reconnect_url()
     return data

@@ -12,8 +12,9 @@ from django import forms
 from django.utils.html import escape
 
 from mcp_servers.models import HEADERS, NO_AUTH, McpServer
-from mcp_servers.netguard import ANYWHERE, UnsafeUrl, check_url, refused_reason
+from mcp_servers.networks import private_networks
 from mcp_servers.secrets import encrypt
+from netguard.ssrf import ANYWHERE, UnsafeUrl, check_url, refused_reason
 
 # An HTTP header's name (RFC 9110 token).
 HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
@@ -28,11 +29,12 @@ class SecretTextarea(forms.Textarea):
 
 
 def check_site_url(url: str) -> None:
-    """netguard.check_url, except that an operator's own server may be on the operator's own
-    network (loopback, private), as the connection guard lets it be (netguard.ANYWHERE): only
+    """netguard.ssrf.check_url (on LOOP_MCP_PRIVATE_NETWORKS), except that an operator's own
+    server may be on the operator's own network (loopback, private), as the connection guard lets
+    it be (netguard.ssrf.ANYWHERE): only
     what no server may be, a metadata address or a URL that is not http(s), is refused."""
     try:
-        check_url(url)
+        check_url(url, private_networks())
     except UnsafeUrl as refused:
         if not on_operators_network(url):
             raise forms.ValidationError(str(refused)) from None
@@ -65,7 +67,7 @@ def parsed_headers(text: str) -> dict[str, str]:
     return headers
 
 
-class SiteServerForm(forms.ModelForm):
+class SiteServerForm(forms.ModelForm[McpServer]):
     """A site server added or changed in the console. The credentials fields start empty; left
     empty, the sealed ones are kept."""
 

@@ -213,6 +213,8 @@ class ToolCallFinished(Event):
     # It ran with arguments its person edited before approving (`arguments` are those).
     edited: bool = False
     remedy: Remedy | None = None  # what its person must do before the tool works again
+    # The files it saved in its person's workspace (ToolResult.saved); [] in a log from before.
+    saved: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)

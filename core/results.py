@@ -1,5 +1,6 @@
-"""What a tool call came to, as the loop, its history and its events know it: a status and a text.
-The tools (tools.base) make these; the loop only reads them."""
+"""What a tool call came to, as the loop, its history and its events know it: a status and a text,
+and the facts a card shows without reading the text (the files it saved, what its person must
+do before it works again). The tools (tools.base) make these; the loop only reads them."""
 
 from dataclasses import dataclass
 from enum import StrEnum
@@ -44,6 +45,9 @@ class ToolResult:
     # sees it as stopped, not as an error. The model reads it as the failure it is.
     stopped: bool = False
     remedy: Remedy | None = None
+    # The files it saved in its person's workspace, as workspace paths (an MCP answer's images,
+    # mcp_servers.results): a card shows them from here, never from the text.
+    saved: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -56,4 +60,5 @@ class ToolResult:
             "duration": round(self.duration, 6),
             "policy": self.policy,
             "truncated": self.truncated,
+            "saved": list(self.saved),
         }

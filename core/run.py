@@ -129,6 +129,7 @@ class RunCourse:
                 stopped=result.stopped,
                 edited=edited,
                 remedy=result.remedy,
+                saved=list(result.saved),
             )
         )
 

@@ -171,6 +171,7 @@ def _finished_call(state: RunState, event: ToolCallFinished) -> None:
         event.truncated,
         stopped=event.stopped,
         remedy=event.remedy,
+        saved=tuple(event.saved),
     )
     state.pending = [c for c in state.pending if c.id != call.id]
     state.dangling = [c for c in state.dangling if c.id != call.id]

@@ -5,7 +5,7 @@ A connection is short: the SDK negotiates the revision the server offers (the st
 ends. Nothing is kept between calls, so a worker that dies mid-call leaves nothing to clean up,
 and a run resumed elsewhere connects afresh.
 
-Every HTTP connection goes through the SSRF guard (mcp_servers/netguard.py), every operation has a
+Every HTTP connection goes through the SSRF guard (netguard/ssrf.py), every operation has a
 deadline, and every failure is a `ServerFailed` whose message names the server and what went
 wrong, never a credential; a call cut off after it was sent is `InDoubt`, for the model to be
 told it may have run. Whatever the server says (its answers, its listing, its errors) leaves here
@@ -35,9 +35,9 @@ from pydantic import ValidationError
 
 from core.results import UNKNOWN_OUTCOME
 from core.text import storable
-from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_http_client
 from mcp_servers.results import CLOSE, OPEN, defused
 from mcp_servers.secrets import redacted_json, sent_secrets
+from netguard.ssrf import UnsafeAddress, UnsafeResponse, guarded_http_client
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Endpoint:
     command: tuple[str, ...] = ()
     headers: dict[str, str] = field(default_factory=dict, repr=False, hash=False, compare=False)
     allowed: tuple[Network, ...] = ()
-    # The one host that may be on any network (a site server's own; netguard.admitted_for).
+    # The one host that may be on any network (a site server's own; netguard.ssrf.admitted_for).
     own_host: str = ""
     seconds: float = 60.0
     max_bytes: int = 4 * 1024 * 1024

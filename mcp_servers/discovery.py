@@ -9,7 +9,7 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Q
 from django.utils import timezone
 
@@ -26,7 +26,7 @@ class DiscoveryFailed(Exception):
     """The server could not be listed; the message says why (and is its recorded health)."""
 
 
-def discover(server: McpServer, user: AbstractBaseUser | None = None) -> Changes:
+def discover(server: McpServer, user: User | None = None) -> Changes:
     """List the server's tools as `user` (an OAuth server's, or the owner of a personal one)."""
     try:
         endpoint = endpoint_for(

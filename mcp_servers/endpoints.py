@@ -4,7 +4,7 @@ this one connection, the networks it may reach, its deadline and size bound."""
 import json
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 
 from mcp_servers.client import Endpoint
 from mcp_servers.models import OAUTH, McpServer
@@ -26,7 +26,7 @@ def call_seconds(server: McpServer) -> float:
 
 
 def endpoint_for(
-    server: McpServer, user: AbstractBaseUser | None = None, *, seconds: float | None = None
+    server: McpServer, user: User | None = None, *, seconds: float | None = None
 ) -> Endpoint:
     """The endpoint for `user` (whose OAuth token it carries, refreshed if due)."""
     headers = headers_of(server)

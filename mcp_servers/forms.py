@@ -1,7 +1,7 @@
 """The forms of a person's Tools page: a server of their own, and their choice of its tools.
 They check shapes only; what may be saved is mcp_servers/personal.py's to decide."""
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.http import QueryDict
@@ -22,7 +22,9 @@ class ServerForm(forms.Form):
         label="URL",
         help_text="Its Streamable HTTP endpoint, say https://mcp.example.com/mcp.",
     )
-    prefix = forms.CharField(
+    # A field, not the form's own `prefix`: the form's metaclass takes declared fields off the
+    # class, which mypy does not know.
+    prefix = forms.CharField(  # type: ignore[assignment]
         max_length=PREFIX_CHARS,
         required=False,
         help_text="The model sees its tools as <prefix>__<tool>. Empty: made from the name.",
@@ -83,4 +85,4 @@ class ToolChoicesForm(forms.Form):
         super().__init__(data)
         choices = [(tool.pk, tool.exposed_name) for tool in tools]
         for name in ("enabled", "auto"):
-            self.fields[name].choices = choices
+            cast(forms.ChoiceField, self.fields[name]).choices = choices

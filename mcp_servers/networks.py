@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 
 from mcp_servers.models import McpServer
-from mcp_servers.netguard import IPNetwork, host_of
+from netguard.ssrf import IPNetwork, host_of
 
 
 def private_networks() -> tuple[IPNetwork, ...]:

@@ -37,7 +37,7 @@ from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import httpx2
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 from mcp.client.auth.oauth2 import PKCEParameters
@@ -62,9 +62,9 @@ from pydantic import ValidationError
 
 from core.results import Remedy
 from mcp_servers.models import CONNECTED, OAUTH, PENDING, RECONNECT, McpConnection, McpServer
-from mcp_servers.netguard import UnsafeAddress, UnsafeResponse, guarded_sync_client
 from mcp_servers.networks import own_host_of, private_networks
 from mcp_servers.secrets import CredentialUnreadable, decrypt, encrypt, redacted
+from netguard.ssrf import UnsafeAddress, UnsafeResponse, guarded_sync_client
 from tools.base import ToolError
 
 logger = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class Discovered:
 # Connecting
 
 
-def start(server: McpServer, user: AbstractBaseUser, redirect_uri: str) -> str:
+def start(server: McpServer, user: User, redirect_uri: str) -> str:
     """The URL to send `user`'s browser to, to authorize Loop for `server`; the flow's state,
     PKCE verifier and client are kept on their connection (pending) for `finish`."""
     _check_connectable(server, user)
@@ -180,7 +180,7 @@ def start(server: McpServer, user: AbstractBaseUser, redirect_uri: str) -> str:
 
 
 def finish(
-    user: AbstractBaseUser, state: str, code: str, redirect_uri: str, *, iss: str | None = None
+    user: User, state: str, code: str, redirect_uri: str, *, iss: str | None = None
 ) -> McpServer:
     """Complete the flow `start` began for `user`: the code exchanged for tokens, stored sealed.
 
@@ -218,7 +218,7 @@ def finish(
     return server
 
 
-def abandon(user: AbstractBaseUser, state: str) -> McpServer | None:
+def abandon(user: User, state: str) -> McpServer | None:
     """The browser came back with the authorization server's refusal: the flow `state` names,
     if it is `user`'s and in progress, ends (its state used once, as `finish` would). Its
     server, or None when no sign-in of theirs was in progress: the refusal's words are then
@@ -235,7 +235,7 @@ def abandon(user: AbstractBaseUser, state: str) -> McpServer | None:
     return server
 
 
-def disconnect(server: McpServer, user: AbstractBaseUser) -> None:
+def disconnect(server: McpServer, user: User) -> None:
     """Forget `user`'s connection to `server`: its tokens and client are deleted. The grant is
     revoked at the authorization server too when it offers that (RFC 7009), as a courtesy: a
     failure there does not keep the tokens here."""
@@ -253,7 +253,7 @@ def disconnect(server: McpServer, user: AbstractBaseUser) -> None:
 _handed = threading.local()
 
 
-def bearer_for(server: McpServer, user: AbstractBaseUser | None) -> str:
+def bearer_for(server: McpServer, user: User | None) -> str:
     """`user`'s current access token for `server`, refreshed first if it expires within a
     minute; NeedsReconnect when there is no usable grant."""
     if user is None:
@@ -266,9 +266,7 @@ def bearer_for(server: McpServer, user: AbstractBaseUser | None) -> str:
     return token
 
 
-def refresh_after_refusal(
-    server: McpServer, user: AbstractBaseUser | None, refused: str | None = None
-) -> None:
+def refresh_after_refusal(server: McpServer, user: User | None, refused: str | None = None) -> None:
     """After `server` answered 401 to `refused` (by default, the token this thread last had
     from `bearer_for`): refresh once, unless another process already replaced that token."""
     if user is None:
@@ -281,7 +279,7 @@ def refresh_after_refusal(
     _refreshed(server, user, seen=current, force=True)
 
 
-def _connection(server: McpServer, user: AbstractBaseUser) -> McpConnection:
+def _connection(server: McpServer, user: User) -> McpConnection:
     found: McpConnection | None = McpConnection.objects.filter(user=user, server=server).first()
     if found is None or found.state == PENDING:
         raise needs_reconnect(server, never=True)
@@ -290,7 +288,7 @@ def _connection(server: McpServer, user: AbstractBaseUser) -> McpConnection:
     return found
 
 
-def _refreshed(server: McpServer, user: AbstractBaseUser, *, seen: str, force: bool) -> str:
+def _refreshed(server: McpServer, user: User, *, seen: str, force: bool) -> str:
     """The access token after one refresh: this process's, made under the row's lock, or the
     one another process made while this one waited for the lock."""
     if connection.in_atomic_block:
@@ -305,18 +303,14 @@ def _refreshed(server: McpServer, user: AbstractBaseUser, *, seen: str, force: b
     return outcome
 
 
-def _refresh_apart(
-    server: McpServer, user: AbstractBaseUser, seen: str, force: bool
-) -> str | ToolError:
+def _refresh_apart(server: McpServer, user: User, seen: str, force: bool) -> str | ToolError:
     try:
         return _refresh_locked(server, user, seen=seen, force=force)
     finally:
         connection.close()  # this thread's own connection
 
 
-def _refresh_locked(
-    server: McpServer, user: AbstractBaseUser, *, seen: str, force: bool
-) -> str | ToolError:
+def _refresh_locked(server: McpServer, user: User, *, seen: str, force: bool) -> str | ToolError:
     with transaction.atomic(), _lock_wait_bounded(server):
         found: McpConnection | None = (
             McpConnection.objects.select_for_update().filter(user=user, server=server).first()
@@ -426,12 +420,12 @@ def _sealed(tokens: OAuthToken) -> str:
     return encrypt(tokens.model_dump_json(exclude_none=True))
 
 
-def _remember(server: McpServer, user: AbstractBaseUser, token: str) -> None:
+def _remember(server: McpServer, user: User, token: str) -> None:
     handed: dict[tuple[int, Any], str] = _handed.__dict__.setdefault("tokens", {})
     handed[(server.pk, user.pk)] = _digest(token)
 
 
-def _remembered(server: McpServer, user: AbstractBaseUser) -> str | None:
+def _remembered(server: McpServer, user: User) -> str | None:
     handed: dict[tuple[int, Any], str] = _handed.__dict__.get("tokens", {})
     return handed.get((server.pk, user.pk))
 
@@ -440,7 +434,7 @@ def _remembered(server: McpServer, user: AbstractBaseUser) -> str | None:
 # Discovery and registration
 
 
-def _check_connectable(server: McpServer, user: AbstractBaseUser) -> None:
+def _check_connectable(server: McpServer, user: User) -> None:
     if server.owner_id is not None and server.owner_id != user.pk:
         raise OAuthFailed("That server is not yours to connect.")
     if server.auth != OAUTH or not server.url:

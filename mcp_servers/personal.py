@@ -2,7 +2,7 @@
 hosts the operator's LOOP_MCP_PERSONAL_HOSTS admits and never at an address Loop must not reach.
 
 The address is checked twice: here, when the person saves the URL (a refusal they can act on),
-and by the SSRF guard at every connection (mcp_servers/netguard.py), since a name may resolve
+and by the SSRF guard at every connection (netguard/ssrf.py), since a name may resolve
 elsewhere later and a server may redirect. Credentials are sealed as they are saved and never
 read back into a page. Only the server's owner reviews its held tools and chooses which run.
 """
@@ -17,12 +17,11 @@ from typing import Any
 import httpcore2
 import httpx2
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 
-from mcp_servers import netguard
 from mcp_servers.declared import ensure_declared
 from mcp_servers.discovery import DiscoveryFailed, discover
 from mcp_servers.endpoints import headers_of
@@ -42,6 +41,7 @@ from mcp_servers.pinning import Changes
 from mcp_servers.secrets import encrypt
 from mcp_servers.tools import destructive, open_to
 from memory.tools import REMEMBER
+from netguard import ssrf
 from tools.registry import BUILTIN_TOOLS
 
 # How a person gives credentials; `bearer` is stored as an Authorization header.
@@ -94,8 +94,8 @@ def check_url(url: str) -> None:
     if not personal_allowed():
         raise Refused("This site does not allow servers of your own.")
     try:
-        netguard.check_url(url)
-    except netguard.UnsafeUrl as error:
+        ssrf.check_url(url, private_networks())
+    except ssrf.UnsafeUrl as error:
         raise Refused(str(error)) from None
     parsed = httpx2.URL(url)
     host = parsed.raw_host.decode("ascii")  # an international name in its DNS form
@@ -103,8 +103,8 @@ def check_url(url: str) -> None:
         raise Refused(f"{parsed.host} is not among the hosts this site allows for your servers.")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
-        netguard.vetted_addresses(host, port, private_networks())
-    except (netguard.UnsafeAddress, httpcore2.ConnectError) as error:
+        ssrf.vetted_addresses(host, port, private_networks())
+    except (ssrf.UnsafeAddress, httpcore2.ConnectError) as error:
         raise Refused(str(error)) from None
 
 
@@ -114,7 +114,7 @@ def prefix_from(name: str) -> str:
     return prefix[:PREFIX_CHARS].strip("_")
 
 
-def check_prefix(user: AbstractBaseUser, prefix: str) -> None:
+def check_prefix(user: User, prefix: str) -> None:
     """Refuse a prefix the model could not tell from another tool's: a site server's, another
     of the person's servers', or the name of one of Loop's own tools."""
     try:
@@ -207,7 +207,7 @@ def _stored_auth(mode: str) -> str:
     return HEADERS if mode == BEARER else mode
 
 
-def add_server(user: AbstractBaseUser, given: Given) -> McpServer:
+def add_server(user: User, given: Given) -> McpServer:
     """A new server of `user`'s, its URL and prefix checked and its credentials sealed."""
     check_url(given.url)
     prefix = given.prefix or prefix_from(given.name)
@@ -254,18 +254,18 @@ def delete_server(server: McpServer) -> None:
     server.delete()
 
 
-def own_servers(user: AbstractBaseUser) -> QuerySet[McpServer]:
+def own_servers(user: User) -> QuerySet[McpServer]:
     return McpServer.objects.filter(owner=user).order_by("name", "pk")
 
 
-def site_servers(user: AbstractBaseUser) -> QuerySet[McpServer]:
+def site_servers(user: User) -> QuerySet[McpServer]:
     """The site's servers `user` may use, OAuth ones they have not connected included (they
     connect them here). Those declared in LOOP_MCP_SERVERS are brought in first."""
     ensure_declared()
     return McpServer.objects.filter(open_to(user), enabled=True).distinct().order_by("name")
 
 
-def connectable(user: AbstractBaseUser) -> QuerySet[McpServer]:
+def connectable(user: User) -> QuerySet[McpServer]:
     """The OAuth servers `user` may connect: their own, and the site's open to them."""
     mine_or_open = Q(owner=user) | (open_to(user) & Q(enabled=True))
     return McpServer.objects.filter(mine_or_open, auth=OAUTH).distinct()
@@ -286,7 +286,7 @@ class Checked:
         return found_message(self.changes, self.site)
 
 
-def check(server: McpServer, user: AbstractBaseUser) -> Checked:
+def check(server: McpServer, user: User) -> Checked:
     """Discovery now, as `user` (an OAuth server's tokens are theirs)."""
     if server.owner_id is not None and not personal_allowed():
         raise Refused("This site no longer allows servers of your own.")

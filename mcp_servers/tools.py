@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models import Q, QuerySet
 from jsonschema import ValidationError as SchemaViolation
@@ -47,14 +47,14 @@ OPEN_KEYWORDS = frozenset(
 BACKSTOP_SECONDS = 5
 
 
-def open_to(user: AbstractBaseUser) -> Q:
+def open_to(user: User) -> Q:
     """The site servers `user` may use: those open to everyone, to them, or to a group of theirs."""
     return Q(owner__isnull=True) & (
         Q(everyone=True) | Q(users=user) | Q(groups__in=user.groups.all())
     )
 
 
-def servers_for(user: AbstractBaseUser) -> QuerySet[McpServer]:
+def servers_for(user: User) -> QuerySet[McpServer]:
     """The servers whose tools `user` may use: the site's open to them, and their own while the
     operator allows people's own servers (LOOP_MCP_PERSONAL_HOSTS)."""
     ensure_declared()
@@ -64,7 +64,7 @@ def servers_for(user: AbstractBaseUser) -> QuerySet[McpServer]:
     return usable.filter(~Q(auth=OAUTH) | connected).distinct()
 
 
-def usable_tools(user: AbstractBaseUser) -> QuerySet[McpTool]:
+def usable_tools(user: User) -> QuerySet[McpTool]:
     """The enabled, listed tools of the servers `user` may use, held or not."""
     tools = McpTool.objects.filter(
         server__in=servers_for(user), enabled=True, missing_since__isnull=True
@@ -77,17 +77,17 @@ def admitted(tools: QuerySet[McpTool]) -> list[McpTool]:
     return [tool for tool in tools if tool.server.is_site or personal_host_admitted(tool.server)]
 
 
-def offered_tools(user: AbstractBaseUser) -> list[McpTool]:
+def offered_tools(user: User) -> list[McpTool]:
     return admitted(usable_tools(user).filter(held_digest=""))
 
 
-def held_tools(user: AbstractBaseUser) -> list[McpTool]:
+def held_tools(user: User) -> list[McpTool]:
     """The person's tools on hold: those a run of theirs would be offered but for a change to
     their definition that waits for review (theirs, or for a site's server an operator's)."""
     return admitted(usable_tools(user).exclude(held_digest=""))
 
 
-def held_count(user: AbstractBaseUser) -> int:
+def held_count(user: User) -> int:
     """How many of the person's tools are on hold. Asked on every page with a Tools link: one
     plain query first, as nothing anywhere is on hold almost always (the person's servers take
     3.6 ms of the web's CPU to ask about, 0.4 ms this)."""
@@ -95,7 +95,7 @@ def held_count(user: AbstractBaseUser) -> int:
     return len(held_tools(user)) if held.exists() else 0
 
 
-def run_tools(user: AbstractBaseUser) -> list[McpTool]:
+def run_tools(user: User) -> list[McpTool]:
     """The person's MCP tools, one per name the model calls: a name two of them share (a site
     server added with the prefix their own server has) is the site server's tool. A person's
     server does not stand in for a tool its operator set up, nor inherit what was granted under
@@ -107,7 +107,7 @@ def run_tools(user: AbstractBaseUser) -> list[McpTool]:
     return [tool for tool in offered if chosen[tool.exposed_name] is tool]
 
 
-def tools_for(user: AbstractBaseUser) -> list[Tool]:
+def tools_for(user: User) -> list[Tool]:
     """The person's MCP tools as Loop tools (read once, when a run starts or resumes)."""
     return [loop_tool(tool, user) for tool in run_tools(user)]
 
@@ -119,12 +119,12 @@ class Target:
 
     server: McpServer
     remote: str
-    user: AbstractBaseUser
+    user: User
     tool_id: int
     digest: str
 
 
-def loop_tool(tool: McpTool, user: AbstractBaseUser) -> Tool:
+def loop_tool(tool: McpTool, user: User) -> Tool:
     server = tool.server
     target = Target(server, tool.name, user, tool.pk, tool.digest)
     return Tool(
@@ -228,7 +228,7 @@ def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> To
         answer = _answer(target, arguments.values())
         if answer.tools_changed:
             McpServer.objects.filter(pk=server.pk).update(stale=True)
-        text = results.rendered(
+        said = results.rendered(
             answer.result,
             server=server.name,
             tool=target.remote,
@@ -238,8 +238,8 @@ def call(target: Target, arguments: SchemaArguments, context: ToolContext) -> To
     finally:
         connection.close()  # the dispatcher's thread: its connection must not outlive it
     if answer.result.is_error:
-        raise ToolError(text)
-    return ToolOutput(text)
+        raise ToolError(said.text, saved=said.saved)
+    return ToolOutput(said.text, saved=said.saved)
 
 
 def _current(target: Target) -> Target:
@@ -255,7 +255,7 @@ def _current(target: Target) -> Target:
     return replace(target, server=found.server)
 
 
-def person_tool(user: AbstractBaseUser, name: str) -> McpTool | None:
+def person_tool(user: User, name: str) -> McpTool | None:
     """The MCP tool the person's runs know as `name`, whatever its state (held, turned off):
     a site server's before one of their own, as `run_tools` chooses. None: no such tool."""
     if SEPARATOR not in name:
@@ -265,7 +265,7 @@ def person_tool(user: AbstractBaseUser, name: str) -> McpTool | None:
     return min(found, key=lambda tool: not tool.server.is_site, default=None)
 
 
-def withdrawn(user: AbstractBaseUser, name: str) -> ToolError | None:
+def withdrawn(user: User, name: str) -> ToolError | None:
     """The refusal of a call of the person's MCP tool `name`, which their run was not given (held,
     turned off, unlisted, its server turned off), or None when they have no such tool: a call of
     a tool on hold says so, and where its reviewer reviews it, never that the tool is unknown."""

@@ -10,9 +10,9 @@ from functools import wraps
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import Prefetch, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -23,6 +23,7 @@ from mcp_servers.models import OAUTH, PENDING, RECONNECT, McpConnection, McpServ
 from mcp_servers.pinning import accept_held
 from mcp_servers.tools import default_ask, destructive
 from workspace.query_string import query_text
+from workspace.requests import SignedInRequest
 
 PAGE = "mcp_settings"
 # The longest value an authorization server's redirect may carry (a code, a state, an error's
@@ -50,9 +51,7 @@ class ServerRow:
         return self.connection is not None and self.connection.state == RECONNECT
 
 
-def rows(
-    servers: QuerySet[McpServer], user: AbstractBaseUser, *, usable_only: bool
-) -> list[ServerRow]:
+def rows(servers: QuerySet[McpServer], user: User, *, usable_only: bool) -> list[ServerRow]:
     """Each server with its tools and the person's connection to it: three queries.
     `usable_only`: a site's server's tools its operator enabled and it still lists, those on
     hold too (the Tools link counts them: the page says why they are not offered)."""
@@ -80,7 +79,7 @@ def _tool_row(tool: McpTool, server: McpServer) -> ToolRow:
     return ToolRow(tool, default_ask(tool), destructive(tool), diff)
 
 
-def _page(request: HttpRequest, form: ServerForm) -> HttpResponse:
+def _page(request: SignedInRequest, form: ServerForm) -> HttpResponse:
     user = request.user
     context = {
         "form": form,
@@ -92,7 +91,7 @@ def _page(request: HttpRequest, form: ServerForm) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-def tools_settings(request: HttpRequest) -> HttpResponse:
+def tools_settings(request: SignedInRequest) -> HttpResponse:
     """The page; a POST adds a server of the person's own and lists its tools."""
     if request.method != "POST":
         return _page(request, ServerForm())
@@ -112,7 +111,7 @@ def tools_settings(request: HttpRequest) -> HttpResponse:
     return _page(request, form)
 
 
-def _list_tools(request: HttpRequest, server: McpServer) -> None:
+def _list_tools(request: SignedInRequest, server: McpServer) -> None:
     """Discovery now, its outcome said in a message; an OAuth server waits for its grant."""
     if server.auth == OAUTH and not _connected(request.user, server):
         messages.info(
@@ -130,20 +129,20 @@ def _list_tools(request: HttpRequest, server: McpServer) -> None:
         messages.success(request, f"{server.name}: {checked.message}")
 
 
-def _connected(user: AbstractBaseUser, server: McpServer) -> bool:
+def _connected(user: User, server: McpServer) -> bool:
     connections = McpConnection.objects.filter(user=user, server=server)
     return bool(connections.exclude(state=PENDING).exists())
 
 
 def server_from(
-    select: Callable[[AbstractBaseUser], QuerySet[McpServer]],
+    select: Callable[[User], QuerySet[McpServer]],
 ) -> Callable[[View], View]:
     """The view gets the server named in its URL from among those `select` gives the person;
     any other id is a 404, whatever the method (so nothing tells another person's apart)."""
 
     def decorator(view: View) -> View:
         @wraps(view)
-        def with_server(request: HttpRequest, server_id: int, **kwargs: Any) -> HttpResponse:
+        def with_server(request: SignedInRequest, server_id: int, **kwargs: Any) -> HttpResponse:
             server = get_object_or_404(select(request.user), pk=server_id)
             return view(request, server, **kwargs)
 
@@ -157,7 +156,7 @@ own = server_from(personal.own_servers)
 
 @own
 @require_http_methods(["GET", "POST"])
-def server_settings(request: HttpRequest, server: McpServer) -> HttpResponse:
+def server_settings(request: SignedInRequest, server: McpServer) -> HttpResponse:
     """One of the person's servers, changed."""
     form = ServerForm(request.POST if request.method == "POST" else None, server=server)
     if request.method == "POST" and form.is_valid():
@@ -174,14 +173,14 @@ def server_settings(request: HttpRequest, server: McpServer) -> HttpResponse:
 
 @own
 @require_POST
-def check_server(request: HttpRequest, server: McpServer) -> HttpResponse:
+def check_server(request: SignedInRequest, server: McpServer) -> HttpResponse:
     _list_tools(request, server)
     return redirect(PAGE)
 
 
 @own
 @require_POST
-def delete_server(request: HttpRequest, server: McpServer) -> HttpResponse:
+def delete_server(request: SignedInRequest, server: McpServer) -> HttpResponse:
     name = server.name
     personal.delete_server(server)
     messages.success(request, f"Removed {name}, its tools and any connection to it.")
@@ -190,7 +189,7 @@ def delete_server(request: HttpRequest, server: McpServer) -> HttpResponse:
 
 @own
 @require_POST
-def tool_choices(request: HttpRequest, server: McpServer) -> HttpResponse:
+def tool_choices(request: SignedInRequest, server: McpServer) -> HttpResponse:
     tools = list(server.tools.all())
     form = ToolChoicesForm(request.POST, tools=tools)
     if not form.is_valid():
@@ -204,7 +203,7 @@ def tool_choices(request: HttpRequest, server: McpServer) -> HttpResponse:
 
 @own
 @require_POST
-def accept_tool(request: HttpRequest, server: McpServer, tool_id: int) -> HttpResponse:
+def accept_tool(request: SignedInRequest, server: McpServer, tool_id: int) -> HttpResponse:
     tool = get_object_or_404(McpTool, pk=tool_id, server=server)
     if accept_held(tool):
         messages.success(
@@ -218,13 +217,13 @@ def accept_tool(request: HttpRequest, server: McpServer, tool_id: int) -> HttpRe
 connectable = server_from(personal.connectable)
 
 
-def _callback_uri(request: HttpRequest) -> str:
+def _callback_uri(request: SignedInRequest) -> str:
     return str(request.build_absolute_uri(reverse("mcp_oauth_callback")))
 
 
 @connectable
 @require_POST
-def connect(request: HttpRequest, server: McpServer) -> HttpResponse:
+def connect(request: SignedInRequest, server: McpServer) -> HttpResponse:
     """The start of the OAuth sign-in: a page that sends the browser to the server's
     authorization page (a redirect answering a form would break the page's form-action policy)."""
     if server.owner_id is not None and not personal.personal_allowed():
@@ -241,18 +240,18 @@ def connect(request: HttpRequest, server: McpServer) -> HttpResponse:
 
 @connectable
 @require_POST
-def disconnect(request: HttpRequest, server: McpServer) -> HttpResponse:
+def disconnect(request: SignedInRequest, server: McpServer) -> HttpResponse:
     oauth.disconnect(server, request.user)
     messages.success(request, f"Disconnected {server.name}: Loop forgot its tokens.")
     return redirect(PAGE)
 
 
-def callback_value(request: HttpRequest, name: str) -> str:
+def callback_value(request: SignedInRequest, name: str) -> str:
     return query_text(request, name, MAX_CALLBACK_VALUE)
 
 
 @require_GET
-def oauth_callback(request: HttpRequest) -> HttpResponse:
+def oauth_callback(request: SignedInRequest) -> HttpResponse:
     """Where the authorization server sends the browser back: the grant finished for this
     person (the state names their flow), then their server's tools listed."""
     state, code = callback_value(request, "state"), callback_value(request, "code")
@@ -272,7 +271,7 @@ def oauth_callback(request: HttpRequest) -> HttpResponse:
     return redirect(PAGE)
 
 
-def _say_refused(request: HttpRequest, refused: str, server: McpServer | None) -> None:
+def _say_refused(request: SignedInRequest, refused: str, server: McpServer | None) -> None:
     """The authorization server's words only for a sign-in this person has in progress: any
     other link to the callback may carry any text, shown on Loop's own page as if it were
     Loop's."""

@@ -1,7 +1,9 @@
-"""The layers read core -> workspace -> tools -> memory -> mcp_servers -> agent -> engine ->
-{console, chat, accounts}, one way: a lower layer never imports a higher one, nor names a higher
-app's model in its schema or its migrations. core, the loop and its vocabulary, is the
-bottom: no Django, nothing else of Loop."""
+"""The layers read core -> netguard -> workspace -> tools -> memory -> mcp_servers -> agent ->
+engine -> {console, chat, accounts}, one way: a lower layer never imports a higher one, nor names
+a higher app's model in its schema or its migrations. core, the loop and its vocabulary, is the
+bottom: no Django, nothing else of Loop; netguard, the HTTP policies the model clients and the MCP
+servers' connections share, no Django either. One HTTP client library: httpx2 (the MCP SDK's),
+never httpx."""
 
 import ast
 import sys
@@ -14,12 +16,14 @@ from django.db.migrations.loader import MigrationLoader
 pytestmark = pytest.mark.fast
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-ORDER = ["core", "workspace", "tools", "memory", "mcp_servers", "agent", "engine"]
+ORDER = ["core", "netguard", "workspace", "tools", "memory", "mcp_servers", "agent", "engine"]
 TOP = {"console", "chat", "accounts"}
 LAYERS = [*ORDER, *sorted(TOP)]
 HIGHER = {layer: {*ORDER[at + 1 :], *TOP} for at, layer in enumerate(ORDER)}
-# The apps that are Django apps (core, the bottom, is a plain package: no Django).
-APPS = [layer for layer in ORDER if layer != "core"]
+# The apps that are Django apps (core, the bottom, and netguard, Loop's HTTP policies, are plain
+# packages: no Django).
+PLAIN = {"core", "netguard"}
+APPS = [layer for layer in ORDER if layer not in PLAIN]
 
 
 def layer_of(module: str) -> str:
@@ -125,6 +129,39 @@ def test_the_agent_core_imports_no_django_and_nothing_else_of_loop():
     }
     assert len(offenders) >= 10  # the loop, events, history, guards, interrupt, llm, ...
     assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_netguard_imports_no_django_and_nothing_of_loop_but_core():
+    offenders = {
+        str(path.relative_to(PROJECT_DIR)): sorted(
+            name
+            for name in imported_modules(path)
+            if layer_of(name) in {*LAYERS, "django", "loopsite"} - PLAIN
+        )
+        for path in modules("netguard")
+    }
+    assert len(offenders) >= 3  # the package, its two policies, what they hold bodies to
+    assert {path: names for path, names in offenders.items() if names} == {}
+
+
+def test_no_module_of_loop_imports_httpx_but_httpx2():
+    """One HTTP client library, the one the MCP SDK needs (declared in requirements.in): the
+    product, its tests and its benchmarks import httpx2, never httpx (it may still be installed,
+    for a dependency's sake)."""
+    tops = [
+        top
+        for top in PROJECT_DIR.iterdir()
+        if top.is_dir() and top.name[0] not in "._" and top.name != "var"  # var: people's files
+    ]
+    paths = [*PROJECT_DIR.glob("*.py"), *(path for top in tops for path in top.rglob("*.py"))]
+    naming = [path for path in paths if "httpx" in path.read_text()]  # parsing all takes seconds
+    offenders = {
+        str(path.relative_to(PROJECT_DIR))
+        for path in naming
+        if any(layer_of(name) == "httpx" for name in imported_modules(path))
+    }
+    assert len(naming) >= 10  # the model clients, the SSRF policy, the MCP client, their tests
+    assert offenders == set()
 
 
 def test_the_workspace_owns_no_model():

@@ -1,5 +1,5 @@
 """The MCP test servers (tests/mcp_servers/) are what they claim to be, proved with the SDK's own
-client (`mcp.Client`) and, for the OAuth authorization server, by hand with httpx: the revision
+client (`mcp.Client`) and, for the OAuth authorization server, by hand with httpx2: the revision
 each negotiates, every tool's answer shape, a rug pull, header auth, HTTP-level misbehaviour, and
 the authorization code flow with PKCE, refresh rotation and reuse detection."""
 
@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-import httpx
 import httpx2
 import mcp
 import pytest
@@ -132,7 +131,7 @@ async def test_the_legacy_server_refuses_the_modern_revision(legacy_server: Serv
         },
     }
     accept = {"Accept": "application/json, text/event-stream"}
-    with httpx.Client(trust_env=False) as http:
+    with httpx2.Client(trust_env=False) as http:
         response = http.post(legacy_server.url, json=initialize, headers=accept)
     assert response.status_code == 200
     assert response.headers["mcp-session-id"]
@@ -208,7 +207,7 @@ async def test_the_changing_tool_changes_between_two_discoveries(
 
 @pytest.mark.asyncio
 async def test_the_bearer_server_refuses_a_request_without_its_token(bearer_server: Served) -> None:
-    with httpx.Client(trust_env=False) as http:
+    with httpx2.Client(trust_env=False) as http:
         response = http.post(bearer_server.url, json={}, headers={"Authorization": "Bearer wrong"})
     assert response.status_code == 401
     await listing_fails(bearer_server.url)
@@ -224,13 +223,13 @@ def misbehaving() -> Iterator[dict[str, Served]]:
 
 def test_misbehaving_servers(misbehaving: dict[str, Served]) -> None:
     request = {"jsonrpc": "2.0", "id": 7, "method": "tools/list"}
-    with httpx.Client(trust_env=False, timeout=30) as http:
+    with httpx2.Client(trust_env=False, timeout=30) as http:
         malformed = http.post(misbehaving["malformed"].url, json=request)
         assert malformed.status_code == 200
         with pytest.raises(json.JSONDecodeError):
             malformed.json()
         assert http.post(misbehaving["status500"].url, json=request).status_code == 500
-        with pytest.raises(httpx.RemoteProtocolError):
+        with pytest.raises(httpx2.RemoteProtocolError):
             http.post(misbehaving["cut"].url, json=request)
         with http.stream("POST", misbehaving["drip"].url, json=request) as dripped:
             assert dripped.status_code == 200
@@ -246,7 +245,7 @@ def pkce() -> tuple[str, str]:
     return verifier, challenge.decode().rstrip("=")
 
 
-def register(http: httpx.Client, issuer: str) -> dict[str, Any]:
+def register(http: httpx2.Client, issuer: str) -> dict[str, Any]:
     metadata = {
         "redirect_uris": [REDIRECT_URI],
         "client_name": "Loop",
@@ -260,7 +259,7 @@ def register(http: httpx.Client, issuer: str) -> dict[str, Any]:
 
 
 def authorize(
-    http: httpx.Client, issuer: str, client: dict[str, Any], resource: str
+    http: httpx2.Client, issuer: str, client: dict[str, Any], resource: str
 ) -> dict[str, Any]:
     """The whole code flow: authorize (auto-approved), then exchange the code with PKCE."""
     verifier, challenge = pkce()
@@ -296,8 +295,8 @@ def authorize(
 
 
 def refresh(
-    http: httpx.Client, issuer: str, client: dict[str, Any], refresh_token: str
-) -> httpx.Response:
+    http: httpx2.Client, issuer: str, client: dict[str, Any], refresh_token: str
+) -> httpx2.Response:
     form = {
         "grant_type": "refresh_token",
         "refresh_token": refresh_token,
@@ -307,13 +306,13 @@ def refresh(
     return http.post(f"{issuer}/token", data=form)
 
 
-def active(http: httpx.Client, issuer: str, access_token: str) -> bool:
+def active(http: httpx2.Client, issuer: str, access_token: str) -> bool:
     return http.post(f"{issuer}/introspect", data={"token": access_token}).json()["active"] is True
 
 
 def test_the_authorization_server_publishes_its_metadata(oauth_server: Served) -> None:
     issuer = oauth_server.url
-    with httpx.Client(trust_env=False) as http:
+    with httpx2.Client(trust_env=False) as http:
         metadata = http.get(f"{issuer}/.well-known/oauth-authorization-server").json()
     assert metadata["issuer"] == issuer
     assert metadata["authorization_endpoint"] == f"{issuer}/authorize"
@@ -328,7 +327,7 @@ def test_code_flow_refresh_rotation_and_reuse_detection(
     oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
     issuer = oauth_server.url
-    with httpx.Client(trust_env=False) as http:
+    with httpx2.Client(trust_env=False) as http:
         before = http.get(f"{issuer}/admin/stats").json()
         client = register(http, issuer)
         first = authorize(http, issuer, client, oauth_mcp_server.url)
@@ -368,7 +367,7 @@ def test_a_code_used_twice_revokes_what_it_granted(
     oauth_server: Served, oauth_mcp_server: Served
 ) -> None:
     issuer = oauth_server.url
-    with httpx.Client(trust_env=False) as http:
+    with httpx2.Client(trust_env=False) as http:
         client = register(http, issuer)
         tokens = authorize(http, issuer, client, oauth_mcp_server.url)
         again = http.post(f"{issuer}/token", data=tokens["exchange"])
@@ -380,7 +379,7 @@ def test_a_code_used_twice_revokes_what_it_granted(
 
 def test_pkce_is_required_and_checked(oauth_server: Served, oauth_mcp_server: Served) -> None:
     issuer = oauth_server.url
-    with httpx.Client(trust_env=False) as http:
+    with httpx2.Client(trust_env=False) as http:
         client = register(http, issuer)
         query = {
             "response_type": "code",
@@ -419,7 +418,7 @@ async def test_the_protected_mcp_server_asks_the_authorization_server(
 ) -> None:
     issuer = oauth_server.url
     mcp_url = oauth_mcp_server.url
-    with httpx.Client(trust_env=False) as http:
+    with httpx2.Client(trust_env=False) as http:
         refused = http.post(mcp_url, json={})
         assert refused.status_code == 401
         challenge = refused.headers["www-authenticate"]
@@ -441,7 +440,7 @@ async def test_the_protected_mcp_server_asks_the_authorization_server(
     async with connected(mcp_url, bearer) as session:
         assert session.protocol_version == LATEST_MODERN_VERSION
         assert text_of(await session.call_tool("add", {"a": 20, "b": 22})) == "42"
-    with httpx.Client(trust_env=False) as http:
+    with httpx2.Client(trust_env=False) as http:
         other = {"Authorization": f"Bearer {elsewhere['access_token']}"}
         assert http.post(mcp_url, json={}, headers=other).status_code == 401
         http.post(f"{issuer}/admin/expire")

@@ -31,8 +31,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
-from mcp_servers import netguard
-from mcp_servers.netguard import (
+from mcp_servers.networks import private_networks
+from netguard import ssrf
+from netguard.ssrf import (
     ResponseTooLarge,
     UnsafeAddress,
     UnsafeResponse,
@@ -166,7 +167,7 @@ def test_the_refusal_names_the_host_and_the_reason():
 def test_a_url_that_can_never_be_fetched_is_refused_with_a_reason(settings, url, says):
     settings.LOOP_MCP_PRIVATE_NETWORKS = []
     with pytest.raises(UnsafeUrl, match=re.escape(says)):
-        check_url(url)
+        check_url(url, private_networks())
 
 
 def test_a_url_on_a_name_or_an_allowed_address_passes_without_looking_anything_up(
@@ -175,16 +176,16 @@ def test_a_url_on_a_name_or_an_allowed_address_passes_without_looking_anything_u
     def no_dns(*args, **kwargs):
         raise AssertionError("check_url looked a name up")
 
-    monkeypatch.setattr(netguard, "resolve", no_dns)
+    monkeypatch.setattr(ssrf, "resolve", no_dns)
     settings.LOOP_MCP_PRIVATE_NETWORKS = ["127.0.0.0/8"]
 
-    check_url("https://mcp.example.com/mcp")
-    check_url("http://mcp.example.com:8080/mcp?x=1")
-    check_url("https://bücher.example/mcp")
-    check_url("http://127.0.0.1:8000/mcp")
-    check_url("http://2130706433:8000/mcp")
+    check_url("https://mcp.example.com/mcp", private_networks())
+    check_url("http://mcp.example.com:8080/mcp?x=1", private_networks())
+    check_url("https://bücher.example/mcp", private_networks())
+    check_url("http://127.0.0.1:8000/mcp", private_networks())
+    check_url("http://2130706433:8000/mcp", private_networks())
     with pytest.raises(UnsafeUrl, match="metadata"):
-        check_url("http://169.254.169.254/latest/meta-data/")
+        check_url("http://169.254.169.254/latest/meta-data/", private_networks())
 
 
 # --- a server to connect to, fake DNS and a spy on the sockets --------------------------------
@@ -291,7 +292,7 @@ def dns(monkeypatch):
     """Fake answers for `.test` names; each name's answers are given in turn, the last repeated."""
     answers: dict[str, list[list[str]]] = {}
     asked: list[str] = []
-    real = netguard.resolve
+    real = ssrf.resolve
 
     def resolve(host, port):
         asked.append(host)
@@ -302,7 +303,7 @@ def dns(monkeypatch):
             raise socket.gaierror(socket.EAI_NONAME, "no such .test name")
         return real(host, port)  # an address literal or localhost: no DNS query leaves the machine
 
-    monkeypatch.setattr(netguard, "resolve", resolve)
+    monkeypatch.setattr(ssrf, "resolve", resolve)
     return SimpleNamespace(answers=answers, asked=asked)
 
 
@@ -649,7 +650,7 @@ def test_only_the_own_host_may_be_anywhere(site, dns, connections, blocking):
         anyio.run(fetch)
 
     assert connections == ["127.0.0.1", "127.0.0.1"]  # the own host's twice; 127.0.0.1 never
-    assert netguard.host_of("http://MCP.Internal.test.:8080/mcp") == "mcp.internal.test"
+    assert ssrf.host_of("http://MCP.Internal.test.:8080/mcp") == "mcp.internal.test"
 
 
 def test_the_blocking_client_ignores_proxy_settings_in_the_environment(site, monkeypatch):
@@ -663,11 +664,11 @@ def test_the_blocking_client_ignores_proxy_settings_in_the_environment(site, mon
         assert proxy_site.requests == []
 
 
-def test_the_guard_reads_its_allowed_networks_from_the_settings(settings):
+def test_the_networks_the_guard_admits_are_read_from_the_settings(settings):
     settings.LOOP_MCP_PRIVATE_NETWORKS = ["127.0.0.1/32", "10.1.0.0/16"]
-    assert netguard.allowed_networks() == [ip_network("127.0.0.1/32"), ip_network("10.1.0.0/16")]
+    assert private_networks() == (ip_network("127.0.0.1/32"), ip_network("10.1.0.0/16"))
     settings.LOOP_MCP_PRIVATE_NETWORKS = []
-    assert netguard.allowed_networks() == []
+    assert private_networks() == ()
 
 
 # --- the MCP SDK over the guarded client -----------------------------------------------------

@@ -237,6 +237,30 @@ def test_an_answer_that_names_another_file_shows_no_image(demo, alice, tool, pat
         assert '<strong class="tool-name">other__image</strong>' in card
 
 
+def test_the_card_shows_the_images_the_call_saved_not_those_its_text_names(demo, alice):
+    """The images come from the event's `saved` field, which Loop set as it kept them: a text
+    naming one shows none, and a saved path that is no file of the workspace shows none."""
+    kept = "mcp/demo/image-0123456789ab.png"
+    claimed = "mcp/demo/image-ba9876543210.png"
+    event = ToolCallFinished(
+        step=1,
+        call_id="c",
+        tool="demo__image",
+        arguments="{}",
+        status=ToolStatus.OK,
+        text=f"[image saved in the workspace as {claimed}]",
+        duration=0.01,
+        saved=[kept, kept, "mcp/demo/../../../etc/passwd.png", "mcp/demo/notes.txt"],
+    )
+    card = drawn(event, Asking(alice))
+    assert card.count("<img") == 1
+    assert f'<img src="/files/image/{kept}"' in card
+    assert f'href="/files/view/{kept}"' in card
+    assert f"/files/image/{claimed}" not in card
+    assert "passwd" not in card
+    assert "notes.txt" not in card
+
+
 def always_allowed(client, run: AgentRun) -> Any:
     """The run's waiting call approved with "Always allow" on its card's form."""
     request = run.approvals.get(decision="")

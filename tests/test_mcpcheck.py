@@ -12,13 +12,14 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from mcp_servers import declared, netguard
+from mcp_servers import declared
 from mcp_servers.client import Definition
 from mcp_servers.discovery import discover
 from mcp_servers.management.commands.mcpcheck import NOT_KEPT, callable_unasked
 from mcp_servers.models import CONNECTED, OAUTH, McpConnection, McpServer, McpTool
 from mcp_servers.oauth import finish, start
 from mcp_servers.secrets import decrypt
+from netguard import ssrf
 from tests.mcp_servers.harness import (  # noqa: F401
     TOKEN,
     Served,
@@ -161,7 +162,7 @@ def test_mcpcheck_refuses_a_metadata_url_without_connecting():
 
 def test_mcpcheck_refuses_a_name_that_resolves_to_the_metadata_address(monkeypatch):
     """The URL's host is judged again when it is connected to, after DNS."""
-    monkeypatch.setattr(netguard, "resolve", lambda host, port: [ip_address("169.254.169.254")])
+    monkeypatch.setattr(ssrf, "resolve", lambda host, port: [ip_address("169.254.169.254")])
 
     error, out = failed_check("http://metadata.internal.example/mcp")
 

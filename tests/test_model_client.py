@@ -54,7 +54,7 @@ def test_the_worker_builds_one_client_per_run_streaming_to_the_run(alice, worksp
 
 def test_a_process_never_loads_a_vendor_sdk_not_even_to_build_a_client():
     """Every worker, web process and runagent reads model names, and one that asks a model
-    server builds its client: plain httpx, no vendor SDK (the openai SDK alone took a third of a
+    server builds its client: plain httpx2, no vendor SDK (the openai SDK alone took a third of a
     second to import)."""
     script = (
         "import sys, django; django.setup()\n"

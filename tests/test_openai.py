@@ -586,7 +586,7 @@ def test_a_streams_events_are_read_past_comments_names_and_blank_lines():
 
 
 class Lines:
-    """A response's lines, as the client reads a stream from httpx."""
+    """A response's lines, as the client reads a stream from httpx2."""
 
     def __init__(self, *lines: str) -> None:
         self.lines = lines
@@ -721,7 +721,7 @@ def test_a_connection_reset_before_any_answer_is_asked_again(openai_server, stre
     assert len(openai_server.requests) == 2
 
 
-# --- one transport: plain httpx, no SDK --------------------------------------------------------
+# --- one transport: plain httpx2, no SDK -------------------------------------------------------
 
 
 def test_an_error_that_is_not_json_is_shown_as_the_server_sent_it(openai_server):

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from agent.llm.groq import GroqLLM
-from agent.llm.http_guard import MAX_BODY_BYTES
 from agent.llm.openai_compat import OpenAICompatibleLLM, shown_url
 from agent.llm.replies import MAX_LINE_BYTES, MAX_REPLY_CHARS, MAX_TOOL_CALLS
 from agent.runs import start_run
 from core.events import RunStatus
 from core.llm import LLMError, Usage
 from engine.execution import execute_run
+from netguard.bounded import MAX_BODY_BYTES
 from tests.chat_server import no_proxies
 from tests.groq_server import FakeGroqServer
 from tests.openai_server import (  # noqa: F401 (the fixture)

@@ -30,9 +30,10 @@ class ToolError(Exception):
     # What its person must do before the tool works again (a lost grant: reconnect).
     remedy: Remedy | None = None
 
-    def __init__(self, message: str, *, policy: str = "") -> None:
+    def __init__(self, message: str, *, policy: str = "", saved: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.policy = policy
+        self.saved = saved  # the files it saved before it failed (an MCP error's images)
 
 
 class ToolTimeout(ToolError):
@@ -63,10 +64,12 @@ class ToolContext:
 
 @dataclass(frozen=True)
 class ToolOutput:
-    """What a tool function returns: its text, and the sandbox policy that produced it, if any."""
+    """What a tool function returns: its text, the sandbox policy that produced it, if any, and
+    the files it saved in its person's workspace (ToolResult.saved)."""
 
     text: str
     policy: str = ""
+    saved: tuple[str, ...] = ()
 
 
 ToolFunction = Callable[[Any, ToolContext], ToolOutput | str]
@@ -171,11 +174,13 @@ class ToolRegistry:
             output, status = ToolOutput(_describe_invalid(name, error)), ToolStatus.ERROR
             remedy = None
         except ToolError as error:
-            output, status = ToolOutput(str(error), error.policy), error.status
+            output, status = ToolOutput(str(error), error.policy, error.saved), error.status
             remedy = error.remedy
         text, truncated = truncate(output.text, self.max_result_chars)
         duration = time.monotonic() - started
-        return ToolResult(status, text, duration, output.policy, truncated, remedy=remedy)
+        return ToolResult(
+            status, text, duration, output.policy, truncated, remedy=remedy, saved=output.saved
+        )
 
     def _tool(self, name: str) -> Tool:
         if name not in self.tools:

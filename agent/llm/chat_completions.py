@@ -1,6 +1,6 @@
 """The chat-completions shape with tool calling, for Groq and any OpenAI-compatible server.
 
-One implementation serves every server that speaks it, over one HTTP client (plain `httpx`, no
+One implementation serves every server that speaks it, over one HTTP client (plain `httpx2`, no
 vendor SDK: Loop builds the request and reads the raw reply itself, so an SDK would only add its
 import time, its types and a second error hierarchy to unwrap): building the request, assembling a
 streamed reply, reading usage, mapping errors and retrying. What differs between servers (Groq's
@@ -8,8 +8,8 @@ paths, reasoning fields and error codes, a server's quirks) is a `Dialect`, a sm
 provider module fills in (`agent/llm/groq.py`, `agent/llm/openai_compat.py`). This module is the
 client: a turn, its attempts and retries, and what to say when one fails. Its parts: `replies.py`
 reads a reply (streamed or whole), `mistakes.py` knows a model's mistakes and a server's limits,
-`waits.py` the server's hints of how long to wait, `http_guard.py` the bounded HTTP client, and
-`said.py` what of a server's words may be shown.
+`waits.py` the server's hints of how long to wait, and `said.py` what of a server's words may be
+shown; the HTTP client is netguard's bounded policy (`netguard/bounded.py`).
 
 Retries live in this layer, because only this layer knows the run's deadline: a 429, 408/409,
 5xx, timeout, a connection that drops (before the reply or while it streams in) and a stream that
@@ -51,9 +51,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 
-from agent.llm.http_guard import bounded_http_client
 from agent.llm.mistakes import (
     REJECTED_REPLY_NOTE,
     SERVER_FLAGS_HINT,
@@ -77,7 +76,7 @@ from agent.llm.replies import (
     sse_data,
     whole_as_chunk,
 )
-from agent.llm.said import clipped, listable_name, secrets_of, sentence
+from agent.llm.said import Refused, clipped, listable_name, secrets_of, sentence
 from agent.llm.waits import MAX_WAIT, fits, hinted_wait, try_again_at
 from agent.llm.watchdog import Watchdog
 from core.interrupt import Interrupt
@@ -92,6 +91,7 @@ from core.llm import (
     ToolSpec,
 )
 from core.text import storable, undelimited
+from netguard.bounded import bounded_http_client
 
 
 def _no_rejected_reply(error: "ServerAnswered") -> bool:
@@ -129,7 +129,7 @@ class ServerAnswered(Exception):
     has one (OpenAI's `{"error": {"message": ...}}`, or at its top as vLLM has it), else the body
     itself or, for an empty one, the status."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx2.Response) -> None:
         self.status_code = response.status_code
         self.headers = response.headers
         self.path = response.request.url.path
@@ -202,14 +202,13 @@ class ChatCompletionsLLM:
             base_url,
             headers={"Authorization": f"Bearer {api_key}", "Accept": _ACCEPT},
             timeout=timeout,
-            server=server,
-            base_url_setting=self.dialect.base_url_setting,
+            refusals=Refused(server, self.dialect.base_url_setting),
         )
         self.secrets = secrets_of(str(self.http.base_url), api_key)
         self.transient_errors: tuple[type[Exception], ...] = (
             ServerAnswered,
             NoReply,
-            httpx.TransportError,
+            httpx2.TransportError,
             StreamCut,
         )
 
@@ -294,7 +293,7 @@ class ChatCompletionsLLM:
             raise LLMError(
                 self._redacted(self._describe(error)), status=error.status_code
             ) from None
-        except (NoReply, httpx.TransportError) as error:
+        except (NoReply, httpx2.TransportError) as error:
             raise LLMError(self._redacted(self._unreachable(error))) from None
         models = listing.get("data") if isinstance(listing, dict) else None
         if not isinstance(models, list):
@@ -429,7 +428,7 @@ class ChatCompletionsLLM:
         JSON, a streamed one from its server-sent events, with no typed object made of it."""
         body = {"messages": messages, "model": self.model, **options}
         request = self.http.build_request(
-            "POST", self.dialect.chat_path, json=body, timeout=httpx.Timeout(limit)
+            "POST", self.dialect.chat_path, json=body, timeout=httpx2.Timeout(limit)
         )
         with self._answer(request) as response:
             watchdog.watch(response)
@@ -443,14 +442,14 @@ class ChatCompletionsLLM:
             return self._read(pieces, self._events(EventStream(response)))
 
     @contextlib.contextmanager
-    def _answer(self, request: httpx.Request) -> Iterator[httpx.Response]:
+    def _answer(self, request: httpx2.Request) -> Iterator[httpx2.Response]:
         """The response to `request` once its headers are in, its body still to read; an error
         status is raised as ServerAnswered (its body read), a request that got no response as
         NoReply. What the response guard refuses (a redirect off the server, a compressed or
-        oversized body) is raised as itself, an LLMError."""
+        oversized body) is raised as itself, an LLMError (agent.llm.said.Refused words it)."""
         try:
             response = self.http.send(request, stream=True)
-        except httpx.RequestError as error:  # a transport's error, or too many redirects
+        except httpx2.RequestError as error:  # a transport's error, or too many redirects
             raise NoReply(str(error)) from error
         try:
             if not response.is_success:
@@ -485,7 +484,7 @@ class ChatCompletionsLLM:
                 f"{self._said(str(error))}"
             ) from None
 
-    def _check_content_type(self, response: httpx.Response, expected: str) -> None:
+    def _check_content_type(self, response: httpx2.Response, expected: str) -> None:
         """A 200 that is not a chat completion (a web page, a proxy's sign-in) is a wrong base
         URL, said as such, not a crash or a retry."""
         content_type = response.headers.get("content-type", "")
@@ -498,14 +497,14 @@ class ChatCompletionsLLM:
             "OpenAI-compatible one usually ends in /v1."
         )
 
-    def _json(self, response: httpx.Response) -> Any:
+    def _json(self, response: httpx2.Response) -> Any:
         """A body read whole (at most MAX_BODY_BYTES: the response guard sees to it)."""
         try:
             return json.loads(response.read())
         except (ValueError, RecursionError):  # RecursionError: nested past Python's stack
             raise LLMError(f"{sentence(self.server)} sent a reply that is not JSON.") from None
 
-    def _whole_chunk(self, response: httpx.Response) -> dict[str, Any]:
+    def _whole_chunk(self, response: httpx2.Response) -> dict[str, Any]:
         return whole_as_chunk(self._json(response))
 
     def _events(self, stream: EventStream) -> Iterator[dict[str, Any]]:
@@ -675,7 +674,7 @@ def unreachable_detail(error: Exception) -> str:
 def _timed_out(error: Exception) -> bool:
     """A timeout, before the reply's headers (under NoReply) or while it was read."""
     cause = error.__cause__ if isinstance(error, NoReply) else error
-    return isinstance(cause, httpx.TimeoutException)
+    return isinstance(cause, httpx2.TimeoutException)
 
 
 def _unreached(error: Exception) -> bool:
@@ -689,7 +688,7 @@ def _broken_connection(error: Exception) -> Exception | None:
     """The transport's error of a connection that broke (a reset, a body cut mid-way), as
     raised or under NoReply; None for one that was never made."""
     cause = error.__cause__ if isinstance(error, NoReply) else error
-    if isinstance(cause, httpx.TransportError) and not isinstance(cause, httpx.ConnectError):
+    if isinstance(cause, httpx2.TransportError) and not isinstance(cause, httpx2.ConnectError):
         return cause
     return None
 
@@ -699,7 +698,7 @@ def _status_message(error: ServerAnswered) -> str:
     return clipped(error.message)
 
 
-def _head_of(response: httpx.Response, size: int) -> str:
+def _head_of(response: httpx2.Response, size: int) -> str:
     """The start of a body, reading no more of it than that."""
     head = b""
     for piece in response.iter_bytes():

@@ -137,7 +137,7 @@ def sse_data(lines: Iterable[str]) -> Iterator[str]:
 
 
 class EventStream:
-    """A streamed response's lines, read with `event_lines` (bounded) rather than httpx's own
+    """A streamed response's lines, read with `event_lines` (bounded) rather than httpx2's own
     iter_lines (which holds a line however long it grows)."""
 
     def __init__(self, response: Any) -> None:
@@ -153,7 +153,7 @@ class LineTooLong(Exception):
 
 def event_lines(pieces: Iterable[bytes], limit: int = MAX_LINE_BYTES) -> Iterator[str]:
     """The lines of an event stream as its bytes come in, split at CRLF, LF or CR as the
-    standard says, UTF-8 decoded. Unlike httpx's iter_lines, a line is not held past `limit`
+    standard says, UTF-8 decoded. Unlike httpx2's iter_lines, a line is not held past `limit`
     bytes: a server that never ends one would fill the worker's memory."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     held: list[str] = []  # the line so far

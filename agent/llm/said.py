@@ -6,9 +6,11 @@ base URL's secrets, even when the server echoes them (docs/security.md).
 """
 
 import re
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
+from core.llm import LLMError
 from core.text import storable
 
 
@@ -58,3 +60,33 @@ def listable_name(model: dict[str, Any]) -> bool:
 
 def sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """What the bounded HTTP policy (netguard.bounded) refuses of a model server, said as the
+    LLMError that ends the turn: the server by name and, for a redirect, the setting to change."""
+
+    server: str
+    base_url_setting: str
+
+    def redirect(self, status: int, location: str) -> LLMError:
+        return LLMError(
+            f"{sentence(self.server)} answered {status} with a redirect to "
+            f"{clipped(scrubbed_url(location))}; Loop follows a model server's redirects only "
+            f"within its own scheme, host and port. Set {self.base_url_setting} to the URL the "
+            "server means.",
+            status=status,
+        )
+
+    def compressed(self, coding: str) -> LLMError:
+        return LLMError(
+            f"{sentence(self.server)} sent a compressed reply ({clipped(coding)}) it was "
+            "not asked for; Loop does not inflate one."
+        )
+
+    def too_large(self, limit: int) -> LLMError:
+        return LLMError(
+            f"{sentence(self.server)} sent more than {limit // 2**20} MiB in one answer; Loop "
+            "read no more of it."
+        )

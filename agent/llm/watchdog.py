@@ -1,6 +1,6 @@
 """A model turn's wall-clock bound: the reply's connection is cut when the run's time is up.
 
-httpx's timeouts bound each read, not a whole reply, so a server that sends a piece now and then
+httpx2's timeouts bound each read, not a whole reply, so a server that sends a piece now and then
 could hold a turn for as long as it likes; the watchdog cuts the reply at the deadline however
 slowly it trickles in.
 """
@@ -11,7 +11,7 @@ import threading
 import time
 from types import TracebackType
 
-import httpx
+import httpx2
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class Watchdog:
         self.fired = threading.Event()
         self.timer: threading.Timer | None = None
 
-    def watch(self, response: httpx.Response) -> None:
+    def watch(self, response: httpx2.Response) -> None:
         if self.deadline is None:
             return
         left = max(self.deadline - time.monotonic(), 0.0)
@@ -37,7 +37,7 @@ class Watchdog:
         self.timer.daemon = True
         self.timer.start()
 
-    def cut(self, response: httpx.Response) -> None:
+    def cut(self, response: httpx2.Response) -> None:
         self.fired.set()
         stream = response.extensions.get("network_stream")
         connection = stream.get_extra_info("socket") if stream is not None else None

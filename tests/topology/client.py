@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-import httpx
+import httpx2
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
 
@@ -39,7 +39,7 @@ def say(**line: Any) -> None:
         print(json.dumps(line), flush=True)
 
 
-def log_in(client: httpx.Client, origin: str, user: str, password: str) -> None:
+def log_in(client: httpx2.Client, origin: str, user: str, password: str) -> None:
     page = client.get("/accounts/login/")
     token = CSRF_FIELD.search(page.text)
     if token is None:
@@ -53,7 +53,7 @@ def log_in(client: httpx.Client, origin: str, user: str, password: str) -> None:
         raise RuntimeError(f"{user} could not log in ({answer.status_code})")
 
 
-def send(client: httpx.Client, origin: str, task: str) -> int:
+def send(client: httpx2.Client, origin: str, task: str) -> int:
     """Post the task with the home page's send form; the run the conversation page shows."""
     home = client.get("/")
     token = CSRF_FIELD.search(home.text)
@@ -128,17 +128,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="sent one after the other")
     options = parser.parse_args()
     home = options.web[0]
-    with httpx.Client(base_url=home, timeout=WAIT) as client:
+    with httpx2.Client(base_url=home, timeout=WAIT) as client:
         try:
             log_in(client, home, options.user, options.password)
-        except (RuntimeError, httpx.HTTPError) as error:
+        except (RuntimeError, httpx2.HTTPError) as error:
             say(event="error", what=f"log in: {error}")
             return 1
         cookie = "; ".join(f"{name}={value}" for name, value in client.cookies.items())
         for _ in range(options.runs):
             try:
                 run_id = send(client, home, options.task)
-            except (RuntimeError, httpx.HTTPError) as error:
+            except (RuntimeError, httpx2.HTTPError) as error:
                 say(event="error", what=f"send: {error}")
                 return 1
             say(event="sent", run=run_id, at=time.time())

@@ -11,12 +11,12 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
 import httpx2
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q, QuerySet
@@ -33,9 +33,9 @@ from mcp_servers.client import (
 from mcp_servers.declared import ensure_declared
 from mcp_servers.endpoints import endpoint_for
 from mcp_servers.models import CONNECTED, OAUTH, McpConnection, McpServer
-from mcp_servers.netguard import ANYWHERE, UnsafeUrl, check_url
 from mcp_servers.pinning import compared
 from mcp_servers.results import rendered
+from netguard.ssrf import ANYWHERE, UnsafeUrl, check_url
 
 NOTHING_TO_CHECK = 2
 FAILED = 1
@@ -64,7 +64,7 @@ class Command(BaseCommand):
     )
 
     # A mistake in LOOP_MCP_SERVERS must not stop the command that says what it is.
-    requires_system_checks: ClassVar[list[str]] = []
+    requires_system_checks = ()
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("server", help="A site server's name or prefix, or an MCP URL.")
@@ -156,9 +156,7 @@ class Command(BaseCommand):
         self.secrets.append(bearer)
         return headers
 
-    def found_server(
-        self, name: str, options: dict[str, Any]
-    ) -> tuple[McpServer, AbstractBaseUser | None]:
+    def found_server(self, name: str, options: dict[str, Any]) -> tuple[McpServer, User | None]:
         """The server named, and the person (--user) it is reached as, if any."""
         if options["header"] or options["bearer"]:
             self.fail(
@@ -169,7 +167,7 @@ class Command(BaseCommand):
         return self.found(name, user), user
 
     def server_endpoint(
-        self, server: McpServer, user: AbstractBaseUser | None, options: dict[str, Any]
+        self, server: McpServer, user: User | None, options: dict[str, Any]
     ) -> tuple[Endpoint, str]:
         self.say(f"MCP server {server.name} ({self.where(server)}){off(server)}")
         if server.auth == OAUTH and user is None:
@@ -182,7 +180,7 @@ class Command(BaseCommand):
         self.secrets.extend(url_secrets(endpoint.url))
         return endpoint, server.prefix
 
-    def person(self, username: str) -> AbstractBaseUser | None:
+    def person(self, username: str) -> User | None:
         if not username:
             return None
         User = get_user_model()
@@ -191,7 +189,7 @@ class Command(BaseCommand):
         except User.DoesNotExist:
             self.fail(f"No user named {username!r}.", NOTHING_TO_CHECK)
 
-    def found(self, name: str, user: AbstractBaseUser | None) -> McpServer:
+    def found(self, name: str, user: User | None) -> McpServer:
         """The server `name` names: a site server (or, with --user, one of theirs) by its name,
         its prefix, or the start of its name when only one has it."""
         try:
@@ -318,7 +316,7 @@ class Command(BaseCommand):
         took = time.monotonic() - started
         text = rendered(
             answer.result, server=endpoint.label, tool=name, prefix=prefix, store=keep_nothing
-        )
+        ).text
         self.say(f"Called {shown} in {took:.2f}s:")
         self.say(text)
         if answer.result.is_error:

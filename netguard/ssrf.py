@@ -1,19 +1,18 @@
-"""The SSRF guard: every HTTP request Loop makes to an MCP or OAuth server goes through it.
+"""The SSRF policy: every HTTP request Loop makes to an MCP or OAuth server goes through it.
 
 A person may name any URL, so Loop must not become their way into the site's own network. The
 guard vets addresses at connect time, not at URL time: each connection resolves its host once,
 refuses if any answer is not public, and connects to the address it vetted. So every redirect,
 every DNS answer and every rebinding trick meets the same check, and `check_url` is only the
-early, friendly refusal of what can never work.
+early, friendly refusal of what can never work. Its bodies are held as every policy's are
+(netguard.bodies): nothing compressed, at most a cap read.
 """
 
 import contextlib
-import functools
 import ipaddress
-import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Any
 
@@ -21,6 +20,15 @@ import anyio
 import anyio.to_thread
 import httpcore2
 import httpx2
+
+from netguard.bodies import (
+    NOTHING_COMPRESSED,
+    CappedAsyncStream,
+    CappedSyncStream,
+    TooLarge,
+    content_coding,
+)
+from netguard.trust import trust_roots
 
 IPAddress = IPv4Address | IPv6Address
 IPNetwork = IPv4Network | IPv6Network
@@ -126,17 +134,9 @@ def _special_use(ip: IPAddress) -> str | None:
     return next((name for refused, name in named if refused), None)
 
 
-def allowed_networks() -> list[IPNetwork]:
-    """The networks the operator admits though not public: LOOP_MCP_PRIVATE_NETWORKS, as CIDR."""
-    from django.conf import settings
-
-    configured: Sequence[str] = getattr(settings, "LOOP_MCP_PRIVATE_NETWORKS", None) or []
-    return [ipaddress.ip_network(network, strict=False) for network in configured]
-
-
-def check_url(url: str, allowed: Sequence[IPNetwork] | None = None) -> None:
+def check_url(url: str, allowed: Sequence[IPNetwork]) -> None:
     """Refuse, with a message a person can act on, a URL no request will ever be let through to
-    (`allowed`: the networks its connections will admit; default allowed_networks()).
+    (`allowed`: the networks beyond the public internet its connections will admit).
 
     A name is not looked up here (that is done, and must be done, at each connection); an address
     is judged in every spelling the system resolver accepts (2130706433, 0x7f.1 are 127.0.0.1).
@@ -153,8 +153,7 @@ def check_url(url: str, allowed: Sequence[IPNetwork] | None = None) -> None:
     if not parsed.host:
         raise UnsafeUrl(f"{shown} names no host")
     address = _numeric_address(parsed.raw_host.decode("ascii"))
-    admitted = allowed_networks() if allowed is None else allowed
-    reason = None if address is None else refused_reason(address, admitted)
+    reason = None if address is None else refused_reason(address, allowed)
     if address is not None and reason is not None:
         raise UnsafeUrl(f"{shown}: {UnsafeAddress(parsed.host, address, reason)}")
 
@@ -341,25 +340,13 @@ def guarded_sync_client(
 def _client_options(headers: dict[str, str] | None, timeout: float) -> dict[str, Any]:
     merged = httpx2.Headers(headers or {})
     # Loop caps the bytes it reads; a compressed body would expand past the cap unseen.
-    merged["Accept-Encoding"] = "identity"
+    merged.update(NOTHING_COMPRESSED)
     return {
         "headers": merged,
         "timeout": httpx2.Timeout(timeout),
         "trust_env": False,
         "follow_redirects": False,
     }
-
-
-def _ssl_context() -> ssl.SSLContext:
-    """The system's trust roots, or those named by SSL_CERT_FILE / SSL_CERT_DIR (a private CA):
-    one context per process while those stay the same (loading the roots costs 10 to 100 ms, and
-    every MCP call is a client of its own; a context is safe to share between connections)."""
-    return _ssl_context_for(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-
-
-@functools.lru_cache(maxsize=4)
-def _ssl_context_for(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
-    return httpx2.create_ssl_context(verify=True, trust_env=True)
 
 
 def _pool_options(context: ssl.SSLContext) -> dict[str, Any]:
@@ -377,7 +364,7 @@ class _GuardedAsyncTransport(httpx2.AsyncHTTPTransport):
     def __init__(
         self, allowed: Sequence[IPNetwork], own_host: str, max_response_bytes: int
     ) -> None:
-        context = _ssl_context()
+        context = trust_roots()
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
         # httpx2 takes no network backend, so the pool it just built (unused) is replaced.
         self._pool = httpcore2.AsyncConnectionPool(
@@ -387,7 +374,7 @@ class _GuardedAsyncTransport(httpx2.AsyncHTTPTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await super().handle_async_request(request)
-        coding = _encoding(response)
+        coding = content_coding(response)
         if coding is not None:
             await response.aclose()
             raise _compressed(request.url, coding)
@@ -400,7 +387,7 @@ class _GuardedSyncTransport(httpx2.HTTPTransport):
     def __init__(
         self, allowed: Sequence[IPNetwork], own_host: str, max_response_bytes: int
     ) -> None:
-        context = _ssl_context()
+        context = trust_roots()
         super().__init__(verify=context, trust_env=False, limits=_LIMITS)
         self._pool = httpcore2.ConnectionPool(
             **_pool_options(context), network_backend=_GuardedSyncBackend(allowed, own_host)
@@ -409,17 +396,11 @@ class _GuardedSyncTransport(httpx2.HTTPTransport):
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         response = super().handle_request(request)
-        coding = _encoding(response)
+        coding = content_coding(response)
         if coding is not None:
             response.close()
             raise _compressed(request.url, coding)
         return _capped(response, request.url, self._max_response_bytes)
-
-
-def _encoding(response: httpx2.Response) -> str | None:
-    """The response's content coding, None when its body is sent as is."""
-    coding = response.headers.get("Content-Encoding", "identity").strip().lower()
-    return None if coding in ("identity", "") else coding
 
 
 def _compressed(url: httpx2.URL, coding: str) -> UnsafeResponse:
@@ -432,10 +413,11 @@ def _compressed(url: httpx2.URL, coding: str) -> UnsafeResponse:
 def _capped(response: httpx2.Response, url: httpx2.URL, limit: int) -> httpx2.Response:
     """The response with its body counted as it is read, so a stream (SSE) still flows."""
     stream = response.stream
+    too_large = _too_large(url)
     capped: httpx2.AsyncByteStream | httpx2.SyncByteStream = (
-        _CappedAsyncStream(stream, url, limit)
+        CappedAsyncStream(stream, limit, too_large)
         if isinstance(stream, httpx2.AsyncByteStream)
-        else _CappedSyncStream(stream, url, limit)
+        else CappedSyncStream(stream, limit, too_large)
     )
     return httpx2.Response(
         status_code=response.status_code,
@@ -445,48 +427,14 @@ def _capped(response: httpx2.Response, url: httpx2.URL, limit: int) -> httpx2.Re
     )
 
 
-class _Counter:
-    """The bytes of one response body read so far, failing past the limit."""
+def _too_large(url: httpx2.URL) -> TooLarge:
+    def refused(limit: int) -> ResponseTooLarge:
+        return ResponseTooLarge(
+            f"{_shown(url)} sent a response larger than {limit} bytes, "
+            "the most Loop reads of one response"
+        )
 
-    def __init__(self, url: httpx2.URL, limit: int) -> None:
-        self._url = url
-        self._limit = limit
-        self._read = 0
-
-    def add(self, chunk: bytes) -> bytes:
-        self._read += len(chunk)
-        if self._read > self._limit:
-            raise ResponseTooLarge(
-                f"{_shown(self._url)} sent a response larger than {self._limit} bytes, "
-                "the most Loop reads of one response"
-            )
-        return chunk
-
-
-class _CappedAsyncStream(httpx2.AsyncByteStream):
-    def __init__(self, stream: httpx2.AsyncByteStream, url: httpx2.URL, limit: int) -> None:
-        self._stream = stream
-        self._counter = _Counter(url, limit)
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            yield self._counter.add(chunk)
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-class _CappedSyncStream(httpx2.SyncByteStream):
-    def __init__(self, stream: httpx2.SyncByteStream, url: httpx2.URL, limit: int) -> None:
-        self._stream = stream
-        self._counter = _Counter(url, limit)
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._stream:
-            yield self._counter.add(chunk)
-
-    def close(self) -> None:
-        self._stream.close()
+    return refused
 
 
 def _shown(url: httpx2.URL) -> str:
