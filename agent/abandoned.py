@@ -24,7 +24,7 @@ from core.events import AnswerSource, EndCause, RunFinished, RunStatus, event_fr
 from core.history import RunState, replay
 from core.loop import progress_report
 from core.results import ToolStatus
-from tools.fence import raise_fence
+from sandbox.fence import raise_fence
 from workspace.directory import workspace_path
 
 

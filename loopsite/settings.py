@@ -392,6 +392,7 @@ LOGGING = {
                 "engine",
                 "workspace",
                 "tools",
+                "sandbox",
                 "memory",
                 "chat",
                 "accounts",

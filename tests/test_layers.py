@@ -1,7 +1,7 @@
-"""The layers read core -> workspace -> tools -> memory -> mcp_servers -> agent -> engine ->
-{console, chat, accounts}, one way: a lower layer never imports a higher one, nor names a higher
-app's model in its schema or its migrations. core, the loop and its vocabulary, is the
-bottom: no Django, nothing else of Loop."""
+"""The layers read core -> workspace -> sandbox -> tools -> memory -> mcp_servers -> agent ->
+engine -> {console, chat, accounts}, one way: a lower layer never imports a higher one, nor names a
+higher app's model in its schema or its migrations. core, the loop and its vocabulary, is the
+bottom: no Django, nothing else of Loop. sandbox, what runs a snippet, is a plain package too."""
 
 import ast
 import sys
@@ -14,16 +14,17 @@ from django.db.migrations.loader import MigrationLoader
 pytestmark = pytest.mark.fast
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-ORDER = ["core", "workspace", "tools", "memory", "mcp_servers", "agent", "engine"]
+ORDER = ["core", "workspace", "sandbox", "tools", "memory", "mcp_servers", "agent", "engine"]
 TOP = {"console", "chat", "accounts"}
 LAYERS = [*ORDER, *sorted(TOP)]
 HIGHER = {layer: {*ORDER[at + 1 :], *TOP} for at, layer in enumerate(ORDER)}
-# The apps that are Django apps (core, the bottom, is a plain package: no Django).
-APPS = [layer for layer in ORDER if layer != "core"]
+# The layers that are Django apps (core, the bottom, is a plain package: no Django; sandbox reads
+# Django's settings but has no models, checks or commands of its own).
+APPS = [layer for layer in ORDER if layer not in {"core", "sandbox"}]
 
 
 def layer_of(module: str) -> str:
-    """`core.loop` is in core; `agent.runs` in agent; `tools.sandbox` in tools."""
+    """`core.loop` is in core; `agent.runs` in agent; `sandbox.host` in sandbox."""
     return module.split(".")[0]
 
 

@@ -1,6 +1,6 @@
 """What a finished snippet wrote, saved to its workspace within the quota.
 
-tools/overlay.py lays the overlay a snippet writes into and forks the saver, which loads this
+sandbox/overlay.py lays the overlay a snippet writes into and forks the saver, which loads this
 module, waits for the sandbox to end, however it ends, and applies the overlay's upper layer to the
 real workspace under the workspace's lock: deletions first, so the room they free counts, then new
 and changed files, counted exactly. Once the workspace is at the quota each further file is refused
@@ -25,8 +25,8 @@ from contextlib import suppress
 
 def _load(name: str):  # noqa: ANN202 (a module loaded from a path has no static type)
     """workspace/NAME.py: imported as usual in the project, loaded by path in the saver, which
-    runs without the project on sys.path (tools/overlay.py runs it by its path)."""
-    if __name__ == "tools.overlay_save":
+    runs without the project on sys.path (sandbox/overlay.py runs it by its path)."""
+    if __name__ == "sandbox.overlay_save":
         from importlib import import_module
 
         return import_module(f"workspace.{name}")
@@ -77,7 +77,7 @@ class Ticket:
         self.run, self.attempt, self.moment = run, attempt, moment
 
     def text(self) -> bytes:
-        """As the worker sends it (tools/fence.py)."""
+        """As the worker sends it (sandbox/fence.py)."""
         return f"{self.run} {self.attempt} {self.moment}\n".encode()
 
     @classmethod
@@ -207,7 +207,7 @@ def save(
 
 
 def _fence(fences: int | None, run: int) -> int:
-    """The attempt the run is worked at now, by its fence (tools/fence.py); 0: it has none."""
+    """The attempt the run is worked at now, by its fence (sandbox/fence.py); 0: it has none."""
     if fences is None or run == 0:
         return 0
     try:
