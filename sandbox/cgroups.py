@@ -5,10 +5,10 @@ the base (LOOP_SANDBOX_CGROUP, by default the memory cgroup this process is in) 
 and touches nothing else on the host:
 
     loop-sandbox/
-        person-<uid>/             a person's snippets together: LOOP_SANDBOX_PERSON_MEMORY_MB
-            snippet-<pid>-<n>/    one sandbox, removed after it (its person's too, when idle)
-                launch/           the chain up to the sandbox, and the quota's saver it leaves
-                program/          the sandbox, all its processes: LOOP_SANDBOX_MEMORY_MB
+        person-<uid>/                  a person's snippets together: LOOP_SANDBOX_PERSON_MEMORY_MB
+            snippet-<pid>-<host>-<n>/  one sandbox, removed after it (its person's too, when idle)
+                launch/                the chain up to the sandbox, and the quota's saver it leaves
+                program/               the sandbox, all its processes: LOOP_SANDBOX_MEMORY_MB
 
 The kernel charges a page to the cgroup of the process that first touched it, tmpfs pages too, so
 what a snippet keeps in /tmp or writes into its workspace's overlay counts against program/ (and,
@@ -277,6 +277,8 @@ class MemoryCgroups:
         self.persons = threading.Lock()
         self.found: dict[str, Tree | Unavailable] = {}  # by LOOP_SANDBOX_CGROUP
         self.numbers = itertools.count()
+        # Which of this process's hosts made a snippet's cgroup: numbered apart, never alike.
+        self.token = os.urandom(4).hex()
         self.left_behind = LeftBehind()
 
     def state(self) -> Tree | Unavailable:
@@ -303,7 +305,8 @@ class MemoryCgroups:
         if isinstance(tree, Unavailable):
             return None
         person_directory = tree.directory / f"person-{person}"
-        directory = person_directory / f"snippet-{os.getpid()}-{next(self.numbers)}"
+        name = f"snippet-{os.getpid()}-{self.token}-{next(self.numbers)}"
+        directory = person_directory / name
         try:
             with self.persons:
                 _make_person(tree.version, person_directory)

@@ -45,9 +45,10 @@ class SandboxHost:
     reaper of what outlives one, the sandboxes started ahead, the snippets running by run (so a
     stopped run's are killed at once) and the memory cgroups.
 
-    A process has one at a time (its reaper takes every sandbox-uid child it did not start for
-    an orphan). Closing it drains the sandboxes started ahead, ends the launcher (the sandboxes
-    it forked die with it) and the reaper, and removes the cgroups left behind.
+    A process may hold several (a run worked in-process without one gets its own): a launcher's
+    children are no reaper's orphans. Closing it drains the sandboxes started ahead, ends the
+    launcher (the sandboxes it forked die with it) and the reaper, and removes the cgroups left
+    behind.
     """
 
     def __init__(self, pool: WarmSandboxes | None = None) -> None:

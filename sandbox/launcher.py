@@ -16,7 +16,7 @@ from sandbox.output import CappedReader
 from sandbox.policies import Limits
 from sandbox.process import Launched
 from sandbox.programs import environment_for_host_process
-from sandbox.reaper import Reaper
+from sandbox.reaper import Reaper, name_this_thread_a_launcher
 
 PIPE_CAPACITY = 65536  # Linux's default; bwrap's options take a few hundred bytes
 
@@ -87,6 +87,7 @@ class Launcher:
         self.thread = None
 
     def _serve(self) -> None:
+        name_this_thread_a_launcher()  # its children are no host's orphans
         if os.geteuid() == 0:
             self.reaper.adopt_orphans()
         while (request := self.requests.get()) is not None:

@@ -1,6 +1,7 @@
 """Reaping what outlives its sandbox: bwrap's namespace init, and the quota's saver."""
 
 import ctypes
+import logging
 import os
 import select
 import threading
@@ -12,7 +13,13 @@ from django.conf import settings
 
 from workspace.directory import UID_CEILING
 
+logger = logging.getLogger(__name__)
+
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NAME = 15
+# The kernel's name of every launcher thread (Launcher), whichever host's: its children are
+# sandboxes a launcher started, never orphans.
+LAUNCHER_THREAD = b"sandbox-launch"
 # How long closing waits for the orphans still to reap: each ends moments after its sandbox.
 CLOSE_SECONDS = 5.0
 
@@ -25,8 +32,8 @@ class Reaper:
     late or never, and a zombie still counts against its user's process limit. As root, the
     launcher makes this process a child subreaper, so they come to it instead; after each
     sandbox ends, the children of a sandbox uid that it did not start itself are each waited for
-    on a pidfd by the reaper thread. A process has one reaper at a time: any other's sandbox
-    would be a child it did not start.
+    on a pidfd by the reaper thread. Every launcher thread, whichever host's in this process,
+    bears the kernel name LAUNCHER_THREAD: the children it forked are never taken for orphans.
     """
 
     def __init__(self) -> None:
@@ -52,7 +59,7 @@ class Reaper:
             if self.thread is None or self.closing:
                 return
             waited = set(self.waiting.values())
-            for orphan in _children() - self.started - waited:
+            for orphan in _adopted() - self.started - waited:
                 # Nobody else reaps it, so its pid cannot have been reused before the pidfd.
                 if _runs_as_a_sandbox_uid(orphan):
                     with suppress(ProcessLookupError):
@@ -103,14 +110,23 @@ class Reaper:
                 os.close(pidfd)
 
 
-def _children() -> set[int]:
-    """This process's children, whichever of its threads each is attached to."""
+def name_this_thread_a_launcher() -> None:
+    """Give the calling thread the kernel name LAUNCHER_THREAD (see _adopted)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_NAME, LAUNCHER_THREAD, 0, 0, 0) != 0:  # never seen: logged, not raised
+        logger.warning("The sandbox launcher thread could not be named: %s", ctypes.get_errno())
+
+
+def _adopted() -> set[int]:
+    """This process's children, whichever of its threads each is attached to, but a launcher
+    thread's (a child stays attached to the thread that forked it while that thread lives)."""
     children: set[int] = set()
     for thread in os.listdir("/proc/self/task"):
-        with suppress(FileNotFoundError):  # a thread that ended meanwhile
-            children.update(
-                map(int, Path(f"/proc/self/task/{thread}/children").read_text().split())
-            )
+        with suppress(FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile
+            task = Path(f"/proc/self/task/{thread}")
+            if (task / "comm").read_bytes().rstrip(b"\n") == LAUNCHER_THREAD:
+                continue
+            children.update(map(int, (task / "children").read_text().split()))
     return children
 
 

@@ -326,7 +326,6 @@ def test_two_snippets_at_once_do_not_share_out_the_quota_twice(
         code = f"""
 import os
 
-from .sandboxes import SANDBOX
 for number in range(15):
     with open(f"{prefix}-{{number}}.bin", "wb") as file:
         file.write(os.urandom(2_000_000))

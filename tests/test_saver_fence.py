@@ -232,7 +232,7 @@ def beside(frozen) -> tuple[Path, FrozenSaver, ToolContext]:
     """A frozen sandbox, and a context whose calls run in sandboxes of their own beside it on the
     same workspace; its notes made by write_file, as a model's first call would."""
     workspace, sandbox = frozen
-    context = ToolContext(user_id=int(workspace.name), username="alice", workspace=workspace)
+    context = ToolContext(int(workspace.name), "alice", workspace, sandbox=SANDBOX)
     write = json.dumps({"path": NOTES, "content": "first\nsecond\n"})
     assert ToolRegistry([WRITE_FILE]).dispatch("write_file", write, context).ok
     return workspace, sandbox, context
