@@ -322,7 +322,7 @@ class MemoryCgroups:
 
     def forget(self) -> None:
         """In a forked child: its pid names its snippets' cgroups, and its tree is found anew."""
-        self.__init__()
+        MemoryCgroups.__init__(self)
 
 
 def enter_prefix(cgroup: Path) -> list[str]:
@@ -379,8 +379,8 @@ def own_memory_cgroup(cgroups: str, mounts: str) -> tuple[Path, Version]:
             if directory is not None and _has_memory_controller(directory):
                 return directory, V2()
         if kind == "cgroup" and "memory" in options.split(","):
-            path = next((p for c, p in memberships.items() if "memory" in c.split(",")), None)
-            directory = None if path is None else _inside(point, root, path)
+            found = next((p for c, p in memberships.items() if "memory" in c.split(",")), None)
+            directory = None if found is None else _inside(point, root, found)
             if directory is not None:
                 return directory, V1()
     raise NoCgroup(

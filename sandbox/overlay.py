@@ -39,6 +39,10 @@ import stat
 import sys
 from _ctypes import FUNCFLAG_CDECL, FUNCFLAG_USE_ERRNO, RTLD_LOCAL, CFuncPtr, dlopen, get_errno
 
+TYPE_CHECKING = False  # typing's, without the import of typing each sandbox start would pay
+if TYPE_CHECKING:
+    from types import ModuleType
+
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
@@ -182,13 +186,15 @@ def _answer(channel: int, saved: bool, note: str) -> None:
         pass  # the worker is gone: there is nobody to tell
 
 
-def _saver():  # noqa: ANN202 (a module loaded from a path has no static type)
+def _saver() -> "ModuleType":
     """sandbox/overlay_save.py, loaded by the saver only (-I keeps this script's directory off
     sys.path)."""
     from importlib.util import module_from_spec, spec_from_file_location
 
     path = os.path.join(os.path.dirname(__file__), "overlay_save.py")
     spec = spec_from_file_location("overlay_save", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -88,7 +88,7 @@ class Reaper:
         if not self.closing:
             os.close(self.wake_reader)
             os.close(self.wake_writer)
-        self.__init__()
+        Reaper.__init__(self)
 
     def _serve(self) -> None:
         while True:
@@ -136,4 +136,5 @@ def _runs_as_a_sandbox_uid(pid: int) -> bool:
     except OSError:  # it ended and was reaped meanwhile
         return False
     uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
-    return settings.LOOP_SANDBOX_UID_BASE <= uid < UID_CEILING
+    base: int = settings.LOOP_SANDBOX_UID_BASE
+    return base <= uid < UID_CEILING
