@@ -51,7 +51,7 @@ from agent.transcripts import transcripts
 from mcp_servers.models import McpServer
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
-from tools.fence import fence_directory
+from sandbox.fence import fence_directory
 from workspace.browse import BrowseError, components, escaped_name
 from workspace.confined import DIRECTORY_FLAGS
 from workspace.directory import workspace_path
@@ -461,7 +461,7 @@ def remove_workspace(workspace: Path) -> None:
 
 
 def remove_leaving_a_note(workspace: Path) -> None:
-    """Remove the workspace and its runs' fences (tools/fence.py: ids and attempts only)."""
+    """Remove the workspace and its runs' fences (sandbox/fence.py: ids and attempts only)."""
     for directory in (workspace, fence_directory(workspace)):
         try:
             remove_tree(directory)

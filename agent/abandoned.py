@@ -24,7 +24,7 @@ from agent.recorder import RunRecorder
 from core.ending import run_end
 from core.events import EndCause, RunFinished, RunStatus, event_from_dict
 from core.state import RunState, replay
-from tools.fence import raise_fence
+from sandbox.fence import raise_fence
 from workspace.directory import workspace_path
 
 

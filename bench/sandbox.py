@@ -5,7 +5,7 @@ and the CPU a sandbox start costs.
 
 The run_code figures are the durations a real run records for its tool calls: the loop works a
 scripted task, each call in the loop's own tool thread, through the registry, the sandbox and the
-workspace quota. "Started ahead" is a run's second call, served by the sandbox tools.sandbox.
+workspace quota. "Started ahead" is a run's second call, served by the sandbox sandbox.pool.
 WarmSandboxes started after its first (the bench checks that it was); "cold" is a call with
 LOOP_SANDBOX_WARM off. A pause stands in for each model turn, outside the timing. The bare
 interpreter goes through the same launcher and pipes, and the sides alternate so machine noise
@@ -53,9 +53,12 @@ from core.interrupt import Interrupt  # noqa: E402
 from core.llm import Message, Reply, ToolSpec  # noqa: E402
 from core.loop import Limits as RunLimits  # noqa: E402
 from core.loop import run_agent  # noqa: E402
+from sandbox.host import SandboxHost  # noqa: E402
+from sandbox.interpreter import interpreter_arguments  # noqa: E402
+from sandbox.policies import Limits  # noqa: E402
+from sandbox.pool import WarmSandboxes  # noqa: E402
 from tools.base import ToolContext, ToolRegistry  # noqa: E402
 from tools.code import RUN_CODE  # noqa: E402
-from tools.sandbox import WARM, Limits, execute, interpreter_arguments  # noqa: E402
 from workspace.directory import ensure_workspace  # noqa: E402
 
 SNIPPET = "print(1)"
@@ -106,9 +109,9 @@ def cpu_seconds() -> tuple[float, float]:
     return children.ru_utime + children.ru_stime, itself.ru_utime + itself.ru_stime
 
 
-def cpu_per_start(context: ToolContext, calls: int) -> tuple[float, float]:
+def cpu_per_start(context: ToolContext, pool: WarmSandboxes, calls: int) -> tuple[float, float]:
     """CPU seconds per cold run_code call: the sandbox's processes, and this process's own."""
-    WARM.drain()
+    pool.drain()
     with override_settings(LOOP_SANDBOX_WARM=False):
         run_code_durations(context, 1)  # the first call of a process loads what it needs
         time.sleep(0.5)
@@ -128,26 +131,28 @@ def main() -> None:
     arguments = parser.parse_args()
     runs = arguments.runs
 
-    with tempfile.TemporaryDirectory(prefix="loop-bench-") as directory:
+    with tempfile.TemporaryDirectory(prefix="loop-bench-") as directory, SandboxHost() as host:
         workspace = ensure_workspace(Path(directory) / "workspace", BENCH_USER_ID)
-        context = ToolContext(user_id=BENCH_USER_ID, username="bench", workspace=workspace)
+        context = ToolContext(BENCH_USER_ID, "bench", workspace, sandbox=host)
+        pool = host.pool  # the sandboxes started ahead
 
         def bare() -> float:
             started = time.perf_counter()
-            execution = execute(interpreter_arguments(), SNIPPET, Limits(), "bare", cwd=workspace)
+            launched = host.launcher.start(interpreter_arguments(), Limits(), workspace).result()
+            execution = launched.finish(SNIPPET, Limits(), "bare")
             assert execution.stdout == "1\n", execution
             return time.perf_counter() - started
 
         def cold() -> float:
-            WARM.drain()  # the sandbox the last run left waiting would serve this call
+            pool.drain()  # the sandbox the last run left waiting would serve this call
             with override_settings(LOOP_SANDBOX_WARM=False):
                 return run_code_durations(context, 1)[0]
 
         def started_ahead() -> float:
-            WARM.drain()  # the run's first call starts cold; the second must be served ahead
-            served = WARM.served
+            pool.drain()  # the run's first call starts cold; the second must be served ahead
+            served = pool.served
             _, second = run_code_durations(context, 2)
-            assert WARM.served == served + 1, "the second call was not served ahead"
+            assert pool.served == served + 1, "the second call was not served ahead"
             return second
 
         samples: dict[str, list[float]] = {"bare": [], "cold": [], "ahead": []}
@@ -158,8 +163,8 @@ def main() -> None:
             for name, side in sides.items():
                 time.sleep(MODEL_TURN)
                 samples[name].append(side())
-        WARM.drain()
-        sandboxes_cpu, own_cpu = cpu_per_start(context, arguments.cpu_runs)
+        pool.drain()
+        sandboxes_cpu, own_cpu = cpu_per_start(context, pool, arguments.cpu_runs)
 
     median_ms = {name: statistics.median(times) * 1000 for name, times in samples.items()}
     bare_ms, cold_ms, ahead_ms = median_ms["bare"], median_ms["cold"], median_ms["ahead"]

@@ -9,7 +9,8 @@ from django.utils.safestring import SafeString
 
 from agent.models import ToolExecution
 from console.widgets import AuditAdmin, RunUserFilter, StepLinks, filter_link, tool_badge
-from tools.sandbox import BubblewrapSandbox, SubprocessSandbox
+from sandbox.bubblewrap import BubblewrapSandbox
+from sandbox.unisolated import SubprocessSandbox
 
 
 class PolicyFilter(admin.SimpleListFilter):

@@ -55,11 +55,11 @@ from core.results import ToolStatus
 from core.state import RunState, apply, replay
 from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
+from sandbox.fence import raise_fence
+from sandbox.host import SandboxHost
 from tools.base import BoundTools, ToolContext
 from tools.context import context_for
-from tools.fence import raise_fence
 from tools.files import WRITE_FILE
-from tools.sandbox import kill_run
 from workspace.directory import workspace_path
 
 # How often a run's watcher looks for a stop request (from procrastinate, or the database).
@@ -106,10 +106,11 @@ def execute_run(
     stop_requested: StopSource | None = None,
     llm: LLM | None = None,
     tools: Tools | None = None,
+    sandbox: SandboxHost | None = None,
 ) -> AgentRun:
     """Work a queued run (new, or continued) to its end in this process, as a worker works its
     job; every event is recorded as it happens. A worker that had its job queued learns the run
-    is taken, and leaves it.
+    is taken, and leaves it. Its snippets run in `sandbox` (None: sandboxes of its own).
 
     It has no job for a Stop to abort: its watcher reads the Stop from the database, and from
     `stop_requested` (runagent's Ctrl-C)."""
@@ -124,6 +125,7 @@ def execute_run(
         on_event=on_event,
         llm=llm,
         tools=tools,
+        sandbox=sandbox,
     )
     if worked is None:
         run.refresh_from_db()
@@ -196,10 +198,13 @@ def work_job(
     job_id: int | None,
     worker: str,
     stop_requested: StopSource,
+    sandbox: SandboxHost | None = None,
 ) -> RunStatus | JobOutcome:
     """A worker's job: take the run (new, continued, or left by a worker that stopped) and work
     it to its end. Says the status it ended with, or why it did not end here."""
-    run = take_and_work(run_id, job_id=job_id, worker=worker, stop_requested=stop_requested)
+    run = take_and_work(
+        run_id, job_id=job_id, worker=worker, stop_requested=stop_requested, sandbox=sandbox
+    )
     if run is None:
         return JobOutcome.NOTHING_TO_DO
     if run.status == RunStatus.AWAITING_APPROVAL:
@@ -216,10 +221,12 @@ def take_and_work(
     on_event: Callable[..., None] | None = None,
     llm: LLM | None = None,
     tools: Tools | None = None,
+    sandbox: SandboxHost | None = None,
 ) -> AgentRun | None:
     """The one way a run is worked, by a worker's job or in a process of its own (`job_id`
     None): claim it, watch `stop_requested` for a Stop or a hand back, work it. None if there
-    was nothing to take. A run without a job keeps its own heartbeat."""
+    was nothing to take. A run without a job keeps its own heartbeat. Its snippets run in the
+    worker's `sandbox`; without one, in sandboxes of its own, closed at its end."""
     claimed = claim(run_id, job_id=job_id, worker=worker)
     if claimed is None:
         return None
@@ -227,8 +234,19 @@ def take_and_work(
     if claimed.stopped:  # its Stop went to a job or a worker it no longer has
         interrupt.set(StopReason.CANCEL)
     alive = beating(claimed.run) if job_id is None else nullcontext()
-    with alive, watching(claimed.run, interrupt, stop_requested):
-        return work(claimed, interrupt, on_event=on_event, llm=llm, tools=tools)
+    with hosted(sandbox) as host, alive, watching(claimed.run, interrupt, stop_requested):
+        return work(claimed, interrupt, on_event=on_event, llm=llm, tools=tools, sandbox=host)
+
+
+@contextmanager
+def hosted(sandbox: SandboxHost | None) -> Iterator[SandboxHost]:
+    """`sandbox`, or a host of the run's own (an in-process runner that made none), closed
+    once the run is over."""
+    if sandbox is not None:
+        yield sandbox
+        return
+    with SandboxHost() as own:
+        yield own
 
 
 def process_name() -> str:
@@ -341,6 +359,7 @@ def work(
     on_event: Callable[..., None] | None = None,
     llm: LLM | None = None,
     tools: Tools | None = None,
+    sandbox: SandboxHost | None = None,
 ) -> AgentRun:
     """Work a claimed run from where its log ends, to its end or until this worker lets it go.
     Once `interrupt` is set the step under way is abandoned: the model call, a rate-limit wait,
@@ -361,7 +380,7 @@ def work(
         llm = llm or taking_turns(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
         )
-        tools = tools or tools_for(run, stopped=interrupt.is_set)
+        tools = tools or tools_for(run, stopped=interrupt.is_set, sandbox=sandbox)
         known = tools.registry.tools if isinstance(tools, BoundTools) else None
         approval = approval_for(run, tool_context(run), known)
     except Exception as error:
@@ -371,7 +390,8 @@ def work(
         )
         run.refresh_from_db()
         return run
-    interrupt.on_set(partial(kill_run, run.pk))
+    if sandbox is not None:
+        interrupt.on_set(partial(sandbox.kill_run, run.pk))
     try:
         resume, limits, worked = pick_up(claimed, recorder)
         if too_often_resumed(run) and not claimed.stopped:  # a Stop's end is `cancelled`
@@ -633,10 +653,15 @@ class Watcher:
 WATCHER = Watcher()
 
 
-def tools_for(run: AgentRun, stopped: Callable[[], bool] | None = None) -> Tools:
-    """The tools as the run sees them: acting for its owner, in the owner's workspace. A sandbox
-    that starts once `stopped()` is true is killed at once (the run was stopped meanwhile)."""
-    context = dataclasses.replace(tool_context(run), stopped=stopped)
+def tools_for(
+    run: AgentRun,
+    stopped: Callable[[], bool] | None = None,
+    sandbox: SandboxHost | None = None,
+) -> Tools:
+    """The tools as the run sees them: acting for its owner, in the owner's workspace, running
+    snippets in `sandbox`. A sandbox that starts once `stopped()` is true is killed at once (the
+    run was stopped meanwhile)."""
+    context = dataclasses.replace(tool_context(run), stopped=stopped, sandbox=sandbox)
     return registry_for(run.user).bind(context)
 
 
@@ -687,6 +712,7 @@ def resume_here(
     *,
     on_event: Callable[..., None] | None = None,
     stop_requested: StopSource | None = None,
+    sandbox: SandboxHost | None = None,
 ) -> AgentRun:
     """Continue a run in this process (`runagent --resume`): the checks of Continue, then it is
     worked here to its end."""
@@ -694,4 +720,5 @@ def resume_here(
         reopen(AgentRun.objects.all(), run.pk, by=run.user, queue_it=False),
         on_event=on_event,
         stop_requested=stop_requested,
+        sandbox=sandbox,
     )

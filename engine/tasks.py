@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 RECOVERY_EVERY_SECONDS = 5
 LIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
+# Where a run's job finds its worker's sandboxes (engine.worker hands them to Procrastinate).
+SANDBOX = "sandbox"
 
 
 class RunHandedBack(Exception):
@@ -62,6 +64,7 @@ def work_run(context: JobContext, run_id: int) -> str:
             job_id=context.job.id,
             worker=context.worker_name or "worker",
             stop_requested=lambda: stop_reason(context),
+            sandbox=context.additional_context.get(SANDBOX),
         )
     except Exception as error:
         # Said here in one line, whatever it was (the worker keeps database errors out of its own

@@ -14,9 +14,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,8 @@ from engine.supervise import STOP_SIGNALS, Backoff, supervise, wait_at_most
 
 if TYPE_CHECKING:
     from procrastinate import PsycopgConnector
+
+    from sandbox.host import SandboxHost
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +77,35 @@ async def _serve(config: WorkerConfig) -> None:
     )
     stop = StopRequest(loop, config.name)
     dropped = DatabaseErrorsInOneLine.install(config.name)
+    with worker_sandboxes() as sandbox:
+        await serve_until_stopped(config, stop, dropped, sandbox)
+    logger.info("Worker %s stopped", config.name)
+
+
+@contextmanager
+def worker_sandboxes() -> "Iterator[SandboxHost]":
+    """The sandboxes this worker's runs run snippets in, all its lives long; closed as it stops
+    (those started ahead killed, its launcher and reaper ended, cgroups left behind removed)."""
+    from sandbox.host import SandboxHost
+
+    with SandboxHost() as sandbox:
+        yield sandbox
+
+
+async def serve_until_stopped(
+    config: WorkerConfig,
+    stop: "StopRequest",
+    dropped: "DatabaseErrorsInOneLine",
+    sandbox: "SandboxHost",
+) -> None:
+    """Live again and again, each life until the database goes away, until a stop is asked."""
+    loop = asyncio.get_running_loop()
     backoff = Backoff(RECONNECT_FIRST, RECONNECT_LONGEST)
     while not stop.is_set():
         began = loop.time()
         failure: Exception | None = None
         try:
-            await until_stopped(work(config), stop)
+            await until_stopped(work(config, sandbox), stop)
         except Exception as error:  # whatever it was, the worker starts again
             failure = error
         first_dropped = dropped.take()
@@ -90,17 +115,17 @@ async def _serve(config: WorkerConfig) -> None:
         delay = backoff.after(loop.time() - began)
         logger.warning("Worker %s: %s; starting again in %.0f s", config.name, ended, delay)
         await stop.wait(delay)
-    logger.info("Worker %s stopped", config.name)
 
 
-async def work(config: WorkerConfig) -> None:
+async def work(config: WorkerConfig, sandbox: "SandboxHost") -> None:
     """One life of the worker: connect, then work jobs until stopped (cancelled) or until
     Procrastinate gives up on the database. Two Procrastinate workers share this process: the
     runs' one at full concurrency, and a one-slot one for the recovery, so that the recovery runs
-    even while every run slot is taken."""
+    even while every run slot is taken. The runs' jobs get the worker's `sandbox`."""
     from procrastinate.contrib.django import app
 
     from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE
+    from engine.tasks import SANDBOX
 
     connector = await worker_connector()
     await warm_up(config)
@@ -114,6 +139,7 @@ async def work(config: WorkerConfig) -> None:
                     queues=[RUNS_QUEUE],
                     name=config.name,
                     concurrency=config.concurrency,
+                    additional_context={SANDBOX: sandbox},
                 ),
                 app.run_worker_async(
                     **worker_options(config),

@@ -252,7 +252,7 @@ def sandbox_uid_base(workspaces: Path) -> int:
 LOOP_SANDBOX_UID_BASE = env_int("LOOP_SANDBOX_UID_BASE", sandbox_uid_base(LOOP_WORKSPACES_DIR))
 LOOP_SANDBOX_PYTHON = env_str("LOOP_SANDBOX_PYTHON", "/usr/bin/python3")
 LOOP_SANDBOX_WARM = env_bool("LOOP_SANDBOX_WARM", default=True)
-# A snippet's processes together, with what it keeps in its tmpfs (tools.cgroups); a person's
+# A snippet's processes together, with what it keeps in its tmpfs (sandbox.cgroups); a person's
 # snippets running at once together; the cgroup under which Loop makes theirs ("": its own).
 LOOP_SANDBOX_MEMORY_MB = env_int("LOOP_SANDBOX_MEMORY_MB", 512)
 LOOP_SANDBOX_PERSON_MEMORY_MB = env_int("LOOP_SANDBOX_PERSON_MEMORY_MB", 1024)
@@ -396,6 +396,7 @@ LOGGING = {
                 "engine",
                 "workspace",
                 "tools",
+                "sandbox",
                 "memory",
                 "chat",
                 "accounts",

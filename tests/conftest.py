@@ -121,9 +121,17 @@ def manage() -> ManageCommand:
 @pytest.fixture(autouse=True)
 def _no_warm_sandbox_outlives_its_test() -> Iterator[None]:
     yield
-    from tools.sandbox import WARM
+    from .sandboxes import SANDBOX
 
-    WARM.drain()
+    SANDBOX.pool.drain()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _the_tests_sandboxes_close() -> Iterator[None]:
+    yield
+    from .sandboxes import SANDBOX
+
+    SANDBOX.close()
 
 
 @pytest.fixture
@@ -148,11 +156,11 @@ class ModuleRecords:
         workspaces under this module's directory."""
         from django.test import override_settings
 
-        from tools.sandbox import WARM
+        from .sandboxes import SANDBOX
 
         with self.blocker.unblock(), override_settings(LOOP_WORKSPACES_DIR=self.workspaces):
             made = build()
-            WARM.drain()
+            SANDBOX.pool.drain()
         return made
 
 

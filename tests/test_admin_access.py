@@ -15,7 +15,8 @@ from agent.runs import start_run
 from engine.execution import execute_run
 from memory.forgetting import forget
 from memory.models import ForgottenMemory, Memory
-from tools.sandbox import WARM
+
+from .sandboxes import SANDBOX
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +41,7 @@ def make_records(alice: User, root: User) -> dict[type[Model], int]:
     )
     forget(Memory.objects.filter(source_run_id=told.pk), root)
     saved = execute_run(start_run(alice, "Save 'buy milk' to notes.txt", model="mock"))
-    WARM.drain()
+    SANDBOX.pool.drain()
     return {
         AgentRun: run.pk,
         RunEvent: run.events.first().pk,

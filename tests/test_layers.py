@@ -1,9 +1,9 @@
-"""The layers read core -> netguard -> workspace -> tools -> memory -> mcp_servers -> agent ->
-engine -> {console, chat, accounts}, one way: a lower layer never imports a higher one, nor names
-a higher app's model in its schema or its migrations. core, the loop and its vocabulary, is the
-bottom: no Django, nothing else of Loop; netguard, the HTTP policies the model clients and the MCP
-servers' connections share, no Django either. One HTTP client library: httpx2 (the MCP SDK's),
-never httpx."""
+"""The layers read core -> netguard -> workspace -> sandbox -> tools -> memory -> mcp_servers ->
+agent -> engine -> {console, chat, accounts}, one way: a lower layer never imports a higher one,
+nor names a higher app's model in its schema or its migrations. core, the loop and its vocabulary,
+is the bottom: no Django, nothing else of Loop; netguard, the HTTP policies the model clients and
+the MCP servers' connections share, no Django either; sandbox, what runs a snippet, is a plain
+package too. One HTTP client library: httpx2 (the MCP SDK's), never httpx."""
 
 import ast
 import sys
@@ -16,18 +16,29 @@ from django.db.migrations.loader import MigrationLoader
 pytestmark = pytest.mark.fast
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-ORDER = ["core", "netguard", "workspace", "tools", "memory", "mcp_servers", "agent", "engine"]
+ORDER = [
+    "core",
+    "netguard",
+    "workspace",
+    "sandbox",
+    "tools",
+    "memory",
+    "mcp_servers",
+    "agent",
+    "engine",
+]
 TOP = {"console", "chat", "accounts"}
 LAYERS = [*ORDER, *sorted(TOP)]
 HIGHER = {layer: {*ORDER[at + 1 :], *TOP} for at, layer in enumerate(ORDER)}
-# The apps that are Django apps (core, the bottom, and netguard, Loop's HTTP policies, are plain
-# packages: no Django).
-PLAIN = {"core", "netguard"}
+# The layers that are Django apps: core (the bottom), netguard (Loop's HTTP policies) and sandbox
+# (what runs a snippet: it reads Django's settings but has no models, checks or commands of its
+# own) are plain packages.
+PLAIN = {"core", "netguard", "sandbox"}
 APPS = [layer for layer in ORDER if layer not in PLAIN]
 
 
 def layer_of(module: str) -> str:
-    """`core.loop` is in core; `agent.runs` in agent; `tools.sandbox` in tools."""
+    """`core.loop` is in core; `agent.runs` in agent; `sandbox.host` in sandbox."""
     return module.split(".")[0]
 
 

@@ -30,9 +30,9 @@ from core.interrupt import Interrupt, Interrupted, StopReason
 from core.llm import Message, ModelTimedOut, Reply, ToolCall
 from core.results import ToolStatus
 from memory.hygiene import outcome_text
+from sandbox.snippet import Execution
 from tools.code import STOPPED, describe, parse_report
 from tools.files import empty_file_note
-from tools.sandbox import Execution
 
 pytestmark = pytest.mark.fast
 

@@ -3,6 +3,7 @@ depth. A path 1,100 folders deep (the attack of issue 25: a model told by an upl
 write one) is refused, and a tree that deep made before the rules (or by a snippet in its
 sandbox) no longer breaks the pages, the quota, the saver or its deletion."""
 
+import dataclasses
 import json
 import os
 import unicodedata
@@ -24,6 +25,8 @@ from workspace import paths
 from workspace.directory import ensure_workspace, sandbox_identity
 from workspace.quota import usage
 
+from .sandboxes import SANDBOX
+
 pytestmark = pytest.mark.django_db
 
 DEEP = 1_100  # past Python's recursion limit (1,000), as in the attack
@@ -32,7 +35,9 @@ _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def dispatch(context: ToolContext, tool: str, **arguments: object) -> ToolResult:
-    return REGISTRY.dispatch(tool, json.dumps(arguments), context)
+    """The call, its snippets run in the tests' sandboxes."""
+    hosted = dataclasses.replace(context, sandbox=SANDBOX)
+    return REGISTRY.dispatch(tool, json.dumps(arguments), hosted)
 
 
 def make_deep_tree(parent: Path, levels: int = DEEP) -> None:

@@ -9,13 +9,16 @@ from pathlib import Path
 import pytest
 
 from core.results import ToolResult, ToolStatus
+from sandbox.chain import quota_prefix
+from sandbox.fence import Channel
+from sandbox.policies import Limits
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
-from tools.fence import Channel
 from tools.files import LIST_FILES, READ_FILE, WRITE_FILE
-from tools.sandbox import Limits, quota_prefix
 from workspace.directory import ensure_workspace
 from workspace.quota import Quota, usage
+
+from .sandboxes import SANDBOX
 
 MB = 1_000_000
 FILE_CAP = Limits().max_file_bytes
@@ -24,7 +27,8 @@ REGISTRY = ToolRegistry([RUN_CODE, READ_FILE, WRITE_FILE, LIST_FILES])
 
 @pytest.fixture
 def context(workspaces: Path) -> ToolContext:
-    return ToolContext(user_id=7, username="alice", workspace=ensure_workspace(workspaces / "7", 7))
+    workspace = ensure_workspace(workspaces / "7", 7)
+    return ToolContext(user_id=7, username="alice", workspace=workspace, sandbox=SANDBOX)
 
 
 @pytest.fixture
@@ -273,7 +277,7 @@ open("escape/planted.txt", "w").write("inside")
 
 
 def test_the_bound_holds_when_the_worker_is_not_root(workspaces: Path, settings) -> None:
-    """tools/overlay.py runs as whoever runs snippets: a sandbox uid under a root worker, the
+    """sandbox/overlay.py runs as whoever runs snippets: a sandbox uid under a root worker, the
     worker's own uid otherwise. Run it directly as an unprivileged uid, without the sandbox."""
     settings.LOOP_WORKSPACE_MAX_BYTES = 5 * MB
     settings.LOOP_WORKSPACE_MAX_FILES = 100
@@ -321,6 +325,7 @@ def test_two_snippets_at_once_do_not_share_out_the_quota_twice(
     def fill(prefix: str) -> ToolResult:
         code = f"""
 import os
+
 for number in range(15):
     with open(f"{prefix}-{{number}}.bin", "wb") as file:
         file.write(os.urandom(2_000_000))

@@ -14,18 +14,18 @@ from django.conf import settings
 from django.test import override_settings
 
 from core.results import ToolResult, ToolStatus
+from sandbox.bubblewrap import BubblewrapSandbox
+from sandbox.errors import SandboxUnavailable
+from sandbox.policies import Limits
+from sandbox.pool import WarmSandboxes
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
-from tools.sandbox import (
-    WARM,
-    BubblewrapSandbox,
-    Limits,
-    SandboxUnavailable,
-    WarmSandboxes,
-)
 from workspace.directory import UidOutOfRange, ensure_workspace, sandbox_identity
 
 from .conftest import PROJECT_DIR, wait_for
+from .sandboxes import SANDBOX, bubblewrap
+
+WARM = SANDBOX.pool  # the sandboxes the tests' host started ahead
 
 
 def fresh_user_id() -> int:
@@ -36,7 +36,7 @@ def fresh_user_id() -> int:
 def user_context(workspaces: Path, username: str = "alice") -> ToolContext:
     user_id = fresh_user_id()
     workspace = ensure_workspace(workspaces / str(user_id), user_id)
-    return ToolContext(user_id=user_id, username=username, workspace=workspace)
+    return ToolContext(user_id=user_id, username=username, workspace=workspace, sandbox=SANDBOX)
 
 
 @pytest.fixture
@@ -284,7 +284,7 @@ def assert_plainly_refused(result, caplog, detail: str) -> None:
 def test_missing_bubblewrap_fails_closed_saying_how_to_fix_it(context, monkeypatch, caplog):
     real_which = __import__("shutil").which
     monkeypatch.setattr(
-        "tools.sandbox.shutil.which",
+        "sandbox.programs.shutil.which",
         lambda name, path=None: None if name == "bwrap" else real_which(name, path=path),
     )
     result = run(context, "print('ran')")
@@ -363,7 +363,7 @@ def test_a_warm_sandbox_serves_only_its_own_workspace(workspaces):
 
 def test_an_unused_warm_sandbox_expires(context):
     pool = WarmSandboxes(idle_seconds=0.2)
-    pool.prepare(context.workspace, Limits(), BubblewrapSandbox().launch)
+    pool.prepare(context.workspace, Limits(), bubblewrap().launch)
     [warm] = pool.idle.values()
     warm.sandbox.result().process.wait(timeout=5)
     wait_for(lambda: pool.idle == {}, "the expired sandbox to leave the pool", 5)
@@ -371,7 +371,7 @@ def test_an_unused_warm_sandbox_expires(context):
 
 def test_draining_also_kills_a_sandbox_still_starting(context):
     pool = WarmSandboxes()
-    pool.prepare(context.workspace, Limits(), BubblewrapSandbox().launch)
+    pool.prepare(context.workspace, Limits(), bubblewrap().launch)
     [warm] = pool.idle.values()
     pool.drain()  # at once: the launcher may not have forked it yet
     assert pool.idle == {}

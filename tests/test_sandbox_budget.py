@@ -13,6 +13,7 @@ from tools.base import ToolContext
 from workspace.directory import ensure_workspace, sandbox_identity
 
 from .conftest import wait_for
+from .sandboxes import SANDBOX
 from .test_run_code import fresh_user_id, run, sandbox_processes, user_context
 
 # Forks until the kernel refuses, then holds every process it got.
@@ -86,6 +87,6 @@ def test_a_workspace_the_shared_sandbox_user_owned_is_handed_over(workspaces):
     assert (workspace / "link").lstat().st_uid == identity.uid  # the link, never its target
     assert os.stat("/etc/passwd").st_uid == 0
     assert outside.stat().st_uid == shared  # another name for it is outside the workspace
-    context = ToolContext(user_id=user_id, username="alice", workspace=workspace)
+    context = ToolContext(user_id=user_id, username="alice", workspace=workspace, sandbox=SANDBOX)
     edited = run(context, "open('notes/todo.txt', 'a').write(' and now'); print('edited')")
     assert edited.status is ToolStatus.OK

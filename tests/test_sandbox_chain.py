@@ -1,4 +1,4 @@
-"""The chain that starts a sandbox: tools/overlay.py sets the process budget before any user
+"""The chain that starts a sandbox: sandbox/overlay.py sets the process budget before any user
 namespace, then, once it has forked the saver, enters the snippet's program cgroup and sets the
 snippet's limits itself (no `prlimit` or shell step of their own). So the snippet runs under every
 limit, hard and soft, in program/, and the saver under the process budget only, in launch/."""
@@ -10,10 +10,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tools.cgroups import MEMORY, Tree
+from sandbox.cgroups import Tree
+from sandbox.interpreter import _site_packages
+from sandbox.policies import Limits, snippet_rlimits
 from tools.code import parse_report
-from tools.sandbox import BubblewrapSandbox, Limits, _site_packages, snippet_rlimits
 
+from .sandboxes import SANDBOX, bubblewrap
 from .test_run_code import run, user_context
 from .test_saver_fence import saver_of
 
@@ -71,7 +73,7 @@ def test_the_snippet_runs_under_each_of_its_limits_hard_and_soft(workspaces):
 def test_the_saver_has_the_process_budget_only_and_stays_out_of_the_program_cgroup(workspaces):
     context = user_context(workspaces)
     limits = Limits.from_settings(10)
-    sandbox = BubblewrapSandbox().launch(context.workspace, limits).result()
+    sandbox = bubblewrap().launch(context.workspace, limits).result()
     try:
         saver = saver_of(sandbox)
         bwrap = psutil.Process(sandbox.process.pid)
@@ -81,7 +83,7 @@ def test_the_saver_has_the_process_budget_only_and_stays_out_of_the_program_cgro
         assert savers[resource.RLIMIT_NPROC] == bound[resource.RLIMIT_NPROC]
         for number in (resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE):
             assert savers[number] != bound[number]
-        if isinstance(MEMORY.state(), Tree):  # where the machine gives memory cgroups
+        if isinstance(SANDBOX.cgroups.state(), Tree):  # where the machine gives memory cgroups
             assert memory_cgroup_of(bwrap.pid).endswith("/program")
             assert memory_cgroup_of(saver.pid).endswith("/launch")
     finally:
@@ -90,7 +92,7 @@ def test_the_saver_has_the_process_budget_only_and_stays_out_of_the_program_cgro
 
 @pytest.mark.parametrize("given", ["", "7=64", "7=64,4=0"])
 def test_the_overlay_reads_its_limits_as_resource_value_pairs(given):
-    from tools.overlay import _options
+    from sandbox.overlay import _options
 
     positional, options, command = _options(
         ["/w", "1", "2", "/f", "5", "--limits", given, "--cgroup", "/c", "--", "bwrap", "-x"]
@@ -101,7 +103,7 @@ def test_the_overlay_reads_its_limits_as_resource_value_pairs(given):
 
 
 def test_the_snippet_runs_as_python3_reading_stdin_would_without_the_site_module(workspaces):
-    """Its interpreter starts with -S (tools.sandbox.SNIPPET_MAIN): the program still runs as
+    """Its interpreter starts with -S (sandbox.interpreter.SNIPPET_MAIN): the program still runs as
     __main__ from "<stdin>", with exit(), quit() and the system's dist-packages."""
     context = user_context(workspaces)
     code = (

@@ -14,12 +14,15 @@ from pathlib import Path
 import pytest
 
 from core.results import ToolResult, ToolStatus
+from sandbox.policies import Limits
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE, STOPPED
-from tools.sandbox import RUNNING, BubblewrapSandbox, Limits, kill_run
 
 from .conftest import wait_for
+from .sandboxes import SANDBOX, bubblewrap
 from .test_run_code import assert_no_sandbox_process_remains, user_context
+
+RUNNING, kill_run = SANDBOX.running, SANDBOX.kill_run  # the tests' host's
 
 # Prints "ready" (unbuffered) once it runs, then holds its sandbox far longer than any test waits.
 LONG_SNIPPET = "import time\nprint('ready', flush=True)\ntime.sleep(30)\n"
@@ -187,7 +190,7 @@ def ended_unreaped(pid: int) -> bool:
 def test_a_sandbox_that_ended_is_never_signalled(context):
     """Its pid stays unreaped until finish reaps it; stop() after its end changes nothing."""
     limits = Limits()
-    sandbox = BubblewrapSandbox().launch(context.workspace, limits).result()
+    sandbox = bubblewrap().launch(context.workspace, limits).result()
     assert sandbox.process.stdin is not None
     with sandbox.process.stdin:
         sandbox.process.stdin.write(b"print('ended on its own')")

@@ -14,11 +14,15 @@ from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import start_run
 from core.events import RunStatus
 from engine.execution import execute_run
-from tools.sandbox import WARM, BubblewrapSandbox, Launched, Limits
+from sandbox.policies import Limits
+from sandbox.process import Launched
 from workspace.directory import sandbox_identity, workspace_path
 
 from .conftest import PROJECT_DIR, child_environment, wait_for
+from .sandboxes import SANDBOX, bubblewrap
 from .test_run_code import run, sandbox_processes, user_context
+
+WARM = SANDBOX.pool  # the sandboxes the tests' host started ahead
 
 
 @pytest.fixture
@@ -57,7 +61,7 @@ def test_a_sandbox_outlives_the_thread_that_asked_for_it(context):
     asked: dict[str, Launched] = {}
 
     def ask() -> None:
-        sandbox = BubblewrapSandbox().launch(context.workspace, limits).result()
+        sandbox = bubblewrap().launch(context.workspace, limits).result()
         wait_for(lambda: interpreter_up(sandbox), "the sandbox's interpreter to start", 30)
         asked["sandbox"] = sandbox
 
@@ -98,7 +102,8 @@ def test_a_runs_second_run_code_is_served_by_the_sandbox_started_ahead(alice, wo
             answer("Both ran."),
         ]
     )
-    run_record = execute_run(start_run(alice, "Run two snippets", model="mock"), llm=model)
+    queued = start_run(alice, "Run two snippets", model="mock")
+    run_record = execute_run(queued, llm=model, sandbox=SANDBOX)
     assert run_record.status == RunStatus.SUCCEEDED
     executions = run_record.tool_executions.order_by("step")
     assert [(e.status, e.policy) for e in executions] == [("ok", "bubblewrap")] * 2
@@ -152,13 +157,15 @@ import django
 
 django.setup()
 
+from sandbox.host import SandboxHost
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
 from workspace.directory import ensure_workspace
 
 user_id, workspaces = int(sys.argv[1]), Path(sys.argv[2])
 workspace = ensure_workspace(workspaces / str(user_id), user_id)
-context = ToolContext(user_id=user_id, username="worker", workspace=workspace)
+sandbox = SandboxHost()  # the worker's own
+context = ToolContext(user_id=user_id, username="worker", workspace=workspace, sandbox=sandbox)
 registry = ToolRegistry([RUN_CODE])
 assert registry.dispatch("run_code", json.dumps({"code": "print(1)"}), context).ok
 print("a sandbox waits for the next call", flush=True)

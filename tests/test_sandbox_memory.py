@@ -15,14 +15,17 @@ import pytest
 
 from core.results import ToolStatus
 from loopsite.settings import sandbox_uid_base
+from sandbox.cgroups import Tree, Unavailable, own_memory_cgroup
+from sandbox.errors import SandboxUnavailable
 from tools.base import ToolContext
-from tools.cgroups import MEMORY, Tree, Unavailable, own_memory_cgroup
 from tools.checks import check_memory_bound
-from tools.sandbox import WARM, SandboxUnavailable
 from workspace.directory import ensure_workspace, sandbox_identity
 
 from .conftest import wait_for
+from .sandboxes import SANDBOX
 from .test_run_code import fresh_user_id, run, sandbox_processes, user_context
+
+MEMORY, WARM = SANDBOX.cgroups, SANDBOX.pool  # the tests' host's
 
 MIB = 1024 * 1024
 
@@ -165,7 +168,7 @@ def test_without_a_usable_cgroup_a_warning_and_the_check_say_so(
     settings.LOOP_SANDBOX_CGROUP = cgroup if cgroup.startswith("/") else str(tmp_path)
     MEMORY.found.pop(settings.LOOP_SANDBOX_CGROUP, None)  # found afresh: warned at first use
     context = user_context(workspaces)
-    with caplog.at_level(logging.WARNING, logger="tools.cgroups"):
+    with caplog.at_level(logging.WARNING, logger="sandbox.cgroups"):
         result = run(context, forking(children=4, mib=40))
     assert result.status is ToolStatus.OK, result.text  # bounded per process only
     [warning] = [record.getMessage() for record in caplog.records]
@@ -222,7 +225,7 @@ def test_a_workspace_of_the_old_fixed_uid_base_is_handed_over(workspaces, settin
     uid = sandbox_identity(user_id).uid
     assert uid != old
     assert os.stat(workspace / "notes" / "todo.txt").st_uid == uid
-    context = ToolContext(user_id=user_id, username="alice", workspace=workspace)
+    context = ToolContext(user_id=user_id, username="alice", workspace=workspace, sandbox=SANDBOX)
     result = run(context, "print(open('notes/todo.txt').read())")
     assert result.status is ToolStatus.OK
     assert "from before" in result.text

@@ -24,15 +24,18 @@ from core.events import RunStatus
 from core.loop import Limits as RunLimits
 from core.results import ToolStatus
 from engine.execution import execute_run
+from sandbox.fence import raise_fence, started_moment
+from sandbox.policies import Limits
+from sandbox.process import Launched
+from sandbox.snippet import Execution, ForRun
 from tools.base import ToolContext, ToolRegistry
 from tools.code import RUN_CODE
-from tools.fence import raise_fence, started_moment
 from tools.files import WRITE_FILE
-from tools.sandbox import BubblewrapSandbox, Execution, ForRun, Launched, Limits
 from workspace.directory import ensure_workspace, workspace_path
 
 from .conftest import wait_for
 from .groq_server import groq_server_fixture, tool_call  # noqa: F401 (the fixture)
+from .sandboxes import SANDBOX, bubblewrap
 from .test_run_code import run
 from .test_worker import MODEL, on_groq, started, status_of  # noqa: F401 (on_groq: a fixture)
 
@@ -51,7 +54,7 @@ def fresh_workspace(workspaces: Path) -> tuple[int, Path]:
 
 
 def saver_of(sandbox: Launched) -> psutil.Process:
-    """The saver tools/overlay.py forked for this sandbox: the one child still running it."""
+    """The saver sandbox/overlay.py forked for this sandbox: the one child still running it."""
 
     def found() -> psutil.Process | None:
         for child in psutil.Process(sandbox.process.pid).children():
@@ -79,7 +82,7 @@ class FrozenSaver:
 
     def __init__(self, workspace: Path) -> None:
         self.limits = Limits(timeout=20)
-        self.sandbox = BubblewrapSandbox().launch(workspace, self.limits).result()
+        self.sandbox = bubblewrap().launch(workspace, self.limits).result()
         self.saver = saver_of(self.sandbox)
         self.saver.suspend()
         self.pool = ThreadPoolExecutor(1)
@@ -213,7 +216,7 @@ def test_a_call_s_change_just_before_a_snippet_starts_is_no_clash(workspaces: Pa
     quick model makes it) must not read as a change made while the snippet ran."""
     user_id, workspace = fresh_workspace(workspaces)
     tools = ToolRegistry([RUN_CODE, WRITE_FILE])
-    context = ToolContext(user_id=user_id, username="alice", workspace=workspace)
+    context = ToolContext(user_id=user_id, username="alice", workspace=workspace, sandbox=SANDBOX)
     code = APPEND.format(name=NOTES, line="appended\n")
     for number in range(20):
         content = json.dumps({"path": NOTES, "content": f"{number}\n"})
@@ -229,7 +232,7 @@ def beside(frozen) -> tuple[Path, FrozenSaver, ToolContext]:
     """A frozen sandbox, and a context whose calls run in sandboxes of their own beside it on the
     same workspace; its notes made by write_file, as a model's first call would."""
     workspace, sandbox = frozen
-    context = ToolContext(user_id=int(workspace.name), username="alice", workspace=workspace)
+    context = ToolContext(int(workspace.name), "alice", workspace, sandbox=SANDBOX)
     write = json.dumps({"path": NOTES, "content": "first\nsecond\n"})
     assert ToolRegistry([WRITE_FILE]).dispatch("write_file", write, context).ok
     return workspace, sandbox, context
@@ -462,7 +465,7 @@ def test_a_save_the_full_disk_cuts_short_is_the_call_s_error_naming_what_is_lost
     """Finding 13: the disk (not the quota) fills while the saver saves: the call is an error
     that names each file not saved, and every file it does not name is saved whole."""
     user_id, workspace = fresh_workspace(tiny_disk)
-    context = ToolContext(user_id=user_id, username="alice", workspace=workspace)
+    context = ToolContext(user_id=user_id, username="alice", workspace=workspace, sandbox=SANDBOX)
     space = os.statvfs(workspace)
     (workspace / "ballast.bin").write_bytes(b"\0" * (space.f_bavail * space.f_frsize - 150_000))
     code = "for n in range(8):\n    open(f'part-{n}.bin', 'wb').write(bytes(40_000))\n"
@@ -483,7 +486,7 @@ def test_a_save_the_full_disk_cuts_short_is_the_call_s_error_naming_what_is_lost
 
 def test_a_snippet_that_writes_nothing_still_runs_with_a_full_disk(tiny_disk: Path) -> None:
     user_id, workspace = fresh_workspace(tiny_disk)
-    context = ToolContext(user_id=user_id, username="alice", workspace=workspace)
+    context = ToolContext(user_id=user_id, username="alice", workspace=workspace, sandbox=SANDBOX)
     space = os.statvfs(workspace)
     (workspace / "ballast.bin").write_bytes(b"\0" * (space.f_bavail * space.f_frsize))
 

@@ -57,7 +57,7 @@ def test_sandboxcheck_reports_a_working_sandbox(capsys):
 
 
 def test_sandboxcheck_fails_when_the_sandbox_cannot_run(monkeypatch):
-    monkeypatch.setattr("tools.sandbox.shutil.which", lambda name, path=None: None)
+    monkeypatch.setattr("sandbox.programs.shutil.which", lambda name, path=None: None)
     with pytest.raises(CommandError, match="does not work"):
         call_command("sandboxcheck")
 
@@ -67,7 +67,7 @@ def test_start_up_check_is_silent_when_the_sandbox_works():
 
 
 def test_start_up_check_warns_when_the_sandbox_cannot_run(monkeypatch):
-    monkeypatch.setattr("tools.sandbox.shutil.which", lambda name, path=None: None)
+    monkeypatch.setattr("sandbox.programs.shutil.which", lambda name, path=None: None)
     [warning] = check_sandbox()
     assert warning.id == "tools.W001"
     assert "bubblewrap" in warning.msg
@@ -86,20 +86,24 @@ def test_subprocess_mode_warns_at_start_and_in_checks(caplog):
 def test_an_unknown_sandbox_setting_is_a_configuration_error():
     from django.core.exceptions import ImproperlyConfigured
 
-    from tools.sandbox import get_sandbox
+    from sandbox.host import SandboxHost
 
     with (
         override_settings(LOOP_SANDBOX="docker"),
         pytest.raises(ImproperlyConfigured, match="LOOP_SANDBOX"),
     ):
-        get_sandbox()
+        SandboxHost().sandbox()
 
 
 def test_the_start_up_probe_leaves_no_sandbox_idling():
-    from tools.sandbox import WARM
+    from tools.checks import probe
 
+    from .sandboxes import SANDBOX
+
+    WARM = SANDBOX.pool
     WARM.drain()
     assert check_sandbox() == []
+    assert probe(SANDBOX).works  # the probe, in a host that stays open to be looked at
     # Nothing to wait for: a sandbox started ahead is in the pool before run() returns (its
     # process may still be starting), so one the probe asked for would be here now.
     assert WARM.idle == {}

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tools import sandbox as sandbox_module
-from tools.sandbox import Limits, MachineLoad, WarmSandboxes
+from sandbox import pool as sandbox_module
+from sandbox.policies import Limits
+from sandbox.pool import MachineLoad, WarmSandboxes
 
 pytestmark = pytest.mark.fast
 

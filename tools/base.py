@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from core.results import Remedy, ToolResult, ToolStatus
+
+if TYPE_CHECKING:
+    from sandbox.host import SandboxHost
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +58,14 @@ class ToolContext:
     workspace: Path
     run_id: int | None = None  # the run calling, for the audit trail of what a tool stored
     # The run's attempt as its worker claimed it: a snippet's files are fenced by it, as the run's
-    # events are (tools/fence.py).
+    # events are (sandbox/fence.py).
     attempt: int = 0
     # Whether the run has been stopped (its interrupt is set): a snippet that reaches its sandbox
-    # after tools.sandbox.kill_run(run_id) looked is killed at once instead of running on.
+    # after SandboxHost.kill_run(run_id) looked is killed at once instead of running on.
     stopped: Callable[[], bool] | None = None
+    # The sandboxes of the process working the call, which run_code runs its snippet in: its
+    # owner's (the worker's, an in-process runner's); None: run_code refuses.
+    sandbox: "SandboxHost | None" = None
 
 
 @dataclass(frozen=True)

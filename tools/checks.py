@@ -9,8 +9,11 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Warning, register
 
-from tools.cgroups import MEMORY, Unavailable
-from tools.sandbox import Limits, SandboxUnavailable, SubprocessSandbox, get_sandbox
+from sandbox.cgroups import MemoryCgroups, Unavailable
+from sandbox.errors import SandboxUnavailable
+from sandbox.host import SandboxHost
+from sandbox.policies import Limits
+from sandbox.unisolated import SubprocessSandbox
 from workspace.directory import ensure_workspace
 
 PROBE = "print(6 * 7)"
@@ -25,8 +28,14 @@ class SandboxReport:
 
 
 def probe_sandbox() -> SandboxReport:
-    """Run a tiny snippet in a throwaway workspace, exactly as run_code would."""
-    sandbox = get_sandbox()
+    """Run a tiny snippet in a throwaway workspace, exactly as run_code would, in sandboxes of
+    its own (closed after it)."""
+    with SandboxHost() as host:
+        return probe(host)
+
+
+def probe(host: SandboxHost) -> SandboxReport:
+    sandbox = host.sandbox()
     with tempfile.TemporaryDirectory(prefix="loop-sandbox-probe-") as directory:
         workspace = ensure_workspace(Path(directory) / "workspace", PROBE_USER_ID)
         try:
@@ -64,7 +73,7 @@ def check_sandbox(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
 
 @register("sandbox")
 def check_memory_bound(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    state = MEMORY.state()
+    state = MemoryCgroups().state()
     if not isinstance(state, Unavailable):
         return []
     return [

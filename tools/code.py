@@ -9,8 +9,12 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.base import Tool, ToolContext, ToolError, ToolOutput, ToolTimeout
-from tools.sandbox import WORKSPACE_MOUNT, Execution, ForRun, Limits, get_sandbox
+from sandbox.bubblewrap import WORKSPACE_MOUNT
+from sandbox.errors import ProcessLimitReached, SandboxUnavailable
+from sandbox.host import SandboxHost
+from sandbox.policies import Limits
+from sandbox.snippet import Execution, ForRun
+from tools.base import Tool, ToolContext, ToolDenied, ToolError, ToolOutput, ToolTimeout
 
 MAX_TIMEOUT = 60
 MAX_CODE_CHARS = 100_000
@@ -38,13 +42,12 @@ class RunCodeArguments(BaseModel):
     )
 
 
+# What a call reads where its process handed its tools no sandbox host (SandboxHost).
+NO_HOST = "no sandbox host was handed to this process's tools (tools.base.ToolContext.sandbox)"
+
+
 def run_code(arguments: RunCodeArguments, context: ToolContext) -> ToolOutput:
-    run = (
-        None if context.run_id is None else ForRun(context.run_id, context.stopped, context.attempt)
-    )
-    execution = get_sandbox().run(
-        arguments.code, context.workspace, Limits.from_settings(arguments.timeout), run=run
-    )
+    execution = execute(arguments, context)
     report = describe(execution)
     if execution.files_note:  # before the report, which parse_report reads at the end
         report = f"{execution.files_note}\n{report}"
@@ -62,6 +65,29 @@ def run_code(arguments: RunCodeArguments, context: ToolContext) -> ToolOutput:
     if execution.exit_status != 0 or not execution.files_saved:
         raise ToolError(report, policy=execution.policy)
     return ToolOutput(report, policy=execution.policy)
+
+
+def execute(arguments: RunCodeArguments, context: ToolContext) -> Execution:
+    """The snippet, run in the sandbox of the context's host; why it could not run, said as a
+    tool's refusal or failure."""
+    run = (
+        None if context.run_id is None else ForRun(context.run_id, context.stopped, context.attempt)
+    )
+    try:
+        sandbox = host_of(context).sandbox()
+        return sandbox.run(
+            arguments.code, context.workspace, Limits.from_settings(arguments.timeout), run=run
+        )
+    except SandboxUnavailable as error:
+        raise ToolDenied(str(error), policy=error.policy) from error
+    except ProcessLimitReached as error:
+        raise ToolError(str(error), policy=error.policy) from error
+
+
+def host_of(context: ToolContext) -> SandboxHost:
+    if context.sandbox is None:
+        raise SandboxUnavailable(f"run_code cannot run: {NO_HOST}")
+    return context.sandbox
 
 
 KILLED = "killed"

@@ -3,13 +3,13 @@
 and writer of it goes through (confined), and the Files panel through which its person sees and
 changes it (browse, uploads, views, urls, its templates and static files).
 
-It sits below tools: core -> workspace -> tools -> ... (tests/test_layers.py). The file
-tools, the sandbox and its saver all stand on the workspace (its path rules, its quota, whom its
-files belong to), while nothing here needs a tool: so workspace imports nothing of tools, and the
-few things that are the tools' own are there. The sandbox's command that starts the quota's saver
-is tools.sandbox.quota_prefix; the ToolContext for a person is built by tools.context.context_for;
-a refusal here is a plain exception (PathRefused, WorkspaceUnavailable, QuotaExceeded) that
-tools.files turns into the model's denial or error and workspace.browse into the person's
-sentence. The panel's views need only this app and Django, so they live here too, under the chat,
-the accounts and the console that link to them.
+It sits below the sandbox and the tools: core -> workspace -> sandbox -> tools -> ...
+(tests/test_layers.py). The file tools, the sandbox and its saver all stand on the workspace (its
+path rules, its quota, whom its files belong to), while nothing here needs a tool or a sandbox: so
+workspace imports nothing of either, and the few things that are theirs are there. The sandbox's
+command that starts the quota's saver is sandbox.chain.quota_prefix; the ToolContext for a person
+is built by tools.context.context_for; a refusal here is a plain exception (PathRefused,
+WorkspaceUnavailable, QuotaExceeded) that tools.files turns into the model's denial or error and
+workspace.browse into the person's sentence. The panel's views need only this app and Django, so
+they live here too, under the chat, the accounts and the console that link to them.
 """

@@ -11,7 +11,7 @@ Names are stored in Unicode NFC (`normal_name`): "café.txt" typed as one code p
 and a combining accent is one file, not two that look alike. `usage` is what a workspace holds, as
 its quota counts it (workspace.quota, and the saver).
 
-Standard library only, and no Django: the saver (tools/overlay_save.py) loads this file by path,
+Standard library only, and no Django: the saver (sandbox/overlay_save.py) loads this file by path,
 under the system interpreter, without the project on sys.path.
 """
 

@@ -3,7 +3,7 @@
 A workspace may hold LOOP_WORKSPACE_MAX_BYTES bytes of files and LOOP_WORKSPACE_MAX_FILES files
 and directories. write_file (and any later writer, such as uploads) measures and writes under the
 workspace's lock with `admitted`; run_code's snippets are bounded by the kernel through
-tools.overlay, whose saver takes the same lock (tools.sandbox.quota_prefix starts it).
+sandbox.overlay, whose saver takes the same lock (sandbox.chain.quota_prefix starts it).
 """
 
 from __future__ import annotations

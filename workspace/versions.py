@@ -6,7 +6,7 @@ first, the ids and sizes of the versions before it whose whole content it starts
 that only appended to the one it replaced extends that one's list, any other starts a new list.
 The overlay a snippet writes into copies a file's extended attributes when the snippet first
 writes to it, so the saver knows which version the snippet's copy started from, and whether the
-workspace's version now still starts with it (tools/overlay_save.py).
+workspace's version now still starts with it (sandbox/overlay_save.py).
 
 Standard library only, and no Django: the saver loads this file by path, under the system
 interpreter, without the project on sys.path.

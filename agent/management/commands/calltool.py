@@ -1,5 +1,6 @@
 """`manage.py calltool TOOL 'JSON-ARGS' --user NAME`: one tool call, as the agent makes it."""
 
+import dataclasses
 import json
 from typing import Any
 
@@ -7,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agent.toolset import default_registry
+from sandbox.host import SandboxHost
 from tools.context import context_for
 
 
@@ -27,9 +29,9 @@ class Command(BaseCommand):
             user = User.objects.get_by_natural_key(options["user"])
         except User.DoesNotExist:
             raise CommandError(f"No user named {options['user']!r}.") from None
-        result = default_registry().dispatch(
-            options["tool"], options["arguments"], context_for(user)
-        )
+        with SandboxHost() as sandbox:  # this command's own, for a run_code call
+            context = dataclasses.replace(context_for(user), sandbox=sandbox)
+            result = default_registry().dispatch(options["tool"], options["arguments"], context)
         self.stdout.write(json.dumps(result.as_dict(), ensure_ascii=False))
         if not result.ok:
             raise SystemExit(1)

@@ -57,6 +57,7 @@ from engine.decisions import (
 )
 from engine.execution import RunNotQueued, StopSource, execute_run, resume_here
 from mcp_servers.discovery import discover_new_site_servers
+from sandbox.host import SandboxHost
 
 CLI_USER = "cli"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -135,7 +136,9 @@ class Command(BaseCommand):
         self.verbose = options["verbosity"] >= 2
         if self.verbose:  # every library's INFO log too, httpx's request lines among them
             logging.getLogger().setLevel(logging.INFO)
-        run = self.resume(options) if options["resume"] is not None else self.start(options)
+        # The sandboxes its runs' snippets run in: this process's, closed as the command ends.
+        with SandboxHost() as self.sandbox:
+            run = self.resume(options) if options["resume"] is not None else self.start(options)
         if EXIT_CODES.get(run.status, 1):
             raise SystemExit(EXIT_CODES.get(run.status, 1))
 
@@ -158,7 +161,9 @@ class Command(BaseCommand):
         """The queued run worked here until it ends or waits for a decision."""
         with cancel_on_interrupt(self.stderr.write) as stop_requested:
             try:
-                return execute_run(run, on_event=show, stop_requested=stop_requested)
+                return execute_run(
+                    run, on_event=show, stop_requested=stop_requested, sandbox=self.sandbox
+                )
             except RunNotQueued as taken:  # decided on the page meanwhile: a worker took it
                 raise CommandError(str(taken)) from None
 
@@ -264,7 +269,9 @@ class Command(BaseCommand):
             self.stdout.write(f"Continuing run {run.pk} ({run.status}): {run.task}")
         with cancel_on_interrupt(self.stderr.write) as stop_requested:
             try:
-                run = resume_here(run, on_event=show, stop_requested=stop_requested)
+                run = resume_here(
+                    run, on_event=show, stop_requested=stop_requested, sandbox=self.sandbox
+                )
             except (InvalidTask, ModelUnavailable) as error:
                 raise CommandError(
                     f"Run {run_id} cannot continue: {error}", returncode=USAGE_ERROR

@@ -2,7 +2,7 @@
 
 A run's database writes carry the attempt its worker claimed it at; a worker that lost the run
 (frozen past LOOP_STALE_SECONDS, then woken) is refused. A snippet's files are saved by its
-saver (tools/overlay.py) when its sandbox ends, whenever that is, so they are fenced too: each
+saver (sandbox/overlay.py) when its sandbox ends, whenever that is, so they are fenced too: each
 claim of a run raises the run's fence, a root-owned file beside the workspaces
 (`.fences/<user>/<run>`, holding the attempt) that no sandbox can reach or write, under the
 workspace's lock; a saver compares the attempt it ran for under that same lock, and one whose run
@@ -24,8 +24,8 @@ import time
 from contextlib import suppress
 from pathlib import Path
 
-from tools.overlay import FAILED, SAVED
-from tools.overlay_save import Ticket
+from sandbox.overlay import FAILED, SAVED
+from sandbox.overlay_save import Ticket
 
 FENCES = ".fences"
 # The clock the kernel stamps a file's change time (ctime) with.

@@ -5,10 +5,10 @@ the base (LOOP_SANDBOX_CGROUP, by default the memory cgroup this process is in) 
 and touches nothing else on the host:
 
     loop-sandbox/
-        person-<uid>/             a person's snippets together: LOOP_SANDBOX_PERSON_MEMORY_MB
-            snippet-<pid>-<n>/    one sandbox, removed after it (its person's too, when idle)
-                launch/           the chain up to the sandbox, and the quota's saver it leaves
-                program/          the sandbox, all its processes: LOOP_SANDBOX_MEMORY_MB
+        person-<uid>/                  a person's snippets together: LOOP_SANDBOX_PERSON_MEMORY_MB
+            snippet-<pid>-<host>-<n>/  one sandbox, removed after it (its person's too, when idle)
+                launch/                the chain up to the sandbox, and the quota's saver it leaves
+                program/               the sandbox, all its processes: LOOP_SANDBOX_MEMORY_MB
 
 The kernel charges a page to the cgroup of the process that first touched it, tmpfs pages too, so
 what a snippet keeps in /tmp or writes into its workspace's overlay counts against program/ (and,
@@ -20,8 +20,9 @@ A snippet over its bound meets the kernel's OOM killer inside program/ (v2 kills
 at once, v1 its largest processes one by one); `SnippetCgroup.release` says so afterwards.
 
 Where no cgroup can be made (not root and nothing delegated, no memory controller, a directory
-that is not a cgroup or not writable), `MEMORY.snippet` returns None and each sandbox process
-keeps only its RLIMIT_AS: logged once per process, and reported by the tools.W003 system check.
+that is not a cgroup or not writable), `MemoryCgroups.snippet` returns None and each sandbox
+process keeps only its RLIMIT_AS: logged once per host, and reported by the tools.W003 system
+check.
 """
 
 from __future__ import annotations
@@ -34,20 +35,21 @@ import select
 import threading
 import time
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
 from django.conf import settings
 
-from tools.overlay import REFUSED
+from sandbox.overlay import REFUSED
 
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 TREE = "loop-sandbox"
 # REFUSED: what a refused step says. bwrap reports its own failures as "bwrap: ..."; the sandbox
-# fails closed on them alike. tools/overlay.py says it too, as it enters the program cgroup itself.
+# fails closed on them alike. sandbox/overlay.py says it too, as it enters the program cgroup
+# itself.
 # Writes the shell's own pid (the process that then becomes "$@") into the cgroup.procs file $1.
 ENTER = f'{{ echo $$ >"$1"; }} 2>/dev/null || {{ echo "{REFUSED}" >&2; exit 1; }}; shift; exec "$@"'
 # How long `release` waits for a cgroup's processes to end: by then they are dying (the sandbox's
@@ -185,6 +187,7 @@ class SnippetCgroup:
 
     directory: Path
     version: Version
+    owner: MemoryCgroups = field(compare=False, repr=False)  # the host's, which made it
 
     @property
     def program(self) -> Path:
@@ -210,7 +213,7 @@ class SnippetCgroup:
     def release(self) -> Bound | None:
         """After the sandbox has ended: wait for its processes to be gone, remove its cgroups
         (and its person's, when idle); which bound got processes of it OOM-killed, if any."""
-        LEFT_BEHIND.retry()
+        self.owner.left_behind.retry()
         try:
             _drain(self.program)
             _drain(self.launch)
@@ -218,10 +221,10 @@ class SnippetCgroup:
             own_limit = killed and self.version.reached_limit(self.program)
         except (OSError, TimeoutError) as error:
             logger.warning("A snippet's memory cgroup could not be read or emptied: %s", error)
-            LEFT_BEHIND.add(self)
+            self.owner.left_behind.add(self)
             return None
         if not self.remove():
-            LEFT_BEHIND.add(self)
+            self.owner.left_behind.add(self)
         if not killed:
             return None
         return "snippet" if own_limit else "person"
@@ -237,7 +240,7 @@ class SnippetCgroup:
                 if not quietly:
                     logger.warning("A snippet's memory cgroup was left behind: %s", error)
                 return False
-        with MEMORY.persons:  # never while a snippet of theirs is being made in it
+        with self.owner.persons:  # never while a snippet of theirs is being made in it
             _remove_if_unused(self.directory.parent)  # kept while another snippet of theirs runs
         return True
 
@@ -263,12 +266,9 @@ class LeftBehind:
                     self.cgroups.discard(cgroup)
 
 
-LEFT_BEHIND = LeftBehind()
-
-
 class MemoryCgroups:
-    """This process's cgroups for snippets: the tree found and checked once, then one per
-    snippet."""
+    """A sandbox host's cgroups for snippets: the tree found and checked once, then one per
+    snippet, and those left behind to remove later."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -277,6 +277,9 @@ class MemoryCgroups:
         self.persons = threading.Lock()
         self.found: dict[str, Tree | Unavailable] = {}  # by LOOP_SANDBOX_CGROUP
         self.numbers = itertools.count()
+        # Which of this process's hosts made a snippet's cgroup: numbered apart, never alike.
+        self.token = os.urandom(4).hex()
+        self.left_behind = LeftBehind()
 
     def state(self) -> Tree | Unavailable:
         """The tree to make snippet cgroups in, or why there is none (logged once)."""
@@ -302,7 +305,8 @@ class MemoryCgroups:
         if isinstance(tree, Unavailable):
             return None
         person_directory = tree.directory / f"person-{person}"
-        directory = person_directory / f"snippet-{os.getpid()}-{next(self.numbers)}"
+        name = f"snippet-{os.getpid()}-{self.token}-{next(self.numbers)}"
+        directory = person_directory / name
         try:
             with self.persons:
                 _make_person(tree.version, person_directory)
@@ -314,15 +318,11 @@ class MemoryCgroups:
             raise CgroupError(
                 error.errno, f"cannot make the snippet's memory cgroup: {error}"
             ) from error
-        return SnippetCgroup(directory, tree.version)
+        return SnippetCgroup(directory, tree.version, self)
 
     def forget(self) -> None:
         """In a forked child: its pid names its snippets' cgroups, and its tree is found anew."""
-        self.__init__()
-
-
-MEMORY = MemoryCgroups()
-os.register_at_fork(after_in_child=MEMORY.forget)
+        MemoryCgroups.__init__(self)
 
 
 def enter_prefix(cgroup: Path) -> list[str]:
@@ -379,8 +379,8 @@ def own_memory_cgroup(cgroups: str, mounts: str) -> tuple[Path, Version]:
             if directory is not None and _has_memory_controller(directory):
                 return directory, V2()
         if kind == "cgroup" and "memory" in options.split(","):
-            path = next((p for c, p in memberships.items() if "memory" in c.split(",")), None)
-            directory = None if path is None else _inside(point, root, path)
+            found = next((p for c, p in memberships.items() if "memory" in c.split(",")), None)
+            directory = None if found is None else _inside(point, root, found)
             if directory is not None:
                 return directory, V1()
     raise NoCgroup(

@@ -1,6 +1,6 @@
 """What a finished snippet wrote, saved to its workspace within the quota.
 
-tools/overlay.py lays the overlay a snippet writes into and forks the saver, which loads this
+sandbox/overlay.py lays the overlay a snippet writes into and forks the saver, which loads this
 module, waits for the sandbox to end, however it ends, and applies the overlay's upper layer to the
 real workspace under the workspace's lock: deletions first, so the room they free counts, then new
 and changed files, counted exactly. Once the workspace is at the quota each further file is refused
@@ -22,25 +22,35 @@ import stat
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 
+TYPE_CHECKING = False  # typing's, without the import of typing each save would pay
+if TYPE_CHECKING:
+    from types import ModuleType
 
-def _load(name: str):  # noqa: ANN202 (a module loaded from a path has no static type)
+
+def _load(name: str) -> "ModuleType":
     """workspace/NAME.py: imported as usual in the project, loaded by path in the saver, which
-    runs without the project on sys.path (tools/overlay.py runs it by its path)."""
-    if __name__ == "tools.overlay_save":
+    runs without the project on sys.path (sandbox/overlay.py runs it by its path)."""
+    if __name__ == "sandbox.overlay_save":
         from importlib import import_module
 
         return import_module(f"workspace.{name}")
     from importlib.util import module_from_spec, spec_from_file_location
 
     project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = spec_from_file_location(name, os.path.join(project, "workspace", f"{name}.py"))
+    path = os.path.join(project, "workspace", f"{name}.py")
+    spec = spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-paths = _load("paths")
-versions = _load("versions")
+if TYPE_CHECKING:
+    from workspace import paths, versions
+else:
+    paths = _load("paths")
+    versions = _load("versions")
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -77,7 +87,7 @@ class Ticket:
         self.run, self.attempt, self.moment = run, attempt, moment
 
     def text(self) -> bytes:
-        """As the worker sends it (tools/fence.py)."""
+        """As the worker sends it (sandbox/fence.py)."""
         return f"{self.run} {self.attempt} {self.moment}\n".encode()
 
     @classmethod
@@ -207,7 +217,7 @@ def save(
 
 
 def _fence(fences: int | None, run: int) -> int:
-    """The attempt the run is worked at now, by its fence (tools/fence.py); 0: it has none."""
+    """The attempt the run is worked at now, by its fence (sandbox/fence.py); 0: it has none."""
     if fences is None or run == 0:
         return 0
     try:
@@ -489,6 +499,8 @@ def _add_pass(
         return None
 
     def leave(level: _Level) -> None:
+        if level.info is None:  # the top, which is never left
+            return
         # Never lock the owner out: the saver and the quota's count must always see inside.
         os.chmod(level.workspace, stat.S_IMODE(level.info.st_mode) | 0o700)
         os.utime(level.workspace, ns=(level.info.st_atime_ns, level.info.st_mtime_ns))
@@ -526,6 +538,8 @@ def _add_entry(
     replaced = _target(workspace, stored)
     size = info.st_size if stat.S_ISREG(info.st_mode) else 0
     if start is not None:
+        if replaced is None:
+            raise _gone(stored)
         size += replaced.st_size - start
     if not budget.admits(size, replaced):
         return False
@@ -568,19 +582,34 @@ def _copy(
         _Descriptor(os.open(temp, _CREATE, 0o600, dir_fd=workspace)) as copy,
         _Replaced(workspace, stored) as replaced,
     ):
+        kept: list[versions.Version] = []  # the versions the copy starts with
         if start is None:
             copied = _send(copy, source, 0, info.st_size)
-            old = 0 if replaced is None else os.fstat(replaced).st_size
-            extends = replaced is not None and old <= copied
-            extends = extends and versions.start_alike(source, replaced, old)
+            if replaced is not None and _starts_with(source, replaced, copied):
+                kept = versions.versions(replaced)
         else:
+            if replaced is None:
+                raise _gone(stored)
             copied = _send(copy, replaced, 0, os.fstat(replaced).st_size)
             copied += _send(copy, source, start, info.st_size - start)
-            extends = True
-        versions.record(copy, copied, versions.versions(replaced) if extends else [])
+            kept = versions.versions(replaced)
+        versions.record(copy, copied, kept)
         os.fchmod(copy, stat.S_IMODE(info.st_mode) | 0o600)
         os.utime(copy, ns=(info.st_atime_ns, info.st_mtime_ns))
     return copied
+
+
+def _starts_with(copied: int, replaced: int, size: int) -> bool:
+    """Whether the snippet's file, `size` bytes of it copied, starts with the whole of the file it
+    replaces."""
+    old = os.fstat(replaced).st_size
+    return old <= size and versions.start_alike(copied, replaced, old)
+
+
+def _gone(name: str) -> FileNotFoundError:
+    """The workspace's version of a file the snippet appended to (the add pass found it) is not
+    there."""
+    return FileNotFoundError(errno.ENOENT, "the file appended to is gone", name)
 
 
 def _send(copy: int, source: int, offset: int, count: int) -> int:
@@ -598,7 +627,8 @@ class _Replaced:
     """The regular file a copy replaces, open for reading (None if there is none)."""
 
     def __init__(self, workspace: int, name: str) -> None:
-        self.workspace, self.name, self.handle = workspace, name, None
+        self.workspace, self.name = workspace, name
+        self.handle: int | None = None
 
     def __enter__(self) -> int | None:
         target = _target(self.workspace, self.name)

@@ -7,7 +7,7 @@ anything makes a user namespace). In a user and mount namespace of its own it la
 the workspace whose upper layer is a tmpfs of the quota's size (bytes, and files plus an allowance
 for the overlay's own entries), so nothing a snippet writes with its own syscalls reaches the disk
 while it runs, and more than a whole quota fails at once with ENOSPC: no poll could stop a snippet
-writing 160 MiB in 0.09 s. It then forks the saver (tools/overlay_save.py) into a session of its
+writing 160 MiB in 0.09 s. It then forks the saver (sandbox/overlay_save.py) into a session of its
 own, so that killing the sandbox's process group at the timeout spares it; moves itself into the
 snippet's program cgroup (--cgroup: the cgroup.procs file to write its pid to), sets the snippet's
 limits (--limits) and execs COMMAND, the sandbox. The saver, forked before those two steps, is
@@ -19,7 +19,7 @@ LIMITS are `RESOURCE=VALUE` pairs joined by commas, each resource by its number
 snippet cannot raise it. Doing these steps here, not in `prlimit` and a shell around this script,
 spares every sandbox start three programs' start-up.
 
-CHANNEL is the saver's end of a socket pair to the worker (tools/fence.py), which only the saver
+CHANNEL is the saver's end of a socket pair to the worker (sandbox/fence.py), which only the saver
 keeps: on it the worker gives the ticket (the run and attempt the program runs for, and when it
 started) as it gives the sandbox its program, and the saver answers, once it has saved, SAVED or
 FAILED and a note for the call's result. FENCES is the directory of the workspace's runs' fences.
@@ -39,6 +39,10 @@ import stat
 import sys
 from _ctypes import FUNCFLAG_CDECL, FUNCFLAG_USE_ERRNO, RTLD_LOCAL, CFuncPtr, dlopen, get_errno
 
+TYPE_CHECKING = False  # typing's, without the import of typing each sandbox start would pay
+if TYPE_CHECKING:
+    from types import ModuleType
+
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
@@ -51,7 +55,8 @@ PAGE = 4096
 # within what the worker's end holds unread (it reads once the saver has ended).
 SAVED, FAILED = "saved", "failed"
 NOTE_CAP = 16_000
-# What a refused step into the program cgroup says (tools.cgroups.REFUSED, which the sandbox reads).
+# What a refused step into the program cgroup says (sandbox.cgroups.REFUSED, which the sandbox
+# reads).
 REFUSED = "bwrap: cannot bound the snippet's memory: its cgroup refused the process"
 
 
@@ -87,7 +92,7 @@ def _set_limits(limits: str) -> None:
 
 
 def _enter_cgroup(procs: str) -> None:
-    """Move this process into a cgroup (tools.cgroups), failing closed as the sandbox expects."""
+    """Move this process into a cgroup (sandbox.cgroups), failing closed as the sandbox expects."""
     try:
         handle = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
         try:
@@ -181,13 +186,15 @@ def _answer(channel: int, saved: bool, note: str) -> None:
         pass  # the worker is gone: there is nobody to tell
 
 
-def _saver():  # noqa: ANN202 (a module loaded from a path has no static type)
-    """tools/overlay_save.py, loaded by the saver only (-I keeps this script's directory off
+def _saver() -> "ModuleType":
+    """sandbox/overlay_save.py, loaded by the saver only (-I keeps this script's directory off
     sys.path)."""
     from importlib.util import module_from_spec, spec_from_file_location
 
     path = os.path.join(os.path.dirname(__file__), "overlay_save.py")
     spec = spec_from_file_location("overlay_save", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -232,7 +239,7 @@ def main(argv: list[str]) -> None:
         _set_limits(options.get("limits", ""))
     except OSError as error:
         raise SystemExit(f"bwrap: cannot set the snippet's limits: {error.strerror}") from None
-    os.execv(command[0], command)  # noqa: S606 (the sandbox's argv, built by tools.sandbox)
+    os.execv(command[0], command)  # noqa: S606 (the sandbox's argv, built by sandbox.bubblewrap)
 
 
 if __name__ == "__main__":
