@@ -1,5 +1,5 @@
 """A person's approval settings (/settings/approvals/): which tool calls wait for their decision
-on top of what the site requires (agent.approvals reads them), and the tools they allowed for a
+on top of what the site requires (approvals.policy reads them), and the tools they allowed for a
 whole conversation, each revocable. A person may ask for more than the site, never for less: a
 choice the site requires is shown checked and cannot be unchecked, and a POST that unchecks it
 changes nothing."""
@@ -13,10 +13,18 @@ from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from agent.approvals import RUN_CODE, WRITE_FILE, preference_of, revoke_grant, site_asks, site_modes
-from agent.models import ApprovalPreference, ToolGrant
 from agent.selectors import conversations_for
 from agent.toolset import default_registry
+from approvals.models import ApprovalPreference, ToolGrant
+from approvals.policy import (
+    RUN_CODE,
+    WRITE_FILE,
+    Modes,
+    preference_of,
+    revoke_grant,
+    site_asks,
+    site_modes,
+)
 from core.llm import TOOL_NAME_CHARS
 
 # Each choice a person makes, and the tools it asks about (None: every tool).
@@ -28,7 +36,7 @@ CHOICES: dict[str, tuple[str, str | None]] = {
 SITE_REQUIRES = "The site requires it: every such call waits for your decision."
 
 
-def site_required(modes: dict[str, str]) -> set[str]:
+def site_required(modes: Modes) -> set[str]:
     """The choices the site makes for everyone: a tool it asks about, or, for "any tool", every
     tool of this Loop."""
     tools = default_registry().tools
@@ -76,7 +84,7 @@ class LiveGrant:
     site_asks: bool
 
 
-def live_grants(user: AbstractBaseUser, modes: dict[str, str]) -> list[LiveGrant]:
+def live_grants(user: AbstractBaseUser, modes: Modes) -> list[LiveGrant]:
     """The person's unrevoked grants in their conversations, newest conversation first: one
     query."""
     grants = (

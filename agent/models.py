@@ -593,12 +593,3 @@ class RunFeedback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_rating_display()} on run {self.run_id}"
-
-
-# The records of calls that wait for a person's decision, registered with the agent's models.
-from agent.approval_records import (  # noqa: E402, F401
-    ApprovalPreference,
-    ApprovalRequest,
-    SiteToolPolicy,
-    ToolGrant,
-)

@@ -21,7 +21,6 @@ from agent.models import (
     LIVE,
     AgentRun,
     Alongside,
-    ApprovalRequest,
     BreakerTrip,
     RunEvent,
     ToolExecution,
@@ -288,9 +287,11 @@ class RunRecorder:
 
     def request(self, event: ApprovalRequested, seq: int) -> Alongside:
         """A call waiting for its person's decision: the row the decision is made on, ordered
-        as its request in the log (a reply's calls in the model's order)."""
+        as its request in the log (a reply's calls in the model's order). The row is the
+        approvals app's ApprovalRequest, reached through the run's `approvals` relation: that
+        app stands above this one."""
         return Alongside(
-            ApprovalRequest,
+            AgentRun.approvals.field.model,
             {
                 "run_id": self.run.pk,
                 "seq": seq,

@@ -1,4 +1,4 @@
-"""The chat's side of tool calls that wait for a person's decision (agent.approvals): what a
+"""The chat's side of tool calls that wait for a person's decision (approvals/): what a
 call's card shows of it (run_code's code highlighted, write_file's content and its diff against
 the file it would replace), and how the card's forms become the decisions the core checks."""
 
@@ -16,19 +16,12 @@ from django.utils import timezone
 from django.utils.timesince import timeuntil
 from pygments.lexers import DiffLexer, PythonLexer
 
-from agent.approval_records import deadline_after
-from agent.approvals import (
-    RUN_CODE,
-    WRITE_FILE,
-    DecisionRefused,
-    moment_words,
-    site_asks,
-    site_modes,
-    waiting_for,
-)
-from agent.models import AgentRun, ApprovalRequest
+from agent.models import AgentRun
 from agent.selectors import Logged, runs_for
-from agent.waiting import CallDecision
+from approvals.decisions import DecisionRefused, moment_words, waiting_for
+from approvals.models import ApprovalRequest, deadline_after
+from approvals.policy import RUN_CODE, WRITE_FILE, site_asks, site_modes
+from approvals.waiting import CallDecision
 from chat import mcp
 from chat.mcp import Hold, McpShown
 from chat.texts import Texts
@@ -280,7 +273,7 @@ def waiting_calls(run: AgentRun) -> list[ApprovalRequest]:
 def decisions_from(form: QueryDict, run: AgentRun) -> list[CallDecision]:
     """The decisions a card's form (one call) or the run's "all" form (every waiting call)
     sends: each call with the digest the person saw. What they decide is checked by the core
-    (agent.approvals.decide), which refuses a call that no longer waits or another digest."""
+    (approvals.decisions.decide), which refuses a call that no longer waits or another digest."""
     calls, digests = form.getlist("call"), form.getlist("digest")
     if not calls or len(calls) != len(digests):
         raise DecisionRefused("Say which call the decision is for: reload the page.")

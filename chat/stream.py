@@ -132,7 +132,7 @@ def lifecycle(events: list[Logged]) -> bool:
 def decisions(events: list[Logged]) -> bool:
     """Whether a call began or stopped waiting for its person within these events: the count
     of calls waiting for them changed (a run's end changes it only with its calls' decisions,
-    agent/waiting.py)."""
+    approvals/waiting.py)."""
     return any(isinstance(event, ApprovalRequested | ApprovalDecided) for _, event in events)
 
 

@@ -1,7 +1,7 @@
 """The approval pages: the site's policy (which tools ask first, as staff set it over
 LOOP_APPROVAL), the audit of every call that asked and what became of it, with the operators'
 decisions on waiting calls (deny; approve on a person's behalf, with a permission of its own),
-and the tools people allowed for a conversation. Decisions go through agent.approvals, bound to
+and the tools people allowed for a conversation. Decisions go through approvals/, bound to
 each call's digest, as a person's do."""
 
 import json
@@ -18,18 +18,11 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agent.approvals import (
-    ASK,
-    AUTO,
-    DecisionRefused,
-    configured_modes,
-    decide_as_operator,
-    may_decide_for_others,
-    site_modes,
-)
-from agent.models import ApprovalRequest, SiteToolPolicy, ToolGrant
 from agent.toolset import default_registry
-from agent.waiting import CallDecision
+from approvals.decisions import DecisionRefused, decide_as_operator, may_decide_for_others
+from approvals.models import ApprovalMode, ApprovalRequest, SiteToolPolicy, ToolGrant
+from approvals.policy import configured_modes, site_modes
+from approvals.waiting import CallDecision
 from console.widgets import (
     AuditAdmin,
     MalformedFiltersSaid,
@@ -83,7 +76,7 @@ def modes_in_effect() -> list[dict[str, str]]:
             "tool": tool,
             "setting": configured.get(tool, ""),
             "console": console.get(tool, ""),
-            "mode": effective.get(tool, AUTO),
+            "mode": effective.get(tool, ApprovalMode.AUTO),
         }
         for tool in named
     ]
@@ -122,7 +115,7 @@ class SiteToolPolicyAdmin(MalformedFiltersSaid, admin.ModelAdmin):
     form = SiteToolPolicyForm
     list_display = ("tool", "mode_badge", "from_setting", "updated_at", "updated_by_name")
     list_select_related = ("updated_by",)
-    change_list_template = "admin/agent/sitetoolpolicy/change_list.html"
+    change_list_template = "admin/approvals/sitetoolpolicy/change_list.html"
 
     @admin.display(description="mode", ordering="mode")
     def mode_badge(self, policy: SiteToolPolicy) -> SafeString:
@@ -150,7 +143,7 @@ class SiteToolPolicyAdmin(MalformedFiltersSaid, admin.ModelAdmin):
 
 
 def mode_badge(mode: str) -> SafeString:
-    if mode == ASK:
+    if mode == ApprovalMode.ASK:
         return badge("asks first", tone="warn", symbol="✋")
     return badge("runs without asking" if mode else "", tone="quiet", symbol="→")
 

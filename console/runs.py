@@ -26,7 +26,6 @@ from django.views.decorators.http import require_POST
 from agent.models import (
     FINISHED,
     AgentRun,
-    ApprovalRequest,
     BreakerTrip,
     Rating,
     RunEvent,
@@ -41,6 +40,7 @@ from agent.runs import (
     continue_run_as_operator,
 )
 from agent.transcripts import transcripts
+from approvals.models import ApprovalRequest
 from console import rollup, selectors, storage
 from console.widgets import (
     AuditAdmin,

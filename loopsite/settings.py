@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "procrastinate.contrib.django",
     "axes",
     "agent",
+    "approvals",
     "engine",
     "tools",
     "workspace",

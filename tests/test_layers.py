@@ -1,6 +1,6 @@
-"""The layers read core -> workspace -> tools -> memory -> mcp_servers -> agent -> engine ->
-{console, chat, accounts}, one way: a lower layer never imports a higher one, nor names a higher
-app's model in its schema or its migrations. core, the loop and its vocabulary, is the
+"""The layers read core -> workspace -> tools -> memory -> mcp_servers -> agent -> approvals ->
+engine -> {console, chat, accounts}, one way: a lower layer never imports a higher one, nor names
+a higher app's model in its schema or its migrations. core, the loop and its vocabulary, is the
 bottom: no Django, nothing else of Loop."""
 
 import ast
@@ -14,7 +14,7 @@ from django.db.migrations.loader import MigrationLoader
 pytestmark = pytest.mark.fast
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
-ORDER = ["core", "workspace", "tools", "memory", "mcp_servers", "agent", "engine"]
+ORDER = ["core", "workspace", "tools", "memory", "mcp_servers", "agent", "approvals", "engine"]
 TOP = {"console", "chat", "accounts"}
 LAYERS = [*ORDER, *sorted(TOP)]
 HIGHER = {layer: {*ORDER[at + 1 :], *TOP} for at, layer in enumerate(ORDER)}

@@ -1,6 +1,6 @@
 """The calls a run waits on, decided in this process (`runagent`): each shown to its person in
 the terminal (the tool, why it asks, its arguments), then approved, edited or denied through
-agent.approvals.decide, the page's one way to decide, so every check and record is the same."""
+approvals.decisions.decide, the page's one way to decide, so every check and record is the same."""
 
 import json
 import os
@@ -15,10 +15,10 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from agent.approval_records import TERMINAL
-from agent.approvals import DecisionRefused, decide
-from agent.models import AgentRun, ApprovalRequest
-from agent.waiting import CallDecision
+from agent.models import AgentRun
+from approvals.decisions import DecisionRefused, decide
+from approvals.models import ApprovalRequest, Via
+from approvals.waiting import CallDecision
 from core.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -83,7 +83,7 @@ def decide_here(
     while (request := next_waiting(run)) is not None:
         decision = choose(request)
         try:
-            decide(run.user, run.pk, [decision], queue_it=False, via=TERMINAL)
+            decide(run.user, run.pk, [decision], queue_it=False, via=Via.TERMINAL)
         except DecisionRefused as refusal:
             refused(str(refusal))
         else:
