@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
@@ -23,7 +23,7 @@ from agent.recorder import RunRecorder
 from agent.runs import InvalidTask, queue, start_next_queued
 from agent.selectors import runs_for
 from agent.toolset import registry_for
-from approvals.models import ApprovalRequest, ToolGrant, Via, approval_window
+from approvals.models import WAITING, ApprovalRequest, ToolGrant, Via, approval_window
 from approvals.policy import Modes, grant_of, granted_tools, site_asks, site_modes
 from approvals.waiting import (
     CallDecision,
@@ -47,7 +47,7 @@ class DecisionRefused(InvalidTask):
 
 
 def decide(
-    user: AbstractBaseUser,
+    user: User,
     run_id: int,
     decisions: Sequence[CallDecision],
     *,
@@ -60,7 +60,7 @@ def decide(
     return decide_on(runs_for(user), run_id, decisions, by=user, queue_it=queue_it, via=via)
 
 
-def may_decide_for_others(user: AbstractBaseUser, decision: Decision) -> bool:
+def may_decide_for_others(user: User, decision: Decision) -> bool:
     """Operators who may stop anyone's run may deny a waiting call (a denial runs nothing);
     approving on a person's behalf needs a permission of its own."""
     if not (user.is_active and user.is_staff):
@@ -71,7 +71,7 @@ def may_decide_for_others(user: AbstractBaseUser, decision: Decision) -> bool:
 
 
 def decide_as_operator(
-    operator: AbstractBaseUser, run_id: int, decisions: Sequence[CallDecision]
+    operator: User, run_id: int, decisions: Sequence[CallDecision]
 ) -> list[ApprovalRequest]:
     for decision in decisions:
         if not may_decide_for_others(operator, decision.decision):
@@ -86,7 +86,7 @@ def decide_on(
     run_id: int,
     decisions: Sequence[CallDecision],
     *,
-    by: AbstractBaseUser,
+    by: User,
     queue_it: bool = True,
     via: Via = Via.WEB,
 ) -> list[ApprovalRequest]:
@@ -119,7 +119,7 @@ def taken_in_time(
     run_id: int,
     decisions: Sequence[CallDecision],
     *,
-    by: AbstractBaseUser,
+    by: User,
     queue_it: bool,
     via: Via,
 ) -> Taken | ApprovalRequest:
@@ -138,7 +138,7 @@ def taken_in_time(
         grant_tools(run, checked, by)
         recorder = RunRecorder(run)
         rows = recorder.record(events)
-        if not run.approvals.filter(decision="").exists():
+        if not run.approvals.filter(decision=WAITING).exists():
             AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)
             if queue_it:
                 queue(run, DECIDED_PRIORITY)
@@ -170,7 +170,7 @@ def waiting_calls(run: AgentRun) -> list[ApprovalRequest]:
     """The run's calls that wait for a decision, locked: none unless the run waits."""
     if run.status != RunStatus.AWAITING_APPROVAL:
         return []
-    return list(run.approvals.select_for_update().filter(decision=""))
+    return list(run.approvals.select_for_update().filter(decision=WAITING))
 
 
 def checked_decision(
@@ -208,7 +208,7 @@ def not_waiting(run: AgentRun, call_id: str) -> str:
     return f"The run no longer waits for decisions (it is {run.status}): nothing was done."
 
 
-def edited_arguments(owner: AbstractBaseUser, tool_name: str, arguments: str) -> str:
+def edited_arguments(owner: User, tool_name: str, arguments: str) -> str:
     """The person's arguments, checked against the tool's schema: the call runs with exactly
     these (as JSON), or the edit is refused with the reason."""
     tool = registry_for(owner).tools.get(tool_name)
@@ -232,7 +232,7 @@ def edited_arguments(owner: AbstractBaseUser, tool_name: str, arguments: str) ->
 def grant_tools(
     run: AgentRun,
     decided: Iterable[tuple[ApprovalRequest, CallDecision]],
-    by: AbstractBaseUser,
+    by: User,
 ) -> None:
     """ "Always allow" in the run's conversation, for tools the site does not require asking
     about (the person cannot allow what the site asks) and that do not ask whatever is allowed
@@ -287,7 +287,7 @@ def expire_waiting() -> int:
     (a wait never fails open). Says how many ended."""
     limit = timezone.now() - approval_window()
     stale = ApprovalRequest.objects.filter(
-        decision="", created_at__lt=limit, run__status=RunStatus.AWAITING_APPROVAL
+        decision=WAITING, created_at__lt=limit, run__status=RunStatus.AWAITING_APPROVAL
     )
     ended = 0
     for run_id in sorted(set(stale.values_list("run_id", flat=True))):
@@ -302,13 +302,13 @@ def expire(run_id: int) -> bool:
     return end_waiting(run_id, RunStatus.HALTED, on_end=start_next_queued)
 
 
-def waiting_for(user: AbstractBaseUser) -> QuerySet[ApprovalRequest]:
+def waiting_for(user: User) -> QuerySet[ApprovalRequest]:
     """Every call that waits for the person's decision, across their conversations, oldest
     first. One past its deadline is not listed nor counted, whenever the minute's sweep runs: it
     can no longer be decided."""
     return (
         ApprovalRequest.objects.filter(
-            decision="",
+            decision=WAITING,
             run__in=runs_for(user),
             run__status=RunStatus.AWAITING_APPROVAL,
             created_at__gt=timezone.now() - approval_window(),

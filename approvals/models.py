@@ -23,6 +23,10 @@ class DecisionChoice(models.TextChoices):
     CANCELLED = Decision.CANCELLED.value, "Cancelled"
 
 
+# An audit row's decision while its call waits for one.
+WAITING = ""
+
+
 class Via(models.TextChoices):
     """Where a call was decided; "" (no choice) for Loop's own decisions (an expiry, a Stop)."""
 
@@ -56,9 +60,8 @@ class ApprovalRequest(models.Model):
     digest = models.CharField(max_length=64)
     why = models.CharField(max_length=200, blank=True)  # whose rule asked
     created_at = models.DateTimeField(auto_now_add=True)
-    # "" while it waits.
     decision = models.CharField(
-        max_length=16, choices=DecisionChoice.choices, blank=True, default=""
+        max_length=16, choices=DecisionChoice.choices, blank=True, default=WAITING
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.ForeignKey(
@@ -79,7 +82,7 @@ class ApprovalRequest(models.Model):
         )
         indexes = (
             models.Index(
-                fields=["created_at"], name="approval_waiting_idx", condition=Q(decision="")
+                fields=["created_at"], name="approval_waiting_idx", condition=Q(decision=WAITING)
             ),
         )
 

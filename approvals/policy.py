@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from pydantic import ValidationError
@@ -60,7 +60,7 @@ def site_asks(tool: str, modes: Modes | None = None) -> bool:
 # A person's choices -----------------------------------------------------------------------------
 
 
-def preference_of(user: AbstractBaseUser) -> ApprovalPreference:
+def preference_of(user: User) -> ApprovalPreference:
     """The person's choices (not stored until they make one)."""
     found = ApprovalPreference.objects.filter(user=user).first()
     return found or ApprovalPreference(user=user)
@@ -177,7 +177,7 @@ def approval_for(
     return LazyPolicy(run, context, tools)
 
 
-def revoke_grant(user: AbstractBaseUser, conversation_id: int, tool: str) -> int:
+def revoke_grant(user: User, conversation_id: int, tool: str) -> int:
     """The conversation's "always allow" of `tool` ends: its calls ask again."""
     grants = ToolGrant.objects.filter(
         conversation__owner=user,

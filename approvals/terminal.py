@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 
 from agent.models import AgentRun
 from approvals.decisions import DecisionRefused, decide
-from approvals.models import ApprovalRequest, Via
+from approvals.models import WAITING, ApprovalRequest, Via
 from approvals.waiting import CallDecision
 from core.events import (
     ApprovalDecided,
@@ -51,7 +51,7 @@ def waiting(run: AgentRun) -> QuerySet[ApprovalRequest]:
     """The run's calls still waiting for a decision (none once the run no longer waits: a Stop
     on the page ended it meanwhile, say)."""
     return ApprovalRequest.objects.filter(
-        run_id=run.pk, decision="", run__status=RunStatus.AWAITING_APPROVAL
+        run_id=run.pk, decision=WAITING, run__status=RunStatus.AWAITING_APPROVAL
     )
 
 
@@ -92,7 +92,7 @@ def decide_here(
 
 def logged_decision(run: AgentRun, call_id: str) -> Event:
     decided = run.events.filter(kind=ApprovalDecided.kind, data__call_id=call_id)
-    kind, data = decided.order_by("-seq").values_list("kind", "data").first()
+    kind, data = decided.order_by("-seq").values_list("kind", "data")[0]
     return event_from_dict(kind, data)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -16,7 +16,7 @@ from agent.abandoned import ended_from_log
 from agent.models import AgentRun
 from agent.recorder import RunRecorder
 from agent.runs import start_next_queued
-from approvals.models import ApprovalRequest, Via
+from approvals.models import WAITING, ApprovalRequest, Via
 from core.approval import CANCELLED_TEXT, EXPIRED_TEXT
 from core.events import (
     ApprovalDecided,
@@ -47,7 +47,7 @@ class CallDecision:
 def record_decision(
     request: ApprovalRequest,
     decision: CallDecision,
-    by: AbstractBaseUser | None,
+    by: User | None,
     via: Via | None = None,
 ) -> ApprovalDecided:
     """The audit row's decision, and its event for the run's log; `via`: where it was made
@@ -70,7 +70,7 @@ def record_decision(
         step=request.step,
         call_id=request.call_id,
         tool=request.tool,
-        decision=Decision(decision.decision),
+        decision=decision.decision,
         arguments=request.edited_arguments,
         reason=request.reason,
         by=by.get_username() if by is not None else "",
@@ -92,7 +92,7 @@ def end_waiting(
             return False
         decision = Decision.EXPIRED if expired else Decision.CANCELLED
         events: list[Event] = []
-        for request in run.approvals.select_for_update().filter(decision=""):
+        for request in run.approvals.select_for_update().filter(decision=WAITING):
             events.append(
                 record_decision(request, CallDecision(request.call_id, decision, ""), None)
             )

@@ -19,7 +19,7 @@ from pygments.lexers import DiffLexer, PythonLexer
 from agent.models import AgentRun
 from agent.selectors import Logged, runs_for
 from approvals.decisions import DecisionRefused, moment_words, waiting_for
-from approvals.models import ApprovalRequest, deadline_after
+from approvals.models import WAITING, ApprovalRequest, deadline_after
 from approvals.policy import RUN_CODE, WRITE_FILE, site_asks, site_modes
 from approvals.waiting import CallDecision
 from chat import mcp
@@ -64,7 +64,7 @@ class Asking:
     @cached_property
     def deadlines(self) -> dict[tuple[int, str], datetime]:
         """When each call waiting for the person may no longer be decided, by run and call."""
-        asked = ApprovalRequest.objects.filter(decision="", run__in=runs_for(self.user))
+        asked = ApprovalRequest.objects.filter(decision=WAITING, run__in=runs_for(self.user))
         rows = asked.values_list("run_id", "call_id", "created_at")
         return {(run_id, call_id): deadline_after(at) for run_id, call_id, at in rows}
 
@@ -213,10 +213,10 @@ DECIDED_WORDS = {
 def decided_data(event: ApprovalDecided, asking: Asking | None, texts: Texts) -> dict[str, Any]:
     """A decided call's card: the decision, an edit's arguments, a denial's reason, and who
     decided when it was not the person reading."""
-    icon, label = DECIDED_WORDS.get(event.decision, ("?", str(event.decision).capitalize()))
+    icon, label = DECIDED_WORDS.get(event.decision, ("?", event.decision.value.capitalize()))
     shown: dict[str, Any] = {
         "tool": event.tool,
-        "decision": str(event.decision),
+        "decision": event.decision.value,
         "icon": icon,
         "label": label,
         "reason": event.reason,
@@ -264,7 +264,7 @@ def waiting_calls(run: AgentRun) -> list[ApprovalRequest]:
     that waits on nothing)."""
     if run.status != RunStatus.AWAITING_APPROVAL:
         return []
-    return list(run.approvals.filter(decision="").order_by("seq"))
+    return list(run.approvals.filter(decision=WAITING).order_by("seq"))
 
 
 # From the card's forms to decisions -------------------------------------------------------------

@@ -20,7 +20,7 @@ from django.utils.safestring import SafeString
 
 from agent.toolset import default_registry
 from approvals.decisions import DecisionRefused, decide_as_operator, may_decide_for_others
-from approvals.models import ApprovalMode, ApprovalRequest, SiteToolPolicy, ToolGrant
+from approvals.models import WAITING, ApprovalMode, ApprovalRequest, SiteToolPolicy, ToolGrant
 from approvals.policy import configured_modes, site_modes
 from approvals.waiting import CallDecision
 from console.widgets import (
@@ -156,14 +156,14 @@ class DecisionFilter(admin.SimpleListFilter):
 
     title = "decision"
     parameter_name = "decision"
-    WAITING = "waiting"
+    WAITING_CHOICE = "waiting"  # the filter's value for calls still waiting
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        return [(self.WAITING, "waiting"), *((d.value, d.value) for d in Decision)]
+        return [(self.WAITING_CHOICE, "waiting"), *((d.value, d.value) for d in Decision)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == self.WAITING:
-            return queryset.filter(decision="")
+        if self.value() == self.WAITING_CHOICE:
+            return queryset.filter(decision=WAITING)
         if self.value() in {decision.value for decision in Decision}:
             return queryset.filter(decision=self.value())
         return queryset
@@ -255,7 +255,7 @@ class ApprovalRequestAdmin(StepLinks, AuditAdmin):
     ) -> None:
         """The selected calls that still wait, decided run by run (a run whose calls are all
         decided goes back to the queue); a run that refuses says why, by its number."""
-        waiting = list(queryset.filter(decision="").order_by("run_id", "pk"))
+        waiting = list(queryset.filter(decision=WAITING).order_by("run_id", "pk"))
         skipped = queryset.count() - len(waiting)
         decided = 0
         for run_id, calls in by_run(waiting).items():

@@ -184,7 +184,7 @@ def test_the_audit_and_the_grants_are_read_only_and_only_a_superuser_deletes_the
         )
     )
     for model, obj in ((ApprovalRequest, request), (ToolGrant, grant)):
-        name = f"admin:agent_{model._meta.model_name}"
+        name = f"admin:approvals_{model._meta.model_name}"
         before = list(model.objects.values())
         change = reverse(f"{name}_change", args=[obj.pk])
         delete = reverse(f"{name}_delete", args=[obj.pk])
@@ -350,3 +350,27 @@ def test_the_runs_timeline_shows_each_call_that_asked_and_its_decision(
         listed_events
     )
     assert "run_code denied by alice: not today" in listed_events
+
+
+@pytest.mark.parametrize(
+    ("old", "page"),
+    [
+        ("/admin/agent/approvalrequest/?decision=waiting", CALLS + "?decision=waiting"),
+        ("/admin/agent/approvalrequest/7/change/", "admin:approvals_approvalrequest_change"),
+        ("/admin/agent/sitetoolpolicy/add/", "admin:approvals_sitetoolpolicy_add"),
+        ("/admin/agent/toolgrant/", GRANTS),
+    ],
+)
+def test_the_consoles_old_addresses_of_approvals_lead_to_their_pages(client, operator, old, page):
+    """The pages were the agent app's until approvals had an app of their own: an old bookmark
+    or link is sent on, permanently, to the same page, its query kept."""
+    if page.startswith("admin:"):
+        page = reverse(page, args=[7] if page.endswith("_change") else [])
+    moved = client.get(old)
+    assert (moved.status_code, moved["Location"]) == (301, page)
+
+
+def test_the_agent_apps_own_console_pages_stay_where_they_are(client, operator):
+    runs = reverse("admin:agent_agentrun_changelist")
+    assert runs.startswith("/admin/agent/")
+    assert client.get(runs).status_code == 200
