@@ -300,19 +300,3 @@ def expire(run_id: int) -> bool:
     waiting calls never run: the periodic sweep's end and a late decision's, the same. False if
     it no longer waits."""
     return end_waiting(run_id, RunStatus.HALTED, on_end=start_next_queued)
-
-
-def waiting_for(user: User) -> QuerySet[ApprovalRequest]:
-    """Every call that waits for the person's decision, across their conversations, oldest
-    first. One past its deadline is not listed nor counted, whenever the minute's sweep runs: it
-    can no longer be decided."""
-    return (
-        ApprovalRequest.objects.filter(
-            decision=WAITING,
-            run__in=runs_for(user),
-            run__status=RunStatus.AWAITING_APPROVAL,
-            created_at__gt=timezone.now() - approval_window(),
-        )
-        .select_related("run", "run__conversation")
-        .order_by("created_at", "seq")
-    )

@@ -13,7 +13,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from agent.models import AgentRun
-from agent.toolset import registry_for
+from agent.toolset import default_registry, registry_for
 from approvals.models import ApprovalMode, ApprovalPreference, SiteToolPolicy, ToolGrant
 from core.approval import Approval, Ask
 from core.llm import ToolCall
@@ -55,6 +55,30 @@ def site_modes() -> Modes:
 
 def site_asks(tool: str, modes: Modes | None = None) -> bool:
     return (site_modes() if modes is None else modes).get(tool) == ApprovalMode.ASK
+
+
+def modes_in_effect() -> list[dict[str, str]]:
+    """Each tool of this Loop (and any other a rule names): what LOOP_APPROVAL says, what the
+    console says, and the mode that applies, as the console's policy page shows them."""
+    configured = configured_modes()
+    console = dict(SiteToolPolicy.objects.values_list("tool", "mode"))
+    effective = site_modes()
+    tools = list(default_registry().tools)
+    named = [*tools, *sorted(effective.keys() - set(tools))]
+    return [
+        {
+            "tool": tool,
+            "setting": configured.get(tool, ""),
+            "console": console.get(tool, ""),
+            "mode": effective.get(tool, ApprovalMode.AUTO),
+        }
+        for tool in named
+    ]
+
+
+def setting_text() -> str:
+    """LOOP_APPROVAL as the site set it, or what its absence means."""
+    return settings.LOOP_APPROVAL.strip() or "(not set: every tool runs without asking)"
 
 
 # A person's choices -----------------------------------------------------------------------------

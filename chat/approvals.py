@@ -17,15 +17,14 @@ from django.utils.timesince import timeuntil
 from pygments.lexers import DiffLexer, PythonLexer
 
 from agent.models import AgentRun
-from agent.selectors import Logged, runs_for
-from approvals.decisions import DecisionRefused, moment_words, waiting_for
-from approvals.models import WAITING, ApprovalRequest, deadline_after
+from approvals.decisions import DecisionRefused, moment_words
 from approvals.policy import RUN_CODE, WRITE_FILE, site_asks, site_modes
+from approvals.selectors import deadlines_of
 from approvals.waiting import CallDecision
 from chat import mcp
 from chat.mcp import Hold, McpShown
 from chat.texts import Texts
-from core.events import ApprovalDecided, ApprovalRequested, Decision, RunStatus, loaded
+from core.events import ApprovalDecided, ApprovalRequested, Decision, RunStatus
 from core.results import ToolStatus
 from core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from workspace.browse import BrowseError, NotFound, open_text
@@ -64,9 +63,7 @@ class Asking:
     @cached_property
     def deadlines(self) -> dict[tuple[int, str], datetime]:
         """When each call waiting for the person may no longer be decided, by run and call."""
-        asked = ApprovalRequest.objects.filter(decision=WAITING, run__in=runs_for(self.user))
-        rows = asked.values_list("run_id", "call_id", "created_at")
-        return {(run_id, call_id): deadline_after(at) for run_id, call_id, at in rows}
+        return deadlines_of(self.user)
 
     @cached_property
     def holds(self) -> dict[str, Hold | None]:
@@ -233,38 +230,6 @@ def decided_data(event: ApprovalDecided, asking: Asking | None, texts: Texts) ->
         else:
             shown["arguments"] = texts.shown("arguments", pretty(event.arguments))
     return shown
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """How many calls wait for the person's decision, in all their runs, and the conversation of
-    the oldest (None: none waits in a conversation; runagent's runs have none)."""
-
-    count: int
-    conversation_id: int | None
-
-
-def waiting_of(user: AbstractBaseUser) -> Waiting:
-    conversations = list(waiting_for(user).values_list("run__conversation_id", flat=True))
-    oldest = next((found for found in conversations if found is not None), None)
-    return Waiting(len(conversations), oldest)
-
-
-def latest_decisions(run: AgentRun, count: int) -> list[Logged]:
-    """The run's last `count` decisions, from its log: those just made, with their seqs."""
-    rows = run.events.filter(kind=ApprovalDecided.kind).order_by("-seq")[:count]
-    return [
-        Logged(seq, loaded(kind, data))
-        for seq, kind, data in reversed(rows.values_list("seq", "kind", "data"))
-    ]
-
-
-def waiting_calls(run: AgentRun) -> list[ApprovalRequest]:
-    """The calls the run waits on, for its "Approve all" and "Deny all" (no query for a run
-    that waits on nothing)."""
-    if run.status != RunStatus.AWAITING_APPROVAL:
-        return []
-    return list(run.approvals.filter(decision=WAITING).order_by("seq"))
 
 
 # From the card's forms to decisions -------------------------------------------------------------

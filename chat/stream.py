@@ -13,7 +13,8 @@ from channels.db import database_sync_to_async
 from agent import selectors
 from agent.models import AgentRun
 from agent.selectors import Logged
-from chat.approvals import Asking, waiting_calls, waiting_of
+from approvals.selectors import waiting_calls, waiting_of
+from chat.approvals import Asking
 from chat.rendering import asking_of, card_for, draw, in_steps, labelled, render_card
 from core.events import (
     ApprovalDecided,

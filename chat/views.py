@@ -31,8 +31,9 @@ from agent.llm.factory import (
 )
 from agent.models import AgentRun, Conversation
 from approvals import decisions
+from approvals.selectors import latest_decisions, waiting_calls, waiting_of
 from chat import exports, sidebar, waiting
-from chat.approvals import Asking, decisions_from, latest_decisions, waiting_calls, waiting_of
+from chat.approvals import Asking, decisions_from
 from chat.rendering import (
     card_for,
     draw,

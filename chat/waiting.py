@@ -11,10 +11,10 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
-from approvals.decisions import waiting_for
 from approvals.models import ApprovalRequest
+from approvals.selectors import Waiting, waiting_for
 from approvals.waiting import approval_window_said
-from chat.approvals import Asking, Waiting
+from chat.approvals import Asking
 from chat.rendering import Card, card_for
 from core.events import ApprovalRequested, Decision
 from workspace.query_string import query_int

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -21,7 +20,7 @@ from django.utils.safestring import SafeString
 from agent.toolset import default_registry
 from approvals.decisions import DecisionRefused, decide_as_operator, may_decide_for_others
 from approvals.models import WAITING, ApprovalMode, ApprovalRequest, SiteToolPolicy, ToolGrant
-from approvals.policy import configured_modes, site_modes
+from approvals.policy import configured_modes, modes_in_effect, setting_text
 from approvals.waiting import CallDecision
 from console.widgets import (
     AuditAdmin,
@@ -62,28 +61,6 @@ class ToolFilter(admin.SimpleListFilter):
 
 
 # The site's policy -------------------------------------------------------------------------------
-
-
-def modes_in_effect() -> list[dict[str, str]]:
-    """Each tool of this Loop (and any other a rule names): what LOOP_APPROVAL says, what the
-    console says, and the mode that applies."""
-    configured = configured_modes()
-    console = dict(SiteToolPolicy.objects.values_list("tool", "mode"))
-    effective = site_modes()
-    named = [*tool_names(), *sorted(effective.keys() - set(tool_names()))]
-    return [
-        {
-            "tool": tool,
-            "setting": configured.get(tool, ""),
-            "console": console.get(tool, ""),
-            "mode": effective.get(tool, ApprovalMode.AUTO),
-        }
-        for tool in named
-    ]
-
-
-def setting_text() -> str:
-    return settings.LOOP_APPROVAL.strip() or "(not set: every tool runs without asking)"
 
 
 class SiteToolPolicyForm(forms.ModelForm):

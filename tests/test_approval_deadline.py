@@ -22,9 +22,9 @@ from approvals.decisions import (
     decide,
     decide_as_operator,
     expire_waiting,
-    waiting_for,
 )
 from approvals.models import ApprovalRequest
+from approvals.selectors import waiting_for
 from approvals.waiting import CallDecision
 from core.approval import EXPIRED_TEXT
 from core.events import Decision, HaltReason, RunStatus

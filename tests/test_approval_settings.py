@@ -15,9 +15,10 @@ from django.urls import reverse
 
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.runs import new_conversation, start_run
-from approvals.decisions import decide, waiting_for
+from approvals.decisions import decide
 from approvals.models import ApprovalPreference, ApprovalRequest, SiteToolPolicy, ToolGrant
 from approvals.policy import granted_tools, policy_for
+from approvals.selectors import waiting_for
 from approvals.waiting import CallDecision
 from core.events import Decision, RunStatus
 from core.llm import ToolCall
