@@ -79,7 +79,7 @@ def decide_here(
     hears each decision as the run's log has it. A decision refused (an edit that does not fit
     the tool, a call decided on the page meanwhile) is told to `refused`, and whatever still
     waits is asked about again. Once the last call is decided the run is queued for this process
-    to work (no job: agent.approvals.decide's `queue_it`)."""
+    to work (no job: approvals.decisions.decide's `queue_it`)."""
     while (request := next_waiting(run)) is not None:
         decision = choose(request)
         try:
