@@ -1,42 +1,22 @@
 """A person's approval settings (/settings/approvals/): which tool calls wait for their decision
-on top of what the site requires (agent.approvals reads them), and the tools they allowed for a
+on top of what the site requires (approvals.policy reads them), and the tools they allowed for a
 whole conversation, each revocable. A person may ask for more than the site, never for less: a
 choice the site requires is shown checked and cannot be unchecked, and a POST that unchecks it
 changes nothing."""
 
-from dataclasses import dataclass
-
 from django import forms
 from django.contrib import messages
-from django.contrib.auth.models import AbstractBaseUser
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from agent.approvals import RUN_CODE, WRITE_FILE, preference_of, revoke_grant, site_asks, site_modes
-from agent.models import ApprovalPreference, ToolGrant
-from agent.selectors import conversations_for
-from agent.toolset import default_registry
+from approvals.choices import CHOICES, live_grants, save_choices, site_required
+from approvals.models import ApprovalPreference
+from approvals.policy import preference_of, revoke_grant, site_modes
 from core.llm import TOOL_NAME_CHARS
+from workspace.requests import SignedInRequest
 
-# Each choice a person makes, and the tools it asks about (None: every tool).
-CHOICES: dict[str, tuple[str, str | None]] = {
-    "ask_run_code": ("Ask me before running code", RUN_CODE),
-    "ask_write_file": ("Ask me before writing files", WRITE_FILE),
-    "ask_any_tool": ("Ask me before any tool", None),
-}
 SITE_REQUIRES = "The site requires it: every such call waits for your decision."
-
-
-def site_required(modes: dict[str, str]) -> set[str]:
-    """The choices the site makes for everyone: a tool it asks about, or, for "any tool", every
-    tool of this Loop."""
-    tools = default_registry().tools
-    return {
-        choice
-        for choice, (_, tool) in CHOICES.items()
-        if (site_asks(tool, modes) if tool else all(site_asks(name, modes) for name in tools))
-    }
 
 
 class ApprovalChoicesForm(forms.Form):
@@ -57,38 +37,8 @@ class ApprovalChoicesForm(forms.Form):
             )
 
 
-def save_choices(
-    user: AbstractBaseUser, chosen: dict[str, bool], required: set[str]
-) -> ApprovalPreference:
-    """The person's choices stored, less those the site requires: those keep what the person
-    had, which applies again if the site stops requiring it."""
-    mine = {name: bool(chosen.get(name)) for name in CHOICES if name not in required}
-    preference, _ = ApprovalPreference.objects.update_or_create(user=user, defaults=mine)
-    return preference
-
-
-@dataclass(frozen=True)
-class LiveGrant:
-    """An "always allow" the person gave in one conversation, and whether the site asks about
-    that tool anyway (then the grant has no effect while it does)."""
-
-    grant: ToolGrant
-    site_asks: bool
-
-
-def live_grants(user: AbstractBaseUser, modes: dict[str, str]) -> list[LiveGrant]:
-    """The person's unrevoked grants in their conversations, newest conversation first: one
-    query."""
-    grants = (
-        ToolGrant.objects.filter(conversation__in=conversations_for(user), revoked_at__isnull=True)
-        .select_related("conversation")
-        .order_by("-conversation__updated_at", "conversation_id", "tool")
-    )
-    return [LiveGrant(grant, site_asks(grant.tool, modes)) for grant in grants]
-
-
 @require_http_methods(["GET", "POST"])
-def approval_settings(request: HttpRequest) -> HttpResponse:
+def approval_settings(request: SignedInRequest) -> HttpResponse:
     modes = site_modes()
     required = site_required(modes)
     preference = preference_of(request.user)
@@ -109,7 +59,7 @@ class RevokeForm(forms.Form):
 
 
 @require_POST
-def revoke(request: HttpRequest) -> HttpResponse:
+def revoke(request: SignedInRequest) -> HttpResponse:
     """Ends one of the person's own grants; another person's grant, or one already revoked, does
     not exist here."""
     form = RevokeForm(request.POST)

@@ -41,13 +41,12 @@ from agent.instructions import personal_instructions_of
 from agent.models import (
     FINISHED,
     AgentRun,
-    ApprovalPreference,
     Conversation,
     RunResume,
-    ToolGrant,
 )
 from agent.runs import request_cancel
 from agent.transcripts import transcripts
+from approvals.models import ApprovalPreference, ToolGrant
 from mcp_servers.models import McpServer
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory

@@ -280,10 +280,7 @@ class Alongside:
 
     def inserted(self, now: datetime) -> list[Any]:
         """The values in the order of its INSERT's columns (`inserted_fields`)."""
-        return [
-            column.value(self.values, now)
-            for column in inserted_columns(self.model)  # type: ignore[arg-type]  # a class hashes
-        ]
+        return [column.value(self.values, now) for column in inserted_columns(self.model)]
 
 
 @dataclass(frozen=True)
@@ -316,7 +313,7 @@ def inserted_columns(model: type[models.Model]) -> tuple[InsertedColumn, ...]:
             ),
             json=isinstance(field, models.JSONField),
         )
-        for field in inserted_fields(model)  # type: ignore[arg-type]  # a class hashes
+        for field in inserted_fields(model)
     )
 
 
@@ -422,7 +419,7 @@ def with_alongside(statement: str, models_: Sequence[type[models.Model]], connec
         return statement
     parts = []
     for index, model in enumerate(models_):
-        fields = inserted_fields(model)  # type: ignore[arg-type]  # a class hashes
+        fields = inserted_fields(model)
         insert = values_insert(model, fields, 1, connection)
         # Names and SQL of our own making; every value is a parameter.
         parts.append(f"alongside_{index} AS ({insert} WHERE EXISTS (SELECT 1 FROM event))")  # noqa: S608
@@ -593,12 +590,3 @@ class RunFeedback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_rating_display()} on run {self.run_id}"
-
-
-# The records of calls that wait for a person's decision, registered with the agent's models.
-from agent.approval_records import (  # noqa: E402, F401
-    ApprovalPreference,
-    ApprovalRequest,
-    SiteToolPolicy,
-    ToolGrant,
-)

@@ -21,7 +21,6 @@ from agent.models import (
     LIVE,
     AgentRun,
     Alongside,
-    ApprovalRequest,
     BreakerTrip,
     RunEvent,
     ToolExecution,
@@ -49,6 +48,19 @@ logger = logging.getLogger(__name__)
 # The run's summary row (iterations, tokens, heartbeat) is refreshed at most this often while it
 # runs; the event log has every step, and the final event writes the final figures.
 SUMMARY_INTERVAL = 5.0
+
+# The row a call waiting for its person's decision adds (the approvals app's ApprovalRequest),
+# made from (run id, its ApprovalRequested, that event's seq) and written in the event's
+# statement. That app stands above this one: it hands its maker over as it starts
+# (`approvals.apps`), so the recorder writes the row without importing it.
+RequestRow = Callable[[int, ApprovalRequested, int], Alongside]
+_request_rows: list[RequestRow] = []
+
+
+def write_request_rows(rows: RequestRow) -> None:
+    """From now on, each ApprovalRequested recorded adds the row `rows` makes (one maker)."""
+    _request_rows[:] = [rows]
+
 
 # Events held to be recorded with the one that follows them, in one statement and one commit.
 # The loop records something at once after each of these (a model's reply is followed by its
@@ -198,7 +210,7 @@ class RunRecorder:
             case BreakerTripped():
                 return [self.trip(event)]
             case ApprovalRequested():
-                return [self.request(event, seq)]
+                return [rows(self.run.pk, event, seq) for rows in _request_rows]
         return []
 
     def writes_for(self, event: Event) -> list[Callable[[], object]]:
@@ -268,23 +280,6 @@ class RunRecorder:
                 "tool": event.tool,
                 "reason": event.reason.value,
                 "failures": event.failures,
-            },
-        )
-
-    def request(self, event: ApprovalRequested, seq: int) -> Alongside:
-        """A call waiting for its person's decision: the row the decision is made on, ordered
-        as its request in the log (a reply's calls in the model's order)."""
-        return Alongside(
-            ApprovalRequest,
-            {
-                "run_id": self.run.pk,
-                "seq": seq,
-                "step": event.step,
-                "call_id": event.call_id,
-                "tool": event.tool,
-                "arguments": event.arguments,
-                "digest": event.digest,
-                "why": event.why[:200],
             },
         )
 

@@ -27,7 +27,7 @@ from agent.selectors import (
     model_offered,
     runs_for,
 )
-from agent.waiting import end_waiting
+from agent.signals import stop_requested
 from core.ending import run_end
 from core.events import PersonSaid, RunStatus
 from core.guards import Limits
@@ -275,8 +275,8 @@ def request_cancel(run: AgentRun) -> AgentRun:
     Whatever happens meanwhile, the Stop is recorded first, so the run's next claim reads it."""
     now = timezone.now()
     job_id = record_stop(run.pk, now)
-    if end_waiting(run.pk, RunStatus.CANCELLED, on_end=start_next_queued):
-        pass  # it waited for a decision: no worker holds it, and its calls never ran
+    if any(ended for _, ended in stop_requested.send(sender=AgentRun, run_id=run.pk)):
+        pass  # it waited for a decision (approvals ended it): no worker holds it
     elif not end_queued(run.pk):
         end_if_abandoned(run.pk, RunStatus.CANCELLED)
     abort_job(job_id)

@@ -3,7 +3,7 @@ client that approves each call a set time after it asked, what the workers held 
 waited, and the figures of the runs that waited and of those that never did.
 
 The bench imports none of the project's code: the decisions are made by a Django process of the
-site's own (`manage.py shell`), which calls agent.approvals.decide as the run's owner, as the
+site's own (`manage.py shell`), which calls approvals.decisions.decide as the run's owner, as the
 chat's decide view does for a person.
 """
 
@@ -24,10 +24,10 @@ DECIDER_APP = "bench-decider"
 # Read by `manage.py shell -c`: one JSON line per call to approve, one answer line each.
 DECIDER = """
 import json, sys
-from agent.approvals import DecisionRefused, decide
+from approvals.decisions import DecisionRefused, decide
 from core.events import Decision
 from agent.models import AgentRun
-from agent.waiting import CallDecision
+from approvals.waiting import CallDecision
 
 print("decider ready", flush=True)
 for line in sys.stdin:
@@ -48,7 +48,7 @@ def ask_before_run_code(stack: Stack, usernames: list[str]) -> None:
     script = (
         "import json\n"
         "from django.contrib.auth.models import User\n"
-        "from agent.approval_records import ApprovalPreference\n"
+        "from approvals.models import ApprovalPreference\n"
         f"names = json.loads({json.dumps(json.dumps(usernames))})\n"
         "ApprovalPreference.objects.bulk_create(\n"
         "    ApprovalPreference(user=user, ask_run_code=True)\n"

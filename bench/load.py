@@ -44,7 +44,7 @@ Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; 
 `--pairs` times in turn: a round of `--people` runs with no approvals at all, then a round of
 `--people` in which 1 person in 2 has asked to decide before run_code runs (the demo's first
 call) and a client approves each call `--decide-after` seconds after it asked
-(bench/_approvals.py: agent.approvals.decide, called as the run's owner by a `manage.py shell`
+(bench/_approvals.py: approvals.decisions.decide, called as the run's owner by a `manage.py shell`
 process); then `--idle-runs` such runs sent one at a time to the idle workers. Per pair, side by
 side: the runs per minute, pickup p50/p99, end to end and started -> finished of all the first
 round's runs, of 1 in 2 of them, of the second round's runs that never waited and of those that

@@ -1,4 +1,4 @@
-"""The chat's side of tool calls that wait for a person's decision (agent.approvals): what a
+"""The chat's side of tool calls that wait for a person's decision (approvals/): what a
 call's card shows of it (run_code's code highlighted, write_file's content and its diff against
 the file it would replace), and how the card's forms become the decisions the core checks."""
 
@@ -10,29 +10,21 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.http import QueryDict
 from django.utils import timezone
 from django.utils.timesince import timeuntil
 from pygments.lexers import DiffLexer, PythonLexer
 
-from agent.approval_records import deadline_after
-from agent.approvals import (
-    RUN_CODE,
-    WRITE_FILE,
-    DecisionRefused,
-    moment_words,
-    site_asks,
-    site_modes,
-    waiting_for,
-)
-from agent.models import AgentRun, ApprovalRequest
-from agent.selectors import Logged, runs_for
-from agent.waiting import CallDecision
+from agent.models import AgentRun
+from approvals.decisions import DecisionRefused, moment_words
+from approvals.policy import RUN_CODE, WRITE_FILE, Modes, site_asks, site_modes
+from approvals.selectors import deadlines_of
+from approvals.waiting import CallDecision
 from chat import mcp
 from chat.mcp import Hold, McpShown
 from chat.texts import Texts
-from core.events import ApprovalDecided, ApprovalRequested, Decision, RunStatus, loaded
+from core.events import ApprovalDecided, ApprovalRequested, Decision, RunStatus
 from core.results import ToolStatus
 from core.wording import RUN_SYMBOLS, TOOL_SYMBOLS
 from workspace.browse import BrowseError, NotFound, open_text
@@ -54,10 +46,10 @@ class Asking:
     would replace), the site's modes (a tool the site asks about cannot be always allowed) and
     the person's MCP tools (which server a call's tool is of)."""
 
-    user: AbstractBaseUser
+    user: User
 
     @cached_property
-    def modes(self) -> dict[str, str]:
+    def modes(self) -> Modes:
         return site_modes()
 
     @cached_property
@@ -71,9 +63,7 @@ class Asking:
     @cached_property
     def deadlines(self) -> dict[tuple[int, str], datetime]:
         """When each call waiting for the person may no longer be decided, by run and call."""
-        asked = ApprovalRequest.objects.filter(decision="", run__in=runs_for(self.user))
-        rows = asked.values_list("run_id", "call_id", "created_at")
-        return {(run_id, call_id): deadline_after(at) for run_id, call_id, at in rows}
+        return deadlines_of(self.user)
 
     @cached_property
     def holds(self) -> dict[str, Hold | None]:
@@ -220,10 +210,10 @@ DECIDED_WORDS = {
 def decided_data(event: ApprovalDecided, asking: Asking | None, texts: Texts) -> dict[str, Any]:
     """A decided call's card: the decision, an edit's arguments, a denial's reason, and who
     decided when it was not the person reading."""
-    icon, label = DECIDED_WORDS.get(event.decision, ("?", str(event.decision).capitalize()))
+    icon, label = DECIDED_WORDS.get(event.decision, ("?", event.decision.value.capitalize()))
     shown: dict[str, Any] = {
         "tool": event.tool,
-        "decision": str(event.decision),
+        "decision": event.decision.value,
         "icon": icon,
         "label": label,
         "reason": event.reason,
@@ -242,45 +232,13 @@ def decided_data(event: ApprovalDecided, asking: Asking | None, texts: Texts) ->
     return shown
 
 
-@dataclass(frozen=True)
-class Waiting:
-    """How many calls wait for the person's decision, in all their runs, and the conversation of
-    the oldest (None: none waits in a conversation; runagent's runs have none)."""
-
-    count: int
-    conversation_id: int | None
-
-
-def waiting_of(user: AbstractBaseUser) -> Waiting:
-    conversations = list(waiting_for(user).values_list("run__conversation_id", flat=True))
-    oldest = next((found for found in conversations if found is not None), None)
-    return Waiting(len(conversations), oldest)
-
-
-def latest_decisions(run: AgentRun, count: int) -> list[Logged]:
-    """The run's last `count` decisions, from its log: those just made, with their seqs."""
-    rows = run.events.filter(kind=ApprovalDecided.kind).order_by("-seq")[:count]
-    return [
-        Logged(seq, loaded(kind, data))
-        for seq, kind, data in reversed(rows.values_list("seq", "kind", "data"))
-    ]
-
-
-def waiting_calls(run: AgentRun) -> list[ApprovalRequest]:
-    """The calls the run waits on, for its "Approve all" and "Deny all" (no query for a run
-    that waits on nothing)."""
-    if run.status != RunStatus.AWAITING_APPROVAL:
-        return []
-    return list(run.approvals.filter(decision="").order_by("seq"))
-
-
 # From the card's forms to decisions -------------------------------------------------------------
 
 
 def decisions_from(form: QueryDict, run: AgentRun) -> list[CallDecision]:
     """The decisions a card's form (one call) or the run's "all" form (every waiting call)
     sends: each call with the digest the person saw. What they decide is checked by the core
-    (agent.approvals.decide), which refuses a call that no longer waits or another digest."""
+    (approvals.decisions.decide), which refuses a call that no longer waits or another digest."""
     calls, digests = form.getlist("call"), form.getlist("digest")
     if not calls or len(calls) != len(digests):
         raise DecisionRefused("Say which call the decision is for: reload the page.")

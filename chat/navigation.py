@@ -5,7 +5,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
 
-from chat.approvals import waiting_of
+from approvals.selectors import waiting_of
 from workspace.requests import person_of
 
 # Each place's URL names the pages under it; the longest match wins, and the chat ("/") holds

@@ -19,9 +19,9 @@ from django.template.loader import get_template
 from django.urls import reverse
 from django.utils import timezone
 
-from agent.approvals import RUN_CODE
 from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
+from approvals.policy import RUN_CODE
 from chat import approvals, mcp
 from chat.approvals import Asking
 from chat.streamed import markdown_so_far, settled_end

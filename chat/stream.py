@@ -13,7 +13,8 @@ from channels.db import database_sync_to_async
 from agent import selectors
 from agent.models import AgentRun
 from agent.selectors import Logged
-from chat.approvals import Asking, waiting_calls, waiting_of
+from approvals.selectors import waiting_calls, waiting_of
+from chat.approvals import Asking
 from chat.rendering import asking_of, card_for, draw, in_steps, labelled, render_card
 from core.events import (
     ApprovalDecided,
@@ -132,7 +133,7 @@ def lifecycle(events: list[Logged]) -> bool:
 def decisions(events: list[Logged]) -> bool:
     """Whether a call began or stopped waiting for its person within these events: the count
     of calls waiting for them changed (a run's end changes it only with its calls' decisions,
-    agent/waiting.py)."""
+    approvals/waiting.py)."""
     return any(isinstance(event, ApprovalRequested | ApprovalDecided) for _, event in events)
 
 

@@ -16,7 +16,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from agent import approvals, queued, runs, selectors
+from agent import queued, runs, selectors
 from agent.forgotten import take_back
 from agent.instructions import InstructionsForm, set_conversation_instructions
 from agent.llm.factory import (
@@ -30,8 +30,10 @@ from agent.llm.factory import (
     parse,
 )
 from agent.models import AgentRun, Conversation, QueuedTask
+from approvals import decisions
+from approvals.selectors import latest_decisions, waiting_calls, waiting_of
 from chat import exports, sidebar, waiting
-from chat.approvals import Asking, decisions_from, latest_decisions, waiting_calls, waiting_of
+from chat.approvals import Asking, decisions_from
 from chat.rendering import (
     card_for,
     draw,
@@ -400,10 +402,10 @@ def decide(request: SignedInRequest, run_id: int) -> HttpResponse:
     where the person decided (400)."""
     run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
     try:
-        decided = approvals.decide(request.user, run.pk, decisions_from(request.POST, run))
+        decided = decisions.decide(request.user, run.pk, decisions_from(request.POST, run))
     except AgentRun.DoesNotExist:
         raise Http404("No such run.") from None
-    except approvals.DecisionRefused as error:
+    except decisions.DecisionRefused as error:
         return decision_refused(request, run, str(error))
     if request.POST.get(waiting.LISTED):  # from "Waiting for you": the call leaves its list
         return waiting.decided_answer(request, decided)

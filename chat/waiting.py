@@ -11,10 +11,10 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET
 
-from agent.approvals import waiting_for
-from agent.models import ApprovalRequest
-from agent.waiting import approval_window_said
-from chat.approvals import Asking, Waiting
+from approvals.models import ApprovalRequest
+from approvals.selectors import Waiting, waiting_for
+from approvals.waiting import approval_window_said
+from chat.approvals import Asking
 from chat.rendering import Card, card_for
 from core.events import ApprovalRequested, Decision
 from workspace.query_string import query_int

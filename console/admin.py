@@ -4,15 +4,8 @@ console/memories.py and console/mcp_servers.py; people and sign-ups are accounts
 
 from django.contrib import admin
 
-from agent.models import (
-    AgentRun,
-    ApprovalRequest,
-    BreakerTrip,
-    RunEvent,
-    SiteToolPolicy,
-    ToolExecution,
-    ToolGrant,
-)
+from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
+from approvals.models import ApprovalRequest, SiteToolPolicy, ToolGrant
 from console.approvals import ApprovalRequestAdmin, SiteToolPolicyAdmin, ToolGrantAdmin
 from console.mcp_servers import McpConnectionAdmin, McpServerAdmin, McpToolAdmin
 from console.memories import ForgottenMemoryAdmin, MemoryAdmin

@@ -1,16 +1,15 @@
 """The approval pages: the site's policy (which tools ask first, as staff set it over
 LOOP_APPROVAL), the audit of every call that asked and what became of it, with the operators'
 decisions on waiting calls (deny; approve on a person's behalf, with a permission of its own),
-and the tools people allowed for a conversation. Decisions go through agent.approvals, bound to
+and the tools people allowed for a conversation. Decisions go through approvals/, bound to
 each call's digest, as a person's do."""
 
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -18,18 +17,11 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from agent.approvals import (
-    ASK,
-    AUTO,
-    DecisionRefused,
-    configured_modes,
-    decide_as_operator,
-    may_decide_for_others,
-    site_modes,
-)
-from agent.models import ApprovalRequest, SiteToolPolicy, ToolGrant
 from agent.toolset import default_registry
-from agent.waiting import CallDecision
+from approvals.decisions import DecisionRefused, decide_as_operator, may_decide_for_others
+from approvals.models import WAITING, ApprovalMode, ApprovalRequest, SiteToolPolicy, ToolGrant
+from approvals.policy import configured_modes, modes_in_effect, setting_text
+from approvals.waiting import CallDecision
 from console.widgets import (
     AuditAdmin,
     MalformedFiltersSaid,
@@ -43,6 +35,7 @@ from console.widgets import (
     user_link,
 )
 from core.events import Decision
+from workspace.requests import person_of
 
 # The reason the model reads with an operator's denial, after "DENIED: by an operator of this
 # site: " (core.approval.denied_text).
@@ -61,39 +54,19 @@ class ToolFilter(admin.SimpleListFilter):
     title = "tool"
     parameter_name = "tool"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [(name, name) for name in tool_names()]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(tool=self.value()) if self.value() else queryset
 
 
 # The site's policy -------------------------------------------------------------------------------
 
 
-def modes_in_effect() -> list[dict[str, str]]:
-    """Each tool of this Loop (and any other a rule names): what LOOP_APPROVAL says, what the
-    console says, and the mode that applies."""
-    configured = configured_modes()
-    console = dict(SiteToolPolicy.objects.values_list("tool", "mode"))
-    effective = site_modes()
-    named = [*tool_names(), *sorted(effective.keys() - set(tool_names()))]
-    return [
-        {
-            "tool": tool,
-            "setting": configured.get(tool, ""),
-            "console": console.get(tool, ""),
-            "mode": effective.get(tool, AUTO),
-        }
-        for tool in named
-    ]
-
-
-def setting_text() -> str:
-    return settings.LOOP_APPROVAL.strip() or "(not set: every tool runs without asking)"
-
-
-class SiteToolPolicyForm(forms.ModelForm):
+class SiteToolPolicyForm(forms.ModelForm[SiteToolPolicy]):
     tool = forms.ChoiceField()
 
     class Meta:
@@ -105,7 +78,7 @@ class SiteToolPolicyForm(forms.ModelForm):
         names = tool_names()
         if self.instance.tool and self.instance.tool not in names:  # a tool since removed
             names.append(self.instance.tool)
-        self.fields["tool"].choices = [(name, name) for name in names]
+        cast(forms.ChoiceField, self.fields["tool"]).choices = [(name, name) for name in names]
         # The admin draws a help text as HTML.
         self.fields["mode"].help_text = format_html(
             "LOOP_APPROVAL, the site's setting, says <code>{}</code>. A mode set here wins over "
@@ -116,13 +89,13 @@ class SiteToolPolicyForm(forms.ModelForm):
         )
 
 
-class SiteToolPolicyAdmin(MalformedFiltersSaid, admin.ModelAdmin):
+class SiteToolPolicyAdmin(MalformedFiltersSaid):
     """Staff set a tool's mode here; LOOP_APPROVAL's modes are shown beside them, read-only."""
 
     form = SiteToolPolicyForm
     list_display = ("tool", "mode_badge", "from_setting", "updated_at", "updated_by_name")
     list_select_related = ("updated_by",)
-    change_list_template = "admin/agent/sitetoolpolicy/change_list.html"
+    change_list_template = "admin/approvals/sitetoolpolicy/change_list.html"
 
     @admin.display(description="mode", ordering="mode")
     def mode_badge(self, policy: SiteToolPolicy) -> SafeString:
@@ -137,9 +110,9 @@ class SiteToolPolicyAdmin(MalformedFiltersSaid, admin.ModelAdmin):
         return user_link(policy.updated_by)
 
     def save_model(
-        self, request: HttpRequest, obj: SiteToolPolicy, form: forms.ModelForm, change: bool
+        self, request: HttpRequest, obj: SiteToolPolicy, form: forms.ModelForm[Any], change: bool
     ) -> None:
-        obj.updated_by = request.user
+        obj.updated_by = person_of(request)
         super().save_model(request, obj, form, change)
 
     def changelist_view(
@@ -150,7 +123,7 @@ class SiteToolPolicyAdmin(MalformedFiltersSaid, admin.ModelAdmin):
 
 
 def mode_badge(mode: str) -> SafeString:
-    if mode == ASK:
+    if mode == ApprovalMode.ASK:
         return badge("asks first", tone="warn", symbol="✋")
     return badge("runs without asking" if mode else "", tone="quiet", symbol="→")
 
@@ -163,14 +136,16 @@ class DecisionFilter(admin.SimpleListFilter):
 
     title = "decision"
     parameter_name = "decision"
-    WAITING = "waiting"
+    WAITING_CHOICE = "waiting"  # the filter's value for calls still waiting
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        return [(self.WAITING, "waiting"), *((d.value, d.value) for d in Decision)]
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
+        return [(self.WAITING_CHOICE, "waiting"), *((d.value, d.value) for d in Decision)]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
-        if self.value() == self.WAITING:
-            return queryset.filter(decision="")
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == self.WAITING_CHOICE:
+            return queryset.filter(decision=WAITING)
         if self.value() in {decision.value for decision in Decision}:
             return queryset.filter(decision=self.value())
         return queryset
@@ -244,10 +219,10 @@ class ApprovalRequestAdmin(StepLinks, AuditAdmin):
         return pretty_json(parsed_or_text(request_.arguments))
 
     def has_deny_permission(self, request: HttpRequest) -> bool:
-        return may_decide_for_others(request.user, Decision.DENY)
+        return may_decide_for_others(person_of(request), Decision.DENY)
 
     def has_approve_permission(self, request: HttpRequest) -> bool:
-        return may_decide_for_others(request.user, Decision.APPROVE)
+        return may_decide_for_others(person_of(request), Decision.APPROVE)
 
     @admin.action(description="Deny the selected waiting calls", permissions=["deny"])
     def deny_calls(self, request: HttpRequest, queryset: QuerySet[ApprovalRequest]) -> None:
@@ -262,7 +237,7 @@ class ApprovalRequestAdmin(StepLinks, AuditAdmin):
     ) -> None:
         """The selected calls that still wait, decided run by run (a run whose calls are all
         decided goes back to the queue); a run that refuses says why, by its number."""
-        waiting = list(queryset.filter(decision="").order_by("run_id", "pk"))
+        waiting = list(queryset.filter(decision=WAITING).order_by("run_id", "pk"))
         skipped = queryset.count() - len(waiting)
         decided = 0
         for run_id, calls in by_run(waiting).items():
@@ -276,7 +251,7 @@ class ApprovalRequestAdmin(StepLinks, AuditAdmin):
                 for call in calls
             ]
             try:
-                done = decide_as_operator(request.user, run_id, decisions)
+                done = decide_as_operator(person_of(request), run_id, decisions)
             except (DecisionRefused, PermissionDenied) as refused:
                 self.message_user(request, f"Run {run_id}: {refused}", messages.WARNING)
                 continue
@@ -311,10 +286,12 @@ class LiveFilter(admin.SimpleListFilter):
     title = "state"
     parameter_name = "state"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(
+        self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]
+    ) -> list[tuple[str, str]]:
         return [("live", "allowed"), ("revoked", "revoked")]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         if self.value() in ("live", "revoked"):
             return queryset.filter(revoked_at__isnull=self.value() == "live")
         return queryset

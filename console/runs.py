@@ -27,7 +27,6 @@ from django_stubs_ext import WithAnnotations
 from agent.models import (
     FINISHED,
     AgentRun,
-    ApprovalRequest,
     BreakerTrip,
     Rating,
     RunEvent,
@@ -42,6 +41,7 @@ from agent.runs import (
     continue_run_as_operator,
 )
 from agent.transcripts import transcripts
+from approvals.models import ApprovalRequest
 from console import rollup, selectors, storage
 from console.widgets import (
     AuditAdmin,

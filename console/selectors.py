@@ -12,7 +12,8 @@ from django.db.models import Count, IntegerField, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
-from agent.models import AgentRun, ApprovalRequest, BreakerTrip, RunEvent, ToolExecution
+from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
+from approvals.models import ApprovalRequest
 from console import rollup
 from core.events import (
     ApprovalDecided,

@@ -20,7 +20,6 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from agent.abandoned import ended_from_log
-from agent.approvals import approval_for
 from agent.llm.factory import OPENAI, ModelChoice, llm_for
 from agent.llm.gate import TakingTurns
 from agent.models import FINISHED, AgentRun, RunResume
@@ -29,6 +28,7 @@ from agent.recorder import RunRecorder
 from agent.runs import reopen, start_next_queued
 from agent.selectors import conversation_context, instructions_for
 from agent.toolset import registry_for
+from approvals.policy import approval_for
 from core.ending import Ended, Parked, Released
 from core.events import (
     BREAKER_REASONS,

@@ -21,12 +21,12 @@ from procrastinate.jobs import JobDeferrer, Status
 from procrastinate.manager import JobManager
 
 from agent.abandoned import end_jobless_runs_without_a_process, runs_of_gone_processes_here
-from agent.approvals import expire_waiting
 from agent.models import AgentRun
 from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE, WORK_RUN
 from agent.queued import conversations_waiting
 from agent.retention import prune
 from agent.runs import start_waiting
+from approvals.decisions import expire_waiting
 from core.events import RunStatus
 from core.interrupt import StopReason
 from engine.execution import JobOutcome, work_job
@@ -165,7 +165,7 @@ async def prune_old_records_job(timestamp: int) -> int:
 @app.task(name="agent.expire_waiting_calls", queue=RECOVERY_QUEUE, queueing_lock="expire_waiting")
 async def expire_waiting_calls(timestamp: int) -> int:
     """Every minute: a run whose call waited for its person's decision longer than
-    LOOP_APPROVAL_SECONDS ends halted, the call never run (agent/approvals.py). Returns how many
+    LOOP_APPROVAL_SECONDS ends halted, the call never run (approvals/decisions.py). Returns how many
     runs ended."""
     return await sync_to_async(expire_waiting)()
 

@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "procrastinate.contrib.django",
     "axes",
     "agent",
+    "approvals",
     "engine",
     "tools",
     "workspace",

@@ -16,12 +16,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agent.approvals import decide_as_operator, expire_waiting, moment_words
 from agent.llm.scripted import ScriptedLLM, answer, call, calls
-from agent.models import AgentRun, ApprovalPreference, ApprovalRequest, ToolGrant
+from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from agent.selectors import events_of
-from agent.waiting import CallDecision
+from approvals.decisions import decide_as_operator, expire_waiting, moment_words
+from approvals.models import ApprovalPreference, ApprovalRequest, ToolGrant
+from approvals.waiting import CallDecision
 from chat.stream import read_unsent
 from core.events import ApprovalDecided, Decision, ToolCallFinished
 from core.results import ToolStatus

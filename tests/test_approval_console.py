@@ -2,7 +2,7 @@
 over LOOP_APPROVAL, which is shown read-only beside it; the audit of calls that asked lists,
 filters and searches them, read-only, and its two actions decide waiting calls through the same
 functions as a person (deny with agent.change_agentrun, approve only with
-agent.decide_for_others); the grants are listed read-only. Every page's queries are as many for
+approvals.decide_for_others); the grants are listed read-only. Every page's queries are as many for
 many rows as for a few."""
 
 import json
@@ -15,20 +15,22 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from agent.approvals import decide, decide_as_operator, policy_for, site_modes
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.models import AgentRun, ApprovalPreference, ApprovalRequest, SiteToolPolicy, ToolGrant
+from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
-from agent.waiting import CallDecision
+from approvals.decisions import decide, decide_as_operator
+from approvals.models import ApprovalPreference, ApprovalRequest, SiteToolPolicy, ToolGrant
+from approvals.policy import policy_for, site_modes
+from approvals.waiting import CallDecision
 from core.events import Decision, RunStatus, ToolCallFinished
 from core.llm import ToolCall
 from engine.execution import execute_run, tool_context
 
 pytestmark = pytest.mark.django_db
 
-CALLS = reverse("admin:agent_approvalrequest_changelist")
-POLICIES = reverse("admin:agent_sitetoolpolicy_changelist")
-GRANTS = reverse("admin:agent_toolgrant_changelist")
+CALLS = reverse("admin:approvals_approvalrequest_changelist")
+POLICIES = reverse("admin:approvals_sitetoolpolicy_changelist")
+GRANTS = reverse("admin:approvals_toolgrant_changelist")
 CODE = {"code": "print(6 * 7)"}
 
 
@@ -86,13 +88,13 @@ def test_staff_set_a_tools_mode_over_loop_approval_which_the_list_shows_read_onl
     assert page.count("✋ asks first") == 1  # run_code, from the setting
 
     added = client.post(
-        reverse("admin:agent_sitetoolpolicy_add"), {"tool": "write_file", "mode": "ask"}
+        reverse("admin:approvals_sitetoolpolicy_add"), {"tool": "write_file", "mode": "ask"}
     )
     assert added.status_code == 302
     policy = SiteToolPolicy.objects.get(tool="write_file")
     assert (policy.mode, policy.updated_by) == ("ask", operator)
     assert site_modes()["write_file"] == "ask"
-    client.post(reverse("admin:agent_sitetoolpolicy_add"), {"tool": "run_code", "mode": "auto"})
+    client.post(reverse("admin:approvals_sitetoolpolicy_add"), {"tool": "run_code", "mode": "auto"})
     assert site_modes()["run_code"] == "auto"  # the console wins over the setting
 
     run = start_run(alice, "a task", model="mock")
@@ -113,18 +115,20 @@ def test_staff_set_a_tools_mode_over_loop_approval_which_the_list_shows_read_onl
         "remember": ("", "", "auto"),
     }
     assert "LOOP_APPROVAL says" in shown.content.decode()
-    form = client.get(reverse("admin:agent_sitetoolpolicy_add")).content.decode()
+    form = client.get(reverse("admin:approvals_sitetoolpolicy_add")).content.decode()
     assert "site's setting, says <code>run_code=ask,list_files=auto</code>" in form
     # Only a tool of this Loop can be given a mode.
-    refused = client.post(reverse("admin:agent_sitetoolpolicy_add"), {"tool": "rm", "mode": "ask"})
+    refused = client.post(
+        reverse("admin:approvals_sitetoolpolicy_add"), {"tool": "rm", "mode": "ask"}
+    )
     assert refused.status_code == 200
     assert not SiteToolPolicy.objects.filter(tool="rm").exists()
 
 
 def test_staff_without_the_permission_cannot_set_a_mode(alice):
-    viewer = logged_in(staff("viewer", "agent.view_sitetoolpolicy"))
+    viewer = logged_in(staff("viewer", "approvals.view_sitetoolpolicy"))
     assert viewer.get(POLICIES).status_code == 200
-    add = reverse("admin:agent_sitetoolpolicy_add")
+    add = reverse("admin:approvals_sitetoolpolicy_add")
     assert viewer.post(add, {"tool": "run_code", "mode": "ask"}).status_code == 403
     assert not SiteToolPolicy.objects.exists()
 
@@ -153,7 +157,7 @@ def test_the_audit_lists_filters_and_searches_the_calls(client, operator, alice,
     assert listed(client.get(CALLS, {"q": "write"})) == [write_call.pk]
     assert listed(client.get(CALLS, {"q": "9" * 30})) == []  # no run has it: no error either
 
-    one = client.get(reverse("admin:agent_approvalrequest_change", args=[decided_call.pk]))
+    one = client.get(reverse("admin:approvals_approvalrequest_change", args=[decided_call.pk]))
     assert one.status_code == 200
     shown = one.content.decode()
     assert decided_call.digest in shown
@@ -173,11 +177,14 @@ def test_the_audit_and_the_grants_are_read_only_and_only_a_superuser_deletes_the
     grant = ToolGrant.objects.get()
     viewer = logged_in(
         staff(
-            "viewer", "agent.view_approvalrequest", "agent.view_toolgrant", "agent.change_agentrun"
+            "viewer",
+            "approvals.view_approvalrequest",
+            "approvals.view_toolgrant",
+            "agent.change_agentrun",
         )
     )
     for model, obj in ((ApprovalRequest, request), (ToolGrant, grant)):
-        name = f"admin:agent_{model._meta.model_name}"
+        name = f"admin:approvals_{model._meta.model_name}"
         before = list(model.objects.values())
         change = reverse(f"{name}_change", args=[obj.pk])
         delete = reverse(f"{name}_delete", args=[obj.pk])
@@ -203,7 +210,7 @@ def test_the_audit_and_the_grants_are_read_only_and_only_a_superuser_deletes_the
 
 
 def test_an_operator_denies_waiting_calls_and_their_run_goes_back_to_the_queue(alice, workspaces):
-    operator = staff("operator", "agent.view_approvalrequest", "agent.change_agentrun")
+    operator = staff("operator", "approvals.view_approvalrequest", "agent.change_agentrun")
     client = logged_in(operator)
     run = waiting_run(alice)
     [request] = run.approvals.all()
@@ -235,7 +242,7 @@ def test_an_operator_denies_waiting_calls_and_their_run_goes_back_to_the_queue(a
 
 
 def test_approving_on_a_persons_behalf_needs_a_permission_of_its_own(alice, workspaces):
-    operator = staff("operator", "agent.view_approvalrequest", "agent.change_agentrun")
+    operator = staff("operator", "approvals.view_approvalrequest", "agent.change_agentrun")
     client = logged_in(operator)
     run = waiting_run(alice)
     [request] = run.approvals.all()
@@ -249,16 +256,16 @@ def test_approving_on_a_persons_behalf_needs_a_permission_of_its_own(alice, work
         decide_as_operator(operator, run.pk, [approve])
     assert "may not approve" in str(refused.value)
 
-    viewer = logged_in(staff("viewer", "agent.view_approvalrequest"))
+    viewer = logged_in(staff("viewer", "approvals.view_approvalrequest"))
     act(viewer, "deny_calls", request)  # may read the audit, not stop a run
     request.refresh_from_db()
     assert request.decision == ""
 
     trusted = staff(
         "trusted",
-        "agent.view_approvalrequest",
+        "approvals.view_approvalrequest",
         "agent.change_agentrun",
-        "agent.decide_for_others",
+        "approvals.decide_for_others",
     )
     trusted_client = logged_in(trusted)
     assert "Approve on the person" in trusted_client.get(CALLS).content.decode()
@@ -301,7 +308,7 @@ def test_the_console_pages_answer_with_as_many_queries_for_many_rows(
         f"{CALLS}?q=run",
         POLICIES,
         GRANTS,
-        reverse("admin:agent_approvalrequest_change", args=[first.pk]),
+        reverse("admin:approvals_approvalrequest_change", args=[first.pk]),
         reverse("admin:agent_agentrun_change", args=[first.run_id]),
     ]
     few = {url: queries(client, url) for url in pages}
@@ -326,7 +333,7 @@ def test_the_runs_timeline_shows_each_call_that_asked_and_its_decision(
     denial = CallDecision(request.call_id, Decision.DENY, request.digest, reason="not today")
     decide(alice, run.pk, [denial])
     page = client.get(reverse("admin:agent_agentrun_change", args=[run.pk])).content.decode()
-    audit = reverse("admin:agent_approvalrequest_change", args=[request.pk])
+    audit = reverse("admin:approvals_approvalrequest_change", args=[request.pk])
     asked = page.split('class="loop-event loop-kind-approval_requested"')[1].split("</li>")[0]
     assert "… waiting</span> <code>run_code</code> waits for its person's decision" in asked
     assert "You asked to decide before run_code runs." in asked
@@ -343,3 +350,27 @@ def test_the_runs_timeline_shows_each_call_that_asked_and_its_decision(
         listed_events
     )
     assert "run_code denied by alice: not today" in listed_events
+
+
+@pytest.mark.parametrize(
+    ("old", "page"),
+    [
+        ("/admin/agent/approvalrequest/?decision=waiting", CALLS + "?decision=waiting"),
+        ("/admin/agent/approvalrequest/7/change/", "admin:approvals_approvalrequest_change"),
+        ("/admin/agent/sitetoolpolicy/add/", "admin:approvals_sitetoolpolicy_add"),
+        ("/admin/agent/toolgrant/", GRANTS),
+    ],
+)
+def test_the_consoles_old_addresses_of_approvals_lead_to_their_pages(client, operator, old, page):
+    """The pages were the agent app's until approvals had an app of their own: an old bookmark
+    or link is sent on, permanently, to the same page, its query kept."""
+    if page.startswith("admin:"):
+        page = reverse(page, args=[7] if page.endswith("_change") else [])
+    moved = client.get(old)
+    assert (moved.status_code, moved["Location"]) == (301, page)
+
+
+def test_the_agent_apps_own_console_pages_stay_where_they_are(client, operator):
+    runs = reverse("admin:agent_agentrun_changelist")
+    assert runs.startswith("/admin/agent/")
+    assert client.get(runs).status_code == 200

@@ -15,16 +15,17 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agent.approvals import (
+from agent.models import AgentRun
+from agent.runs import continue_run, new_conversation, queue, start_run, submit_run
+from approvals.decisions import (
     DecisionRefused,
     decide,
     decide_as_operator,
     expire_waiting,
-    waiting_for,
 )
-from agent.models import AgentRun, ApprovalRequest
-from agent.runs import continue_run, new_conversation, queue, start_run, submit_run
-from agent.waiting import CallDecision
+from approvals.models import ApprovalRequest
+from approvals.selectors import waiting_for
+from approvals.waiting import CallDecision
 from core.approval import EXPIRED_TEXT
 from core.events import Decision, HaltReason, RunStatus
 from engine.execution import JobOutcome, work_job

@@ -13,11 +13,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from agent.approvals import decide, granted_tools, policy_for, waiting_for
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.models import ApprovalPreference, ApprovalRequest, SiteToolPolicy, ToolGrant
 from agent.runs import new_conversation, start_run
-from agent.waiting import CallDecision
+from approvals.decisions import decide
+from approvals.models import ApprovalPreference, ApprovalRequest, SiteToolPolicy, ToolGrant
+from approvals.policy import granted_tools, policy_for
+from approvals.selectors import waiting_for
+from approvals.waiting import CallDecision
 from core.events import Decision, RunStatus
 from core.llm import ToolCall
 from engine.execution import execute_run, tool_context

@@ -13,10 +13,12 @@ import pytest
 from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.approvals import DecisionRefused, decide, expire_waiting, policy_for
-from agent.models import AgentRun, ApprovalPreference, ApprovalRequest, ToolGrant
+from agent.models import AgentRun
 from agent.runs import cancel_run, continue_run, new_conversation, submit_run
-from agent.waiting import CallDecision
+from approvals.decisions import DecisionRefused, decide, expire_waiting
+from approvals.models import ApprovalPreference, ApprovalRequest, ToolGrant
+from approvals.policy import policy_for
+from approvals.waiting import CallDecision
 from core.approval import digest
 from core.events import Decision, HaltReason, ResumeReason, RunStatus
 from core.state import replay
@@ -300,7 +302,7 @@ def test_the_consoles_timeline_says_who_decided_what(alice, client, operator):
     ],
 )
 def test_loop_approval_is_checked_at_start(settings, configured, expected):
-    from agent.checks import check_approval_policy
+    from approvals.checks import check_approval_policy
 
     settings.LOOP_APPROVAL = configured
     assert [message.id for message in check_approval_policy()] == expected

@@ -7,10 +7,11 @@ import pytest
 from asgiref.sync import async_to_sync
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.approvals import decide
-from agent.models import AgentRun, ApprovalPreference
+from agent.models import AgentRun
 from agent.runs import new_conversation, submit_run
-from agent.waiting import CallDecision
+from approvals.decisions import decide
+from approvals.models import ApprovalPreference
+from approvals.waiting import CallDecision
 from core.events import Decision, RunStatus
 from engine.tasks import recover_runs
 from tests.conftest import wait_for

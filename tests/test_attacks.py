@@ -11,8 +11,9 @@ from django.urls import reverse
 
 from accounts.models import PasswordResetAttempt
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.models import AgentRun, ApprovalPreference, ApprovalRequest, Conversation
+from agent.models import AgentRun, Conversation
 from agent.runs import new_conversation, start_run, submit_run
+from approvals.models import ApprovalPreference, ApprovalRequest
 from chat.rendering import streamed_text, streaming_card
 from core.events import RunStatus
 from core.instructions import Instructions, bounded, instructions_section

@@ -321,10 +321,10 @@ def console_pages(run: AgentRun) -> list[str]:
         reverse("admin:memory_memory_changelist"),
         reverse("admin:auth_user_changelist"),
         reverse("admin:accounts_signup_changelist"),
-        reverse("admin:agent_approvalrequest_changelist"),
-        reverse("admin:agent_sitetoolpolicy_changelist"),
-        reverse("admin:agent_sitetoolpolicy_add"),
-        reverse("admin:agent_toolgrant_changelist"),
+        reverse("admin:approvals_approvalrequest_changelist"),
+        reverse("admin:approvals_sitetoolpolicy_changelist"),
+        reverse("admin:approvals_sitetoolpolicy_add"),
+        reverse("admin:approvals_toolgrant_changelist"),
     ]
 
 

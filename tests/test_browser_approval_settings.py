@@ -10,7 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from agent.models import AgentRun, ApprovalPreference
+from agent.models import AgentRun
+from approvals.models import ApprovalPreference
 from core.events import RunStatus
 from tests.conftest import wait_for
 from tests.test_browser import (

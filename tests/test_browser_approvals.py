@@ -13,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import Page, expect
 
-from agent.models import ApprovalRequest
+from approvals.models import ApprovalRequest
 from tests.conftest import PROJECT_DIR
 from tests.doc_images import doc_image
 from tests.test_browser import (  # noqa: F401 (browser is a fixture)

@@ -10,12 +10,12 @@ import pytest
 from django.contrib.auth.models import AbstractBaseUser
 from django.test import Client
 
-from agent.approvals import decide
 from agent.llm.scripted import ScriptedLLM, answer, call
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from agent.selectors import events_of
-from agent.waiting import CallDecision
+from approvals.decisions import decide
+from approvals.waiting import CallDecision
 from core.events import Decision, RunFinished, RunStatus, ToolCallFinished
 from core.results import Remedy
 from engine.execution import execute_run

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from agent.models import AgentRun, ToolGrant
+from agent.models import AgentRun
 from agent.runs import new_conversation, submit_run
+from approvals.models import ToolGrant
 from chat.approvals import Asking
 from chat.rendering import card_for, render_card
 from core.events import RunStatus, ToolCallFinished

@@ -16,11 +16,12 @@ import pytest
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 
-from agent.approvals import policy_for
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.models import AgentRun, ToolGrant
+from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
 from agent.toolset import registry_for
+from approvals.models import ToolGrant
+from approvals.policy import policy_for
 from core.events import RunStatus
 from core.llm import ToolCall
 from engine.execution import execute_run, tool_context

@@ -8,6 +8,7 @@ from django.apps import apps
 from django.contrib.auth.models import Group, Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 pytestmark = pytest.mark.django_db
 
@@ -18,9 +19,16 @@ PLAIN_RUN_ID = importlib.import_module("memory.migrations.0004_source_run_is_a_p
 GRANT_SERVER = importlib.import_module("agent.migrations.0019_tool_grant_server")
 
 
-def run_step(step) -> None:
+def run_step(step, state=apps) -> None:
+    """`state`: the app registry the step reads its models from (the project's, or as of a
+    migration: `as_of`)."""
     with connection.schema_editor() as schema_editor:
-        step(apps, schema_editor)
+        step(state, schema_editor)
+
+
+def as_of(app: str, migration: str):
+    """The models as they stood once `app`'s `migration` was applied."""
+    return MigrationExecutor(connection).loader.project_state((app, migration)).apps
 
 
 def test_an_operator_group_keeps_its_grant_on_tool_executions_after_the_move():
@@ -81,7 +89,8 @@ def test_a_grant_of_an_mcp_tool_is_bound_to_the_server_that_gives_it_now_or_revo
     """Grants from before they named a server: each MCP tool's bound to the server whose tool of
     that name its person's runs get (the site's before their own), one no server gives any more
     revoked; Loop's own tools' grants stay as they are."""
-    from agent.models import Conversation, ToolGrant
+    from agent.models import Conversation
+    from approvals.models import ToolGrant
     from mcp_servers.models import PERSON, McpServer, McpTool
 
     alice = User.objects.create_user("alice")
@@ -104,7 +113,7 @@ def test_a_grant_of_an_mcp_tool_is_bound_to_the_server_that_gives_it_now_or_revo
     for tool in ("demo__echo", "notes__echo", "gone__echo", "run_code"):
         ToolGrant.objects.create(conversation=conversation, tool=tool)
 
-    run_step(GRANT_SERVER.bind_to_servers)
+    run_step(GRANT_SERVER.bind_to_servers, as_of("agent", "0019_tool_grant_server"))
 
     found = {g.tool: (g.server_id, g.revoked_at is None) for g in ToolGrant.objects.all()}
     assert found == {
@@ -113,3 +122,59 @@ def test_a_grant_of_an_mcp_tool_is_bound_to_the_server_that_gives_it_now_or_revo
         "gone__echo": (None, False),
         "run_code": (None, True),
     }
+
+
+BEFORE_APPROVALS_APP = [("agent", "0022_conversation_pinned_and_archived"), ("approvals", None)]
+APPROVALS_APP = [("agent", "0023_approvals_move_to_their_app"), ("approvals", "0001_initial")]
+
+
+def test_a_site_from_before_the_approvals_app_migrates_across_with_its_rows_and_grants():
+    """A database migrated to just before approvals had an app of its own, with a waiting call,
+    a decided one, the site's policy, a person's choices and a grant in its agent_ tables and an
+    operator group allowed agent.decide_for_others, migrates across: every row is there, read
+    through the approvals models, and the group may approvals.decide_for_others."""
+    from agent.models import AgentRun, Conversation
+    from approvals.models import ApprovalPreference, ApprovalRequest, SiteToolPolicy, ToolGrant
+
+    alice = User.objects.create_user("alice")
+    conversation = Conversation.objects.create(owner=alice, title="across")
+    run = AgentRun.objects.create(user=alice, conversation=conversation, task="t", model="mock")
+    for seq, decision in ((3, ""), (4, "approve")):
+        ApprovalRequest.objects.create(
+            run=run,
+            seq=seq,
+            step=1,
+            call_id=f"c{seq}",
+            tool="run_code",
+            arguments="{}",
+            digest="d",
+            decision=decision,
+            decided_via="web" if decision else "",
+        )
+    SiteToolPolicy.objects.create(tool="write_file", mode="ask")
+    ApprovalPreference.objects.create(user=alice, ask_run_code=True)
+    ToolGrant.objects.create(conversation=conversation, tool="list_files")
+    rows = {
+        model: sorted(model.objects.values_list("pk", flat=True))
+        for model in (ApprovalRequest, SiteToolPolicy, ApprovalPreference, ToolGrant)
+    }
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE_APPROVALS_APP)
+    ContentType.objects.clear_cache()
+    old = ContentType.objects.get(app_label="agent", model="approvalrequest")
+    deciders = Group.objects.create(name="deciders")
+    deciders.permissions.add(Permission.objects.get(content_type=old, codename="decide_for_others"))
+
+    MigrationExecutor(connection).migrate(APPROVALS_APP)
+    ContentType.objects.clear_cache()
+
+    assert {model: sorted(model.objects.values_list("pk", flat=True)) for model in rows} == rows
+    assert ApprovalRequest.objects.get(seq=4).decided_via == "web"
+    assert ApprovalRequest.objects.get(seq=3).waiting
+    assert ContentType.objects.get(app_label="approvals", model="approvalrequest").pk == old.pk
+    assert not ContentType.objects.filter(
+        app_label="agent", model__in=("approvalrequest", "sitetoolpolicy", "toolgrant")
+    ).exists()
+    operator = User.objects.create_user("olga", is_staff=True)
+    operator.groups.add(deciders)
+    assert operator.has_perm("approvals.decide_for_others")

@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from agent.approvals import decide
 from agent.llm.scripted import ScriptedLLM, answer, calls
 from agent.models import AgentRun
 from agent.runs import new_conversation, start_run
-from agent.waiting import CallDecision
+from approvals.decisions import decide
+from approvals.terminal import Terminal, decide_here
+from approvals.waiting import CallDecision
 from core.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -29,7 +30,6 @@ from core.events import (
     RunResumed,
     RunStatus,
 )
-from engine.decisions import Terminal, decide_here
 from engine.execution import execute_run
 from engine.management.commands.runagent import describe
 from tests.conftest import PROJECT_DIR, child_environment, others_gone

@@ -9,8 +9,9 @@ import re
 import pytest
 
 from agent.llm.scripted import ScriptedLLM, answer, call
-from agent.models import AgentRun, ApprovalPreference, ApprovalRequest
+from agent.models import AgentRun
 from agent.runs import start_run
+from approvals.models import ApprovalPreference, ApprovalRequest
 from core.events import Decision, RunStatus
 from engine.execution import execute_run
 from tests.test_approval_cards import HTMX, decision, parked

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 from procrastinate.contrib.django.models import ProcrastinateJob
 
-from agent.approvals import decide
-from agent.models import FINISHED, AgentRun, ApprovalPreference
+from agent.models import FINISHED, AgentRun
 from agent.queue import WORK_RUN
 from agent.runs import cancel_run, new_conversation, request_cancel, submit_run
-from agent.waiting import CallDecision
+from approvals.decisions import decide
+from approvals.models import ApprovalPreference
+from approvals.waiting import CallDecision
 from core.events import Decision, ResumeReason, RunStatus
 from core.history import INTERRUPTED_CALL
 from tests.conftest import PROJECT_DIR, OutputLines, children, wait_for

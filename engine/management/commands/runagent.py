@@ -24,6 +24,15 @@ from agent.abandoned import end_if_abandoned, process_gone
 from agent.llm.factory import ModelUnavailable
 from agent.models import AgentRun
 from agent.runs import InvalidTask, default_limits, start_run
+from approvals.terminal import (
+    Chooser,
+    LeftWaiting,
+    Terminal,
+    approve,
+    decide_here,
+    terminal_safe,
+    waiting_count,
+)
 from core.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -46,15 +55,6 @@ from core.loop import Limits
 from core.recalled import RecalledMemory
 from core.text import excerpt
 from core.wording import OWNERS_WHO, resumed_text
-from engine.decisions import (
-    Chooser,
-    LeftWaiting,
-    Terminal,
-    approve,
-    decide_here,
-    terminal_safe,
-    waiting_count,
-)
 from engine.execution import RunNotQueued, StopSource, execute_run, resume_here
 from mcp_servers.discovery import discover_new_site_servers
 from sandbox.host import SandboxHost

@@ -1,58 +1,40 @@
-"""Tool calls that wait for a person's decision (core.approval), as the site runs them:
-who must be asked about what (the site's policy, the person's choices, a conversation's
-grants, the tool's own rule), and the operations on a waiting call: decide it (approve, edit and
-approve, deny), stop its run, let it expire. A decision and the run's return to the queue are
-one transaction; a decision is bound to its call's digest and made once."""
+"""The operations on a tool call that waits for its person's decision (core.approval): decide
+it (approve, edit and approve, deny, and "always allow" the tool in the conversation), let it
+expire, list what waits for a person. A decision and the run's return to the queue are one
+transaction; a decision is bound to its call's digest and made once."""
 
 import dataclasses
 import json
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import ImproperlyConfigured, PermissionDenied
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from pydantic import ValidationError
 
-from agent.approval_records import CONSOLE, WEB, approval_window
 from agent.bus import EventRow
-from agent.models import (
-    AgentRun,
-    ApprovalPreference,
-    ApprovalRequest,
-    SiteToolPolicy,
-    ToolGrant,
-)
+from agent.models import AgentRun
 from agent.queue import DECIDED_PRIORITY
 from agent.recorder import RunRecorder
 from agent.runs import InvalidTask, queue, start_next_queued
 from agent.selectors import runs_for
 from agent.toolset import registry_for
-from agent.waiting import (
+from approvals.models import WAITING, ApprovalRequest, ToolGrant, Via, approval_window
+from approvals.policy import Modes, grant_of, granted_tools, site_asks, site_modes
+from approvals.waiting import (
     CallDecision,
     approval_window_said,
     asked_again_words,
     end_waiting,
     record_decision,
 )
-from core.approval import Approval, Ask
-from core.events import (
-    Decision,
-    Event,
-    RunStatus,
-)
-from core.llm import ToolCall
-from tools.base import Tool, ToolContext
+from core.events import Decision, Event, RunStatus
+from tools.base import Tool
 
-logger = logging.getLogger(__name__)
-
-ASK, AUTO = "ask", "auto"
-RUN_CODE, WRITE_FILE = "run_code", "write_file"
 # How long a denial's reason may be.
 REASON_CHARS = 2000
 
@@ -61,166 +43,16 @@ class DecisionRefused(InvalidTask):
     """A decision that cannot be taken; nothing changed."""
 
 
-# The site's policy ------------------------------------------------------------------------------
-
-
-def configured_modes(raw: str | None = None) -> dict[str, str]:
-    """LOOP_APPROVAL read: `tool=ask` or `tool=auto`, comma-separated."""
-    raw = settings.LOOP_APPROVAL if raw is None else raw
-    modes: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        tool, _, mode = (piece.strip() for piece in item.partition("="))
-        if not tool or mode not in (ASK, AUTO):
-            raise ImproperlyConfigured(
-                f"LOOP_APPROVAL: {item!r} is not tool=ask or tool=auto (say "
-                "LOOP_APPROVAL=run_code=ask,write_file=ask)."
-            )
-        modes[tool] = mode
-    return modes
-
-
-def site_modes() -> dict[str, str]:
-    """Each tool's mode as the site sets it: LOOP_APPROVAL, then what staff set in the console
-    (which wins); a tool named by neither runs without asking."""
-    modes = configured_modes()
-    modes.update(SiteToolPolicy.objects.values_list("tool", "mode"))
-    return modes
-
-
-def site_asks(tool: str, modes: dict[str, str] | None = None) -> bool:
-    return (site_modes() if modes is None else modes).get(tool) == ASK
-
-
-# A person's choices -----------------------------------------------------------------------------
-
-
-def preference_of(user: AbstractBaseUser) -> ApprovalPreference:
-    """The person's choices (not stored until they make one)."""
-    found = ApprovalPreference.objects.filter(user=user).first()
-    return found or ApprovalPreference(user=user)
-
-
-def person_asks(preference: ApprovalPreference, tool: str) -> bool:
-    if preference.ask_any_tool:
-        return True
-    return (tool == RUN_CODE and preference.ask_run_code) or (
-        tool == WRITE_FILE and preference.ask_write_file
-    )
-
-
-# What a grant allows: a tool's name, and the MCP server whose tool it is (None: Loop's own).
-Granted = tuple[str, int | None]
-
-
-def granted_tools(conversation_id: int | None) -> set[Granted]:
-    """The tools its person allowed for the whole conversation ("always allow"), each with its
-    server: a grant lets only the tool of that name on that server run."""
-    if conversation_id is None:
-        return set()
-    live = ToolGrant.objects.filter(conversation_id=conversation_id, revoked_at__isnull=True)
-    return set(live.values_list("tool", "server_id"))
-
-
-def grant_of(tool: Tool) -> Granted:
-    return (tool.name, tool.server_id)
-
-
-@dataclass
-class Policy:
-    """Who asks about a run's calls, read once for the run: the site's modes, its person's
-    choices, its conversation's grants; the tools' own rules decide within."""
-
-    tools: dict[str, Tool]
-    context: ToolContext
-    modes: dict[str, str]
-    preference: ApprovalPreference
-    granted: set[Granted]
-
-    def __call__(self, call: ToolCall) -> Ask | None:
-        tool = self.tools.get(call.name)
-        if tool is None:  # an unknown tool is an error result, never a question
-            return None
-        why = self.why(call.name) or self.tools_own_why(tool)
-        if why is None or not self.tool_asks(tool, call.arguments):
-            return None
-        return Ask(why)
-
-    def why(self, tool: str) -> str | None:
-        if self.modes.get(tool) == ASK:
-            return f"The site asks before every {tool} call."
-        if person_asks(self.preference, tool) and not self.allowed(tool):
-            return f"You asked to decide before {tool} runs."
-        return None
-
-    def tools_own_why(self, tool: Tool) -> str | None:
-        """A tool that asks by default (an MCP tool) asks unless its person allowed it for the
-        conversation; one that always asks (a destructive MCP tool) asks regardless."""
-        if tool.always_ask or (tool.default_ask and not self.allowed(tool.name)):
-            return tool.default_ask or None
-        return None
-
-    def allowed(self, name: str) -> bool:
-        """Whether the conversation allows the run's tool of that name: its own server's, for an
-        MCP tool (a grant of another server's tool under that name allows nothing)."""
-        tool = self.tools.get(name)
-        return (name, tool.server_id if tool else None) in self.granted
-
-    def tool_asks(self, tool: Tool, arguments: str) -> bool:
-        """The tool's own rule, on arguments it accepts (a call it refuses is an error result
-        that runs nothing: not worth a question)."""
-        if tool.asks is None:
-            return True
-        try:
-            checked = tool.arguments.model_validate(json.loads(arguments or "{}"))
-        except (ValueError, ValidationError):
-            return False
-        try:
-            return tool.asks(checked, self.context)
-        except Exception:
-            logger.exception("%s's rule on asking failed; it asks", tool.name)
-            return True
-
-
-class LazyPolicy:
-    """The run's policy, read at its first tool call: a run that calls none reads nothing."""
-
-    def __init__(self, run: AgentRun, context: ToolContext, tools: dict[str, Tool] | None) -> None:
-        self.run, self.context, self.tools = run, context, tools
-        self.policy: Policy | None = None
-
-    def __call__(self, call: ToolCall) -> Ask | None:
-        if self.policy is None:
-            self.policy = policy_for(self.run, self.context, self.tools)
-        return self.policy(call)
-
-
-def policy_for(run: AgentRun, context: ToolContext, tools: dict[str, Tool] | None = None) -> Policy:
-    """`tools`: the run's own, when its worker has them already (else read: its person's)."""
-    return Policy(
-        tools=registry_for(run.user).tools if tools is None else tools,
-        context=context,
-        modes=site_modes(),
-        preference=preference_of(run.user),
-        granted=granted_tools(run.conversation_id),
-    )
-
-
-def approval_for(
-    run: AgentRun, context: ToolContext, tools: dict[str, Tool] | None = None
-) -> Approval:
-    return LazyPolicy(run, context, tools)
-
-
 # Deciding ---------------------------------------------------------------------------------------
 
 
 def decide(
-    user: AbstractBaseUser,
+    user: User,
     run_id: int,
     decisions: Sequence[CallDecision],
     *,
     queue_it: bool = True,
-    via: str = WEB,
+    via: Via = Via.WEB,
 ) -> list[ApprovalRequest]:
     """The run's person decides on calls it waits on. Another person's run does not exist here.
     `queue_it` False: once decided, the run waits for this process to work it (runagent);
@@ -228,25 +60,25 @@ def decide(
     return decide_on(runs_for(user), run_id, decisions, by=user, queue_it=queue_it, via=via)
 
 
-def may_decide_for_others(user: AbstractBaseUser, decision: Decision) -> bool:
+def may_decide_for_others(user: User, decision: Decision) -> bool:
     """Operators who may stop anyone's run may deny a waiting call (a denial runs nothing);
     approving on a person's behalf needs a permission of its own."""
     if not (user.is_active and user.is_staff):
         return False
     if decision is Decision.DENY:
         return user.has_perm("agent.change_agentrun")
-    return user.has_perm("agent.decide_for_others")
+    return user.has_perm("approvals.decide_for_others")
 
 
 def decide_as_operator(
-    operator: AbstractBaseUser, run_id: int, decisions: Sequence[CallDecision]
+    operator: User, run_id: int, decisions: Sequence[CallDecision]
 ) -> list[ApprovalRequest]:
     for decision in decisions:
         if not may_decide_for_others(operator, decision.decision):
             raise PermissionDenied(
                 f"{operator.get_username()} may not {decision.decision} calls on a person's behalf."
             )
-    return decide_on(AgentRun.objects.all(), run_id, decisions, by=operator, via=CONSOLE)
+    return decide_on(AgentRun.objects.all(), run_id, decisions, by=operator, via=Via.CONSOLE)
 
 
 def decide_on(
@@ -254,9 +86,9 @@ def decide_on(
     run_id: int,
     decisions: Sequence[CallDecision],
     *,
-    by: AbstractBaseUser,
+    by: User,
     queue_it: bool = True,
-    via: str = WEB,
+    via: Via = Via.WEB,
 ) -> list[ApprovalRequest]:
     """Each decision is checked against its waiting call (still waiting, the run still
     waiting, before its deadline, the digest its own, an edit valid for the tool) before
@@ -287,9 +119,9 @@ def taken_in_time(
     run_id: int,
     decisions: Sequence[CallDecision],
     *,
-    by: AbstractBaseUser,
+    by: User,
     queue_it: bool,
-    via: str,
+    via: Via,
 ) -> Taken | ApprovalRequest:
     """The decisions checked and recorded in one transaction; or, nothing taken, the call the
     run waits on whose deadline passed."""
@@ -306,7 +138,7 @@ def taken_in_time(
         grant_tools(run, checked, by)
         recorder = RunRecorder(run)
         rows = recorder.record(events)
-        if not run.approvals.filter(decision="").exists():
+        if not run.approvals.filter(decision=WAITING).exists():
             AgentRun.objects.filter(pk=run.pk).update(status=RunStatus.QUEUED)
             if queue_it:
                 queue(run, DECIDED_PRIORITY)
@@ -338,7 +170,7 @@ def waiting_calls(run: AgentRun) -> list[ApprovalRequest]:
     """The run's calls that wait for a decision, locked: none unless the run waits."""
     if run.status != RunStatus.AWAITING_APPROVAL:
         return []
-    return list(run.approvals.select_for_update().filter(decision=""))
+    return list(run.approvals.select_for_update().filter(decision=WAITING))
 
 
 def checked_decision(
@@ -376,7 +208,7 @@ def not_waiting(run: AgentRun, call_id: str) -> str:
     return f"The run no longer waits for decisions (it is {run.status}): nothing was done."
 
 
-def edited_arguments(owner: AbstractBaseUser, tool_name: str, arguments: str) -> str:
+def edited_arguments(owner: User, tool_name: str, arguments: str) -> str:
     """The person's arguments, checked against the tool's schema: the call runs with exactly
     these (as JSON), or the edit is refused with the reason."""
     tool = registry_for(owner).tools.get(tool_name)
@@ -400,7 +232,7 @@ def edited_arguments(owner: AbstractBaseUser, tool_name: str, arguments: str) ->
 def grant_tools(
     run: AgentRun,
     decided: Iterable[tuple[ApprovalRequest, CallDecision]],
-    by: AbstractBaseUser,
+    by: User,
 ) -> None:
     """ "Always allow" in the run's conversation, for tools the site does not require asking
     about (the person cannot allow what the site asks) and that do not ask whatever is allowed
@@ -429,7 +261,7 @@ def grant_tools(
         )
 
 
-def grantable(tool: Tool | None, name: str, modes: dict[str, str]) -> Tool:
+def grantable(tool: Tool | None, name: str, modes: Modes) -> Tool:
     """The tool a person may always allow, or DecisionRefused saying why not."""
     if tool is None:
         raise DecisionRefused(
@@ -447,17 +279,6 @@ def grantable(tool: Tool | None, name: str, modes: dict[str, str]) -> Tool:
     return tool
 
 
-def revoke_grant(user: AbstractBaseUser, conversation_id: int, tool: str) -> int:
-    """The conversation's "always allow" of `tool` ends: its calls ask again."""
-    grants = ToolGrant.objects.filter(
-        conversation__owner=user,
-        conversation_id=conversation_id,
-        tool=tool,
-        revoked_at__isnull=True,
-    )
-    return grants.update(revoked_at=timezone.now())
-
-
 # Ending a waiting run ---------------------------------------------------------------------------
 
 
@@ -466,7 +287,7 @@ def expire_waiting() -> int:
     (a wait never fails open). Says how many ended."""
     limit = timezone.now() - approval_window()
     stale = ApprovalRequest.objects.filter(
-        decision="", created_at__lt=limit, run__status=RunStatus.AWAITING_APPROVAL
+        decision=WAITING, created_at__lt=limit, run__status=RunStatus.AWAITING_APPROVAL
     )
     ended = 0
     for run_id in sorted(set(stale.values_list("run_id", flat=True))):
@@ -479,19 +300,3 @@ def expire(run_id: int) -> bool:
     waiting calls never run: the periodic sweep's end and a late decision's, the same. False if
     it no longer waits."""
     return end_waiting(run_id, RunStatus.HALTED, on_end=start_next_queued)
-
-
-def waiting_for(user: AbstractBaseUser) -> QuerySet[ApprovalRequest]:
-    """Every call that waits for the person's decision, across their conversations, oldest
-    first. One past its deadline is not listed nor counted, whenever the minute's sweep runs: it
-    can no longer be decided."""
-    return (
-        ApprovalRequest.objects.filter(
-            decision="",
-            run__in=runs_for(user),
-            run__status=RunStatus.AWAITING_APPROVAL,
-            created_at__gt=timezone.now() - approval_window(),
-        )
-        .select_related("run", "run__conversation")
-        .order_by("created_at", "seq")
-    )

@@ -1,7 +1,7 @@
 """The records of tool calls that wait for a person's decision (core.approval): each call
 asked about and what became of it (the audit row), the site's policy as staff set it, a
-person's own choices, and the tools a person allowed for one conversation. Registered through
-agent/models.py."""
+person's own choices, and the tools a person allowed for one conversation. Their tables keep
+the names they had when the agent app held them (`agent_approvalrequest`, ...)."""
 
 from datetime import datetime, timedelta
 
@@ -9,12 +9,31 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from core.events import Decision
+from agent.models import Alongside
+from core.events import ApprovalRequested, Decision
 from core.llm import CALL_ID_CHARS, TOOL_NAME_CHARS
 
-DECISIONS = [(str(value), str(value).capitalize()) for value in Decision]
-WEB, TERMINAL, CONSOLE = "web", "terminal", "console"
-VIA = [(WEB, "The chat page"), (TERMINAL, "The terminal (runagent)"), (CONSOLE, "The console")]
+
+class DecisionChoice(models.TextChoices):
+    """core.events.Decision as the audit row stores it ("" while the call waits)."""
+
+    APPROVE = Decision.APPROVE.value, "Approve"
+    EDIT = Decision.EDIT.value, "Edit"
+    DENY = Decision.DENY.value, "Deny"
+    EXPIRED = Decision.EXPIRED.value, "Expired"
+    CANCELLED = Decision.CANCELLED.value, "Cancelled"
+
+
+# An audit row's decision while its call waits for one.
+WAITING = ""
+
+
+class Via(models.TextChoices):
+    """Where a call was decided; "" (no choice) for Loop's own decisions (an expiry, a Stop)."""
+
+    WEB = "web", "The chat page"
+    TERMINAL = "terminal", "The terminal (runagent)"
+    CONSOLE = "console", "The console"
 
 
 def approval_window() -> timedelta:
@@ -30,7 +49,8 @@ def deadline_after(asked_at: datetime) -> datetime:
 class ApprovalRequest(models.Model):
     """A call that asked for its run's person's decision, and the decision: one row per call,
     written with its ApprovalRequested event (agent/recorder.py) and decided once
-    (agent/approvals.py), the audit of who decided what, when, on which exact call (`digest`)."""
+    (approvals/decisions.py), the audit of who decided what, when, on which exact call
+    (`digest`)."""
 
     run = models.ForeignKey("agent.AgentRun", on_delete=models.CASCADE, related_name="approvals")
     seq = models.PositiveIntegerField()  # its ApprovalRequested's in the run's log
@@ -41,19 +61,21 @@ class ApprovalRequest(models.Model):
     digest = models.CharField(max_length=64)
     why = models.CharField(max_length=200, blank=True)  # whose rule asked
     created_at = models.DateTimeField(auto_now_add=True)
-    # "" while it waits.
-    decision = models.CharField(max_length=16, choices=DECISIONS, blank=True, default="")
+    decision = models.CharField(
+        max_length=16, choices=DecisionChoice.choices, blank=True, default=WAITING
+    )
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     # Where it was decided: the chat page, the terminal (runagent), the console; "" for Loop's
     # own (an expiry, a Stop).
-    decided_via = models.CharField(max_length=16, choices=VIA, blank=True, default="")
+    decided_via = models.CharField(max_length=16, choices=Via.choices, blank=True, default="")
     edited_arguments = models.TextField(blank=True, default="")
     reason = models.TextField(blank=True, default="")
 
     class Meta:
+        db_table = "agent_approvalrequest"
         ordering = ("run", "seq")
         permissions = (("decide_for_others", "May approve tool calls on a person's behalf"),)
         constraints = (
@@ -61,7 +83,7 @@ class ApprovalRequest(models.Model):
         )
         indexes = (
             models.Index(
-                fields=["created_at"], name="approval_waiting_idx", condition=Q(decision="")
+                fields=["created_at"], name="approval_waiting_idx", condition=Q(decision=WAITING)
             ),
         )
 
@@ -98,6 +120,7 @@ class SiteToolPolicy(models.Model):
     )
 
     class Meta:
+        db_table = "agent_sitetoolpolicy"
         verbose_name = "site tool policy"
         verbose_name_plural = "site tool policies"
         ordering = ("tool",)
@@ -116,6 +139,9 @@ class ApprovalPreference(models.Model):
     ask_write_file = models.BooleanField(default=False)
     ask_any_tool = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "agent_approvalpreference"
 
     def __str__(self) -> str:
         return f"Approval choices of user {self.user_id}"
@@ -146,6 +172,7 @@ class ToolGrant(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "agent_toolgrant"
         ordering = ("conversation", "tool")
         constraints = (
             models.UniqueConstraint(
@@ -157,3 +184,22 @@ class ToolGrant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool} allowed in conversation {self.conversation_id}"
+
+
+def request_row(run_id: int, event: ApprovalRequested, seq: int) -> Alongside:
+    """The row a call waiting for its person's decision adds, written with its event (the
+    recorder's `write_request_rows`): the row the decision is made on, ordered as its request in
+    the log (a reply's calls in the model's order)."""
+    return Alongside(
+        ApprovalRequest,
+        {
+            "run_id": run_id,
+            "seq": seq,
+            "step": event.step,
+            "call_id": event.call_id,
+            "tool": event.tool,
+            "arguments": event.arguments,
+            "digest": event.digest,
+            "why": event.why[:200],
+        },
+    )

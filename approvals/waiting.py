@@ -1,21 +1,22 @@
 """Ending a run that waits for its person's decision (core.approval) without a worker:
 a Stop, or a wait past LOOP_APPROVAL_SECONDS. The calls it waited on are recorded as never run,
 with their audit rows' decisions, then the run's end with what it had done. Also the one way a
-decision is written on its audit row (agent/approvals.py decides)."""
+decision is written on its audit row (approvals/decisions.py decides)."""
 
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
 from agent.abandoned import ended_from_log
-from agent.approval_records import CONSOLE
-from agent.models import AgentRun, ApprovalRequest
+from agent.models import AgentRun
 from agent.recorder import RunRecorder
+from agent.runs import start_next_queued
+from approvals.models import WAITING, ApprovalRequest, Via
 from core.approval import CANCELLED_TEXT, EXPIRED_TEXT
 from core.events import (
     ApprovalDecided,
@@ -46,15 +47,15 @@ class CallDecision:
 def record_decision(
     request: ApprovalRequest,
     decision: CallDecision,
-    by: AbstractBaseUser | None,
-    via: str = "",
+    by: User | None,
+    via: Via | None = None,
 ) -> ApprovalDecided:
     """The audit row's decision, and its event for the run's log; `via`: where it was made
-    (agent.approval_records.VIA; "" for Loop's own)."""
+    (None for Loop's own, stored as "")."""
     request.decision = decision.decision
     request.decided_at = timezone.now()
     request.decided_by = by
-    request.decided_via = via
+    request.decided_via = via or ""
     request.edited_arguments = (
         decision.arguments or "" if decision.decision is Decision.EDIT else ""
     )
@@ -69,11 +70,11 @@ def record_decision(
         step=request.step,
         call_id=request.call_id,
         tool=request.tool,
-        decision=Decision(decision.decision),
+        decision=decision.decision,
         arguments=request.edited_arguments,
         reason=request.reason,
         by=by.get_username() if by is not None else "",
-        operator=via == CONSOLE,
+        operator=via == Via.CONSOLE,
     )
 
 
@@ -91,7 +92,7 @@ def end_waiting(
             return False
         decision = Decision.EXPIRED if expired else Decision.CANCELLED
         events: list[Event] = []
-        for request in run.approvals.select_for_update().filter(decision=""):
+        for request in run.approvals.select_for_update().filter(decision=WAITING):
             events.append(
                 record_decision(request, CallDecision(request.call_id, decision, ""), None)
             )
@@ -100,6 +101,13 @@ def end_waiting(
         rows = recorder.record(ended_waiting(run, events, expired))
     recorder.announce(rows)
     return True
+
+
+def stop_waiting(sender: object, run_id: int, **kwargs: object) -> bool:
+    """A Stop of a run that waits for decisions (agent.signals.stop_requested): it ends here,
+    cancelled, its calls never run, and its conversation's next task starts. False if it does
+    not wait."""
+    return end_waiting(run_id, RunStatus.CANCELLED, on_end=start_next_queued)
 
 
 def not_run(request: ApprovalRequest, why: str) -> ToolCallFinished:

@@ -1,6 +1,6 @@
 """The calls a run waits on, decided in this process (`runagent`): each shown to its person in
 the terminal (the tool, why it asks, its arguments), then approved, edited or denied through
-agent.approvals.decide, the page's one way to decide, so every check and record is the same."""
+approvals.decisions.decide, the page's one way to decide, so every check and record is the same."""
 
 import json
 import os
@@ -15,10 +15,10 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from agent.approval_records import TERMINAL
-from agent.approvals import DecisionRefused, decide
-from agent.models import AgentRun, ApprovalRequest
-from agent.waiting import CallDecision
+from agent.models import AgentRun
+from approvals.decisions import DecisionRefused, decide
+from approvals.models import WAITING, ApprovalRequest, Via
+from approvals.waiting import CallDecision
 from core.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -51,7 +51,7 @@ def waiting(run: AgentRun) -> QuerySet[ApprovalRequest]:
     """The run's calls still waiting for a decision (none once the run no longer waits: a Stop
     on the page ended it meanwhile, say)."""
     return ApprovalRequest.objects.filter(
-        run_id=run.pk, decision="", run__status=RunStatus.AWAITING_APPROVAL
+        run_id=run.pk, decision=WAITING, run__status=RunStatus.AWAITING_APPROVAL
     )
 
 
@@ -79,11 +79,11 @@ def decide_here(
     hears each decision as the run's log has it. A decision refused (an edit that does not fit
     the tool, a call decided on the page meanwhile) is told to `refused`, and whatever still
     waits is asked about again. Once the last call is decided the run is queued for this process
-    to work (no job: agent.approvals.decide's `queue_it`)."""
+    to work (no job: approvals.decisions.decide's `queue_it`)."""
     while (request := next_waiting(run)) is not None:
         decision = choose(request)
         try:
-            decide(run.user, run.pk, [decision], queue_it=False, via=TERMINAL)
+            decide(run.user, run.pk, [decision], queue_it=False, via=Via.TERMINAL)
         except DecisionRefused as refusal:
             refused(str(refusal))
         else:
@@ -92,7 +92,7 @@ def decide_here(
 
 def logged_decision(run: AgentRun, call_id: str) -> Event:
     decided = run.events.filter(kind=ApprovalDecided.kind, data__call_id=call_id)
-    kind, data = decided.order_by("-seq").values_list("kind", "data").first()
+    kind, data = decided.order_by("-seq").values_list("kind", "data")[0]
     return event_from_dict(kind, data)
 
 
