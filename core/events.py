@@ -108,8 +108,12 @@ class Event:
         Containers are copied, as `dataclasses.asdict` copies them, so what is stored or sent
         never changes with the loop's own lists; their strings and numbers, which cannot
         change, are not (asdict's deep copy of each was a third of the recorder's work a step)."""
-        fields = _field_names(type(self))  # type: ignore[arg-type]  # (as in __post_init__)
-        return {name: _stored(_plain(getattr(self, name))) for name in fields}
+        stored: dict[str, Any] = {}
+        for name in _field_names(type(self)):  # type: ignore[arg-type]  # (as in __post_init__)
+            value = getattr(self, name)
+            # Most fields are a str, an int or a bool: stored as they are.
+            stored[name] = value if type(value) in _AS_IS else _stored(_plain(value))
+        return stored
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -388,9 +392,22 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls))
 
 
+# The types whose values are stored as they are (exactly these: an enum's value is stored).
+_AS_IS = frozenset({str, int, float, bool})
+
+
 def _plain(value: Any) -> Any:
     """The value with its dataclasses as dicts and its lists, tuples and dicts copied."""
-    if isinstance(value, str | int | float | bool | None):
+    kind: type = type(value)
+    if kind in _AS_IS or value is None:
+        return value
+    if kind is list:
+        return [_plain(item) for item in value]
+    if kind is dict:
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    if hasattr(kind, "__dataclass_fields__"):  # a dataclass's instance (its class is a type)
+        return {name: _plain(getattr(value, name)) for name in _field_names(kind)}
+    if isinstance(value, str | int | float | bool):
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}
