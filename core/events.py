@@ -97,8 +97,10 @@ class Event:
     def __post_init__(self) -> None:
         # mypy takes a frozen dataclass's class for unhashable (its generated __hash__ is read
         # as the class's own); a class is hashable, and functools.cache keys on it.
-        for name, load in _loaders(type(self)).items():  # type: ignore[arg-type]
+        for name, ready, load in _loaders(type(self)):  # type: ignore[arg-type]
             value = getattr(self, name)
+            if type(value) in ready:  # built from typed values (the loop's): as it is
+                continue
             loaded = load(value)
             if loaded is not value:
                 object.__setattr__(self, name, loaded)
@@ -346,13 +348,24 @@ Loader = Callable[[Any], Any]
 
 
 @functools.cache
-def _loaders(cls: type[Event]) -> dict[str, Loader]:
-    """How each typed field of `cls` is read from what the log stores."""
-    loaders = {}
+def _loaders(cls: type[Event]) -> tuple[tuple[str, frozenset[type], Loader], ...]:
+    """How each typed field of `cls` is read from what the log stores, with the types of the
+    values that need no reading (an enum field's members, and None where it may be None)."""
+    loaders = []
     for field in dataclasses.fields(cls):
         if (load := _loader(field.type)) is not None:
-            loaders[field.name] = load
-    return loaders
+            loaders.append((field.name, _ready(field.type), load))
+    return tuple(loaders)
+
+
+def _ready(annotation: Any) -> frozenset[type]:
+    args = get_args(annotation)
+    if get_origin(annotation) in (Union, types.UnionType) and type(None) in args:
+        inner = next(arg for arg in args if arg is not type(None))
+        return _ready(inner) | {type(None)} if _ready(inner) else frozenset()
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return frozenset({annotation})
+    return frozenset()
 
 
 def _loader(annotation: Any) -> Loader | None:
@@ -382,9 +395,10 @@ def _member(enum: type[Enum], value: Any) -> Any:
 
 
 def _items(cls: type, values: list[Any]) -> list[Any]:
-    if all(isinstance(value, cls) for value in values):
-        return values
-    return [value if isinstance(value, cls) else cls(**value) for value in values]
+    for value in values:
+        if not isinstance(value, cls):
+            return [value if isinstance(value, cls) else cls(**value) for value in values]
+    return values
 
 
 @functools.cache
