@@ -7,6 +7,7 @@ row): the history is never rewritten, so a step costs the same at step 200 as at
 """
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from functools import partial
@@ -104,8 +105,14 @@ class RunRecorder:
         if last_seq is None:
             last_seq = run.events.aggregate(last=Max("seq"))["last"] or 0
         self.seq = last_seq
-        # What this recorder wrote, folded (core.state): the run's figures on its row.
-        self.state = RunState()
+        # What this recorder wrote, folded (core.state): the run's figures on its row. Folded
+        # when they are read (`state`: a summary, at most every SUMMARY_INTERVAL; a streamed
+        # piece's step; the end it records for a run), not at every write: the loop has folded
+        # each event already, and a step's write need not wait for a second fold nobody reads.
+        self.folded = RunState()
+        self.unfolded: list[Event] = []  # written, not folded yet, in order
+        # `stream` reads the state on the model call's thread, which may outlive the turn.
+        self.folding = threading.Lock()
         # The first refresh comes SUMMARY_INTERVAL into the run, not at its first reply: a run
         # shorter than that has its figures written once, with its end.
         self.summarised = time.monotonic()
@@ -145,8 +152,8 @@ class RunRecorder:
         in the same transaction. The events as stored: seq, kind, data."""
         first = self.seq + 1
         self.seq += len(events)
-        for event in events:
-            self.state = apply(self.state, event)
+        with self.folding:
+            self.unfolded += events
         writes = [write for event in events for write in self.writes_for(event)]
         audit = [
             row
@@ -165,6 +172,16 @@ class RunRecorder:
         else:  # one statement needs no transaction of its own
             self.append(rows, audit)
         return [(seq, kind, data) for seq, kind, _, data in rows]
+
+    @property
+    def state(self) -> RunState:
+        """What this recorder wrote, folded: the events written since it was last read are
+        applied now, each once, in order."""
+        with self.folding:
+            unfolded, self.unfolded = self.unfolded, []
+            for event in unfolded:
+                self.folded = apply(self.folded, event)
+            return self.folded
 
     def append(
         self, rows: list[tuple[int, str, int, dict[str, object]]], audit: list[Alongside]
@@ -219,12 +236,13 @@ class RunRecorder:
             case ModelReplied():
                 if time.monotonic() - self.summarised < SUMMARY_INTERVAL:
                     return []
+                state = self.state
                 return [
                     partial(
                         self.update,
-                        iterations=self.state.step,
-                        prompt_tokens=self.state.usage.prompt_tokens,
-                        completion_tokens=self.state.usage.completion_tokens,
+                        iterations=state.step,
+                        prompt_tokens=state.usage.prompt_tokens,
+                        completion_tokens=state.usage.completion_tokens,
                     )
                 ]
             case RunFinished():

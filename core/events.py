@@ -97,8 +97,10 @@ class Event:
     def __post_init__(self) -> None:
         # mypy takes a frozen dataclass's class for unhashable (its generated __hash__ is read
         # as the class's own); a class is hashable, and functools.cache keys on it.
-        for name, load in _loaders(type(self)).items():  # type: ignore[arg-type]
+        for name, ready, load in _loaders(type(self)):  # type: ignore[arg-type]
             value = getattr(self, name)
+            if type(value) in ready:  # built from typed values (the loop's): as it is
+                continue
             loaded = load(value)
             if loaded is not value:
                 object.__setattr__(self, name, loaded)
@@ -108,8 +110,12 @@ class Event:
         Containers are copied, as `dataclasses.asdict` copies them, so what is stored or sent
         never changes with the loop's own lists; their strings and numbers, which cannot
         change, are not (asdict's deep copy of each was a third of the recorder's work a step)."""
-        fields = _field_names(type(self))  # type: ignore[arg-type]  # (as in __post_init__)
-        return {name: _stored(_plain(getattr(self, name))) for name in fields}
+        stored: dict[str, Any] = {}
+        for name in _field_names(type(self)):  # type: ignore[arg-type]  # (as in __post_init__)
+            value = getattr(self, name)
+            # Most fields are a str, an int or a bool: stored as they are.
+            stored[name] = value if type(value) in _AS_IS else _stored(_plain(value))
+        return stored
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -342,13 +348,24 @@ Loader = Callable[[Any], Any]
 
 
 @functools.cache
-def _loaders(cls: type[Event]) -> dict[str, Loader]:
-    """How each typed field of `cls` is read from what the log stores."""
-    loaders = {}
+def _loaders(cls: type[Event]) -> tuple[tuple[str, frozenset[type], Loader], ...]:
+    """How each typed field of `cls` is read from what the log stores, with the types of the
+    values that need no reading (an enum field's members, and None where it may be None)."""
+    loaders = []
     for field in dataclasses.fields(cls):
         if (load := _loader(field.type)) is not None:
-            loaders[field.name] = load
-    return loaders
+            loaders.append((field.name, _ready(field.type), load))
+    return tuple(loaders)
+
+
+def _ready(annotation: Any) -> frozenset[type]:
+    args = get_args(annotation)
+    if get_origin(annotation) in (Union, types.UnionType) and type(None) in args:
+        inner = next(arg for arg in args if arg is not type(None))
+        return _ready(inner) | {type(None)} if _ready(inner) else frozenset()
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return frozenset({annotation})
+    return frozenset()
 
 
 def _loader(annotation: Any) -> Loader | None:
@@ -378,9 +395,10 @@ def _member(enum: type[Enum], value: Any) -> Any:
 
 
 def _items(cls: type, values: list[Any]) -> list[Any]:
-    if all(isinstance(value, cls) for value in values):
-        return values
-    return [value if isinstance(value, cls) else cls(**value) for value in values]
+    for value in values:
+        if not isinstance(value, cls):
+            return [value if isinstance(value, cls) else cls(**value) for value in values]
+    return values
 
 
 @functools.cache
@@ -388,9 +406,22 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(cls))
 
 
+# The types whose values are stored as they are (exactly these: an enum's value is stored).
+_AS_IS = frozenset({str, int, float, bool})
+
+
 def _plain(value: Any) -> Any:
     """The value with its dataclasses as dicts and its lists, tuples and dicts copied."""
-    if isinstance(value, str | int | float | bool | None):
+    kind: type = type(value)
+    if kind in _AS_IS or value is None:
+        return value
+    if kind is list:
+        return [_plain(item) for item in value]
+    if kind is dict:
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    if hasattr(kind, "__dataclass_fields__"):  # a dataclass's instance (its class is a type)
+        return {name: _plain(getattr(value, name)) for name in _field_names(kind)}
+    if isinstance(value, str | int | float | bool):
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {name: _plain(getattr(value, name)) for name in _field_names(type(value))}

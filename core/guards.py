@@ -3,7 +3,6 @@ release of a run this process no longer works."""
 
 import functools
 import json
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -136,7 +135,7 @@ class Breaker:
     max_failures: int = 3
     max_identical: int = 3
     failures: dict[str, list[dict[str, str]]] = field(default_factory=dict)
-    in_a_row: Counter[str] = field(default_factory=Counter)
+    in_a_row: dict[str, int] = field(default_factory=dict)
     failed: dict[tuple[str, str], str] = field(default_factory=dict)
     tripped_on: dict[str, set[str]] = field(default_factory=dict)
     last: tuple[str, str] | None = None
@@ -192,8 +191,7 @@ class Breaker:
             return Trip(HaltReason.REPEATED_FAILED_CALL, detail, tool=call.name, failures=failures)
         failures = self.failures.setdefault(call.name, [])
         add_failure(failures, failure)
-        self.in_a_row[call.name] += 1
-        count = self.in_a_row[call.name]
+        count = self.in_a_row[call.name] = self.in_a_row.get(call.name, 0) + 1
         if count < self.max_failures:
             return None
         detail = trip_detail(HaltReason.TOOL_FAILURES, call.name, count, failures)

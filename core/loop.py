@@ -275,7 +275,8 @@ class AgentLoop(ToolsPhase):
             raise
         # A reply to a tool-less turn cannot call tools.
         calls = () if tools is None else tuple(map(bounded_call, reply.tool_calls))
-        reply = dataclasses.replace(reply, tool_calls=calls)
+        if calls != reply.tool_calls:  # (each bounded call is the very one when nothing was cut)
+            reply = dataclasses.replace(reply, tool_calls=calls)
         self.emit(replied(self.state.step + 1, reply))
         return reply
 

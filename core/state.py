@@ -115,9 +115,8 @@ def apply(state: RunState, event: Event) -> RunState:
         case ModelReplied():
             _replied(state, event)
         case ToolCallStarted():
-            call = ToolCall(event.call_id, event.tool, event.arguments)
-            state.pending = [c for c in state.pending if c.id != call.id]
-            state.dangling.append(call)
+            state.pending, asked = _without(state.pending, event.call_id)
+            state.dangling.append(_as_called(asked, event.call_id, event.tool, event.arguments))
             state.tool_calls += 1
         case ToolCallFinished():
             _finished_call(state, event)
@@ -154,15 +153,36 @@ def _replied(state: RunState, event: ModelReplied) -> None:
     calls = list(event.tool_calls)
     state.messages.append(assistant_message(event.text, calls))
     state.step = max(state.step, event.step)
-    state.usage += Usage(event.prompt_tokens, event.completion_tokens)
+    used = state.usage
+    state.usage = Usage(
+        used.prompt_tokens + event.prompt_tokens, used.completion_tokens + event.completion_tokens
+    )
     state.last_text = event.text or state.last_text
     state.pending = calls
     state.final, state.final_cut = (None, False) if calls else (event.text, event.cut)
     state.final_help = not calls and event.help
 
 
+def _without(calls: list[ToolCall], call_id: str) -> tuple[list[ToolCall], ToolCall | None]:
+    """`calls` less the one with this id, and that one (None: none has it)."""
+    for at, call in enumerate(calls):
+        if call.id == call_id:
+            return [*calls[:at], *(c for c in calls[at + 1 :] if c.id != call_id)], call
+    return calls, None
+
+
+def _as_called(known: ToolCall | None, call_id: str, tool: str, arguments: str) -> ToolCall:
+    """The call as an event names it: the one the state holds already when it is the same (a
+    call its person edited runs with other arguments), else a new one."""
+    if known is not None and known.name == tool and known.arguments == arguments:
+        return known
+    return ToolCall(call_id, tool, arguments)
+
+
 def _finished_call(state: RunState, event: ToolCallFinished) -> None:
-    call = ToolCall(event.call_id, event.tool, event.arguments)
+    state.dangling, started = _without(state.dangling, event.call_id)
+    state.pending, asked = _without(state.pending, event.call_id)
+    call = _as_called(started or asked, event.call_id, event.tool, event.arguments)
     result = ToolResult(
         event.status,
         event.text,
@@ -173,8 +193,6 @@ def _finished_call(state: RunState, event: ToolCallFinished) -> None:
         remedy=event.remedy,
         saved=tuple(event.saved),
     )
-    state.pending = [c for c in state.pending if c.id != call.id]
-    state.dangling = [c for c in state.dangling if c.id != call.id]
     if result.status is ToolStatus.INTERRUPTED:
         state.interrupted_steps.add(event.step)
     if result.ok:  # as the breaker forgets a trip once a call works

@@ -1,8 +1,9 @@
 """Text helpers every layer shares (core is the bottom one)."""
 
 import dataclasses
+import functools
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 ELLIPSIS = "…"
@@ -37,31 +38,51 @@ def each_text(value: Value, change: Callable[[str], str]) -> Value:
 
 
 def _each(value: Any, change: Callable[[str], str]) -> Any:
+    kind: type = type(value)
+    if kind is str:
+        return change(value)
+    if kind in _NO_TEXT:  # most of an event's fields: nothing to look into
+        return value
     if isinstance(value, str):
         return change(value)
-    if type(value) is dict:
-        keys, items = _each_of(value.keys(), change), _each_of(value.values(), change)
+    if kind is dict:
+        keys, items = _each_of(list(value), change), _each_of(list(value.values()), change)
         if keys is None and items is None:
             return value
         return dict(zip(keys or list(value), items or list(value.values()), strict=True))
-    if type(value) in (list, tuple):
+    if kind is list or kind is tuple:
         items = _each_of(value, change)
-        return value if items is None else type(value)(items)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {
-            field.name: new
-            for field in dataclasses.fields(value)
-            if field.init and (new := _each(old := getattr(value, field.name), change)) is not old
-        }
+        return value if items is None else kind(items)
+    if hasattr(kind, "__dataclass_fields__"):  # a dataclass's instance (its class is a type)
+        fields: dict[str, Any] = {}
+        for name in _init_fields(kind):
+            old = getattr(value, name)
+            if (new := _each(old, change)) is not old:
+                fields[name] = new
         return dataclasses.replace(value, **fields) if fields else value
     return value
 
 
-def _each_of(values: Iterable[Any], change: Callable[[str], str]) -> list[Any] | None:
-    """Each of `values` changed; None when none was."""
-    old = list(values)
-    new = [_each(value, change) for value in old]
-    return None if all(a is b for a, b in zip(new, old, strict=True)) else new
+# The types that hold no text (exactly these: a subclass, say a StrEnum, may).
+_NO_TEXT = frozenset({int, float, bool, type(None)})
+
+
+@functools.cache
+def _init_fields(cls: type) -> tuple[str, ...]:
+    """The fields `dataclasses.replace` takes, read once a class."""
+    return tuple(field.name for field in dataclasses.fields(cls) if field.init)
+
+
+def _each_of(values: Sequence[Any], change: Callable[[str], str]) -> list[Any] | None:
+    """Each of `values` changed; None when none was (and then no list is built)."""
+    new: list[Any] | None = None
+    for at, value in enumerate(values):
+        changed = _each(value, change)
+        if new is not None:
+            new.append(changed)
+        elif changed is not value:
+            new = [*values[:at], changed]
+    return new
 
 
 def excerpt(text: str, limit: int) -> str:

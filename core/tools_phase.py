@@ -30,6 +30,19 @@ def handed_back(refusal: Refusal | None) -> bool:
     return isinstance(refusal, Stopped) and refusal.reason is StopReason.HAND_BACK
 
 
+class Done:
+    """A call's result had at once (it ran right here, or never ran): read as a Future's is, with
+    none of a Future's lock and condition, which only a result from another thread needs."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: ToolResult) -> None:
+        self.value = value
+
+    def result(self) -> ToolResult:
+        return self.value
+
+
 class ToolsPhase(RunCourse):
     def run_tools(self, calls: Sequence[ToolCall]) -> Stop | None:
         """Run the calls; once a guard stops the batch, no further call starts, and those get a
@@ -87,7 +100,7 @@ class ToolsPhase(RunCourse):
 
     def run_calls(self, calls: Sequence[ToolCall]) -> Refusal | None:
         waiting = deque(calls)
-        running: deque[tuple[ToolCall, Future[ToolResult]]] = deque()
+        running: deque[tuple[ToolCall, Future[ToolResult] | Done]] = deque()
         stop: Refusal | None = None
         alone = len(calls) == 1 or self.limits.max_parallel_calls == 1
         while waiting or running:
@@ -121,15 +134,13 @@ class ToolsPhase(RunCourse):
             if call.id in decisions
         )
 
-    def start(self, call: ToolCall, *, alone: bool) -> tuple[ToolCall, "Future[ToolResult]"]:
+    def start(self, call: ToolCall, *, alone: bool) -> tuple[ToolCall, "Future[ToolResult] | Done"]:
         """A call run alone runs right here: a thread hand-off would only add latency. A decided
         call runs as its person decided: with their arguments, or not at all (its result says
         why, and it never started)."""
-        done: Future[ToolResult] = Future()
         if (decision := self.state.decisions.get(call.id)) is not None:
             if (unrun := unrun_result(decision)) is not None:
-                done.set_result(unrun)
-                return call, done
+                return call, Done(unrun)
             call = decided_call(call, decision)
         self.emit(
             ToolCallStarted(
@@ -139,8 +150,7 @@ class ToolsPhase(RunCourse):
         dispatch = self.parts.tools.dispatch
         if not alone:
             return call, self.pool.submit(dispatch, call.name, call.arguments)
-        done.set_result(dispatch(call.name, call.arguments))
-        return call, done
+        return call, Done(dispatch(call.name, call.arguments))
 
     def as_stopped(self, result: ToolResult) -> ToolResult:
         """A call that failed once the run was asked to stop failed because of the Stop (a snippet

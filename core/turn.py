@@ -102,6 +102,8 @@ def bounded_call(call: ToolCall) -> ToolCall:
     long it was (no tool has such a name, so it is answered as an unknown tool); an id too long
     is cut and keeps a digest of the whole, so two long ids stay two."""
     name, call_id = call.name, call.id
+    if len(name) <= TOOL_NAME_CHARS and len(call_id) <= CALL_ID_CHARS:
+        return call  # as it came: most calls
     if len(name) > TOOL_NAME_CHARS:
         cut = f"…[{len(name)} chars]"
         name = name[: TOOL_NAME_CHARS - len(cut)] + cut
