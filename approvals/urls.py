@@ -6,11 +6,11 @@ ahead of the admin)."""
 from typing import Any
 from urllib.parse import quote
 
-from django.urls import re_path, reverse
+from django.urls import URLPattern, path, reverse
 from django.views.generic import RedirectView
 
 # The models the console has pages of, by the name their addresses use.
-MOVED = "approvalrequest|sitetoolpolicy|toolgrant"
+MOVED = ("approvalrequest", "sitetoolpolicy", "toolgrant")
 
 
 class MovedConsolePage(RedirectView):
@@ -24,6 +24,13 @@ class MovedConsolePage(RedirectView):
         return f"{page}?{query}" if query else page
 
 
-urlpatterns = [
-    re_path(rf"^(?P<model>{MOVED})/(?P<rest>.*)$", MovedConsolePage.as_view()),
-]
+def moved(model: str) -> list[URLPattern]:
+    """The model's list page and every page under it."""
+    view = MovedConsolePage.as_view()
+    return [
+        path(f"{model}/", view, {"model": model, "rest": ""}),
+        path(f"{model}/<path:rest>", view, {"model": model}),
+    ]
+
+
+urlpatterns = [pattern for model in MOVED for pattern in moved(model)]

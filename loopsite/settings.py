@@ -393,7 +393,9 @@ LOGGING = {
         name: {"level": LOG_LEVEL}
         for name in (
             *(
+                "core",
                 "agent",
+                "approvals",
                 "engine",
                 "workspace",
                 "tools",

@@ -157,6 +157,7 @@ def owned(module_records) -> Owned:
         # A conversation's export's kind; a password reset link's parts (Django's own view).
         files = {"path": "notes.txt", "key": "answer", "kind": "md"}
         files |= {"uidb64": "MQ", "token": "set-password"}
+        files |= {"rest": "1/change/"}  # an approvals console page at its old agent/ address
         return Owned(alice, ids, files, module_records.workspaces)
 
     return module_records.make(build)
