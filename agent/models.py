@@ -164,6 +164,9 @@ class AgentRun(models.Model):
     # When the retention (agent/retention.py) deleted its event log and cleared its tool outputs;
     # the row and its figures stay. A run whose log is gone cannot go on from it.
     log_pruned_at = models.DateTimeField(null=True, blank=True)
+    # The API key that started the run, as it was then (its prefix, name and scopes; api/); None
+    # for a run started in the chat, by runagent or by Loop itself.
+    api_key = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ("-created_at",)

@@ -90,6 +90,7 @@ def start_run(
     limits: Limits | None = None,
     conversation: Conversation | None = None,
     version_of: AgentRun | None = None,
+    api_key: dict[str, Any] | None = None,
 ) -> AgentRun:
     """Record a new run for `user`, queued, in `conversation` if given (it must be the user's):
     the run records the provider and model it uses, and the conversation goes on with that model.
@@ -98,6 +99,8 @@ def start_run(
     version shown from now on.
     `model` is a name, resolved here, or a ModelChoice resolved already (chat_model's, one of the
     offered models): a send resolves its model once.
+
+    `api_key`: the key a program started it with, as the run records it (api/).
 
     Bad input, or one run more than LOOP_USER_ACTIVE_RUNS, raises before anything is stored.
     """
@@ -114,7 +117,7 @@ def start_run(
             conversation.archived_at = None
             conversation.save(update_fields=["title", "model", "archived_at", "updated_at"])
             parent = version_of.parent_id if version_of else last_turn_id(conversation.pk)
-        return new_run(user, task, choice, conversation, parent, limits)
+        return new_run(user, task, choice, conversation, parent, limits, api_key)
 
 
 def new_run(
@@ -124,6 +127,7 @@ def new_run(
     conversation: Conversation | None,
     parent: int | None,
     limits: Limits | None = None,
+    api_key: dict[str, Any] | None = None,
 ) -> AgentRun:
     """The run's row, queued, its task and model checked already."""
     return AgentRun.objects.create(
@@ -135,6 +139,7 @@ def new_run(
         provider=choice.provider,
         model=choice.model,
         limits=dataclasses.asdict(limits or default_limits()),
+        api_key=api_key,
     )
 
 
@@ -187,11 +192,16 @@ def lock_owner(user_id: int) -> None:
 
 
 def submit_run(
-    user: User, task: str, conversation: Conversation, *, model: str | ModelChoice = ""
+    user: User,
+    task: str,
+    conversation: Conversation,
+    *,
+    model: str | ModelChoice = "",
+    api_key: dict[str, Any] | None = None,
 ) -> AgentRun:
     """Start a run in `conversation` and queue it for a worker; returns at once."""
     with transaction.atomic():
-        run = start_run(user, task, model=model, conversation=conversation)
+        run = start_run(user, task, model=model, conversation=conversation, api_key=api_key)
         queue(run)
     return run
 
@@ -202,7 +212,14 @@ def queue(run: AgentRun, priority: int = 0) -> None:
     AgentRun.objects.filter(pk=run.pk).update(job_id=run.job_id)
 
 
-def submit_first_run(user: User, task: str, *, model: str | ModelChoice = "") -> AgentRun:
+def submit_first_run(
+    user: User,
+    task: str,
+    *,
+    model: str | ModelChoice = "",
+    api_key: dict[str, Any] | None = None,
+    instructions: str = "",
+) -> AgentRun:
     """Start a new conversation with `task`; if the run is refused, no conversation is kept.
     As start_run and submit_run do, in one transaction without their savepoints: the
     conversation is made with its title and model, and nothing else can see it yet, so it is not
@@ -212,9 +229,9 @@ def submit_first_run(user: User, task: str, *, model: str | ModelChoice = "") ->
     with transaction.atomic():
         check_room_for_a_run(user.pk)
         conversation = Conversation.objects.create(
-            owner=user, title=title_from(task), model=choice.name
+            owner=user, title=title_from(task), model=choice.name, instructions=instructions
         )
-        run = new_run(user, task, choice, conversation, None)
+        run = new_run(user, task, choice, conversation, None, api_key=api_key)
         queue(run)
     return run
 

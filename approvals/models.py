@@ -34,6 +34,7 @@ class Via(models.TextChoices):
     WEB = "web", "The chat page"
     TERMINAL = "terminal", "The terminal (runagent)"
     CONSOLE = "console", "The console"
+    API = "api", "The API (a program with the person's key)"
 
 
 def approval_window() -> timedelta:
@@ -71,6 +72,8 @@ class ApprovalRequest(models.Model):
     # Where it was decided: the chat page, the terminal (runagent), the console; "" for Loop's
     # own (an expiry, a Stop).
     decided_via = models.CharField(max_length=16, choices=Via.choices, blank=True, default="")
+    # Decided through the API: the key's prefix and name (its scopes are on the run's page).
+    decided_key = models.CharField(max_length=120, blank=True, default="")
     edited_arguments = models.TextField(blank=True, default="")
     reason = models.TextField(blank=True, default="")
 

@@ -42,6 +42,7 @@ class CallDecision:
     arguments: str | None = None  # an edit's
     reason: str = ""
     always: bool = False  # approve, and allow this tool for the rest of the conversation
+    key: str = ""  # decided through the API: the key's label (api.models.ApiKey.label)
 
 
 def record_decision(
@@ -56,13 +57,14 @@ def record_decision(
     request.decided_at = timezone.now()
     request.decided_by = by
     request.decided_via = via or ""
+    request.decided_key = decision.key
     request.edited_arguments = (
         decision.arguments or "" if decision.decision is Decision.EDIT else ""
     )
     request.reason = decision.reason.replace("\x00", "").strip()
     request.save(
         update_fields=[
-            *("decision", "decided_at", "decided_by", "decided_via"),
+            *("decision", "decided_at", "decided_by", "decided_via", "decided_key"),
             *("edited_arguments", "reason"),
         ]
     )

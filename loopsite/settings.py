@@ -77,6 +77,8 @@ INSTALLED_APPS = [
     "accounts",
     "chat",
     "mcp_servers",
+    "ninja",  # the API's docs page, its Swagger UI served from static files (no CDN)
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -284,6 +286,21 @@ LOOP_MEMORY_CHANGES_PER_MINUTE = env_int("LOOP_MEMORY_CHANGES_PER_MINUTE", 30)
 # Searches of the Memories page, per person and minute (each embeds its words on the web).
 LOOP_MEMORY_SEARCHES_PER_MINUTE = env_int("LOOP_MEMORY_SEARCHES_PER_MINUTE", 30)
 
+# The API for programs (docs/api.md): requests a minute per key, and per person over all their
+# keys; past either, 429 with Retry-After. Counted in the cache: per web process, unless
+# LOOP_CACHE_URL names a Redis every web process shares.
+LOOP_API_KEY_REQUESTS_PER_MINUTE = env_int("LOOP_API_KEY_REQUESTS_PER_MINUTE", 120)
+LOOP_API_PERSON_REQUESTS_PER_MINUTE = env_int("LOOP_API_PERSON_REQUESTS_PER_MINUTE", 300)
+LOOP_CACHE_URL = env_str("LOOP_CACHE_URL")
+if LOOP_CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": LOOP_CACHE_URL,
+            "KEY_PREFIX": LOOP_CHANNEL_PREFIX or "loop",
+        }
+    }
+
 # Logins and the chat (see docs/chat.md).
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
@@ -405,6 +422,7 @@ LOGGING = {
                 "accounts",
                 "console",
                 "mcp_servers",
+                "api",
             ),
             *("loopsite", "django", "daphne"),
         )

@@ -6,6 +6,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("accounts/", include("accounts.urls")),
+    path("api/v1/", include(("api.urls", "api"), namespace="api")),
     path("admin/agent/", include("approvals.urls")),  # approvals' pages, once agent's
     path("admin/", admin.site.urls),
     path("files/", include("workspace.urls")),

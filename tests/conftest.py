@@ -236,6 +236,15 @@ def as_alice(alice):
 
 
 @pytest.fixture
+def alice_key(alice) -> str:
+    """A key of alice's with every scope (its secret, as a program shows it)."""
+    from api.keys import create_key
+    from api.models import ALL_SCOPES
+
+    return create_key(alice, "tests", ALL_SCOPES).secret
+
+
+@pytest.fixture
 def operator(client):
     """A superuser logged in on the test's client: the console's operator."""
     from django.contrib.auth.models import User

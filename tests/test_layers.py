@@ -1,5 +1,5 @@
 """The layers read core -> netguard -> workspace -> sandbox -> tools -> memory -> mcp_servers ->
-agent -> approvals -> engine -> {console, chat, accounts}, one way: a lower layer never imports a
+agent -> approvals -> engine -> {console, chat, accounts, api}, one way: a lower layer never imports a
 higher one, nor names a higher app's model in its schema or its migrations. core, the loop and its
 vocabulary, is the bottom: no Django, nothing else of Loop; netguard, the HTTP policies the model
 clients and the MCP servers' connections share, no Django either; sandbox, what runs a snippet, is
@@ -28,7 +28,7 @@ ORDER = [
     "approvals",
     "engine",
 ]
-TOP = {"console", "chat", "accounts"}
+TOP = {"console", "chat", "accounts", "api"}
 LAYERS = [*ORDER, *sorted(TOP)]
 HIGHER = {layer: {*ORDER[at + 1 :], *TOP} for at, layer in enumerate(ORDER)}
 # The layers that are Django apps: core (the bottom), netguard (Loop's HTTP policies) and sandbox

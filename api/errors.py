@@ -1,0 +1,141 @@
+"""The API's errors: always JSON, `{"error": {"code": ..., "message": ...}}`, the code stable for
+programs, the message for a person (the chat's own words where the chat refuses the same)."""
+
+import logging
+from typing import Any
+
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja import NinjaAPI, Schema
+from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
+
+from agent.connections import database_unreachable
+from agent.runs import InvalidTask, LogPruned, ModelNotOffered, OwnerGone, TooManyActiveRuns
+
+logger = logging.getLogger(__name__)
+
+
+class ErrorDetail(Schema):
+    code: str
+    message: str
+
+
+class ErrorOut(Schema):
+    """Every refusal's body."""
+
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """A refusal: its HTTP status, stable code, and a sentence saying what to do."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+def not_found(what: str = "run") -> ApiError:
+    """Another person's thing is as absent as one that never was."""
+    return ApiError(404, "not_found", f"No such {what}.")
+
+
+def answer(api: NinjaAPI, request: HttpRequest, error: ApiError) -> HttpResponse:
+    body = {"error": {"code": error.code, "message": error.message}}
+    response = api.create_response(request, body, status=error.status)
+    for name, value in error.headers.items():
+        response[name] = value
+    return response
+
+
+# Loop's refusals of a run's operations, as the API names them.
+REFUSALS: list[tuple[type[Exception], int, str]] = [
+    (TooManyActiveRuns, 429, "too_many_active_runs"),
+    (ModelNotOffered, 400, "model_not_offered"),
+    (LogPruned, 409, "log_pruned"),
+    (OwnerGone, 409, "owner_gone"),
+    (InvalidTask, 400, "invalid_task"),
+]
+
+
+def refusal(error: Exception) -> ApiError:
+    """The ApiError for one of Loop's own refusals (agent.runs.InvalidTask and its kinds)."""
+    for kind, status, code in REFUSALS:
+        if isinstance(error, kind):
+            return ApiError(status, code, str(error))
+    return ApiError(400, "invalid_request", str(error))
+
+
+def first_problem(errors: list[dict[str, Any]]) -> str:
+    if not errors:
+        return "The request is not valid."
+    problem = errors[0]
+    where = ".".join(str(part) for part in problem.get("loc", ()) if part not in ("body",))
+    return f"{where or 'The request'}: {problem.get('msg', 'is not valid')}."
+
+
+def install(api: NinjaAPI) -> None:
+    """Answer every error of `api` with the API's JSON shape."""
+
+    @api.exception_handler(ApiError)
+    def api_error(request: HttpRequest, error: ApiError) -> HttpResponse:
+        return answer(api, request, error)
+
+    @api.exception_handler(AuthenticationError)
+    def unauthenticated(request: HttpRequest, error: AuthenticationError) -> HttpResponse:
+        return answer(
+            api,
+            request,
+            ApiError(
+                401,
+                "unauthorized",
+                "Give a valid API key as `Authorization: Bearer loop_…`; make one on your "
+                "Settings → API keys page. A revoked or expired key, or one of a deactivated "
+                "account, no longer works.",
+                {"WWW-Authenticate": 'Bearer realm="loop"'},
+            ),
+        )
+
+    @api.exception_handler(ValidationError)
+    def invalid(request: HttpRequest, error: ValidationError) -> HttpResponse:
+        message = first_problem(list(error.errors))
+        return answer(api, request, ApiError(422, "invalid_request", message))
+
+    @api.exception_handler(Throttled)
+    def throttled(request: HttpRequest, error: Throttled) -> HttpResponse:
+        message = "Too many requests for this key or person; wait and try again."
+        return answer(api, request, ApiError(429, "rate_limited", message))
+
+    @api.exception_handler(InvalidTask)
+    def refused(request: HttpRequest, error: InvalidTask) -> HttpResponse:
+        return answer(api, request, refusal(error))
+
+    @api.exception_handler(Http404)
+    def absent(request: HttpRequest, error: Http404) -> HttpResponse:
+        return answer(api, request, ApiError(404, "not_found", str(error) or "Not found."))
+
+    @api.exception_handler(ObjectDoesNotExist)
+    def missing(request: HttpRequest, error: ObjectDoesNotExist) -> HttpResponse:
+        return answer(api, request, ApiError(404, "not_found", "Not found."))
+
+    @api.exception_handler(PermissionDenied)
+    def forbidden(request: HttpRequest, error: PermissionDenied) -> HttpResponse:
+        return answer(api, request, ApiError(403, "forbidden", str(error) or "Not allowed."))
+
+    @api.exception_handler(HttpError)
+    def http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
+        return answer(api, request, ApiError(error.status_code, "http_error", str(error)))
+
+    @api.exception_handler(Exception)
+    def failed(request: HttpRequest, error: Exception) -> HttpResponse:
+        if database_unreachable(error):
+            message = "Loop's database did not answer; nothing was changed. Try again shortly."
+            unavailable = ApiError(503, "unavailable", message, {"Retry-After": "5"})
+            return answer(api, request, unavailable)
+        logger.error("The API failed on %s %s", request.method, request.path, exc_info=error)
+        message = "Loop failed on this request; the operators have its log. Try again later."
+        return answer(api, request, ApiError(500, "internal_error", message))

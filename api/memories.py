@@ -1,0 +1,5 @@
+"""(being written)"""
+
+from ninja import Router
+
+router = Router(tags=["memories"])
