@@ -59,7 +59,12 @@ class RunOut(Schema):
     id: int
     conversation: int | None
     task: str
-    status: str = Field(description="queued, running, awaiting_approval, completed, …")
+    status: str = Field(
+        description=(
+            "queued, running, awaiting_approval, succeeded, halted, cancelled, failed or "
+            "interrupted"
+        )
+    )
     halt_reason: str
     answer: str
     error: str
