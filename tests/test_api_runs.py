@@ -234,3 +234,16 @@ def test_a_key_without_the_scope_is_refused_and_changes_nothing(client, alice):
     assert "'run'" in message
     assert not AgentRun.objects.exists()
     assert client.get("/api/v1/runs", **bearer(reader)).status_code == 200
+
+
+def test_a_body_over_the_sites_limit_is_refused_whole(client, alice, alice_key, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+
+    refused = post(client, "/api/v1/runs", {"task": "x" * 2000}, alice_key)
+
+    assert error_of(refused) == (
+        413,
+        "too_large",
+        "The request's body is over 1,000 bytes, the most Loop takes; send less.",
+    )
+    assert not AgentRun.objects.exists()
