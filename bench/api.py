@@ -87,12 +87,14 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--project", type=Path, default=MAIN_PROJECT, help="the tree to run")
     options = parser.parse_args()
-    limits = {
-        "LOOP_USER_ACTIVE_RUNS": UNBOUNDED,
-        "LOOP_API_KEY_REQUESTS_PER_MINUTE": UNBOUNDED,
-        "LOOP_API_PERSON_REQUESTS_PER_MINUTE": UNBOUNDED,
-    }
-    with running_stack(options.project, "worker", latency_ms=0, **limits) as stack:
+    with running_stack(
+        options.project,
+        "worker",
+        latency_ms=0,
+        LOOP_USER_ACTIVE_RUNS=UNBOUNDED,
+        LOOP_API_KEY_REQUESTS_PER_MINUTE=UNBOUNDED,
+        LOOP_API_PERSON_REQUESTS_PER_MINUTE=UNBOUNDED,
+    ) as stack:
         figures = asyncio.run(measure(stack, options.requests))
     print(f"daphne's CPU a request, ms ({options.requests} requests each, after 10 to warm up):")
     print(f"  {'':<14}{'the chat':>10}{'the API':>10}{'API / chat':>12}")
