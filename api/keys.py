@@ -8,7 +8,7 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.contrib.auth.models import User
@@ -30,10 +30,12 @@ class InvalidKey(ValueError):
 
 @dataclass(frozen=True)
 class NewKey:
-    """A key just made: the row, and the secret, shown this once."""
+    """A key just made: the row, and the secret, shown this once. Its repr leaves the secret
+    out: a page's context is written in full to django.template's DEBUG log when one of its
+    variables is missing."""
 
     key: ApiKey
-    secret: str
+    secret: str = field(repr=False)
 
 
 def digest_of(secret: str) -> str:

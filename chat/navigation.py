@@ -18,6 +18,7 @@ PLACES = {
     "approvals": "approval_settings",
     "instructions": "instruction_settings",
     "tools": "mcp_settings",
+    "keys": "api_pages:keys",
     "my_data": "my_data",
     "password": "password_change",
 }

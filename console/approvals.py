@@ -19,7 +19,14 @@ from django.utils.safestring import SafeString
 
 from agent.toolset import default_registry
 from approvals.decisions import DecisionRefused, decide_as_operator, may_decide_for_others
-from approvals.models import WAITING, ApprovalMode, ApprovalRequest, SiteToolPolicy, ToolGrant
+from approvals.models import (
+    WAITING,
+    ApprovalMode,
+    ApprovalRequest,
+    SiteToolPolicy,
+    ToolGrant,
+    Via,
+)
 from approvals.policy import configured_modes, modes_in_effect, setting_text
 from approvals.waiting import CallDecision
 from console.widgets import (
@@ -178,6 +185,7 @@ class ApprovalRequestAdmin(StepLinks, AuditAdmin):
         "digest",
         "arguments_json",
         ("decision_badge", "decided_by_name", "decided_at", "created_at"),
+        "decided_through",
         "edited_arguments",
         "reason",
     )
@@ -186,6 +194,7 @@ class ApprovalRequestAdmin(StepLinks, AuditAdmin):
         "step_page",
         "decision_badge",
         "decided_by_name",
+        "decided_through",
         "arguments_json",
     )
 
@@ -212,7 +221,20 @@ class ApprovalRequestAdmin(StepLinks, AuditAdmin):
     def decided_by_name(self, request_: ApprovalRequest) -> SafeString:
         if request_.decision and request_.decided_by_id is None:
             return format_html('<span class="loop-none">{}</span>', "nobody (Loop)")
+        if request_.decided_via == Via.API:  # a program decided, with the person's key
+            return format_html("{} through The API", user_link(request_.decided_by))
         return user_link(request_.decided_by)
+
+    @admin.display(description="decided through", ordering="decided_via")
+    def decided_through(self, request_: ApprovalRequest) -> SafeString:
+        """Where the decision was made; through the API, with which key (its prefix and
+        name, as the decision recorded them)."""
+        if not request_.decided_via:
+            return format_html('<span class="loop-none">{}</span>', "—")
+        where = request_.get_decided_via_display()
+        if not request_.decided_key:
+            return format_html("{}", where)
+        return format_html("{}, key <code>{}</code>", where, request_.decided_key)
 
     @admin.display(description="arguments as the model proposed them")
     def arguments_json(self, request_: ApprovalRequest) -> SafeString:

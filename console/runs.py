@@ -217,6 +217,7 @@ class AgentRunAdmin(AuditAdmin):
         "resume_rows",
         "feedback_given",
         "error_text",
+        "started_with",
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[AgentRun]:
@@ -224,10 +225,14 @@ class AgentRunAdmin(AuditAdmin):
         return runs.annotate(failed_calls=selectors.failed_tool_calls())
 
     def get_fieldsets(self, request: HttpRequest, obj: AgentRun | None = None) -> Any:
-        """A run that failed says why first thing, unfolded: the reason an operator opens it."""
-        if obj is None or not obj.error:
-            return self.fieldsets
+        """A run that failed says why first thing, unfolded: the reason an operator opens it.
+        A run a program started says with which key (its prefix, name and scopes)."""
         main, *rest = self.fieldsets
+        if obj is not None and obj.api_key:
+            name, options = main
+            main = (name, options | {"fields": (*options["fields"], "started_with")})
+        if obj is None or not obj.error:
+            return (main, *rest)
         return (main, ("Error", {"fields": ("error_text",)}), *rest)
 
     def get_search_results(
@@ -262,6 +267,12 @@ class AgentRunAdmin(AuditAdmin):
         said = feedback.comment or "(no comment)"
         when = feedback.updated_at.strftime("%Y-%m-%d %H:%M")
         return format_html("{} {} · {}<br>{}", symbol, feedback.get_rating_display(), when, said)
+
+    @admin.display(description="started with API key")
+    def started_with(self, run: AgentRun) -> SafeString:
+        """The key a program started the run with, as the run recorded it (api/): read here
+        as the run's own JSON, the console knowing nothing of the API's models."""
+        return started_with_key(run.api_key)
 
     @admin.display(description="task")
     def task_and_error(self, run: AgentRun) -> SafeString:
@@ -552,6 +563,19 @@ class AgentRunAdmin(AuditAdmin):
             "keep_jobs_days": max(settings.LOOP_KEEP_JOBS_DAYS, 0),
         }
         return TemplateResponse(request, "admin/agent/storage.html", context)
+
+
+def started_with_key(api_key: Any) -> SafeString:
+    """`prefix… name (scopes)` of a run's recorded key; "—" for a run the chat started."""
+    if not isinstance(api_key, dict) or not api_key.get("prefix"):
+        return format_html('<span class="loop-none">{}</span>', "—")
+    scopes = api_key.get("scopes") or []
+    return format_html(
+        "<code>{}…</code> {} ({})",
+        api_key["prefix"],
+        api_key.get("name", ""),
+        ", ".join(str(scope) for scope in scopes) or "no scopes",
+    )
 
 
 class UsageRange(forms.Form):

@@ -12,6 +12,7 @@ urlpatterns = [
     path("files/", include("workspace.urls")),
     path("memories/", include("chat.memories_urls")),
     path("settings/tools/", include("mcp_servers.urls")),
+    path("settings/keys/", include("api.page_urls")),
     path("settings/", include("accounts.settings_urls")),
     path("", include("chat.urls")),
 ]

@@ -325,6 +325,7 @@ def console_pages(run: AgentRun) -> list[str]:
         reverse("admin:approvals_sitetoolpolicy_changelist"),
         reverse("admin:approvals_sitetoolpolicy_add"),
         reverse("admin:approvals_toolgrant_changelist"),
+        reverse("admin:api_apikey_changelist"),
     ]
 
 
@@ -377,6 +378,7 @@ def test_axe_finds_no_violation_on_any_page(live_site, browser):  # noqa: F811
         f"{live_site}/accounts/password/",
         f"{live_site}/settings/approvals/",
         f"{live_site}/settings/tools/",
+        f"{live_site}/settings/keys/",
         f"{live_site}/accounts/password/done/",
         f"{live_site}/waiting/",
     ]

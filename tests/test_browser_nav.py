@@ -26,6 +26,7 @@ PAGES = {
     "/settings/approvals/": "Approvals",
     "/settings/instructions/": "Instructions",
     "/settings/tools/": "Tools",
+    "/settings/keys/": "API keys",
     "/accounts/password/": "Password",
     "/accounts/password/done/": "Password",
 }
@@ -66,7 +67,7 @@ def test_every_page_has_the_same_navigation_with_its_place_marked(live_site, bro
         first = seen["/"]
         assert [text for text, _ in first] == [
             "Chat", "Files", "Memories", "Waiting", "My", "Approvals", "Instructions", "Tools",
-            "Password",
+            "API", "Password",
         ]  # fmt: skip
         assert {path: links for path, links in seen.items() if links != first} == {}, view
         page.screenshot(path=ARTIFACTS / f"nav-{view}.png")
