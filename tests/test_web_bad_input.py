@@ -158,6 +158,7 @@ def owned(module_records) -> Owned:
         files = {"path": "notes.txt", "key": "answer", "kind": "md"}
         files |= {"uidb64": "MQ", "token": "set-password"}
         files |= {"rest": "1/change/"}  # an approvals console page at its old agent/ address
+        files |= {"call_id": "call_1"}  # a waiting call, as the API names it
         return Owned(alice, ids, files, module_records.workspaces)
 
     return module_records.make(build)
