@@ -152,3 +152,31 @@ def test_a_revoked_keys_open_stream_closes_at_its_next_check(site, alice, alice_
     run.refresh_from_db()
     assert run.status == RunStatus.AWAITING_APPROVAL
     assert not [message for message in rest if message.event == "end"]
+
+
+@pytest.fixture
+def tight_site(start_worker, start_daphne, workspaces):
+    """A daphne that lets a person hold one stream, for a second at most."""
+    start_worker()
+    return start_daphne(
+        LOOP_API_POLL_SECONDS=POLL, LOOP_API_STREAMS_PER_PERSON="1", LOOP_API_STREAM_SECONDS="1"
+    )
+
+
+def test_a_person_holds_so_many_streams_each_for_so_long(tight_site, alice, alice_key):
+    ApprovalPreference.objects.create(user=alice, ask_run_code=True)
+    run = run_of(alice)  # it waits: only the stream's bound ends its stream
+    first = Stream(tight_site.port, events_path(run), alice_key)
+    messages = first.messages()
+    next(messages)
+    refused = Stream(tight_site.port, events_path(run), alice_key)
+    assert refused.status == 429
+    assert refused.body()["error"]["code"] == "too_many_streams"
+
+    rest = list(messages)
+    first.close()
+    assert rest[-1].event == "timeout"
+    assert not [message for message in rest if message.event == "end"]
+    again = Stream(tight_site.port, events_path(run), alice_key)  # its slot was given back
+    assert again.status == 200
+    again.close()
