@@ -399,7 +399,7 @@ def resumed(
         decision=WAITING,
     ).select_related("run")
     by_id = {call.call_id: call for call in calls}
-    if len(by_id) != len(entries) or len({call.run_id for call in calls}) != 1:
+    if len(by_id) != len(entries) or len({call.run_id for call in by_id.values()}) != 1:
         raise not_found("call waiting in this thread")
     chosen = []
     for entry in entries:
