@@ -6,17 +6,19 @@ and no duplicate. The SSE streams (api/events.py) and the OpenAI-compatible endp
 (api/openai_compat.py) read a run through `follow`.
 
 A wake-up that carries its events (agent/bus.py) is used as it is when it follows what was read
-with no gap; anything else reads the log. A quiet run is read again every POLL_SECONDS anyway (a
-wake-up lost with a channel layer's hiccup costs at most that long), and each such pause yields a
-`Quiet`, for the stream to keep its connection alive and re-check its key."""
+with no gap; anything else reads the log. A quiet run is read again every LOOP_API_POLL_SECONDS
+anyway (a wake-up lost with a channel layer's hiccup costs at most that long), and each such pause
+yields a `Quiet`, for the stream to keep its connection alive and re-check its key; so does each
+pause while the channel layer fails (else a stream could go on for ever on a revoked key)."""
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 from django.contrib.auth.models import User
 
 from agent import bus, selectors
@@ -26,7 +28,6 @@ from core.events import loaded
 
 logger = logging.getLogger(__name__)
 
-POLL_SECONDS = 15.0
 LAYER_SECONDS = 2.0  # the longest one channel-layer call may take
 EVENTS_PER_READ = 100
 
@@ -43,7 +44,7 @@ class Delta:
 
 @dataclass(frozen=True)
 class Quiet:
-    """Nothing happened for POLL_SECONDS."""
+    """Nothing happened for LOOP_API_POLL_SECONDS (or the channel layer failed)."""
 
 
 @dataclass(frozen=True)
@@ -120,16 +121,20 @@ class Follower:
 
     async def wait(self) -> AsyncIterator[Followed]:
         """Until a wake-up says an event was stored (its events yielded when it carries them),
-        yielding the reply's pieces meanwhile; a Quiet after POLL_SECONDS of nothing."""
+        yielding the reply's pieces meanwhile; a Quiet after LOOP_API_POLL_SECONDS of nothing,
+        or after a pause when the layer fails."""
         while True:
             try:
-                message = await asyncio.wait_for(self.layer.receive(self.channel), POLL_SECONDS)
+                message = await asyncio.wait_for(
+                    self.layer.receive(self.channel), settings.LOOP_API_POLL_SECONDS
+                )
             except TimeoutError:
                 yield Quiet()
                 return
             except Exception as error:  # the layer failed: read the log after a pause
                 logger.warning("An API stream could not hear its run (%s); polling", error)
-                await asyncio.sleep(LAYER_SECONDS)
+                await asyncio.sleep(min(LAYER_SECONDS, settings.LOOP_API_POLL_SECONDS))
+                yield Quiet()
                 return
             if message.get("run") != self.run_id:
                 continue
@@ -143,7 +148,7 @@ class Follower:
             return
 
 
-async def follow(person: User, run_id: int, after: int = 0) -> AsyncIterator[Followed]:
+async def follow(person: User, run_id: int, after: int = 0) -> AsyncGenerator[Followed, None]:
     """The person's run's events after seq `after`, then each as it is stored, the reply's
     pieces between them, a Quiet now and then, and an Ended once the run is finished (or not
     theirs) with nothing more to read. The caller checks first that the run is theirs."""

@@ -291,6 +291,12 @@ LOOP_MEMORY_SEARCHES_PER_MINUTE = env_int("LOOP_MEMORY_SEARCHES_PER_MINUTE", 30)
 # LOOP_CACHE_URL names a Redis every web process shares.
 LOOP_API_KEY_REQUESTS_PER_MINUTE = env_int("LOOP_API_KEY_REQUESTS_PER_MINUTE", 120)
 LOOP_API_PERSON_REQUESTS_PER_MINUTE = env_int("LOOP_API_PERSON_REQUESTS_PER_MINUTE", 300)
+# A run's event stream (api/events.py): how long one lasts before it closes (the client resumes
+# with Last-Event-ID), how many one person may hold open in one web process, and how often a
+# quiet one is kept alive, read again and its key checked.
+LOOP_API_STREAM_SECONDS = env_int("LOOP_API_STREAM_SECONDS", 900)
+LOOP_API_STREAMS_PER_PERSON = env_int("LOOP_API_STREAMS_PER_PERSON", 20)
+LOOP_API_POLL_SECONDS = env_float("LOOP_API_POLL_SECONDS", 15.0)
 LOOP_CACHE_URL = env_str("LOOP_CACHE_URL")
 if LOOP_CACHE_URL:
     CACHES = {
