@@ -5,7 +5,7 @@ runs, and decide the calls they wait on. Each is the run operation the chat call
 from django.db.models import Prefetch
 from django.http import HttpRequest
 from ninja import Field as SchemaField
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 
 from agent import runs, selectors
 from agent.llm.factory import offered_models
@@ -65,7 +65,7 @@ def shown(request: HttpRequest, run: AgentRun) -> RunOut:
 
 
 @router.post("/runs", response={201: RunOut, **REFUSED}, auth=RUN, url_name="runs")
-def start_run(request: HttpRequest, body: RunIn) -> tuple[int, RunOut]:
+def start_run(request: HttpRequest, body: RunIn) -> Status[RunOut]:
     """Start a run: a new conversation, or the next turn of one of yours. It is queued for a
     worker at once; follow it with GET /runs/{id}/events."""
     person, key = person_of(request), key_of(request)
@@ -84,7 +84,7 @@ def start_run(request: HttpRequest, body: RunIn) -> tuple[int, RunOut]:
             )
     except runs.InvalidTask as error:
         raise refusal(error) from error
-    return 201, shown(request, run)
+    return Status(201, shown(request, run))
 
 
 @router.get("/runs", response={200: list[RunOut], **REFUSED}, auth=READ)

@@ -8,15 +8,19 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import URLPattern, URLResolver
 
 from api.main import api
+from workspace.uploads import streams_uploads
 
 
 def keyed(patterns: list[URLPattern | URLResolver]) -> list[URLPattern | URLResolver]:
     """The API's patterns, exempt from the pages' LoginRequiredMiddleware (a key is checked
-    instead; the schema and its docs page are public)."""
+    instead; the schema and its docs page are public), and marked as reading their own bodies
+    (workspace.uploads.streams_uploads): no middleware parses a form first, so an upload streams
+    each file to disk (api/files.py), and a body that cannot be read is the API's JSON refusal,
+    not a page's plain-text 400."""
     for pattern in patterns:
         if isinstance(pattern, URLPattern):
             view: Callable[..., Any] = pattern.callback
-            pattern.callback = login_not_required(view)
+            pattern.callback = streams_uploads(login_not_required(view))
     return patterns
 
 
