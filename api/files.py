@@ -22,15 +22,15 @@ from django.http.multipartparser import MultiPartParserError
 from ninja import Field, Query, Router, Schema, Status
 
 from api.auth import FILES, person_of
-from api.errors import ApiError, ErrorOut
+from api.errors import ApiError, refusals
 from workspace import browse
 from workspace.directory import workspace_of
 from workspace.paths import MAX_PATH_CHARS
 from workspace.uploads import FIELD, Cause, WorkspaceUploadHandler, stream_into_workspace
 
 router = Router(tags=["files"])
-REFUSED = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 429: ErrorOut}
-UPLOAD_REFUSED = {**REFUSED, 409: ErrorOut, 413: ErrorOut, 507: ErrorOut}
+REFUSED = refusals(400, 404)
+UPLOAD_REFUSED = refusals(400, 404, 409, 413, 507)
 BINARY_TYPE = "application/octet-stream"
 
 # How each cause of a refused part is answered.
@@ -251,7 +251,7 @@ def download(request: HttpRequest, path: str) -> FileResponse:
 
 
 @router.delete(
-    "/files/{path:path}", response={200: DeletedOut, **REFUSED, 409: ErrorOut}, auth=FILES
+    "/files/{path:path}", response={200: DeletedOut, **refusals(400, 404, 409)}, auth=FILES
 )
 def delete(request: HttpRequest, path: str, query: Query[DeleteQuery]) -> DeletedOut:
     """Delete a file, a symlink (the link itself) or a folder: an empty one at once, one

@@ -14,14 +14,15 @@ from ninja import Field, Query, Router, Schema, Status
 
 from agent.forgotten import take_back
 from api.auth import READ, RUN, person_of
-from api.errors import ApiError, ErrorOut, not_found
+from api.errors import ApiError, not_found, refusals
+from api.schemas import Text
 from chat.memories import ADDED, MAX_QUERY_CHARS, TOO_MANY_CHANGES, may_change, may_search
 from memory import personal
 from memory.models import Memory, Origin
 from memory.store import MemoryOutcome
 
 router = Router(tags=["memories"])
-REFUSED = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 429: ErrorOut}
+REFUSED = refusals(400, 404)
 MAX_PAGE = 100
 TOO_MANY_SEARCHES = "Too many searches of your memories this minute: try again in a minute."
 
@@ -40,7 +41,7 @@ class MemoryOut(Schema):
 
 
 class MemoryQuery(Schema):
-    query: str = Field(
+    query: Text = Field(
         "",
         max_length=MAX_QUERY_CHARS,
         description="Search: memories holding its words first, then those that mean it "

@@ -12,14 +12,14 @@ from agent import runs
 from agent.llm.factory import offered_models
 from agent.toolset import registry_for
 from api.auth import READ, person_of
-from api.errors import ErrorOut
+from api.errors import refusals
 from approvals.policy import Policy, preference_of, site_modes
 from chat.mcp import tools_of
 from tools.base import Tool
 from tools.context import context_for
 
 router = Router(tags=["tools"])
-REFUSED = {401: ErrorOut, 403: ErrorOut, 429: ErrorOut}
+REFUSED = refusals()
 BUILTIN = "builtin"
 
 

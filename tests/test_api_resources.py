@@ -367,3 +367,24 @@ def test_models_are_those_offered_with_the_default(api, settings):
     assert api.get(f"{API}/models").json() == [
         {"name": "mock", "provider": "mock", "model": "mock", "default": True}
     ]
+
+
+# Input no operation takes ---------------------------------------------------------------------
+
+
+def test_an_address_no_operation_has_is_a_json_404(api):
+    for method in ("get", "post", "delete"):
+        response = getattr(api, method)(f"{API}/nothing/here")
+        assert response.status_code == 404
+        assert error_of(response) == "not_found"
+    newline = api.delete(f"{API}/files/a%0Ab")  # no route takes a newline in a path
+    assert error_of(newline) == "not_found"
+
+
+def test_a_nul_where_loop_would_store_or_look_it_up_is_refused(api):
+    for url in (f"{API}/memories?query=a%00b", f"{API}/runs?status=a%00b"):
+        response = api.get(url)
+        assert response.status_code == 422, url
+        assert error_of(response) == "invalid_request"
+        assert "NUL" in response.json()["error"]["message"]
+    assert error_of(api.get(f"{API}/files?path=a%00b")) == "bad_path"
