@@ -183,7 +183,9 @@ def upload(request: HttpRequest, query: Query[UploadQuery]) -> Status[UploadOut]
     """Upload one or more files (multipart, parts named `file`) into the folder `path`. Each
     part is streamed to disk and stored only when whole, under the Files panel's limits:
     LOOP_UPLOAD_MAX_BYTES a file, LOOP_UPLOAD_MAX_FILES a request, the workspace quota. If
-    none is stored, the answer is the first refusal; otherwise 201, with each part refused."""
+    none is stored, the answer is the first refusal; otherwise 201, with each part refused.
+    Codes: 400 `bad_path` or `invalid_upload`, 404 `not_found` (no such folder), 409 `exists`,
+    413 `too_large` or `too_many_files`, 507 `quota_exceeded` (delete files to make room)."""
     handler = WorkspaceUploadHandler(workspace(request))
     stream_into_workspace(request, handler)
     try:
