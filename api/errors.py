@@ -27,6 +27,13 @@ class ErrorOut(Schema):
     error: ErrorDetail
 
 
+def refusals(*statuses: int) -> dict[int, type[ErrorOut]]:
+    """The error responses an operation documents: those of every operation (401 no working
+    key, 403 a key without the scope, 422 input that is not what the schema says, 429 past a
+    rate), and its own."""
+    return {status: ErrorOut for status in sorted({401, 403, 422, 429, *statuses})}
+
+
 class ApiError(Exception):
     """A refusal: its HTTP status, stable code, and a sentence saying what to do."""
 

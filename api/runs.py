@@ -11,7 +11,7 @@ from agent import runs, selectors
 from agent.llm.factory import offered_models
 from agent.models import AgentRun
 from api.auth import DECIDE, READ, RUN, key_of, person_of
-from api.errors import ApiError, ErrorOut, not_found, refusal
+from api.errors import ApiError, not_found, refusal, refusals
 from api.models import ApiKey
 from api.schemas import (
     ConversationOut,
@@ -19,6 +19,7 @@ from api.schemas import (
     DecisionOut,
     RunIn,
     RunOut,
+    Text,
     conversation_out,
     run_out,
 )
@@ -28,7 +29,7 @@ from approvals.waiting import CallDecision
 from core.events import Decision
 
 router = Router(tags=["runs"])
-REFUSED = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 429: ErrorOut}
+REFUSED = refusals(400, 404, 409)
 MAX_PAGE = 100
 
 
@@ -41,7 +42,7 @@ class Page(Schema):
 
 class RunFilter(Page):
     conversation: int | None = SchemaField(None, ge=1)
-    status: str | None = None
+    status: Text | None = None
 
 
 def started_with(key: ApiKey) -> dict[str, object]:
@@ -137,7 +138,7 @@ def continue_run(request: HttpRequest, run_id: int) -> RunOut:
 @router.post(
     "/runs/{run_id}/approvals/{call_id}", response={200: DecisionOut, **REFUSED}, auth=DECIDE
 )
-def decide(request: HttpRequest, run_id: int, call_id: str, body: DecisionIn) -> DecisionOut:
+def decide(request: HttpRequest, run_id: int, call_id: Text, body: DecisionIn) -> DecisionOut:
     """Approve, edit or deny a call the run waits on. The audit records that a program decided
     through this key."""
     run = owned_run(request, run_id)

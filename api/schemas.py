@@ -2,14 +2,26 @@
 from them)."""
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest
 from django.urls import reverse
 from ninja import Field, Schema
+from pydantic import AfterValidator
 
 from agent.models import AgentRun, Conversation
 from approvals.models import ApprovalRequest
+
+
+def without_nul(text: str) -> str:
+    """A text Loop may store or look up: PostgreSQL can hold no NUL character (a 500 else)."""
+    if "\x00" in text:
+        raise ValueError("holds a NUL character, which Loop cannot store or look up")
+    return text
+
+
+# Text a program sends that reaches the database as it is.
+Text = Annotated[str, AfterValidator(without_nul)]
 
 
 class RunIn(Schema):
@@ -90,12 +102,12 @@ class ConversationOut(Schema):
 
 class DecisionIn(Schema):
     decision: Literal["approve", "edit", "deny"]
-    arguments: str | None = Field(None, description="For edit: the call's new arguments, JSON.")
-    reason: str = Field("", description="For deny: why, for the model to read.")
+    arguments: Text | None = Field(None, description="For edit: the call's new arguments, JSON.")
+    reason: Text = Field("", description="For deny: why, for the model to read.")
     always: bool = Field(
         False, description="Approve, and allow this tool for the rest of the conversation."
     )
-    digest: str | None = Field(
+    digest: Text | None = Field(
         None, description="The digest of the call you saw (GET the run); refused if it differs."
     )
 

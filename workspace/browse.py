@@ -81,6 +81,10 @@ class Clash(BrowseError):
     status = 409
 
 
+class OverQuota(BrowseError):
+    """An upload the workspace quota has no room for (the panel answers it as any refusal)."""
+
+
 class FolderNotEmpty(BrowseError):
     """A folder to delete that holds entries: deleted only once the person confirms how many."""
 
@@ -562,7 +566,7 @@ def store_upload(incoming: Incoming, folder: str, name: str, on_clash: str = "")
         quota, used = budget.quota, budget.used
         after = used.bytes + incoming.written - (replaced or 0)
         if after > quota.max_bytes or used.files + (replaced is None) > quota.max_files:
-            raise BrowseError(_over_quota(name, quota, used.bytes))
+            raise OverQuota(_over_quota(name, quota, used.bytes))
         _link(incoming, directory, target, name, replacing=replaced is not None)
     verb = "Uploaded" if replaced is None else "Replaced"
     path = _shown([*names, target])

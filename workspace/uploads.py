@@ -17,6 +17,7 @@ import html
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,18 @@ from django.utils.datastructures import ImmutableList
 from workspace import browse
 
 FIELD = "file"
+
+
+class Cause(StrEnum):
+    """Why a part was refused, for a program to tell apart (the API's error codes); the
+    person reads the refusal's sentence."""
+
+    FIELD = "field"  # not a part named FIELD
+    NAME = "name"  # a name the workspace's rules refuse (a path, '..', a control character)
+    COUNT = "count"  # past LOOP_UPLOAD_MAX_FILES parts
+    SIZE = "size"  # past LOOP_UPLOAD_MAX_BYTES
+    QUOTA = "quota"  # past the room the workspace quota leaves
+    DISK = "disk"  # the disk refused it (full, say)
 
 
 @dataclass
@@ -51,13 +64,15 @@ class Streamed:
 @dataclass
 class WorkspaceUploadHandler(FileUploadHandler):
     """Streams every part named `file` into the workspace; refuses, per part, what may not be
-    stored. `complete` are the parts written whole; `refusals` says, per part, why not."""
+    stored. `complete` are the parts written whole; `refusals` says, per part, why not, and
+    `causes` names each refusal's cause, in the same order."""
 
     workspace: Path
     max_bytes: int = field(default_factory=lambda: settings.LOOP_UPLOAD_MAX_BYTES)
     max_files: int = field(default_factory=lambda: settings.LOOP_UPLOAD_MAX_FILES)
     complete: list[Streamed] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
+    causes: list[Cause] = field(default_factory=list)
     root: int | None = None
     current: Streamed | None = None
     room_bytes: int = 0
@@ -78,32 +93,40 @@ class WorkspaceUploadHandler(FileUploadHandler):
         super().new_file(field_name, file_name, *args, **kwargs)
         self.current = None
         self.parts += 1
-        refusal = self._refusal(field_name, file_name)
-        if refusal:
-            self.refusals.append(refusal)
+        refused = self._refusal(field_name, file_name)
+        if refused is not None:
+            self._refuse(*refused)
             raise SkipFile
         if self.root is None:
             raise SkipFile
         try:
             self.current = Streamed(file_name, browse.begin_upload(self.root))
         except OSError as error:
-            self.refusals.append(f"{file_name} was not stored: {error.strerror}.")
+            self._refuse(Cause.DISK, f"{file_name} was not stored: {error.strerror}.")
             raise SkipFile from None
         self.room_files -= 1
         raise StopFutureHandlers
 
-    def _refusal(self, field_name: str, file_name: str) -> str:
+    def _refuse(self, cause: Cause, refusal: str) -> None:
+        self.refusals.append(refusal)
+        self.causes.append(cause)
+
+    def _refusal(self, field_name: str, file_name: str) -> tuple[Cause, str] | None:
         if field_name != FIELD:
-            return f"A part named {field_name!r} was ignored: send files as parts named {FIELD!r}."
+            return Cause.FIELD, (
+                f"A part named {field_name!r} was ignored: send files as parts named {FIELD!r}."
+            )
         try:
             browse.check_upload_name(file_name)
         except browse.BrowseError as refused:
-            return f"Not stored: {refused.message}"
+            return Cause.NAME, f"Not stored: {refused.message}"
         if self.parts > self.max_files:
-            return f"{file_name} was not stored: at most {self.max_files} files per upload."
+            return Cause.COUNT, (
+                f"{file_name} was not stored: at most {self.max_files} files per upload."
+            )
         if self.room_files < 1 or self.room_bytes < 0:
-            return self._over_quota(file_name)
-        return ""
+            return Cause.QUOTA, self._over_quota(file_name)
+        return None
 
     def receive_data_chunk(self, raw_data: bytes, start: int) -> None:
         current = self.current
@@ -111,25 +134,26 @@ class WorkspaceUploadHandler(FileUploadHandler):
             raise SkipFile
         if current.size + len(raw_data) > self.max_bytes:
             self._drop(
+                Cause.SIZE,
                 f"{current.name} was not stored: it is over the {self.max_bytes:,}-byte limit "
-                "per file."
+                "per file.",
             )
         if len(raw_data) > self.room_bytes:
-            self._drop(self._over_quota(current.name))
+            self._drop(Cause.QUOTA, self._over_quota(current.name))
         try:
             current.incoming.write(raw_data)
         except OSError as error:  # the disk full, say: this part is lost, not the request
-            self._drop(f"{current.name} was not stored: {error.strerror}.")
+            self._drop(Cause.DISK, f"{current.name} was not stored: {error.strerror}.")
         self.room_bytes -= len(raw_data)
 
-    def _drop(self, refusal: str) -> None:
+    def _drop(self, cause: Cause, refusal: str) -> None:
         """Give up the current part (what it wrote is deleted at once) and skip the rest of it."""
         if self.current is not None:
             self.room_bytes += self.current.size
             self.room_files += 1
             self.current.incoming.discard()
             self.current = None
-        self.refusals.append(refusal)
+        self._refuse(cause, refusal)
         raise SkipFile
 
     def _over_quota(self, name: str) -> str:
