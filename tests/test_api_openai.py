@@ -19,14 +19,16 @@ from api.openai_compat import ChatMessage, OpenAIError, asked
 from approvals.models import ApprovalPreference
 from core.events import RunStatus
 from core.instructions import INSTRUCTIONS_CHARS
+from tests.conftest import wait_for
+from tests.socket_harness import LiveSite
 
 PRODUCT = "What is 17 * 23?"  # the mock: one run_code call, then "17 * 23 = 391"
 
 
-def sdk(site: object, key: str) -> openai.OpenAI:
+def sdk(site: LiveSite, key: str) -> openai.OpenAI:
     """The official client, pointed at the site's /v1 with `key`; no retries (a refusal is seen
     once)."""
-    return openai.OpenAI(base_url=f"{site.url}/v1", api_key=key, max_retries=0)  # type: ignore[attr-defined]
+    return openai.OpenAI(base_url=f"{site.url}/v1", api_key=key, max_retries=0)
 
 
 def only_run(person: User) -> AgentRun:
@@ -34,7 +36,7 @@ def only_run(person: User) -> AgentRun:
 
 
 @pytest.fixture
-def site(start_daphne: Callable[..., object]) -> object:
+def site(start_daphne: Callable[..., LiveSite]) -> LiveSite:
     return start_daphne()
 
 
@@ -49,9 +51,7 @@ def test_the_models_are_loop_and_loop_with_each_offered_model(site, alice_key):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_whole_completion_is_the_runs_answer_with_its_usage(
-    site, start_worker, alice, alice_key
-):
+def test_a_whole_completion_is_the_runs_answer_with_its_usage(start_worker, site, alice, alice_key):
     start_worker()
     completion = sdk(site, alice_key).chat.completions.create(
         model="loop",
@@ -76,12 +76,13 @@ def test_a_whole_completion_is_the_runs_answer_with_its_usage(
     # The system message is the conversation's instructions, in the model's system prompt.
     assert Conversation.objects.get(pk=run.conversation_id).instructions == "Answer in one line."
     assert "Answer in one line." in history_of(run)[0]["content"]
-    assert run.api_key is not None and run.api_key["prefix"] == alice_key[:16]
+    assert run.api_key is not None
+    assert run.api_key["prefix"] == alice_key[:16]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_streamed_completion_assembles_the_runs_answer_then_its_usage(
-    site, start_worker, alice, alice_key
+    start_worker, site, alice, alice_key
 ):
     start_worker()
     stream = sdk(site, alice_key).chat.completions.create(
@@ -112,9 +113,7 @@ def test_a_streamed_completion_assembles_the_runs_answer_then_its_usage(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_earlier_messages_reach_the_model_before_the_task(
-    site, start_worker, alice, alice_key
-):
+def test_the_earlier_messages_reach_the_model_before_the_task(start_worker, site, alice, alice_key):
     start_worker()
     earlier = [
         {"role": "user", "content": PRODUCT},
@@ -135,7 +134,7 @@ def test_the_earlier_messages_reach_the_model_before_the_task(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_run_that_waits_for_a_decision_answers_with_its_links(
-    site, start_worker, alice, alice_key
+    start_worker, site, alice, alice_key
 ):
     ApprovalPreference.objects.create(user=alice, ask_run_code=True)
     start_worker()
@@ -153,6 +152,24 @@ def test_a_run_that_waits_for_a_decision_answers_with_its_links(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_client_that_goes_away_mid_stream_leaves_the_run_to_finish(
+    start_worker, site, alice, alice_key
+):
+    start_worker()
+    stream = sdk(site, alice_key).chat.completions.create(
+        model="loop", messages=[{"role": "user", "content": "Count slowly to 3"}], stream=True
+    )
+    first = next(iter(stream))
+    assert first.choices[0].delta.role == "assistant"
+    stream.close()
+    run = only_run(alice)
+    wait_for(lambda: AgentRun.objects.get(pk=run.pk).is_finished, "the run to finish")
+    run.refresh_from_db()
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.answer == "I counted to 3, one step a second."
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_refusals_are_the_sdks_typed_errors(site, alice, alice_key):
     client = sdk(site, alice_key)
     task = [{"role": "user", "content": PRODUCT}]
@@ -167,7 +184,9 @@ def test_the_refusals_are_the_sdks_typed_errors(site, alice, alice_key):
         )
     picture = [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]
     with pytest.raises(openai.BadRequestError, match="text only"):
-        client.chat.completions.create(model="loop", messages=[{"role": "user", "content": picture}])
+        client.chat.completions.create(
+            model="loop", messages=[{"role": "user", "content": picture}]
+        )
     with pytest.raises(openai.BadRequestError, match="instructions are"):
         client.chat.completions.create(
             model="loop",
@@ -198,7 +217,7 @@ def test_a_missing_revoked_or_out_of_scope_key_is_refused(site, alice, alice_key
     revoke(keys_of(alice), alice_key[:16])
     with pytest.raises(openai.AuthenticationError) as refused:
         sdk(site, alice_key).models.list()
-    assert refused.value.body["type"] == "authentication_error"  # type: ignore[index]
+    assert refused.value.body["type"] == "authentication_error"
     assert not AgentRun.objects.exists()
 
 
@@ -240,7 +259,8 @@ def test_what_loop_cannot_take_is_refused(said):
     with pytest.raises(OpenAIError) as refused:
         asked(messages(*said))
     assert refused.value.status == 400
-    assert refused.value.param and refused.value.param.startswith("messages[")
+    assert refused.value.param
+    assert refused.value.param.startswith("messages[")
 
 
 PRELUDE = [
