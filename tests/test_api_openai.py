@@ -10,6 +10,7 @@ import openai
 import pytest
 from django.contrib.auth.models import User
 
+from agent.forgotten import FORGOTTEN, unquote
 from agent.models import AgentRun, Conversation
 from agent.runs import InvalidTask, submit_first_run
 from agent.selectors import conversation_context, history_of
@@ -326,3 +327,17 @@ def test_instructions_longer_than_a_conversation_keeps_are_refused_before_anythi
     with pytest.raises(InvalidTask, match="at most"):
         submit_first_run(alice, "task", model="mock", instructions="x" * (INSTRUCTIONS_CHARS + 1))
     assert not Conversation.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_memory_taken_back_is_taken_out_of_a_prelude_too(alice, bob):
+    said = [{"role": "assistant", "content": "Your server is staging.example.com, I recall."}]
+    mine = submit_first_run(alice, "task", model="mock", prelude=said)
+    theirs = submit_first_run(bob, "task", model="mock", prelude=said)
+    assert unquote(alice, ["staging.example.com"]) == 1
+    mine.refresh_from_db()
+    theirs.refresh_from_db()
+    assert mine.prelude == [
+        {"role": "assistant", "content": f"Your server is {FORGOTTEN}, I recall."}
+    ]
+    assert theirs.prelude == said
