@@ -177,15 +177,17 @@ def invalid(request: HttpRequest, error: ValidationError) -> HttpResponse:
     return answer(openai_api, request, ApiError(400, "invalid_request", message))
 
 
-def offered_names() -> dict[str, ModelChoice | None]:
-    """The model ids this API answers to: `loop` (None: the default) and `loop:<name>`."""
-    return {MODEL: None, **{f"{MODEL}:{choice.name}": choice for choice in offered_models()}}
+def model_names(offered: list[ModelChoice]) -> dict[str, str]:
+    """The model ids this API answers to, each with the name Loop knows: `loop` ("": the
+    default) and `loop:<name>` for each offered model."""
+    return {MODEL: "", **{f"{MODEL}:{choice.name}": choice.name for choice in offered}}
 
 
 @openai_api.get("/models", response={200: ModelList, **REFUSED}, auth=READ, url_name="models")
 def list_models(request: HttpRequest) -> ModelList:
     """`loop` (this Loop's default model) and `loop:<model>` for each model it offers."""
-    return ModelList(data=[ModelOut(id=name, created=STARTED) for name in offered_names()])
+    names = model_names(offered_models())
+    return ModelList(data=[ModelOut(id=name, created=STARTED) for name in names])
 
 
 @dataclass(frozen=True)
@@ -232,41 +234,38 @@ def asked(messages: list[ChatMessage]) -> Asked:
     instructions: list[str] = []
     prelude: list[dict[str, str]] = []
     for index, message in enumerate(messages[:last]):
-        if message.role in ("system", "developer"):
-            instructions.append(text_of(message, index))
-        elif message.role in ("user", "assistant") and not message.tool_calls:
-            said = text_of(message, index)
-            if prelude and prelude[-1]["role"] == message.role:
-                prelude[-1]["content"] += "\n\n" + said
-            elif said:
-                prelude.append({"role": message.role, "content": said})
-        else:
+        if message.tool_calls or message.role not in ("system", "developer", "user", "assistant"):
             raise OpenAIError(
                 400,
                 "invalid_request",
-                f"Message {index} is a {message.role!r} message or carries tool calls: Loop's "
-                "agent runs its own tools, and takes system, user and assistant messages only.",
+                f"Message {index} ({message.role}) is a tool's call or result: Loop's agent runs "
+                "its own tools; send system, user and assistant messages of text only.",
                 f"messages[{index}]",
             )
+        said = text_of(message, index)
+        if message.role in ("system", "developer"):
+            instructions.append(said)
+        elif said and prelude and prelude[-1]["role"] == message.role:
+            prelude[-1]["content"] += "\n\n" + said
+        elif said:
+            prelude.append({"role": message.role, "content": said})
     instructions_text = "\n\n".join(text for text in instructions if text.strip()).strip()
     return Asked(text_of(messages[last], last), instructions_text, prelude)
 
 
 def model_for(name: str) -> ModelChoice:
     """The model a request names, checked: a name this API does not list is 404, as OpenAI's."""
-    offered = offered_names()
-    if name not in offered:
+    offered = offered_models()
+    names = model_names(offered)
+    if name not in names:
         raise OpenAIError(
             404,
             "model_not_found",
-            f"The model {name[:80]!r} does not exist here: name `loop`, or one of "
-            f"{', '.join(offered)} (GET /v1/models).",
+            f"The model {name[:80]!r} does not exist here: name one of {', '.join(names)} "
+            "(GET /v1/models).",
             "model",
         )
-    choice = offered[name]
-    return runs.chat_model(
-        None, choice.name if choice else "", list(filter(None, offered.values()))
-    )
+    return runs.chat_model(None, names[name], offered)
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,8 @@ def test_the_refusals_are_the_sdks_typed_errors(site, alice, alice_key):
             messages=task,
             tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}],
         )
+    with pytest.raises(openai.BadRequestError, match="messages"):  # OpenAI's 400, not 422
+        client.chat.completions.create(model="loop", messages=[])
     picture = [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]
     with pytest.raises(openai.BadRequestError, match="text only"):
         client.chat.completions.create(
