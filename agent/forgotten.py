@@ -4,7 +4,8 @@ runs of a conversation they deleted stay for the operators' audit).
 
 Every quote of the text becomes FORGOTTEN: the `remember` call that stored it and its result,
 the recall cards that showed it, the messages the model was sent, the run's task and answer, the
-audit's tool executions and the conversation's title. What the person or the model said in
+messages a program gave before its task (its prelude), the audit's tool executions and the
+conversation's title. What the person or the model said in
 other words stays: that is not the memory's text.
 """
 
@@ -43,6 +44,7 @@ def unquote(owner: User, texts: Iterable[str]) -> int:
     pattern = re.compile("|".join(bounded(form) for form in sorted(forms, key=len, reverse=True)))
     runs = AgentRun.objects.filter(user=owner)
     changed = unquote_events(RunEvent.objects.filter(run__in=runs), forms, pattern)
+    changed += unquote_json(runs, "prelude", forms, pattern)
     for rows, fields in (
         (runs, ("task", "answer", "error")),
         (ToolExecution.objects.filter(run__in=runs), ("arguments", "result", "error")),
@@ -67,14 +69,18 @@ def bounded(form: str) -> str:
 
 
 def unquote_events(events: QuerySet[RunEvent], forms: set[str], pattern: re.Pattern[str]) -> int:
+    return unquote_json(events, "data", forms, pattern)
+
+
+def unquote_json(rows: QuerySet[Any], field: str, forms: set[str], pattern: re.Pattern[str]) -> int:
     """The stored JSON is searched as PostgreSQL writes it out, each form escaped once more."""
     as_json = {json.dumps(form, ensure_ascii=False)[1:-1] for form in forms}
-    found = events.annotate(stored=Cast("data", TextField())).filter(any_of(["stored"], as_json))
+    found = rows.annotate(stored=Cast(field, TextField())).filter(any_of(["stored"], as_json))
     changed = 0
-    for event in found.only("pk", "data").iterator():
-        data = unquoted(event.data, pattern)
-        if data != event.data:
-            RunEvent.objects.filter(pk=event.pk).update(data=data)
+    for row in found.only("pk", field).iterator():
+        data = unquoted(getattr(row, field), pattern)
+        if data != getattr(row, field):
+            type(row).objects.filter(pk=row.pk).update(**{field: data})
             changed += 1
     return changed
 

@@ -167,6 +167,10 @@ class AgentRun(models.Model):
     # The API key that started the run, as it was then (its prefix, name and scopes; api/); None
     # for a run started in the chat, by runagent or by Loop itself.
     api_key = models.JSONField(null=True, blank=True)
+    # The messages a program gave before the task of a conversation's first turn, oldest first, as
+    # [{"role": "user" | "assistant", "content": str}] (the OpenAI-compatible endpoint, api/): the
+    # branch's later turns see them too, before its own turns (selectors.conversation_context).
+    prelude = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ("-created_at",)

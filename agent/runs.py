@@ -31,6 +31,8 @@ from agent.signals import stop_requested
 from core.ending import run_end
 from core.events import PersonSaid, RunStatus
 from core.guards import Limits
+from core.instructions import INSTRUCTIONS_CHARS
+from core.llm import Message
 from core.state import RunState
 from core.text import excerpt
 
@@ -128,6 +130,7 @@ def new_run(
     parent: int | None,
     limits: Limits | None = None,
     api_key: dict[str, Any] | None = None,
+    prelude: list[Message] | None = None,
 ) -> AgentRun:
     """The run's row, queued, its task and model checked already."""
     return AgentRun.objects.create(
@@ -140,6 +143,7 @@ def new_run(
         model=choice.model,
         limits=dataclasses.asdict(limits or default_limits()),
         api_key=api_key,
+        prelude=prelude or [],
     )
 
 
@@ -219,21 +223,36 @@ def submit_first_run(
     model: str | ModelChoice = "",
     api_key: dict[str, Any] | None = None,
     instructions: str = "",
+    prelude: list[Message] | None = None,
 ) -> AgentRun:
     """Start a new conversation with `task`; if the run is refused, no conversation is kept.
     As start_run and submit_run do, in one transaction without their savepoints: the
     conversation is made with its title and model, and nothing else can see it yet, so it is not
-    locked and read again, and its first turn follows none (seven statements fewer a send)."""
+    locked and read again, and its first turn follows none (seven statements fewer a send).
+
+    `instructions`: the conversation's (INSTRUCTIONS_CHARS at most); `prelude`: the messages a
+    program gave before the task (AgentRun.prelude), which the model reads before it."""
     task = clean_task(task)
+    check_instructions(instructions)
     choice = recordable(model if isinstance(model, ModelChoice) else resolve(model))
     with transaction.atomic():
         check_room_for_a_run(user.pk)
         conversation = Conversation.objects.create(
             owner=user, title=title_from(task), model=choice.name, instructions=instructions
         )
-        run = new_run(user, task, choice, conversation, None, api_key=api_key)
+        run = new_run(user, task, choice, conversation, None, api_key=api_key, prelude=prelude)
         queue(run)
     return run
+
+
+def check_instructions(instructions: str) -> None:
+    """Refuse a conversation's instructions longer than the conversation keeps, before anything
+    is stored (the settings' form refuses the same)."""
+    if len(instructions) > INSTRUCTIONS_CHARS:
+        raise InvalidTask(
+            f"The instructions are {len(instructions):,} characters long; a conversation keeps "
+            f"at most {INSTRUCTIONS_CHARS:,}. Shorten them."
+        )
 
 
 def chat_model(

@@ -257,28 +257,45 @@ def event_at(run: AgentRun, seq: int) -> Event | Unreadable | None:
 
 
 def conversation_context(run: AgentRun) -> list[Message]:
-    """The conversation's earlier turns (task, then final answer), newest last, within
-    LOOP_CONVERSATION_TOKENS; older turns are left out, and a one-line note says how many."""
+    """The conversation's earlier turns (task, then final answer), newest last, after the
+    messages a program gave with the branch's first task (its prelude), within
+    LOOP_CONVERSATION_TOKENS; the oldest are left out first, and a one-line note says how many."""
     if run.conversation_id is None:
         return []
-    earlier = [(task, answer) for task, answer in ancestors(run) if answer]
+    branch = ancestors(run)
+    earlier = [(task, answer) for task, answer in branch.turns if answer]
     budget = settings.LOOP_CONVERSATION_TOKENS
-    turns: list[Message] = []
-    dropped = 0
+    kept: list[Message] = []
+    dropped_turns = dropped_messages = 0
     for task, answer in earlier:
         cost = count_tokens(task) + count_tokens(answer)
-        if dropped or cost > budget:
-            dropped += 1
+        if dropped_turns or cost > budget:
+            dropped_turns += 1
             continue
         budget -= cost
-        turns[:0] = [{"role": "user", "content": task}, {"role": "assistant", "content": answer}]
-    if dropped:
-        note = loop_note(
-            f"{dropped} earlier turn{'s' if dropped > 1 else ''} of this conversation "
-            "left out to fit the context budget."
+        kept[:0] = [{"role": "user", "content": task}, {"role": "assistant", "content": answer}]
+    for message in reversed(branch.prelude):
+        cost = count_tokens(message["content"])
+        if dropped_turns or dropped_messages or cost > budget:
+            dropped_messages += 1
+            continue
+        budget -= cost
+        kept.insert(0, message)
+    if dropped_turns or dropped_messages:
+        kept.insert(0, {"role": "system", "content": left_out(dropped_turns, dropped_messages)})
+    return kept
+
+
+def left_out(turns: int, messages: int) -> str:
+    """Loop's note to the model on what of the conversation it does not see."""
+    parts = []
+    if turns:
+        parts.append(f"{turns} earlier turn{'s' if turns > 1 else ''} of this conversation")
+    if messages:
+        parts.append(
+            f"{messages} earlier message{'s' if messages > 1 else ''} given with its first task"
         )
-        turns.insert(0, {"role": "system", "content": note})
-    return turns
+    return loop_note(f"{' and '.join(parts)} left out to fit the context budget.")
 
 
 def instructions_for(run: AgentRun) -> Instructions:
@@ -292,23 +309,47 @@ def instructions_for(run: AgentRun) -> Instructions:
     return Instructions(person=person.first() or "", conversation=conversation.first() or "")
 
 
-def ancestors(run: AgentRun) -> list[tuple[str, str]]:
-    """(task, answer) of the turns the run follows in its branch, newest first; the answer of
-    one that did not finish is "" (it is no context)."""
+class Branch(NamedTuple):
+    """What a run follows in its conversation: the turns before it, newest first, as (task,
+    answer) (the answer of one that did not finish is "": it is no context), and the messages
+    given with the branch's first task (AgentRun.prelude), oldest first."""
+
+    turns: list[tuple[str, str]]
+    prelude: list[Message]
+
+
+def ancestors(run: AgentRun) -> Branch:
+    """The turns the run follows in its branch, and the prelude of the branch's first turn."""
     # A run of no conversation: Django reads `= None` as IS NULL; django-stubs allows no None.
     rows = AgentRun.objects.filter(conversation_id=run.conversation_id, pk__lt=run.pk)  # type: ignore[misc]
     turns = {
-        pk: (parent, task, answer if status in FINISHED else "")
-        for pk, parent, status, task, answer in rows.values_list(
-            "pk", "parent_id", "status", "task", "answer"
+        pk: (parent, task, answer if status in FINISHED else "", prelude)
+        for pk, parent, status, task, answer, prelude in rows.values_list(
+            "pk", "parent_id", "status", "task", "answer", "prelude"
         )
     }
     chain: list[tuple[str, str]] = []
+    first = run.prelude
     at = run.parent_id
     while at in turns:
-        at, task, answer = turns.pop(at)  # popped: no loop, whatever the rows say
+        at, task, answer, first = turns.pop(at)  # popped: no loop, whatever the rows say
         chain.append((task, answer))
-    return chain
+    return Branch(chain, prelude_messages(first))
+
+
+def prelude_messages(stored: object) -> list[Message]:
+    """The stored prelude's user and assistant messages of text (anything else it might hold is
+    no message for the model)."""
+    if not isinstance(stored, list):
+        return []
+    return [
+        {"role": message["role"], "content": message["content"]}
+        for message in stored
+        if isinstance(message, dict)
+        and message.get("role") in ("user", "assistant")
+        and isinstance(message.get("content"), str)
+        and message["content"]
+    ]
 
 
 def history_of(run: AgentRun) -> list[Message]:

@@ -2,6 +2,7 @@
 programs, the message for a person (the chat's own words where the chat refuses the same)."""
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -52,8 +53,18 @@ def not_found(what: str = "run") -> ApiError:
     return ApiError(404, "not_found", f"No such {what}.")
 
 
+Shape = Callable[[ApiError], dict[str, Any]]
+
+
+def loop_shape(error: ApiError) -> dict[str, Any]:
+    return {"error": {"code": error.code, "message": error.message}}
+
+
+SHAPES: dict[NinjaAPI, Shape] = {}  # an API's own error body (the OpenAI-compatible one's)
+
+
 def answer(api: NinjaAPI, request: HttpRequest, error: ApiError) -> HttpResponse:
-    body = {"error": {"code": error.code, "message": error.message}}
+    body = SHAPES.get(api, loop_shape)(error)
     response = api.create_response(request, body, status=error.status)
     for name, value in error.headers.items():
         response[name] = value
@@ -86,8 +97,9 @@ def first_problem(errors: list[dict[str, Any]]) -> str:
     return f"{where or 'The request'}: {problem.get('msg', 'is not valid')}."
 
 
-def install(api: NinjaAPI) -> None:
-    """Answer every error of `api` with the API's JSON shape."""
+def install(api: NinjaAPI, shape: Shape = loop_shape) -> None:
+    """Answer every error of `api` with the API's JSON shape (`shape` makes the body)."""
+    SHAPES[api] = shape
 
     @api.exception_handler(ApiError)
     def api_error(request: HttpRequest, error: ApiError) -> HttpResponse:

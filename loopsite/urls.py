@@ -7,6 +7,7 @@ from django.urls import include, path
 urlpatterns = [
     path("accounts/", include("accounts.urls")),
     path("api/v1/", include(("api.urls", "api"), namespace="api")),
+    path("v1/", include(("api.openai_urls", "openai"), namespace="openai")),  # OpenAI's paths
     path("admin/agent/", include("approvals.urls")),  # approvals' pages, once agent's
     path("admin/", admin.site.urls),
     path("files/", include("workspace.urls")),
