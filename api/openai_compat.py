@@ -25,10 +25,10 @@ A client that goes away does not stop the run: it goes on, and its answer is in 
 
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.contrib.auth.models import User
@@ -44,7 +44,7 @@ from agent.models import AgentRun
 from agent.selectors import Logged
 from api.auth import READ, RUN, PerKey, PerPerson, key_of, person_of
 from api.errors import ApiError, answer, first_problem, install, refusal
-from api.follow import Ended, Followed, Quiet, follow
+from api.follow import Ended, Quiet, follow
 from api.runs import started_with, waiting_of
 from core.events import ApprovalRequested, RunStatus
 
@@ -342,8 +342,7 @@ async def working(person: User, run_id: int) -> AsyncIterator[None]:
     """Follow the run until it has ended or waits for its person's decision (parked: no worker
     goes on with it until they decide); a None each quiet while, for the caller's keep-alive."""
     # follow is an async generator: closed here, its run's group is left at once.
-    stream = cast(AsyncGenerator[Followed, None], follow(person, run_id))
-    async with aclosing(stream) as followed:
+    async with aclosing(follow(person, run_id)) as followed:
         async for news in followed:
             if isinstance(news, Ended):
                 return
