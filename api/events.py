@@ -35,7 +35,7 @@ from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
 from api.agui import AguiRun, Waiting
 from api.auth import READ, RUN, key_of, person_of
-from api.errors import ApiError, ErrorOut, first_problem, not_found, refusal
+from api.errors import ApiError, first_problem, not_found, refusal, refusals
 from api.follow import Delta, Ended, Followed, Quiet, follow
 from api.models import ApiKey, Scope
 from approvals import decisions
@@ -48,10 +48,24 @@ logger = logging.getLogger(__name__)
 router = Router(tags=["events"])
 
 MAX_SEQ = 2**31 - 1  # RunEvent.seq is an integer column
-REFUSED = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut, 429: ErrorOut}
+REFUSED = refusals(400, 404)
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 KEEPALIVE = ": keepalive\n\n"
 DECIDE_AT = "/api/v1/runs/{run}/approvals/{{call_id}}"
+
+
+# One Server-Sent Event, as OpenAPI 3.1 describes each event of a text/event-stream: its id,
+# its name, and its data, a JSON text.
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "event": {"type": "string"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "retry": {"type": "integer"},
+    },
+    "required": ["data"],
+}
 
 
 def streamed(description: str, example: str) -> dict[str, Any]:
@@ -60,9 +74,7 @@ def streamed(description: str, example: str) -> dict[str, Any]:
         "responses": {
             200: {
                 "description": description,
-                "content": {
-                    "text/event-stream": {"schema": {"type": "string"}, "example": example}
-                },
+                "content": {"text/event-stream": {"schema": SSE_EVENT, "example": example}},
             }
         }
     }

@@ -236,6 +236,26 @@ def as_alice(alice):
 
 
 @pytest.fixture
+def async_views_keep_the_tests_connection(monkeypatch) -> None:
+    """Django's test client keeps the test's connection, and so its transaction, across a
+    request (it disconnects close_old_connections from the request signals); channels'
+    database_sync_to_async, which the API's streams read through, calls it directly around each
+    read, which would close that connection mid-transaction. The same here, for a test that
+    drives those views through the test client in its transaction."""
+    monkeypatch.setattr("channels.db.close_old_connections", lambda: None)
+    # A stream hears its run through the channel layer alone (the in-memory one of the tests),
+    # as over Redis: the NOTIFY listener would take the test's connection to learn its
+    # parameters, and release it.
+    monkeypatch.setattr("agent.bus.NotifyTransport.listener", lambda self: bus_groups())
+
+
+def bus_groups() -> Any:
+    from agent.bus import _groups
+
+    return _groups
+
+
+@pytest.fixture
 def alice_key(alice) -> str:
     """A key of alice's with every scope (its secret, as a program shows it)."""
     from api.keys import create_key

@@ -57,13 +57,10 @@ SCOPES = {
     ("delete", "/api/v1/memories/{memory_id}"): "run",
     ("get", "/api/v1/tools"): "read",
     ("get", "/api/v1/models"): "read",
+    ("post", "/api/v1/agui"): "run",
 }
-# Their views are being written (api/events.py, another branch): swept for keys and scopes
-# already; bob's key on alice's run is swept once they answer (remove them from here then).
-NOT_YET_WRITTEN = {
-    ("get", "/api/v1/runs/{run_id}/events"),
-    ("get", "/api/v1/runs/{run_id}/agui"),
-}
+# The operations whose body names one of alice's things (a conversation), as their path would.
+NAMED_IN_THE_BODY = {("post", f"{API}/runs"), ("post", f"{API}/agui")}
 METHODS = {"get", "post", "put", "patch", "delete"}
 PARAM = re.compile(r"\{(\w+)\}")
 
@@ -120,6 +117,15 @@ def body_of(method: str, path: str, things: dict[str, Any]) -> dict[str, Any]:
         },
         ("post", f"{API}/runs/{{run_id}}/approvals/{{call_id}}"): {"decision": "approve"},
         ("post", f"{API}/memories"): {"text": "Bob likes tea."},
+        ("post", f"{API}/agui"): {
+            "threadId": str(things["conversation"]),
+            "runId": "bobs-run",
+            "state": {},
+            "messages": [{"id": "m1", "role": "user", "content": "Read alice's plans"}],
+            "tools": [],
+            "context": [],
+            "forwardedProps": {},
+        },
     }
     return bodies.get((method, path), {})
 
@@ -234,16 +240,14 @@ def test_every_operation_refuses_a_key_without_its_scope(alice, things):
 
 
 def test_another_persons_key_finds_nothing_of_alices_and_changes_nothing(
-    alice, bob, things, settings
+    alice, bob, things, settings, async_views_keep_the_tests_connection
 ):
     settings.LOOP_MODEL = "mock"
     before = state_of(alice)
     bobs = create_key(bob, "bob's", ALL_SCOPES).secret
     for method, path in operations():
-        if (method, path) in NOT_YET_WRITTEN:
-            continue
         response = call(Client(), method, path, things, Authorization=f"Bearer {bobs}")
-        names_alices = "{" in path or (method, path) == ("post", f"{API}/runs")
+        names_alices = "{" in path or (method, path) in NAMED_IN_THE_BODY
         if names_alices:
             assert_error(response, 404, "not_found")
         else:
