@@ -20,11 +20,17 @@ from api.models import ApiKey, Scope
 
 class KeyAuth(HttpBearer):
     """A working key with `scope`: anything less is 401 (no key, a wrong, revoked or expired
-    one, a deactivated person's), a key without the scope 403."""
+    one, a deactivated person's), a key without the scope 403. Each scope's class names the
+    security scheme its operations list in the OpenAPI document, so the document says which
+    scope each operation takes."""
 
-    def __init__(self, scope: Scope) -> None:
+    scope = Scope.READ
+
+    def __init__(self) -> None:
         super().__init__()
-        self.scope = scope
+        self.openapi_security_schema["description"] = (
+            f"A personal API key with the {self.scope.value!r} scope ({self.scope.label})."
+        )
 
     def authenticate(self, request: HttpRequest, token: str) -> ApiKey | None:
         key = key_for(token)
@@ -41,10 +47,23 @@ class KeyAuth(HttpBearer):
         return key
 
 
-READ = KeyAuth(Scope.READ)
-RUN = KeyAuth(Scope.RUN)
-DECIDE = KeyAuth(Scope.DECIDE)
-FILES = KeyAuth(Scope.FILES)
+class ReadKey(KeyAuth):
+    scope = Scope.READ
+
+
+class RunKey(KeyAuth):
+    scope = Scope.RUN
+
+
+class DecideKey(KeyAuth):
+    scope = Scope.DECIDE
+
+
+class FilesKey(KeyAuth):
+    scope = Scope.FILES
+
+
+READ, RUN, DECIDE, FILES = ReadKey(), RunKey(), DecideKey(), FilesKey()
 
 
 def key_of(request: HttpRequest) -> ApiKey:

@@ -38,6 +38,7 @@ from api.auth import READ, RUN, key_of, person_of
 from api.errors import ApiError, first_problem, not_found, refusal, refusals
 from api.follow import Delta, Ended, Followed, Quiet, follow
 from api.models import ApiKey, Scope
+from api.runs import started_with
 from approvals import decisions
 from approvals.models import WAITING, ApprovalRequest, Via
 from approvals.waiting import CallDecision
@@ -430,8 +431,6 @@ def resumed(
 
 
 def started(request: HttpRequest, conversation: Conversation | None, task: str) -> AgentRun:
-    from api.runs import started_with
-
     person, key = person_of(request), key_of(request)
     try:
         choice = runs.chat_model(conversation, "", offered_models())

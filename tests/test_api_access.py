@@ -185,6 +185,18 @@ def test_every_operation_has_its_scope_here():
     assert set(operations()) == set(SCOPES), "a new operation: give it its scope in SCOPES"
 
 
+def test_the_document_says_which_scope_each_operation_takes():
+    document = Client().get(f"{API}/openapi.json").json()
+    said = {
+        (method, path): [name for need in operation["security"] for name in need]
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+    }
+    assert said == {operation: [f"{scope.title()}Key"] for operation, scope in SCOPES.items()}
+    schemes = document["components"]["securitySchemes"]
+    assert schemes["FilesKey"]["description"].startswith("A personal API key with the 'files'")
+
+
 def unworking_keys(alice: User) -> dict[str, str]:
     """Keys that must not work, by why."""
     full = create_key(alice, "real", ALL_SCOPES).secret
