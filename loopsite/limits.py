@@ -8,14 +8,14 @@ code could refuse it. So the bound lives in daphne's request object: a declared 
 over the limit is answered 413 from the headers alone, and a chunked body is cut off the moment it
 passes the limit.
 
-One path has a bound of its own: `POST /files/upload/` carries up to LOOP_UPLOAD_MAX_FILES files
-of up to LOOP_UPLOAD_MAX_BYTES each, so its body may be that many files' worth plus
-LOOP_REQUEST_MAX_BYTES for the form around them. The path is read from the request line, the
-only part of the request known when the headers end. For such a body two more things keep daphne's
-memory flat (bench/files.py): Twisted does not decode a multipart body into `request.args` (it
-would, in memory, many times over, and daphne never reads it), and a body in a temporary file
-stays there until the application takes each chunk (BodyOnDisk); workspace/uploads.py then
-streams the files to the workspace.
+Two paths have a bound of their own: `POST /files/upload/` and the API's `POST /api/v1/files`
+carry up to LOOP_UPLOAD_MAX_FILES files of up to LOOP_UPLOAD_MAX_BYTES each, so their body may be
+that many files' worth plus LOOP_REQUEST_MAX_BYTES for the form around them. The path is read
+from the request line, the only part of the request known when the headers end. For such a body
+two more things keep daphne's memory flat (bench/files.py): Twisted does not decode a multipart
+body into `request.args` (it would, in memory, many times over, and daphne never reads it), and a
+body in a temporary file stays there until the application takes each chunk (BodyOnDisk);
+workspace/uploads.py then streams the files to the workspace.
 """
 
 import asyncio
@@ -97,7 +97,8 @@ class BoundedRequest(http_protocol.WebRequest):  # type: ignore[misc]  # daphne 
         self.channel.loseConnection()
 
 
-UPLOAD_PATHS = {"/files/upload/"}  # fixed by issue 18: links, docs and scripts rely on it
+# The Files panel's upload (fixed by issue 18: links, docs and scripts rely on it) and the API's.
+UPLOAD_PATHS = {"/files/upload/", "/api/v1/files"}
 
 
 def upload_bound(max_bytes: int) -> int:

@@ -1,4 +1,5 @@
-"""daphne's bound on request bodies lets an upload through: POST /files/upload/ may carry
+"""daphne's bound on request bodies lets an upload through: POST /files/upload/ (and the API's
+POST /api/v1/files) may carry
 LOOP_UPLOAD_MAX_FILES files' worth (and a form's worth beside), every other path stays bounded
 by LOOP_REQUEST_MAX_BYTES, both refused from the headers alone."""
 
@@ -21,8 +22,7 @@ UPLOAD_BOUND = UPLOAD_MAX * UPLOAD_FILES + REQUEST_MAX
 def test_the_upload_bound_is_that_many_files_and_a_form(settings):
     settings.LOOP_UPLOAD_MAX_BYTES, settings.LOOP_UPLOAD_MAX_FILES = UPLOAD_MAX, UPLOAD_FILES
     assert upload_bound(REQUEST_MAX) == UPLOAD_BOUND
-    assert "/files/upload/" in UPLOAD_PATHS
-    assert len(UPLOAD_PATHS) == 1
+    assert {"/files/upload/", "/api/v1/files"} == UPLOAD_PATHS
 
 
 @pytest.mark.parametrize(
@@ -31,6 +31,9 @@ def test_the_upload_bound_is_that_many_files_and_a_form(settings):
         (b"/files/upload/", "upload"),
         (b"/files/upload/?next=/", "upload"),
         (b"/files/%75pload/", "upload"),  # the same view, as Django decodes it
+        (b"/api/v1/files", "upload"),
+        (b"/api/v1/files?path=notes&on_clash=replace", "upload"),
+        (b"/api/v1/files/notes.txt", "request"),
         (b"/files/upload", "request"),
         (b"/files/", "request"),
         (b"/files/upload/x", "request"),
@@ -84,6 +87,9 @@ def test_through_daphne_an_upload_may_be_larger_than_any_other_request(start_dap
     refused = post(site.port, "/files/upload/", UPLOAD_BOUND + 1)
     assert status(refused) == 413
     assert f"at most {UPLOAD_BOUND} bytes".encode() in refused
+    # The API's upload: within the bound, the API answers (no key: 401).
+    assert status(post(site.port, "/api/v1/files", UPLOAD_BOUND)) == 401
+    assert status(post(site.port, "/api/v1/files", UPLOAD_BOUND + 1)) == 413
     # Every other path keeps the request bound.
     assert status(post(site.port, "/accounts/login/", REQUEST_MAX)) == 403  # CSRF answered
     assert status(post(site.port, "/accounts/login/", REQUEST_MAX + 1)) == 413
