@@ -2,10 +2,9 @@
 page at /api/v1/docs. Every operation takes a personal API key (api/auth.py) and is held to the
 per-key and per-person request rates; every error is JSON (api/errors.py)."""
 
-from ninja import NinjaAPI
-
 from api import events, files, memories, runs, tools
 from api.auth import READ, PerKey, PerPerson
+from api.documented import DocumentedOnce
 from api.errors import install
 
 DESCRIPTION = """Loop's agent for programs: start runs, follow their events live over
@@ -14,7 +13,7 @@ on, and reach your workspace files, memories and tools. Authenticate with a pers
 `Authorization: Bearer loop_…` (Settings → API keys). Errors are JSON:
 `{"error": {"code": "...", "message": "..."}}`."""
 
-api = NinjaAPI(
+api = DocumentedOnce(
     title="Loop API",
     version="1",
     description=DESCRIPTION,

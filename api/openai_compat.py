@@ -34,7 +34,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.urls import reverse
-from ninja import Field, NinjaAPI, Schema
+from ninja import Field, Schema
 from ninja.errors import ValidationError
 from pydantic import ConfigDict
 
@@ -43,6 +43,7 @@ from agent.llm.factory import ModelChoice, offered_models
 from agent.models import AgentRun
 from agent.selectors import Logged
 from api.auth import READ, RUN, PerKey, PerPerson, key_of, person_of
+from api.documented import DocumentedOnce
 from api.errors import ApiError, answer, first_problem, install, refusal
 from api.follow import Ended, Quiet, follow
 from api.runs import started_with, waiting_of
@@ -157,7 +158,7 @@ class ErrorOut(Schema):
 
 REFUSED = {code: ErrorOut for code in (400, 401, 403, 404, 429)}
 
-openai_api = NinjaAPI(
+openai_api = DocumentedOnce(
     title="Loop's OpenAI-compatible API",
     version="1",
     description=__doc__ or "",

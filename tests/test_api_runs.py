@@ -247,3 +247,14 @@ def test_a_body_over_the_sites_limit_is_refused_whole(client, alice, alice_key, 
         "The request's body is over 1,000 bytes, the most Loop takes; send less.",
     )
     assert not AgentRun.objects.exists()
+
+
+def test_the_openapi_document_is_made_once_per_process(client):
+    from api.main import api
+
+    served = client.get("/api/v1/openapi.json").json()
+
+    assert api.get_openapi_schema(path_prefix="/api/v1/") is api.get_openapi_schema(
+        path_prefix="/api/v1/"
+    )
+    assert served == api.get_openapi_schema(path_prefix="/api/v1/")
