@@ -26,7 +26,7 @@ from api.schemas import (
 from approvals import decisions
 from approvals.models import WAITING, ApprovalRequest, Via
 from approvals.waiting import CallDecision
-from core.events import Decision
+from core.events import Decision, RunStatus
 
 router = Router(tags=["runs"])
 REFUSED = refusals(400, 404, 409)
@@ -51,6 +51,9 @@ def started_with(key: ApiKey) -> dict[str, object]:
 
 
 def waiting_of(run: AgentRun) -> list[ApprovalRequest]:
+    """The calls the run waits on: none unless it waits (no query for a run that does not)."""
+    if run.status != RunStatus.AWAITING_APPROVAL:
+        return []
     return list(run.approvals.filter(decision=WAITING).order_by("seq"))
 
 
