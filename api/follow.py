@@ -61,11 +61,17 @@ Followed = Logged | Delta | Quiet | Ended
 @database_sync_to_async
 def read(person: User, run_id: int, after: int) -> tuple[list[Logged], str | None]:
     """The next events after `after` of the person's run, and its status when there were none
-    (None: no such run of theirs)."""
+    (None: no such run of theirs). A run seen finished is read once more: its last events and
+    its end may have been stored between the two reads (its end and its status are stored
+    together, so nothing comes after a status seen finished)."""
     events = selectors.events_of_run_of(person, run_id, after=after, limit=EVENTS_PER_READ)
     if events:
         return events, ""
     run = selectors.runs_for(person).filter(pk=run_id).values_list("status", flat=True).first()
+    if run in FINISHED:
+        events = selectors.events_of_run_of(person, run_id, after=after, limit=EVENTS_PER_READ)
+        if events:
+            return events, ""
     return [], run
 
 

@@ -183,7 +183,7 @@ def main() -> None:
             bench(stack, options.clients, options.sockets, options.runs)
         )
         rows = stack.query(
-            "SELECT run_id, seq, extract(epoch FROM created_at) FROM agent_runevent "
+            "SELECT run_id, seq, extract(epoch FROM created_at), kind FROM agent_runevent "
             "WHERE run_id = ANY(%s)",
             (run_ids,),
         )
@@ -191,7 +191,8 @@ def main() -> None:
             "SELECT status, count(*) FROM agent_agentrun WHERE id = ANY(%s) GROUP BY 1",
             (run_ids,),
         )
-    created = {(run, seq): float(at) for run, seq, at in rows}
+    created = {(run, seq): float(at) for run, seq, at, _ in rows}
+    kinds = {(run, seq): kind for run, seq, _, kind in rows}
     per_run = {run: sum(1 for r, _ in created if r == run) for run in run_ids}
 
     sse = [at - created[(s.run_id, seq)] for s in streamed for seq, at in s.arrivals.items()]
@@ -217,6 +218,14 @@ def main() -> None:
         f"SSE: {duplicates} duplicates; streamed text {min(deltas)} to {max(deltas)} "
         "messages per client"
     )
+    missed = [
+        f"run {s.run_id} seq {seq} ({kinds[(run, seq)]})"
+        for s in streamed
+        for run, seq in sorted(created)
+        if run == s.run_id and seq not in s.arrivals
+    ]
+    if missed:
+        print(f"  SSE missed: {', '.join(missed[:10])}", file=sys.stderr)
     for seen in [*streamed, *watched]:
         if seen.error:
             print(f"  error: {seen.error}", file=sys.stderr)
