@@ -67,14 +67,20 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
     only its seq marker). Nothing if the run is no longer the user's to see (say, its
     conversation was deleted). Most reads, a step's events, are one query, which checks whose
     the run is; the run's row is read only when the page needs it (no event, or the run started
-    or ended), after the events, so it is at least as new as they are."""
+    or ended), after the events, so it is at least as new as they are; a run found finished
+    with no event is read once more."""
     events = selectors.events_of_run_of(user, run_id, after=after, limit=EVENTS_PER_READ + 1)
+    run = None if events else selectors.run_of(user, run_id)
+    if run is not None and run.is_finished:
+        # Its last events and its end may have been stored between the two reads (they are
+        # stored together): read again, or the page would take the run as over without them.
+        events = selectors.events_of_run_of(user, run_id, after=after, limit=EVENTS_PER_READ + 1)
     more = len(events) > EVENTS_PER_READ
     events = events[:EVENTS_PER_READ]
     if events and lifecycle(events):  # the status, feedback and sidebar's icon are redrawn
         run = selectors.run_of_with_state(user, run_id)
-    else:
-        run = None if events else selectors.run_of(user, run_id)
+    elif events:
+        run = None
     if not events:
         if run is None:
             return Unsent(frames=[], last=after, replied=0, more=False)

@@ -55,3 +55,28 @@ def test_another_person_s_run_s_end_is_not_read(alice, bob):
     read = read_unsent.func(bob, run.pk, 0)
     assert read.frames == []
     assert read.last == 0
+
+
+def test_a_run_that_ends_between_the_reads_of_its_events_and_its_row_loses_no_event(
+    alice, monkeypatch
+):
+    """The first read of the log finds nothing; the run's end and its last event are stored
+    before its row is read (they are stored together): the log is read again, and the page gets
+    the end, not a finished marker without it."""
+    from agent import selectors
+
+    run = start_run(alice, DEMO, model="mock", conversation=new_conversation(alice))
+    ended(run)
+    real = selectors.events_of_run_of
+    reads: list[int] = []
+
+    def before_the_end(user, run_id, **kwargs):
+        reads.append(run_id)
+        return [] if len(reads) == 1 else real(user, run_id, **kwargs)
+
+    monkeypatch.setattr(selectors, "events_of_run_of", before_the_end)
+
+    read = read_unsent.func(alice, run.pk, 0)
+
+    assert read.last == 1
+    assert "status-succeeded" in "".join(read.frames)
