@@ -148,7 +148,9 @@ def install(api: NinjaAPI, shape: Shape = loop_shape) -> None:
 
     @api.exception_handler(HttpError)
     def http_error(request: HttpRequest, error: HttpError) -> HttpResponse:
-        return answer(api, request, ApiError(error.status_code, "http_error", str(error)))
+        # ninja's own 400 is a body it cannot parse (not JSON): the request is not valid.
+        code = "invalid_request" if error.status_code == 400 else "http_error"
+        return answer(api, request, ApiError(error.status_code, code, str(error)))
 
     @api.exception_handler(RequestDataTooBig)
     def too_big(request: HttpRequest, error: RequestDataTooBig) -> HttpResponse:

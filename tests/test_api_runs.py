@@ -258,3 +258,14 @@ def test_the_openapi_document_is_made_once_per_process(client):
         path_prefix="/api/v1/"
     )
     assert served["info"]["title"] == "Loop API"
+
+
+def test_a_body_that_is_not_json_is_an_invalid_request(client, alice, alice_key):
+    refused = client.post(
+        "/api/v1/runs", '{"task": ', content_type="application/json", **bearer(alice_key)
+    )
+
+    status, code, message = error_of(refused)
+    assert (status, code) == (400, "invalid_request")
+    assert message.startswith("Cannot parse request body")
+    assert not AgentRun.objects.exists()
