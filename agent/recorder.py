@@ -16,7 +16,9 @@ from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from agent import bus
+from accounting.ledger import turn_charge
+from accounting.models import Charge
+from agent import bus, observers
 from agent.connections import release_connection
 from agent.models import (
     LIVE,
@@ -143,6 +145,7 @@ class RunRecorder:
         self.finished = isinstance(events[-1], RunFinished)
         release_connection()  # not held across the model call or tool call that comes next
         self.announce(rows)
+        observers.observed(self.run, events)
         for event in events:
             if self.then is not None:
                 self.publish(event)
@@ -228,7 +231,27 @@ class RunRecorder:
                 return [self.trip(event)]
             case ApprovalRequested():
                 return [rows(self.run.pk, event, seq) for rows in _request_rows]
+            case ModelReplied():
+                return [self.charge(event)]
         return []
+
+    def charge(self, event: ModelReplied) -> Alongside:
+        """The turn's entry in the ledger (accounting), priced now: recorded with the turn, so a
+        turn recorded is charged once, and one a lost worker never recorded is not charged."""
+        run = self.run
+        values = turn_charge(
+            user_id=run.user_id,
+            run_id=run.pk,
+            conversation_id=run.conversation_id,
+            step=event.step,
+            provider=run.provider,
+            model=run.model,
+            prompt_tokens=event.prompt_tokens,
+            completion_tokens=event.completion_tokens,
+            cached_tokens=event.cached_tokens,
+            at=timezone.now(),
+        )
+        return Alongside(Charge, values)
 
     def writes_for(self, event: Event) -> list[Callable[[], object]]:
         """What an event changes besides the log and the audit rows: the run's summary row."""

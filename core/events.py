@@ -152,6 +152,10 @@ class ModelReplied(Event):
     # What went wrong on each attempt at this turn that the client retried.
     retried: list[str] = dataclasses.field(default_factory=list)
     help: bool = False  # the reply is the model's help, not an answer (Reply.help)
+    # Of prompt_tokens, those read from the provider's prompt cache (0 in a log from before).
+    cached_tokens: int = 0
+    # How long the model took to reply, its client's retries included (0 in a log from before).
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,6 +39,9 @@ class ToolCall:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Of the prompt tokens, those the provider read from its prompt cache (priced apart,
+    # accounting/prices.py); counted in prompt_tokens too, as OpenAI's usage counts them.
+    cached_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -48,6 +51,7 @@ class Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
         )
 
 

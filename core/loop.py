@@ -264,6 +264,7 @@ class AgentLoop(ToolsPhase):
                     summarise=True,
                 )
             self.hear()
+        asked_at = time.monotonic()
         try:
             reply = ask_correcting(lambda messages: self.chat(messages, tools), self.state.messages)
         except Interrupted as interrupted:  # the turn is abandoned, its reply never heard
@@ -277,7 +278,7 @@ class AgentLoop(ToolsPhase):
         calls = () if tools is None else tuple(map(bounded_call, reply.tool_calls))
         if calls != reply.tool_calls:  # (each bounded call is the very one when nothing was cut)
             reply = dataclasses.replace(reply, tool_calls=calls)
-        self.emit(replied(self.state.step + 1, reply))
+        self.emit(replied(self.state.step + 1, reply, time.monotonic() - asked_at))
         return reply
 
     def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
@@ -423,13 +424,15 @@ class AgentLoop(ToolsPhase):
         return Parked(self.state, [self.asking[c.id] for c in calls if c.id not in asked])
 
 
-def replied(step: int, reply: Reply) -> ModelReplied:
+def replied(step: int, reply: Reply, seconds: float = 0.0) -> ModelReplied:
     return ModelReplied(
+        seconds=round(seconds, 6),
         step=step,
         text=reply.text,
         tool_calls=list(reply.tool_calls),
         prompt_tokens=reply.usage.prompt_tokens,
         completion_tokens=reply.usage.completion_tokens,
+        cached_tokens=reply.usage.cached_tokens,
         recovered_error=reply.recovered_error,
         reasoning=reply.reasoning,
         cut=reply.cut,

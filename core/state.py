@@ -155,7 +155,9 @@ def _replied(state: RunState, event: ModelReplied) -> None:
     state.step = max(state.step, event.step)
     used = state.usage
     state.usage = Usage(
-        used.prompt_tokens + event.prompt_tokens, used.completion_tokens + event.completion_tokens
+        used.prompt_tokens + event.prompt_tokens,
+        used.completion_tokens + event.completion_tokens,
+        used.cached_tokens + event.cached_tokens,
     )
     state.last_text = event.text or state.last_text
     state.pending = calls

@@ -68,9 +68,13 @@ INSTALLED_APPS = [
     "template_partials",
     "procrastinate.contrib.django",
     "axes",
+    "accounting",
     "agent",
     "approvals",
     "engine",
+    "metrics",
+    "tracing",
+    "notifications",
     "tools",
     "workspace",
     "memory",
@@ -298,6 +302,19 @@ LOOP_API_STREAM_SECONDS = env_int("LOOP_API_STREAM_SECONDS", 900)
 LOOP_API_STREAMS_PER_PERSON = env_int("LOOP_API_STREAMS_PER_PERSON", 20)
 LOOP_API_POLL_SECONDS = env_float("LOOP_API_POLL_SECONDS", 15.0)
 LOOP_CACHE_URL = env_str("LOOP_CACHE_URL")
+# Operators (docs/operators.md). The price table of the environment, JSON: per model's name as
+# runs record it, prices per million tokens (accounting/prices.py); the console's prices too.
+LOOP_PRICES = env_str("LOOP_PRICES")
+
+# -- quotas and the send rate (accounting/quotas.py) --
+
+# -- the chat's and runagent's cost (accounting) --
+
+# -- metrics (metrics/) --
+
+# -- traces (tracing/) --
+
+# -- notifications (notifications/) --
 if LOOP_CACHE_URL:
     CACHES = {
         "default": {
@@ -429,6 +446,10 @@ LOGGING = {
                 "console",
                 "mcp_servers",
                 "api",
+                "accounting",
+                "metrics",
+                "tracing",
+                "notifications",
             ),
             *("loopsite", "django", "daphne"),
         )

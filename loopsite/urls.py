@@ -6,6 +6,7 @@ from django.urls import include, path
 
 urlpatterns = [
     path("accounts/", include("accounts.urls")),
+    path("", include("metrics.urls")),  # /metrics, for Prometheus (off unless configured)
     path("api/v1/", include(("api.urls", "api"), namespace="api")),
     path("v1/", include(("api.openai_urls", "openai"), namespace="openai")),  # OpenAI's paths
     path("admin/agent/", include("approvals.urls")),  # approvals' pages, once agent's
@@ -14,6 +15,7 @@ urlpatterns = [
     path("memories/", include("chat.memories_urls")),
     path("settings/tools/", include("mcp_servers.urls")),
     path("settings/keys/", include("api.page_urls")),
+    path("settings/notifications/", include("notifications.urls")),
     path("settings/", include("accounts.settings_urls")),
     path("", include("chat.urls")),
 ]

@@ -1,10 +1,10 @@
 """The layers read core -> netguard -> workspace -> sandbox -> tools -> memory -> mcp_servers ->
-agent -> approvals -> engine -> {console, chat, accounts, api}, one way: a lower layer never
-imports a higher one, nor names a higher app's model in its schema or its migrations. core, the
-loop and its vocabulary, is the bottom: no Django, nothing else of Loop; netguard, the HTTP
-policies the model clients and the MCP servers' connections share, no Django either; sandbox, what
-runs a snippet, is a plain package too. One HTTP client library: httpx2 (the MCP SDK's), never
-httpx."""
+accounting -> agent -> approvals -> engine -> metrics -> tracing -> notifications -> {console,
+chat, accounts, api}, one way: a lower layer never imports a higher one, nor names a higher app's
+model in its schema or its migrations. core, the loop and its vocabulary, is the bottom: no
+Django, nothing else of Loop; netguard, the HTTP policies the model clients and the MCP servers'
+connections share, no Django either; sandbox, what runs a snippet, is a plain package too. One
+HTTP client library: httpx2 (the MCP SDK's), never httpx."""
 
 import ast
 import sys
@@ -25,9 +25,13 @@ ORDER = [
     "tools",
     "memory",
     "mcp_servers",
+    "accounting",
     "agent",
     "approvals",
     "engine",
+    "metrics",
+    "tracing",
+    "notifications",
 ]
 TOP = {"console", "chat", "accounts", "api"}
 LAYERS = [*ORDER, *sorted(TOP)]

@@ -196,10 +196,12 @@ def test_a_run_cut_where_no_call_was_running_ends_with_the_log_it_would_have_had
 
 
 def comparable(event: Event) -> dict[str, Any]:
-    """An event without the run's wall-clock duration."""
+    """An event without the run's wall-clock duration, or its model's time to reply."""
     data = event.as_dict()
     if isinstance(event, RunFinished):
         data.pop("duration")
+    if isinstance(event, ModelReplied):
+        data.pop("seconds")
     return {"kind": event.kind, **data}
 
 

@@ -86,7 +86,11 @@ def usage_of(usage: dict[str, Any] | None) -> Usage:
     # Reasoning tokens are counted in completion_tokens, as OpenAI does.
     if not usage:
         return Usage()
-    return Usage(_count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens")))
+    prompt = _count(usage.get("prompt_tokens"))
+    # OpenAI's and Groq's prompt cache: prompt_tokens_details.cached_tokens, part of the prompt.
+    details = usage.get("prompt_tokens_details")
+    cached = _count(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return Usage(prompt, _count(usage.get("completion_tokens")), min(cached, prompt))
 
 
 # More tokens than any model reads or writes in a turn: a count past it is not believed.

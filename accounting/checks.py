@@ -1,0 +1,25 @@
+"""Start-up check: LOOP_PRICES must read as a price table, or nothing is priced right."""
+
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, register
+from django.core.exceptions import ImproperlyConfigured
+
+from accounting.prices import configured_rates
+
+
+@register("accounting")
+def prices_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    try:
+        configured_rates()
+    except ImproperlyConfigured as error:
+        return [
+            Error(
+                str(error),
+                hint='LOOP_PRICES is JSON: {"<model>": {"input": 0.15, "output": 0.6, '
+                '"cached_input": 0.075, "currency": "USD", "effective_from": "2026-01-01"}}, '
+                "prices per million tokens.",
+                id="accounting.E001",
+            )
+        ]
+    return []

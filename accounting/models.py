@@ -1,0 +1,123 @@
+"""What model turns cost: the operators' price table and the ledger of charges.
+
+The ledger names runs, conversations and people by number, with no relation to their rows: a
+charge outlives the conversation, the run's content and the account it was made for (an account's
+charges keep an anonymous id instead, accounting/signals.py), so totals never change after the
+fact. It stands below the agent app, which writes a charge with each model turn it records.
+"""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+# Prices per million tokens, to 1e-8 of a unit; costs to 1e-12: a turn of one token at the
+# cheapest price is still more than zero, exactly.
+PRICE_DIGITS, PRICE_PLACES = 18, 8
+COST_DIGITS, COST_PLACES = 28, 12
+
+
+class Price(models.Model):
+    """What one model's tokens cost from `effective_from` on, until a later price of the same
+    model takes over: a change never reprices turns recorded before it."""
+
+    model = models.CharField(
+        max_length=128, help_text="The model's name as runs record it (a run's Model column)."
+    )
+    input = models.DecimalField(
+        max_digits=PRICE_DIGITS, decimal_places=PRICE_PLACES, help_text="Per million prompt tokens."
+    )
+    output = models.DecimalField(
+        max_digits=PRICE_DIGITS,
+        decimal_places=PRICE_PLACES,
+        help_text="Per million completion tokens.",
+    )
+    cached_input = models.DecimalField(
+        max_digits=PRICE_DIGITS,
+        decimal_places=PRICE_PLACES,
+        null=True,
+        blank=True,
+        help_text="Per million cached prompt tokens; empty: as input.",
+    )
+    currency = models.CharField(max_length=3, default="USD", help_text="ISO 4217, like USD.")
+    effective_from = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ("model", "-effective_from")
+        constraints = (
+            models.UniqueConstraint(fields=["model", "effective_from"], name="price_once_a_time"),
+            models.CheckConstraint(
+                condition=models.Q(input__gte=0, output__gte=0)
+                & (models.Q(cached_input__isnull=True) | models.Q(cached_input__gte=0)),
+                name="price_not_negative",
+            ),
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"{self.model}: {self.input}/{self.output} {self.currency} from {self.effective_from}"
+        )
+
+
+class ChargeKind(models.TextChoices):
+    TURN = "turn", "Model turn"  # one reply of the model, its tokens and their cost
+    RUN = "run", "Run started"  # a run begun (what a runs quota counts); no tokens, no cost
+
+
+class Charge(models.Model):
+    """One entry of the ledger: a model turn's tokens and cost, or a run's start."""
+
+    kind = models.CharField(max_length=8, choices=ChargeKind.choices, default=ChargeKind.TURN)
+    # The person, while their account stands; once it is deleted, `person` holds an anonymous
+    # id in its place ("" until then).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    person = models.CharField(max_length=40, blank=True, default="")
+    run_id = models.BigIntegerField()
+    conversation_id = models.BigIntegerField(null=True, blank=True)
+    step = models.PositiveIntegerField(default=0)
+    provider = models.CharField(max_length=32, blank=True, default="")
+    model = models.CharField(max_length=128, blank=True, default="")
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    cached_tokens = models.PositiveIntegerField(default=0)
+    # None: the model had no price then ("price unknown", never 0).
+    cost = models.DecimalField(
+        max_digits=COST_DIGITS, decimal_places=COST_PLACES, null=True, blank=True
+    )
+    currency = models.CharField(max_length=3, blank=True, default="")
+    price = models.ForeignKey(
+        Price, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ("-at",)
+        indexes = (
+            # A person's spend over a period (quotas, the chat's gauge).
+            models.Index(fields=["user", "at"], name="charge_by_person"),
+            models.Index(fields=["run_id"], name="charge_by_run"),
+            models.Index(
+                fields=["conversation_id"],
+                condition=models.Q(conversation_id__isnull=False),
+                name="charge_by_conversation",
+            ),
+            models.Index(fields=["at"], name="charge_by_time"),
+        )
+
+    def __str__(self) -> str:
+        cost = "price unknown" if self.cost is None else f"{self.cost} {self.currency}"
+        return f"Run {self.run_id} step {self.step} ({self.kind}): {cost}"
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+ZERO = Decimal(0)

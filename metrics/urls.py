@@ -1,0 +1,5 @@
+"""The Prometheus endpoint (/metrics)."""
+
+from django.urls import URLPattern
+
+urlpatterns: list[URLPattern] = []
