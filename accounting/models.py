@@ -6,9 +6,11 @@ charges keep an anonymous id instead, accounting/signals.py), so totals never ch
 fact. It stands below the agent app, which writes a charge with each model turn it records.
 """
 
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -18,9 +20,21 @@ PRICE_DIGITS, PRICE_PLACES = 18, 8
 COST_DIGITS, COST_PLACES = 28, 12
 
 
+# Each process reads the console's prices at most this often (accounting.prices.ConsoleRates);
+# a price set in the console takes effect at the earliest NOTICE later, so all have it by then.
+CACHE_SECONDS = 30.0
+NOTICE = timedelta(seconds=60)
+
+
+def after_notice() -> datetime:
+    """The earliest a price set now may take effect."""
+    return timezone.now() + NOTICE
+
+
 class Price(models.Model):
     """What one model's tokens cost from `effective_from` on, until a later price of the same
-    model takes over: a change never reprices turns recorded before it."""
+    model takes over: a change never reprices turns recorded before it, so a price cannot take
+    effect in the past, nor sooner than NOTICE after it is set."""
 
     model = models.CharField(
         max_length=128, help_text="The model's name as runs record it (a run's Model column)."
@@ -41,7 +55,11 @@ class Price(models.Model):
         help_text="Per million cached prompt tokens; empty: as input.",
     )
     currency = models.CharField(max_length=3, default="USD", help_text="ISO 4217, like USD.")
-    effective_from = models.DateTimeField(default=timezone.now)
+    effective_from = models.DateTimeField(
+        default=after_notice,
+        help_text="From when it applies: a minute from now at the earliest, since turns recorded "
+        "before then are priced already.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -62,6 +80,19 @@ class Price(models.Model):
         return (
             f"{self.model}: {self.input}/{self.output} {self.currency} from {self.effective_from}"
         )
+
+    def clean(self) -> None:
+        """A new price, or a change to one, takes effect NOTICE from now at the earliest: the
+        turns recorded until then were priced by the table as it was."""
+        super().clean()
+        earliest = timezone.now() + NOTICE - timedelta(seconds=5)  # the form's own seconds
+        if self.effective_from is not None and self.effective_from < earliest:
+            raise ValidationError(
+                {
+                    "effective_from": "A price takes effect a minute from now at the earliest: "
+                    "turns recorded before then are priced already, and history is not rewritten."
+                }
+            )
 
 
 class ChargeKind(models.TextChoices):
@@ -92,9 +123,9 @@ class Charge(models.Model):
         max_digits=COST_DIGITS, decimal_places=COST_PLACES, null=True, blank=True
     )
     currency = models.CharField(max_length=3, blank=True, default="")
-    price = models.ForeignKey(
-        Price, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
+    # The console's Price row that priced it (None: LOOP_PRICES, or no price), by number: a
+    # process prices turns from its copy of the table, whose rows another may delete meanwhile.
+    price_id = models.BigIntegerField(null=True, blank=True)
     at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -15,6 +15,8 @@ numbers are read as decimals, never as floats).
 """
 
 import json
+import math
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -25,7 +27,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.dateparse import parse_date, parse_datetime
 
-from accounting.models import Price
+from accounting.models import CACHE_SECONDS, Price
 
 MILLION = Decimal(1_000_000)
 # Costs are kept to this many places (accounting.models.COST_PLACES).
@@ -62,18 +64,42 @@ class Rate:
 
 def rate_at(model: str, when: datetime) -> Rate | None:
     """The model's price at `when`, or None: it had none."""
-    row = (
-        Price.objects.filter(model=model, effective_from__lte=when)
-        .order_by("-effective_from")
-        .first()
-    )
-    rates = [rate for rate in configured_rates().get(model, ()) if rate.effective_from <= when]
-    if row is not None:
-        rates.append(rate_of(row))
+    rates = [
+        rate
+        for rate in (*configured_rates().get(model, ()), *console_rates().get(model, ()))
+        if rate.effective_from <= when
+    ]
     # The latest; of two from one moment, the console's (it sorts after: a price_id).
     return max(
         rates, key=lambda rate: (rate.effective_from, rate.price_id is not None), default=None
     )
+
+
+class ConsoleRates:
+    """The console's price table, read whole (a few rows a model) at most every CACHE_SECONDS
+    by each process, and at once in the process that changed it (accounting/signals.py): a
+    model turn, priced as it is recorded, costs no query. A price takes effect at the earliest
+    NOTICE after it is set (accounting.models.Price.clean), so every process has read it by then,
+    and no turn is priced by a table that was out of date."""
+
+    def __init__(self) -> None:
+        self.read_at = -math.inf
+        self.rates: dict[str, tuple[Rate, ...]] = {}
+
+    def __call__(self) -> dict[str, tuple[Rate, ...]]:
+        if time.monotonic() - self.read_at >= CACHE_SECONDS:
+            rates: dict[str, list[Rate]] = {}
+            for row in Price.objects.order_by("model", "effective_from"):
+                rates.setdefault(row.model, []).append(rate_of(row))
+            self.rates = {model: tuple(each) for model, each in rates.items()}
+            self.read_at = time.monotonic()
+        return self.rates
+
+    def forget(self) -> None:
+        self.read_at = -math.inf
+
+
+console_rates = ConsoleRates()
 
 
 def rate_of(row: Price) -> Rate:

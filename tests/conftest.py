@@ -126,6 +126,14 @@ def _no_warm_sandbox_outlives_its_test() -> Iterator[None]:
     SANDBOX.pool.drain()
 
 
+@pytest.fixture(autouse=True)
+def _each_test_reads_the_console_prices_afresh() -> None:
+    """A test's prices are rolled back with it; the process's copy of them must go too."""
+    from accounting.prices import console_rates
+
+    console_rates.forget()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _the_tests_sandboxes_close() -> Iterator[None]:
     yield

@@ -6,6 +6,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from accounting.ledger import spend_of_conversation, spend_of_person, spend_of_run
@@ -115,3 +116,10 @@ def test_an_accounts_charges_outlive_it_under_an_anonymous_id(alice, bob, settin
     assert user_id is None
     assert person.startswith("deleted-")
     assert Charge.objects.filter(user=bob, person="").count() == 3
+
+
+def test_a_price_cannot_take_effect_in_the_past_or_before_every_process_has_it():
+    backdated = Price(model="mock", input=1, output=1, effective_from=timezone.now())
+    with pytest.raises(ValidationError, match="a minute from now at the earliest"):
+        backdated.full_clean()
+    Price(model="mock", input=1, output=1).full_clean()  # the default: a minute from now
