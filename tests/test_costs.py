@@ -68,7 +68,9 @@ def test_a_run_of_several_turns_costs_exactly_what_the_price_table_says(alice, b
     first_cost = spend_of_run(first.pk).cost_in("USD")
     second = start_run(alice, "List them again", model="mock", conversation=conversation)
     second = execute_run(second, llm=three_turns())
-    other = execute_run(start_run(alice, "Again", model="mock", conversation=new_conversation(alice)))
+    other = execute_run(
+        start_run(alice, "Again", model="mock", conversation=new_conversation(alice))
+    )
     execute_run(start_run(bob, "Bob's", model="mock", conversation=new_conversation(bob)))
 
     run = spend_of_run(second.pk)
@@ -134,9 +136,7 @@ def test_a_new_price_takes_effect_only_for_later_turns(alice):
     later = turn_cost(1000, 50, 400, new) + turn_cost(1500, 40, 1000, new)
     later += turn_cost(1700, 30, 0, new)
     assert spend_of_run(after.pk).costs == {"USD": later}
-    assert set(Charge.objects.filter(run_id=before.pk).values_list("price", flat=True)) == {
-        old.pk
-    }
+    assert set(Charge.objects.filter(run_id=before.pk).values_list("price", flat=True)) == {old.pk}
     assert set(Charge.objects.filter(run_id=after.pk).values_list("price", flat=True)) == {new.pk}
 
 
