@@ -318,7 +318,9 @@ class Command(BaseCommand):
 
     def transcript(self, run: AgentRun) -> Any:
         def write(event: Event) -> None:
-            for line in describe(event, run.pk, verbose=self.verbose):
+            # What it cost, read from the ledger once the run ended.
+            cost = cost_text(spend_of_run(run.pk)) if isinstance(event, RunFinished) else ""
+            for line in describe(event, run.pk, verbose=self.verbose, cost=cost):
                 self.stdout.write(terminal_safe(line))
             self.stdout.flush()
 
@@ -349,8 +351,8 @@ def how_to_decide(run: AgentRun) -> str:
     )
 
 
-def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
-    """How an event reads in a terminal."""
+def describe(event: Event, run_id: int, *, verbose: bool = False, cost: str = "") -> list[str]:
+    """How an event reads in a terminal; `cost`: the run's, in words, for its end ("": none)."""
     match event:
         case ModelReplied() if event.reasoning:
             return thought(event, verbose) + describe(
@@ -396,7 +398,7 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             text = resumed_text(event.reason, event.by, who=OWNERS_WHO)
             return [f"{text} (attempt {event.attempt})."]
         case RunFinished():
-            return finished(event, run_id)
+            return finished(event, run_id, cost)
     return []
 
 
@@ -413,7 +415,7 @@ def recalled(memory: RecalledMemory) -> str:
     return f"  memory {memory.id} (score {memory.score:.2f}: {parts}): {text}"
 
 
-def finished(event: RunFinished, run_id: int) -> list[str]:
+def finished(event: RunFinished, run_id: int, cost: str = "") -> list[str]:
     """The answer, then the closing line: what the run did and what it cost (the ledger's sum
     of its turns, every attempt's)."""
     lines = ["", "Answer:", event.answer or "(none)", ""]
@@ -424,7 +426,7 @@ def finished(event: RunFinished, run_id: int) -> list[str]:
     lines.append(
         f"Run {run_id} {outcome} after {counted(event.iterations, 'model turn')}, "
         f"{counted(event.tool_calls, 'tool call')}, {counted(tokens, 'token')}, "
-        f"{cost_text(spend_of_run(run_id)) or 'no cost'}, {event.duration:.2f}s."
+        f"{cost + ', ' if cost else ''}{event.duration:.2f}s."
     )
     return lines
 
