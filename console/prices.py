@@ -123,6 +123,7 @@ class ChargeAdmin(AuditAdmin):
     date_hierarchy = "at"
     ordering = ("-at",)
     list_select_related = ("user",)
+    change_list_template = "admin/accounting/charge/change_list.html"
     fields = (
         "kind",
         "at",
