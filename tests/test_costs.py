@@ -5,6 +5,7 @@ later turns; the chat shows a run's cost only when the site says so."""
 from datetime import timedelta
 from decimal import Decimal
 
+import lxml.html
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -158,9 +159,13 @@ def test_the_chat_shows_a_runs_cost_beside_its_tokens_when_the_site_says_so(alic
     tokens = 1000 + 50 + 1500 + 40 + 1700 + 30
     assert f'<p class="run-cost muted">{tokens} tokens · {amount_text(THREE_TURNS)} USD</p>' in page
 
+    [total] = lxml.html.fromstring(page).xpath("//header//span[@id='conversation-cost']")
+    assert total.text_content() == f"{amount_text(THREE_TURNS)} USD"  # the conversation's
+
     settings.LOOP_SHOW_COST = False
     page = conversation_page(alice, run)
     assert "run-cost" not in page
+    assert "conversation-cost" not in page
     assert "USD" not in page
 
 
