@@ -30,6 +30,7 @@ from console.widgets import AuditAdmin, run_link
 # earlier start would say turns already charged had another price).
 PAST_SLACK = timedelta(minutes=10)
 REPORT_DEFAULT_DAYS = 30
+EARLIEST = date(1970, 1, 2)
 
 
 class PriceForm(forms.ModelForm[Price]):
@@ -266,10 +267,7 @@ class CostRange(forms.Form):
         if not self.is_valid():
             return since, until, by, sort, descending
         data = self.cleaned_data
-        return (
-            data["since"] or since,
-            data["until"] or until,
-            data["by"] or by,
-            sort,
-            descending,
-        )
+        # The calendar's edges (0001-01-01, 9999-12-31) cannot be turned into times; no turn
+        # lies beyond these anyway.
+        first, last = max(data["since"] or since, EARLIEST), min(data["until"] or until, today)
+        return first, last, data["by"] or by, sort, descending

@@ -138,6 +138,24 @@ def test_the_csv_has_the_pages_rows(client, operator, ledger, by):
     assert rows[1:] == shown
 
 
+@pytest.mark.parametrize(
+    ("since", "until"), [("0001-01-01", "9999-12-31"), ("2000-01-01", ""), ("", "2000-01-01")]
+)
+def test_a_range_to_the_calendars_edges_is_cut_to_what_can_be(
+    client, operator, ledger, since, until
+):
+    response = client.get(REPORT, {"since": since, "until": until})
+    assert response.status_code == 200
+    if since == "0001-01-01":
+        assert len(table(response.text)) == 4  # every turn
+
+
+def test_a_range_that_starts_after_it_ends_says_so(client, operator, ledger):
+    response = client.get(REPORT, {"since": "2026-02-02", "until": "2026-01-01"})
+    assert response.status_code == 400
+    assert "The range starts after it ends." in response.text
+
+
 def test_only_operators_see_the_report(as_alice):
     assert as_alice.get(REPORT).status_code == 302  # to the console's login
 
