@@ -37,6 +37,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from accounting.erasure import hand_over_charges
 from agent.instructions import personal_instructions_of
 from agent.models import (
     FINISHED,
@@ -436,6 +437,7 @@ def delete_account(user: User, password: str) -> Deletion:
         memories = len(forget(Memory.objects.filter(owner=user), by=user))
         anonymise_forgettings(user, placeholder)
         runs = hand_over_runs(user, placeholder)
+        hand_over_charges(user, placeholder.get_username())
         conversations, _ = Conversation.objects.filter(owner=user).delete()
         anonymise_admin_log(user, placeholder)
         anonymise_logins(user, placeholder)

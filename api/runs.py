@@ -7,6 +7,7 @@ from django.http import HttpRequest
 from ninja import Field as SchemaField
 from ninja import Query, Router, Schema, Status
 
+from accounting.ledger import spend_by_run
 from agent import runs, selectors
 from agent.llm.factory import offered_models
 from agent.models import AgentRun
@@ -65,7 +66,7 @@ def owned_run(request: HttpRequest, run_id: int) -> AgentRun:
 
 
 def shown(request: HttpRequest, run: AgentRun) -> RunOut:
-    return run_out(request, run, waiting_of(run))
+    return run_out(request, run, waiting_of(run), spend_by_run([run.pk]).get(run.pk))
 
 
 @router.post("/runs", response={201: RunOut, **REFUSED}, auth=RUN, url_name="runs")
@@ -107,7 +108,8 @@ def list_runs(request: HttpRequest, filters: Query[RunFilter]) -> list[RunOut]:
         to_attr="waiting_calls",
     )
     page = list(found.prefetch_related(waiting)[: filters.limit])
-    return [run_out(request, run, run.waiting_calls) for run in page]
+    spent = spend_by_run(run.pk for run in page)
+    return [run_out(request, run, run.waiting_calls, spent.get(run.pk)) for run in page]
 
 
 @router.get("/runs/{run_id}", response={200: RunOut, **REFUSED}, auth=READ, url_name="run")

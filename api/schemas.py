@@ -2,6 +2,7 @@
 from them)."""
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from django.http import HttpRequest
@@ -9,6 +10,8 @@ from django.urls import reverse
 from ninja import Field, Schema
 from pydantic import AfterValidator
 
+from accounting.ledger import Spend
+from accounting.reports import amount_text, single_cost
 from agent.models import AgentRun, Conversation
 from approvals.models import ApprovalRequest
 
@@ -83,6 +86,14 @@ class RunOut(Schema):
     provider: str
     model: str
     usage: Usage
+    cost: str | None = Field(
+        description=(
+            "What its model turns cost so far, a decimal string in `currency`; null when a turn's "
+            "model had no price (`price_unknown`), or its turns were priced in two currencies."
+        )
+    )
+    currency: str | None = Field(description="ISO 4217, like USD; null with no cost.")
+    price_unknown: bool = Field(description="A turn of it had no price: its cost is unknown.")
     timings: Timings
     waiting: list[WaitingCall] = Field(description="Calls that wait for a decision.")
     started_with_key: str | None = Field(description="The key's prefix, if a key started it.")
@@ -144,8 +155,13 @@ def page_of(request: HttpRequest, run: AgentRun) -> str | None:
     return request.build_absolute_uri(reverse("chat:conversation", args=[run.conversation_id]))
 
 
-def run_out(request: HttpRequest, run: AgentRun, waiting: list[ApprovalRequest]) -> RunOut:
+def run_out(
+    request: HttpRequest, run: AgentRun, waiting: list[ApprovalRequest], spend: Spend | None
+) -> RunOut:
+    """The run as the API shows it; `spend`: its charges summed (None: it has none yet)."""
     key: Any = run.api_key or {}
+    priced = spend is not None and spend.turns > 0
+    cost, currency = single_cost(spend) if spend is not None and priced else (Decimal(0), "")
     return RunOut(
         id=run.pk,
         conversation=run.conversation_id,
@@ -163,6 +179,9 @@ def run_out(request: HttpRequest, run: AgentRun, waiting: list[ApprovalRequest])
             iterations=run.iterations,
             tool_calls=run.tool_calls,
         ),
+        cost=None if cost is None else amount_text(cost),
+        currency=currency or None,
+        price_unknown=spend is not None and spend.unpriced_turns > 0,
         timings=Timings(
             created_at=run.created_at,
             started_at=run.started_at,

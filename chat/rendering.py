@@ -14,11 +14,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.template.backends.django import Template
 from django.template.loader import get_template
 from django.urls import reverse
 from django.utils import timezone
 
+from accounting.ledger import spend_of_run
+from accounting.reports import cost_text
 from agent.models import AgentRun, Conversation
 from agent.selectors import Logged
 from approvals.policy import RUN_CODE
@@ -288,9 +291,21 @@ def event_card(
                     **end_label(event),
                     **(held_label(held) if held and event.status == RunStatus.SUCCEEDED else {}),
                     "held": held,
+                    **run_cost(run_id, event),
                 },
             )
     return None
+
+
+def run_cost(run_id: int, end: RunFinished) -> dict[str, str]:
+    """The run's tokens and cost for its answer's footer, when the operators show costs
+    (LOOP_SHOW_COST): the ledger's sum of the run's turns so far, "price unknown" when one had
+    no price. Nothing otherwise: people see no money unless the site says so."""
+    if not settings.LOOP_SHOW_COST:
+        return {}
+    tokens = end.prompt_tokens + end.completion_tokens
+    cost = cost_text(spend_of_run(run_id)) or "no cost"
+    return {"tokens": f"{tokens} token{'s' * (tokens != 1)}", "cost": cost}
 
 
 def answer_text(shown: str) -> dict[str, str]:

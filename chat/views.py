@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -16,6 +17,8 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from accounting.ledger import spend_of_conversation
+from accounting.reports import cost_text
 from agent import queued, runs, selectors
 from agent.forgotten import take_back
 from agent.instructions import InstructionsForm, set_conversation_instructions
@@ -134,6 +137,14 @@ def quota_or_none(user: Any) -> dict[str, Any] | None:
         return None
 
 
+def conversation_cost(conversation: Conversation | None) -> str:
+    """What the conversation's runs cost, for its header, when the site shows costs
+    (LOOP_SHOW_COST): "" otherwise, or before its first model turn."""
+    if conversation is None or not settings.LOOP_SHOW_COST:
+        return ""
+    return cost_text(spend_of_conversation(conversation.pk))
+
+
 def chat_page(
     request: SignedInRequest,
     conversation: Conversation | None,
@@ -171,6 +182,7 @@ def chat_page(
         "error": error,
         "task": task,
         "waiting": queued.waiting_in(conversation) if conversation else [],
+        "conversation_cost": conversation_cost(conversation),
         # What deleting the conversation offers to forget, as things are now: the offer itself
         # is always made, and what its runs remembered is read when the person deletes it.
         "remembered": selectors.remembered_in(request.user, conversation).count()

@@ -4,11 +4,13 @@ console/memories.py and console/mcp_servers.py; people and sign-ups are accounts
 
 from django.contrib import admin
 
+from accounting.models import Charge, Price
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from approvals.models import ApprovalRequest, SiteToolPolicy, ToolGrant
 from console.approvals import ApprovalRequestAdmin, SiteToolPolicyAdmin, ToolGrantAdmin
 from console.mcp_servers import McpConnectionAdmin, McpServerAdmin, McpToolAdmin
 from console.memories import ForgottenMemoryAdmin, MemoryAdmin
+from console.prices import ChargeAdmin, PriceAdmin
 from console.runs import AgentRunAdmin, BreakerTripAdmin, RunEventAdmin
 from console.tool_executions import ToolExecutionAdmin
 from mcp_servers.models import McpConnection, McpServer, McpTool
@@ -26,3 +28,5 @@ admin.site.register(ToolGrant, ToolGrantAdmin)
 admin.site.register(McpServer, McpServerAdmin)
 admin.site.register(McpTool, McpToolAdmin)
 admin.site.register(McpConnection, McpConnectionAdmin)
+admin.site.register(Price, PriceAdmin)
+admin.site.register(Charge, ChargeAdmin)

@@ -309,6 +309,9 @@ LOOP_PRICES = env_str("LOOP_PRICES")
 # -- quotas and the send rate (accounting/quotas.py) --
 
 # -- the chat's and runagent's cost (accounting) --
+# Show each run's cost beside its tokens in the chat, and a conversation's total in its header
+# (accounting/reports.py); off: people see no money.
+LOOP_SHOW_COST = env_bool("LOOP_SHOW_COST", False)
 
 # -- metrics (metrics/) --
 

@@ -20,6 +20,8 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
+from accounting.ledger import Spend, spend_of_run
+from accounting.reports import amount_text, cost_text, single_cost
 from agent.abandoned import end_if_abandoned, process_gone
 from agent.llm.factory import ModelUnavailable
 from agent.models import AgentRun
@@ -306,14 +308,19 @@ class Command(BaseCommand):
 
     def json_line(self, run: AgentRun) -> Any:
         def write(event: Event) -> None:
-            self.stdout.write(json.dumps({"run": run.pk, "kind": event.kind, **event.as_dict()}))
+            line = {"run": run.pk, "kind": event.kind, **event.as_dict()}
+            if isinstance(event, RunFinished):
+                line |= cost_fields(spend_of_run(run.pk))
+            self.stdout.write(json.dumps(line))
             self.stdout.flush()
 
         return write
 
     def transcript(self, run: AgentRun) -> Any:
         def write(event: Event) -> None:
-            for line in describe(event, run.pk, verbose=self.verbose):
+            # What it cost, read from the ledger once the run ended.
+            cost = cost_text(spend_of_run(run.pk)) if isinstance(event, RunFinished) else ""
+            for line in describe(event, run.pk, verbose=self.verbose, cost=cost):
                 self.stdout.write(terminal_safe(line))
             self.stdout.flush()
 
@@ -344,8 +351,8 @@ def how_to_decide(run: AgentRun) -> str:
     )
 
 
-def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
-    """How an event reads in a terminal."""
+def describe(event: Event, run_id: int, *, verbose: bool = False, cost: str = "") -> list[str]:
+    """How an event reads in a terminal; `cost`: the run's, in words, for its end ("": none)."""
     match event:
         case ModelReplied() if event.reasoning:
             return thought(event, verbose) + describe(
@@ -391,7 +398,7 @@ def describe(event: Event, run_id: int, *, verbose: bool = False) -> list[str]:
             text = resumed_text(event.reason, event.by, who=OWNERS_WHO)
             return [f"{text} (attempt {event.attempt})."]
         case RunFinished():
-            return finished(event, run_id)
+            return finished(event, run_id, cost)
     return []
 
 
@@ -408,7 +415,9 @@ def recalled(memory: RecalledMemory) -> str:
     return f"  memory {memory.id} (score {memory.score:.2f}: {parts}): {text}"
 
 
-def finished(event: RunFinished, run_id: int) -> list[str]:
+def finished(event: RunFinished, run_id: int, cost: str = "") -> list[str]:
+    """The answer, then the closing line: what the run did and what it cost (the ledger's sum
+    of its turns, every attempt's)."""
     lines = ["", "Answer:", event.answer or "(none)", ""]
     if event.error:
         lines[-1:-1] = ["", f"Error: {event.error}"]
@@ -417,9 +426,20 @@ def finished(event: RunFinished, run_id: int) -> list[str]:
     lines.append(
         f"Run {run_id} {outcome} after {counted(event.iterations, 'model turn')}, "
         f"{counted(event.tool_calls, 'tool call')}, {counted(tokens, 'token')}, "
-        f"{event.duration:.2f}s."
+        f"{cost + ', ' if cost else ''}{event.duration:.2f}s."
     )
     return lines
+
+
+def cost_fields(spend: Spend) -> dict[str, Any]:
+    """A run's cost as its JSON end says it: a decimal string and its currency, or null and
+    `price_unknown` (a turn had no price, or there was none to price)."""
+    cost, currency = single_cost(spend)
+    if spend.turns == 0:  # no model turn: nothing to pay
+        return {"cost": "0", "currency": None, "price_unknown": False}
+    if cost is None:
+        return {"cost": None, "currency": None, "price_unknown": True}
+    return {"cost": amount_text(cost), "currency": currency, "price_unknown": False}
 
 
 def counted(number: int, noun: str) -> str:
