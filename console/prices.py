@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.safestring import SafeString
 
 from accounting import reports
-from accounting.models import Charge, Price
+from accounting.models import Charge, Price, after_notice
 from accounting.prices import configured_rates
 from console.selectors import day_bounds
 from console.widgets import AuditAdmin, run_link
@@ -39,7 +39,8 @@ class PriceForm(forms.ModelForm[Price]):
         fields = ("model", "input", "output", "cached_input", "currency", "effective_from")
         help_texts: ClassVar[dict[str, str]] = {
             "effective_from": (
-                "From when turns are charged at this price (now, or later). A price in effect "
+                "From when turns are charged at this price (a minute from now at the earliest, "
+                "so that every worker has read it by then; or later). A price in effect "
                 "is never edited: to change it, add a new price for the model with a later "
                 "start. Turns already recorded keep the price they were charged at."
             ),
@@ -52,7 +53,8 @@ class PriceForm(forms.ModelForm[Price]):
             raise forms.ValidationError(
                 "A price cannot start in the past: turns already recorded keep their price."
             )
-        return max(start, now) if self.instance.pk is None else start
+        # A new price starting "now" starts once every process has read it (Price.clean).
+        return max(start, after_notice()) if self.instance.pk is None else start
 
     def clean_currency(self) -> str:
         code = str(self.cleaned_data["currency"]).strip().upper()
@@ -139,7 +141,7 @@ class ChargeAdmin(AuditAdmin):
         "cached_tokens",
         "cost_shown",
         "currency",
-        "price",
+        "price_id",
     )
     readonly_fields = fields
 

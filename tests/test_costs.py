@@ -137,8 +137,12 @@ def test_a_new_price_takes_effect_only_for_later_turns(alice):
     later = turn_cost(1000, 50, 400, new) + turn_cost(1500, 40, 1000, new)
     later += turn_cost(1700, 30, 0, new)
     assert spend_of_run(after.pk).costs == {"USD": later}
-    assert set(Charge.objects.filter(run_id=before.pk).values_list("price", flat=True)) == {old.pk}
-    assert set(Charge.objects.filter(run_id=after.pk).values_list("price", flat=True)) == {new.pk}
+    assert set(Charge.objects.filter(run_id=before.pk).values_list("price_id", flat=True)) == {
+        old.pk
+    }
+    assert set(Charge.objects.filter(run_id=after.pk).values_list("price_id", flat=True)) == {
+        new.pk
+    }
 
 
 # The chat
