@@ -9,6 +9,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from django.apps import apps as django_apps
 from django.test import Client
 from prometheus_client import Counter, Histogram
 from prometheus_client.parser import text_string_to_metric_families
@@ -65,6 +66,15 @@ def test_off_without_a_token_as_if_there_were_no_such_page(client: Client, setti
     response = client.get("/metrics", headers={"Authorization": "Bearer anything"})
     assert response.status_code == 404
     assert response.content == b""
+
+
+def test_off_no_run_is_heard(settings) -> None:
+    """Without a token a process never signs up to hear runs: their events cost nothing."""
+    from agent import observers
+
+    settings.LOOP_METRICS_TOKEN = ""
+    django_apps.get_app_config("metrics").ready()
+    assert not [o for o in observers._observers if o.__module__.startswith("metrics")]
 
 
 def test_refused_without_the_token_and_nothing_said(client: Client, metrics_on: Path) -> None:
@@ -155,6 +165,29 @@ def test_counters_move_as_a_worker_process_works_a_run(
     cost = value(after, "loop_model_cost_total", model=run.model, currency="EUR")
     assert cost == pytest.approx(float(ledger))
     assert value(after, "loop_runs", status="running") == 0
+
+
+def test_a_process_that_ended_still_counts_beside_a_live_one(
+    client: Client, alice, metrics_on: Path, start_worker, manage, worker_env
+) -> None:
+    """A run worked by a worker and one by `runagent`, a process of its own that has exited
+    by the scrape: both counted, added up across the processes."""
+    counting = {"LOOP_METRICS_TOKEN": TOKEN, "PROMETHEUS_MULTIPROC_DIR": str(metrics_on)}
+    start_worker(**counting)
+    run = submit_run(alice, PRODUCT, new_conversation(alice), model="mock")
+    wait_for(lambda: finished(run), "the worker to finish the run")
+    ran = manage("runagent", "--user", "alice", PRODUCT, env=worker_env | counting)
+    assert ran.returncode == 0, ran.stderr
+
+    files = {path.name for path in metrics_on.glob("counter_*.db")}
+    assert len(files) == 2, files  # the worker's and runagent's (this process counts nothing)
+    succeeded = AgentRun.objects.filter(status=RunStatus.SUCCEEDED).count()
+    assert succeeded == 2
+    wait_for(
+        lambda: total(scrape(client), "loop_runs_finished_total", status="succeeded") == 2,
+        "both processes' runs to be counted",
+    )
+    assert total(scrape(client), "loop_runs_started_total") == 2
 
 
 def finished(run: AgentRun) -> bool:
