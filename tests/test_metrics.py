@@ -5,12 +5,14 @@ through this (web) process, which adds every process's series up."""
 
 import json
 import re
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from django.apps import apps as django_apps
 from django.test import Client
+from django.utils import timezone
 from prometheus_client import Counter, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -105,23 +107,27 @@ def test_the_database_state_is_read_at_the_scrape(client: Client, alice, metrics
     assert value(before, "loop_database_up") == 1
     assert value(before, "loop_runs", status="queued") == 0
     assert value(before, "loop_approvals_waiting") == 0
+    assert ("loop_queue_oldest_seconds", frozenset()) in before
     assert total(before, "loop_database_connections") >= 1  # this test's own session at least
 
     conversation = new_conversation(alice)
     queued = start_run(alice, "wait in the queue", model="mock", conversation=conversation)
     working = start_run(alice, "being worked", model="mock", conversation=new_conversation(alice))
     AgentRun.objects.filter(pk=working.pk).update(status=RunStatus.RUNNING, worker="w1@host")
-    ApprovalRequest.objects.create(
+    request = ApprovalRequest.objects.create(
         run=working, seq=3, step=1, call_id="c1", tool="run_code", arguments="{}", digest="d"
     )
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    AgentRun.objects.filter(pk=queued.pk).update(created_at=an_hour_ago)
+    ApprovalRequest.objects.filter(pk=request.pk).update(created_at=an_hour_ago)
 
     after = scrape(client)
     assert value(after, "loop_runs", status="queued") == 1
     assert value(after, "loop_runs", status="running") == 1
     assert value(after, "loop_worker_runs", worker="w1@host") == 1
     assert value(after, "loop_approvals_waiting") == 1
-    assert value(after, "loop_queue_oldest_seconds") >= 0
-    assert ("loop_queue_oldest_seconds", frozenset()) in after
+    assert value(after, "loop_queue_oldest_seconds") >= 3600
+    assert value(after, "loop_approvals_oldest_waiting_seconds") >= 3600
     assert queued.status == RunStatus.QUEUED
 
 
