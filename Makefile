@@ -83,6 +83,8 @@ run: migrate
 	  echo "and its EMAIL_* companions to send it (docs/deploy.md)."; \
 	fi
 	@echo
+	@# Every process counts in this directory (metrics/multiprocess.py); a fresh site, fresh counts.
+	rm -f "$${PROMETHEUS_MULTIPROC_DIR:-$${LOOP_VAR_DIR:-var}/metrics}"/*.db
 	HOST=$(HOST) $(BIN)/honcho start --procfile Procfile --port $(PORT)
 
 # One more worker, on this machine or any other that reaches the same DATABASE_URL (runs are

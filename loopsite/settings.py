@@ -314,6 +314,15 @@ LOOP_PRICES = env_str("LOOP_PRICES")
 LOOP_SHOW_COST = env_bool("LOOP_SHOW_COST", False)
 
 # -- metrics (metrics/) --
+# /metrics for Prometheus (docs/operators-metrics.md): off (404) unless a token is set; then only
+# for "Authorization: Bearer <token>" or a client address in LOOP_METRICS_ALLOW (addresses or
+# CIDRs, comma-separated; REMOTE_ADDR as the web server sees it, so a proxy's own address there
+# lets through everyone the proxy serves).
+LOOP_METRICS_TOKEN = env_str("LOOP_METRICS_TOKEN")
+LOOP_METRICS_ALLOW = env_list("LOOP_METRICS_ALLOW", [])
+# Where every process of the site (web and workers) keeps its counters, for any web process to
+# add up at a scrape (prometheus-client's multiprocess mode; emptied by `make run` as it starts).
+LOOP_METRICS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metrics")
 
 # -- traces (tracing/) --
 

@@ -1,5 +1,7 @@
 """The Prometheus endpoint (/metrics)."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-urlpatterns: list[URLPattern] = []
+from metrics.views import scrape
+
+urlpatterns: list[URLPattern] = [path("metrics", scrape, name="metrics")]
