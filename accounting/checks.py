@@ -3,10 +3,9 @@ LOOP_QUOTA as quotas, or nobody is held to them."""
 
 from typing import Any
 
+from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 from django.core.exceptions import ImproperlyConfigured
-
-from django.conf import settings
 
 from accounting.prices import configured_rates
 from accounting.quotas import SYNTAX, parse_quota

@@ -136,7 +136,7 @@ class Period(models.TextChoices):
 
 
 class Window(models.TextChoices):
-    CALENDAR = "calendar", "Calendar (the day, week or month under way, in the site's time zone)"
+    CALENDAR = "calendar", "Calendar (the day, week or month under way)"
     ROLLING = "rolling", "Rolling (the last 24 hours, 7 days or 30 days)"
 
 
@@ -165,7 +165,7 @@ class Quota(models.Model):
     limit = models.DecimalField(
         max_digits=PRICE_DIGITS,
         decimal_places=PRICE_PLACES - 2,
-        help_text="Runs or tokens: a whole number; cost: an amount in the currency.",
+        help_text="Runs or tokens: a whole number; cost: an amount.",
     )
     currency = models.CharField(
         max_length=3, default="USD", blank=True, help_text="For a cost quota: ISO 4217, like USD."
@@ -202,3 +202,6 @@ class SentInMinute(models.Model):
         constraints = (
             models.UniqueConstraint(fields=["user_id", "minute"], name="sent_once_a_minute"),
         )
+
+    def __str__(self) -> str:
+        return f"Person {self.user_id}: {self.count} at {self.minute:%Y-%m-%d %H:%M}"

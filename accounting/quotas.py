@@ -17,9 +17,10 @@ person in the console (accounting.models.Quota). Every quota that applies to a p
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from functools import cache
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -136,7 +137,9 @@ def parse_quota(text: str) -> tuple[Limit, ...]:
             continue
         match = ITEM.match(item)
         if match is None:
-            raise ImproperlyConfigured(f"LOOP_QUOTA: {item!r} is not MEASURE=LIMIT/PERIOD. {SYNTAX}")
+            raise ImproperlyConfigured(
+                f"LOOP_QUOTA: {item!r} is not MEASURE=LIMIT/PERIOD. {SYNTAX}"
+            )
         limits.append(limit_of(item, **match.groupdict()))
     return tuple(limits)
 
@@ -201,8 +204,8 @@ def window_of(limit: Limit, now: datetime) -> tuple[datetime, datetime | None]:
     return midnight(start), midnight(end)
 
 
-def midnight(day: object) -> datetime:
-    return timezone.make_aware(datetime.combine(day, time()))  # type: ignore[call-overload]
+def midnight(day: date) -> datetime:
+    return timezone.make_aware(datetime.combine(day, time()))
 
 
 def counted(user_id: int, limit: Limit, since: datetime) -> "QuerySet[Charge]":
@@ -235,10 +238,12 @@ def rolling_reset(
     quota again (now, if they are already)."""
     if used < limit.amount:
         return now
-    for at, amount in charges.order_by("at").values_list("at", "amount"):
+    oldest_first: Any = charges.order_by("at").values_list("at", "amount")
+    for at, amount in oldest_first:
         used -= amount
         if used < limit.amount:
-            return at + ROLLING_LENGTH[limit.period]
+            moment: datetime = at + ROLLING_LENGTH[limit.period]
+            return moment
     return now + ROLLING_LENGTH[limit.period]  # a limit of 0: never, within the window
 
 

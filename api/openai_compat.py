@@ -301,6 +301,7 @@ def complete(request: HttpRequest, body: CompletionIn) -> StreamingHttpResponse:
     wanted = asked(body.messages)
     person, key = person_of(request), key_of(request)
     try:
+        runs.count_message(person)
         run = runs.submit_first_run(
             person,
             wanted.task,

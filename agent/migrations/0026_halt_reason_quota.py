@@ -4,15 +4,28 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agent', '0025_agentrun_prelude'),
+        ("agent", "0025_agentrun_prelude"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='agentrun',
-            name='halt_reason',
-            field=models.CharField(blank=True, choices=[('tool_failures', 'Tool failures'), ('repeated_failed_call', 'Repeated failed call'), ('identical_calls', 'Identical calls'), ('iteration_cap', 'Iteration cap'), ('deadline', 'Deadline'), ('token_budget', 'Token budget'), ('tool_call_budget', 'Tool call budget'), ('no_decision', 'No decision'), ('quota', 'Quota')], max_length=32),
+            model_name="agentrun",
+            name="halt_reason",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("tool_failures", "Tool failures"),
+                    ("repeated_failed_call", "Repeated failed call"),
+                    ("identical_calls", "Identical calls"),
+                    ("iteration_cap", "Iteration cap"),
+                    ("deadline", "Deadline"),
+                    ("token_budget", "Token budget"),
+                    ("tool_call_budget", "Tool call budget"),
+                    ("no_decision", "No decision"),
+                    ("quota", "Quota"),
+                ],
+                max_length=32,
+            ),
         ),
     ]

@@ -20,6 +20,8 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
+from accounting.models import Measure
+from accounting.quotas import Standing, amount_in_words, moment_in_words, standings
 from agent.abandoned import end_if_abandoned, process_gone
 from agent.llm.factory import ModelUnavailable
 from agent.models import AgentRun
@@ -306,18 +308,50 @@ class Command(BaseCommand):
 
     def json_line(self, run: AgentRun) -> Any:
         def write(event: Event) -> None:
-            self.stdout.write(json.dumps({"run": run.pk, "kind": event.kind, **event.as_dict()}))
+            line = {"run": run.pk, "kind": event.kind, **event.as_dict()}
+            if isinstance(event, RunFinished) and (quotas := standings(run.user_id)):
+                line["quota"] = [quota_of(standing) for standing in quotas]
+            self.stdout.write(json.dumps(line))
             self.stdout.flush()
 
         return write
 
     def transcript(self, run: AgentRun) -> Any:
         def write(event: Event) -> None:
-            for line in describe(event, run.pk, verbose=self.verbose):
+            lines = describe(event, run.pk, verbose=self.verbose)
+            if isinstance(event, RunFinished):
+                lines += [quota_line(standing) for standing in standings(run.user_id)]
+            for line in lines:
                 self.stdout.write(terminal_safe(line))
             self.stdout.flush()
 
         return write
+
+
+def quota_line(standing: Standing) -> str:
+    """A quota's standing as the closing lines say it."""
+    left = amount_in_words(standing.limit.measure, standing.remaining, standing.limit.currency)
+    return (
+        f"Quota ({standing.limit.source}): {left} left of {standing.limit.in_words()}; "
+        f"resets at {moment_in_words(standing.resets_at)}."
+    )
+
+
+def quota_of(standing: Standing) -> dict[str, Any]:
+    """A quota's standing as the --json end event carries it."""
+    limit = standing.limit
+    return {
+        "measure": limit.measure.value,
+        "limit": str(limit.amount),
+        "used": str(standing.used),
+        "remaining": str(standing.remaining),
+        "currency": limit.currency if limit.measure == Measure.COST else "",
+        "period": limit.period.value,
+        "rolling": limit.rolling,
+        "source": limit.source,
+        "reached": standing.reached,
+        "resets_at": standing.resets_at.isoformat(),
+    }
 
 
 def unstyled(text: str) -> str:
