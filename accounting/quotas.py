@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal, InvalidOperation
 from functools import cache
-from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group
@@ -238,7 +237,7 @@ def rolling_reset(
     quota again (now, if they are already)."""
     if used < limit.amount:
         return now
-    oldest_first: Any = charges.order_by("at").values_list("at", "amount")
+    oldest_first = charges.order_by("at").values_list("at", "amount")  # type: ignore[misc]
     for at, amount in oldest_first:
         used -= amount
         if used < limit.amount:
