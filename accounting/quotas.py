@@ -258,17 +258,25 @@ def first_reached(found: Sequence[Standing]) -> Standing | None:
     return max(reached, key=lambda one: one.resets_at, default=None)
 
 
-def reached_before_start(user_id: int, now: datetime | None = None) -> Standing | None:
-    """Whether the person may start a run: the quota reached, or None. Call inside the
+def reached_before_start(
+    user_id: int, *, starting: bool = True, now: datetime | None = None
+) -> Standing | None:
+    """Whether the person may start a run (`starting`), or let one go on (a Continue: the same
+    run, which a runs quota does not count again): the quota reached, or None. Call inside the
     transaction that records the start (charge_run_start): the person's starts wait for each
     other here, so two at once cannot both pass the last place."""
-    limits = limits_of(user_id)
+    limits = [limit for limit in limits_of(user_id) if starting or spent_by_turns(limit)]
     if not limits:
         return None
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [LOCK_SPACE + user_id])
     now = now or timezone.now()
     return first_reached([standing(user_id, limit, now) for limit in limits])
+
+
+def spent_by_turns(limit: Limit) -> bool:
+    """Whether model turns spend the quota (tokens, cost), not only starts (runs)."""
+    return limit.measure != Measure.RUNS
 
 
 def charge_run_start(user_id: int, run_id: int, conversation_id: int | None) -> None:
@@ -279,11 +287,12 @@ def charge_run_start(user_id: int, run_id: int, conversation_id: int | None) -> 
 
 
 def turn_allowance(user_id: int) -> Callable[[], str | None]:
-    """What a run of the person asks before each model turn: None while no quota is reached,
-    else what was reached and when it resets. The quotas are read once, when the run is taken
+    """What a run of the person asks before each model turn: None while no quota of tokens or
+    cost is reached (a runs quota was asked at its start), else what was reached and when it
+    resets, in words. The quotas are read once, when the run is taken
     up; what was used, at each turn (the ledger has every turn recorded so far, the run's own
     and its siblings', so runs at once overspend by at most the turn each has under way)."""
-    limits = limits_of(user_id)
+    limits = [limit for limit in limits_of(user_id) if spent_by_turns(limit)]
     if not limits:
         return no_quota
 

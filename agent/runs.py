@@ -81,10 +81,11 @@ def count_message(user: User) -> None:
         raise SendingTooFast(too_fast)
 
 
-def check_quota(user_id: int) -> None:
-    """Refuse a run's start, or a Continue, once a quota of the person's is reached. Call inside
-    the transaction that records the start: the person's starts are judged one at a time."""
-    if (reached := reached_before_start(user_id)) is not None:
+def check_quota(user_id: int, *, starting: bool = True) -> None:
+    """Refuse a run's start, or a Continue (not `starting`: the same run goes on, so a runs
+    quota does not hold it back), once a quota of the person's is reached. Call inside the
+    transaction that records the start: the person's starts are judged one at a time."""
+    if (reached := reached_before_start(user_id, starting=starting)) is not None:
         raise QuotaReached(reached)
 
 
@@ -541,7 +542,7 @@ def reopen(runs: QuerySet[AgentRun], run_id: int, *, by: User, queue_it: bool) -
                 "failed because the model did not answer can be continued."
             )
         check_room_for_a_run(run.user_id)
-        check_quota(run.user_id)  # it goes on as the same run: checked, not charged as a start
+        check_quota(run.user_id, starting=False)  # the same run goes on: no start charged
         AgentRun.objects.filter(pk=run.pk).update(
             status=RunStatus.QUEUED,
             halt_reason="",

@@ -18,6 +18,7 @@ class QuotaAdmin(admin.ModelAdmin[Quota]):
     search_fields = ("user__username", "group__name")
     autocomplete_fields = ("user",)
     fields = ("group", "user", "measure", "limit", "currency", "period", "window")
+    change_list_template = "admin/accounting/quota/change_list.html"
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
