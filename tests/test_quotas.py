@@ -102,7 +102,7 @@ def test_the_api_reports_where_the_person_stands(settings, client, alice, alice_
         ("runs", "3", "1", "2", False),
         ("tokens", "1000", "0", "1000", False),
     ]
-    assert shown[0]["rolling"] is True and shown[0]["source"] == "the site's"
+    assert (shown[0]["rolling"], shown[0]["source"]) == (True, "the site's")
 
 
 def test_runagent_refuses_a_start_past_the_quota_and_exits_non_zero(settings, workspaces):
