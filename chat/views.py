@@ -152,6 +152,12 @@ def run_quota_context(user: Any) -> list[dict[str, Any]]:
     ]
 
 
+def run_quota_gauge(request: SignedInRequest) -> bytes:
+    """The composer's quota gauge, out of band: after a send, what is left now."""
+    context = {"run_quota": run_quota_context(request.user), "oob": True}
+    return render_to_string("chat/run_quota.html", context, request).encode()
+
+
 def chat_page(
     request: SignedInRequest,
     conversation: Conversation | None,
@@ -314,6 +320,7 @@ def send(request: SignedInRequest, conversation_id: int) -> HttpResponse:
         request, "chat/cards.html#turn", {"turn": turn(run, offered, Asking(request.user))}
     )
     response.content += model_header(request, conversation, offered)
+    response.content += run_quota_gauge(request)
     return response
 
 

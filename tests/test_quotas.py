@@ -242,6 +242,18 @@ def test_the_composer_shows_what_is_left_and_when_it_resets(settings, as_alice, 
     assert "3 runs left of 4 runs a day" in page
 
 
+def test_a_send_redraws_the_gauge(settings, as_alice, alice):
+    settings.LOOP_QUOTA = "runs=4/day"
+    conversation = runs.new_conversation(alice)
+
+    sent = as_alice.post(
+        f"/c/{conversation.pk}/send/", {"task": "What is 1 + 1?"}, HTTP_HX_REQUEST="true"
+    )
+
+    assert 'id="run-quota" aria-label="Your quotas" hx-swap-oob="true"' in sent.content.decode()
+    assert "3 runs left of 4 runs a day" in sent.content.decode()
+
+
 def test_no_quota_no_gauge(as_alice):
     assert 'id="run-quota"' not in as_alice.get("/").content.decode()
 
