@@ -276,3 +276,19 @@ def test_a_bad_loop_quota_fails_the_system_check(manage):
     assert checked.returncode != 0
     assert "accounting.E002" in checked.stderr
     assert "no period 'year'" in checked.stderr
+
+
+def test_the_apis_continue_of_a_run_halted_on_a_quota_is_429_until_the_reset(
+    settings, client, alice, alice_key
+):
+    settings.LOOP_QUOTA = "tokens=50/rolling-day"
+    run = worked(runs.start_run(alice, TASK, model="mock"), turn(60), turn(60))
+    assert run.halt_reason == HaltReason.QUOTA
+    turned_at = Charge.objects.get(run_id=run.pk, kind=ChargeKind.TURN).at
+
+    refused = client.post(f"/api/v1/runs/{run.pk}/continue", **bearer(alice_key))
+
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "quota_reached"
+    until = (turned_at + timedelta(days=1) - timezone.now()).total_seconds()
+    assert 0 <= int(refused["Retry-After"]) - until <= 2
