@@ -9,6 +9,7 @@ fact. It stands below the agent app, which writes a charge with each model turn 
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -188,6 +189,14 @@ class Quota(models.Model):
     def __str__(self) -> str:
         who = f"group {self.group}" if self.group_id else f"{self.user}"
         return f"{who}: {self.measure} {self.limit}/{self.period} ({self.window})"
+
+    def clean(self) -> None:
+        """Runs and tokens are counted whole; a cost is in a currency."""
+        fractional = self.limit is not None and self.limit != self.limit.to_integral_value()
+        if self.measure != Measure.COST and fractional:
+            raise ValidationError({"limit": f"{self.measure} are counted in whole numbers."})
+        if self.measure == Measure.COST and len(self.currency) != 3:
+            raise ValidationError({"currency": "A cost quota's currency: ISO 4217, like USD."})
 
 
 class SentInMinute(models.Model):

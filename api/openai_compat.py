@@ -312,7 +312,9 @@ def complete(request: HttpRequest, body: CompletionIn) -> StreamingHttpResponse:
         )
     except runs.InvalidTask as error:
         refused = refusal(error)
-        raise OpenAIError(refused.status, refused.code, refused.message, "messages") from error
+        raised = OpenAIError(refused.status, refused.code, refused.message, "messages")
+        raised.headers = refused.headers  # a quota's or the send rate's Retry-After
+        raise raised from error
     reply = Reply(
         run_id=run.pk,
         model=body.model,

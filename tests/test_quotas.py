@@ -292,3 +292,33 @@ def test_the_apis_continue_of_a_run_halted_on_a_quota_is_429_until_the_reset(
     assert refused.json()["error"]["code"] == "quota_reached"
     until = (turned_at + timedelta(days=1) - timezone.now()).total_seconds()
     assert 0 <= int(refused["Retry-After"]) - until <= 2
+
+
+def test_the_openai_compatible_endpoint_refuses_past_a_quota_with_retry_after(
+    settings, client, alice, alice_key
+):
+    settings.LOOP_QUOTA = "runs=0/day"
+    body = {"model": "loop", "messages": [{"role": "user", "content": "What is 2 + 2?"}]}
+
+    refused = client.post(
+        "/v1/chat/completions", body, content_type="application/json", **bearer(alice_key)
+    )
+
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "quota_reached"
+    assert int(refused["Retry-After"]) >= 1
+
+
+def test_the_console_adds_a_groups_quota_and_refuses_half_a_run(client, operator):
+    trial = Group.objects.create(name="trial")
+    form = {"group": trial.pk, "measure": "runs", "limit": "2.5", "currency": "USD",
+            "period": "day", "window": "rolling"}  # fmt: skip
+
+    refused = client.post("/admin/accounting/quota/add/", form)
+    assert "runs are counted in whole numbers." in refused.content.decode()
+    client.post("/admin/accounting/quota/add/", {**form, "limit": "2"})
+
+    assert Quota.objects.get().limit == 2
+    # Neither a person nor a group: refused (the quota's constraint), nothing stored.
+    assert client.post("/admin/accounting/quota/add/", {**form, "group": ""}).status_code == 200
+    assert Quota.objects.count() == 1
