@@ -152,3 +152,95 @@ class Charge(models.Model):
 
 
 ZERO = Decimal(0)
+
+
+class Measure(models.TextChoices):
+    RUNS = "runs", "Runs started"
+    TOKENS = "tokens", "Tokens (prompt and completion)"
+    COST = "cost", "Cost (priced turns, in the quota's currency)"
+
+
+class Period(models.TextChoices):
+    DAY = "day", "Day"
+    WEEK = "week", "Week"
+    MONTH = "month", "Month"
+
+
+class Window(models.TextChoices):
+    CALENDAR = "calendar", "Calendar (the day, week or month under way)"
+    ROLLING = "rolling", "Rolling (the last 24 hours, 7 days or 30 days)"
+
+
+class Quota(models.Model):
+    """A cap on a person's use over a period, for one person or every member of a group. It
+    adds to the site's quotas (LOOP_QUOTA) and never loosens them: every quota that applies to
+    a person is checked, and any one reached refuses (accounting/quotas.py)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="One person; leave empty for a group's quota.",
+    )
+    group = models.ForeignKey(
+        "auth.Group",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Every member of a group; leave empty for one person's quota.",
+    )
+    measure = models.CharField(max_length=8, choices=Measure.choices)
+    limit = models.DecimalField(
+        max_digits=PRICE_DIGITS,
+        decimal_places=PRICE_PLACES - 2,
+        help_text="Runs or tokens: a whole number; cost: an amount.",
+    )
+    currency = models.CharField(
+        max_length=3, default="USD", blank=True, help_text="For a cost quota: ISO 4217, like USD."
+    )
+    period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY)
+    window = models.CharField(max_length=8, choices=Window.choices, default=Window.CALENDAR)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("group", "user", "measure")
+        constraints = (
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=True, group__isnull=False)
+                | models.Q(user__isnull=False, group__isnull=True),
+                name="quota_of_a_person_or_a_group",
+            ),
+            models.CheckConstraint(condition=models.Q(limit__gte=0), name="quota_not_negative"),
+        )
+
+    def __str__(self) -> str:
+        who = f"group {self.group}" if self.group_id else f"{self.user}"
+        return f"{who}: {self.measure} {self.limit}/{self.period} ({self.window})"
+
+    def clean(self) -> None:
+        """Runs and tokens are counted whole; a cost is in a currency."""
+        fractional = self.limit is not None and self.limit != self.limit.to_integral_value()
+        if self.measure != Measure.COST and fractional:
+            raise ValidationError({"limit": f"{self.measure} are counted in whole numbers."})
+        if self.measure == Measure.COST and len(self.currency) != 3:
+            raise ValidationError({"currency": "A cost quota's currency: ISO 4217, like USD."})
+
+
+class SentInMinute(models.Model):
+    """How many messages a person sent in one minute (the send rate, accounting/send_rate.py):
+    counted in the database, so every web process counts into the same row."""
+
+    user_id = models.BigIntegerField()
+    minute = models.DateTimeField()
+    count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = (
+            models.UniqueConstraint(fields=["user_id", "minute"], name="sent_once_a_minute"),
+        )
+
+    def __str__(self) -> str:
+        return f"Person {self.user_id}: {self.count} at {self.minute:%Y-%m-%d %H:%M}"

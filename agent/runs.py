@@ -15,6 +15,8 @@ from django.db import transaction
 from django.db.models import CharField, Model, QuerySet
 from django.utils import timezone
 
+from accounting.quotas import Standing, charge_run_start, reached_before_start
+from accounting.send_rate import TooFast, count_send
 from agent.abandoned import end_if_abandoned, without_a_process
 from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
 from agent.models import FINISHED, LIVE, AgentRun, Conversation, QueuedTask, Rating, RunFeedback
@@ -53,6 +55,38 @@ class ModelNotOffered(InvalidTask):
 
 class OwnerGone(InvalidTask):
     pass
+
+
+class QuotaReached(InvalidTask):
+    """A run refused before it starts: a quota of the person's is reached (`standing` says which,
+    and when it resets)."""
+
+    def __init__(self, standing: Standing) -> None:
+        super().__init__(standing.in_words())
+        self.standing = standing
+
+
+class SendingTooFast(InvalidTask):
+    """A message refused: the person sends faster than LOOP_SEND_RATE_PER_MINUTE."""
+
+    def __init__(self, too_fast: TooFast) -> None:
+        super().__init__(too_fast.in_words())
+        self.too_fast = too_fast
+
+
+def count_message(user: User) -> None:
+    """Count a message the person sends (a task, a Continue, a new version); refused past the
+    send rate, before anything else is done with it."""
+    if (too_fast := count_send(user.pk)) is not None:
+        raise SendingTooFast(too_fast)
+
+
+def check_quota(user_id: int, *, starting: bool = True) -> None:
+    """Refuse a run's start, or a Continue (not `starting`: the same run goes on, so a runs
+    quota does not hold it back), once a quota of the person's is reached. Call inside the
+    transaction that records the start: the person's starts are judged one at a time."""
+    if (reached := reached_before_start(user_id, starting=starting)) is not None:
+        raise QuotaReached(reached)
 
 
 TITLE_CHARS = 60
@@ -110,6 +144,7 @@ def start_run(
     choice = recordable(model if isinstance(model, ModelChoice) else resolve(model))
     with transaction.atomic():
         check_room_for_a_run(user.pk)
+        check_quota(user.pk)
         parent = None
         if conversation is not None:
             conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
@@ -119,7 +154,9 @@ def start_run(
             conversation.archived_at = None
             conversation.save(update_fields=["title", "model", "archived_at", "updated_at"])
             parent = version_of.parent_id if version_of else last_turn_id(conversation.pk)
-        return new_run(user, task, choice, conversation, parent, limits, api_key)
+        run = new_run(user, task, choice, conversation, parent, limits, api_key)
+        charge_run_start(user.pk, run.pk, run.conversation_id)
+        return run
 
 
 def new_run(
@@ -237,10 +274,12 @@ def submit_first_run(
     choice = recordable(model if isinstance(model, ModelChoice) else resolve(model))
     with transaction.atomic():
         check_room_for_a_run(user.pk)
+        check_quota(user.pk)
         conversation = Conversation.objects.create(
             owner=user, title=title_from(task), model=choice.name, instructions=instructions
         )
         run = new_run(user, task, choice, conversation, None, api_key=api_key, prelude=prelude)
+        charge_run_start(user.pk, run.pk, conversation.pk)
         queue(run)
     return run
 
@@ -503,6 +542,7 @@ def reopen(runs: QuerySet[AgentRun], run_id: int, *, by: User, queue_it: bool) -
                 "failed because the model did not answer can be continued."
             )
         check_room_for_a_run(run.user_id)
+        check_quota(run.user_id, starting=False)  # the same run goes on: no start charged
         AgentRun.objects.filter(pk=run.pk).update(
             status=RunStatus.QUEUED,
             halt_reason="",

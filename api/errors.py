@@ -12,7 +12,15 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 
 from agent.connections import database_unreachable
-from agent.runs import InvalidTask, LogPruned, ModelNotOffered, OwnerGone, TooManyActiveRuns
+from agent.runs import (
+    InvalidTask,
+    LogPruned,
+    ModelNotOffered,
+    OwnerGone,
+    QuotaReached,
+    SendingTooFast,
+    TooManyActiveRuns,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +90,14 @@ REFUSALS: list[tuple[type[Exception], int, str]] = [
 
 
 def refusal(error: Exception) -> ApiError:
-    """The ApiError for one of Loop's own refusals (agent.runs.InvalidTask and its kinds)."""
+    """The ApiError for one of Loop's own refusals (agent.runs.InvalidTask and its kinds); those
+    that pass with time (a quota, the send rate) say when to try again (Retry-After)."""
+    if isinstance(error, QuotaReached):
+        wait = {"Retry-After": str(error.standing.retry_after())}
+        return ApiError(429, "quota_reached", str(error), wait)
+    if isinstance(error, SendingTooFast):
+        wait = {"Retry-After": str(error.too_fast.retry_after())}
+        return ApiError(429, "rate_limited", str(error), wait)
     for kind, status, code in REFUSALS:
         if isinstance(error, kind):
             return ApiError(status, code, str(error))

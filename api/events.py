@@ -433,6 +433,7 @@ def resumed(
 def started(request: HttpRequest, conversation: Conversation | None, task: str) -> AgentRun:
     person, key = person_of(request), key_of(request)
     try:
+        runs.count_message(person)
         choice = runs.chat_model(conversation, "", offered_models())
         if conversation is None:
             return runs.submit_first_run(person, task, model=choice, api_key=started_with(key))

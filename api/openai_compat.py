@@ -301,6 +301,7 @@ def complete(request: HttpRequest, body: CompletionIn) -> StreamingHttpResponse:
     wanted = asked(body.messages)
     person, key = person_of(request), key_of(request)
     try:
+        runs.count_message(person)
         run = runs.submit_first_run(
             person,
             wanted.task,
@@ -311,7 +312,9 @@ def complete(request: HttpRequest, body: CompletionIn) -> StreamingHttpResponse:
         )
     except runs.InvalidTask as error:
         refused = refusal(error)
-        raise OpenAIError(refused.status, refused.code, refused.message, "messages") from error
+        raised = OpenAIError(refused.status, refused.code, refused.message, "messages")
+        raised.headers = refused.headers  # a quota's or the send rate's Retry-After
+        raise raised from error
     reply = Reply(
         run_id=run.pk,
         model=body.model,

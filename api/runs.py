@@ -80,6 +80,7 @@ def start_run(request: HttpRequest, body: RunIn) -> Status[RunOut]:
         if conversation is None:
             raise not_found("conversation")
     try:
+        runs.count_message(person)
         choice = runs.chat_model(conversation, body.model, offered_models())
         if conversation is None:
             run = runs.submit_first_run(person, body.task, model=choice, api_key=started_with(key))
@@ -132,9 +133,12 @@ def stop_run(request: HttpRequest, run_id: int) -> RunOut:
 def continue_run(request: HttpRequest, run_id: int) -> RunOut:
     """Let a run that halted, was stopped or was interrupted go on from where it was."""
     try:
+        runs.count_message(person_of(request))
         run = runs.continue_run(person_of(request), run_id)
     except AgentRun.DoesNotExist:
         raise not_found() from None
+    except (runs.QuotaReached, runs.SendingTooFast) as error:
+        raise refusal(error) from error
     except runs.InvalidTask as error:
         raise ApiError(409, "not_continuable", str(error)) from error
     return shown(request, run)

@@ -69,6 +69,7 @@ HALT_REASONS: dict[str, str] = {
     HaltReason.TOKEN_BUDGET: "it used up its token budget",
     HaltReason.TOOL_CALL_BUDGET: "it used up its budget of tool calls",
     HaltReason.NO_DECISION: "nobody decided in time whether a call it waited on may run",
+    HaltReason.QUOTA: "you reached a quota of yours over a period",
 }
 # The chat's words for a run's status; its symbols are the console's too (core.wording).
 STATUS_WORDS: dict[str, str] = {
@@ -141,6 +142,13 @@ ONLY_HELP_BANNER = {
 ONLY_HELP_LABEL = {"status": "not-done", "icon": "∅", "label": "Not done"}
 
 
+# A quota halt: Continue is refused until the quota resets, at the time its detail says.
+QUOTA_STEP = (
+    "Your progress is kept. Continue it once the quota resets, at the time above, or ask this "
+    "site's operators for a larger quota."
+)
+
+
 def next_step(end: RunFinished) -> str:
     """What a person can do about how a run ended."""
     if end.cause is EndCause.MODEL_TOO_SLOW:
@@ -149,6 +157,8 @@ def next_step(end: RunFinished) -> str:
         return MODEL_DOWN_STEP  # such a run may be continued (AgentRun.can_continue)
     if end.status == RunStatus.HALTED and end.halt_reason in BREAKER_REASONS:
         return BREAKER_STEP
+    if end.status == RunStatus.HALTED and end.halt_reason == HaltReason.QUOTA:
+        return QUOTA_STEP
     return NEXT_STEPS.get(end.status, "")
 
 

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from accounting.ledger import spend_of_conversation
+from accounting.quotas import amount_in_words, moment_in_words, standings
 from accounting.reports import cost_text
 from agent import queued, runs, selectors
 from agent.forgotten import take_back
@@ -145,6 +146,29 @@ def conversation_cost(conversation: Conversation | None) -> str:
     return cost_text(spend_of_conversation(conversation.pk))
 
 
+def run_quota_context(user: Any) -> list[dict[str, Any]]:
+    """The person's standing against each quota that applies to them, for the composer's gauge."""
+    return [
+        {
+            "what": standing.limit.in_words(),
+            "left": amount_in_words(
+                standing.limit.measure, standing.remaining, standing.limit.currency
+            ),
+            "share": f"{standing.share_used:.3f}",
+            "percent": round(standing.share_used * 100),
+            "reached": standing.reached,
+            "resets_at": moment_in_words(standing.resets_at),
+        }
+        for standing in standings(user.pk)
+    ]
+
+
+def run_quota_gauge(request: SignedInRequest) -> bytes:
+    """The composer's quota gauge, out of band: after a send, what is left now."""
+    context = {"run_quota": run_quota_context(request.user), "oob": True}
+    return render_to_string("chat/run_quota.html", context, request).encode()
+
+
 def chat_page(
     request: SignedInRequest,
     conversation: Conversation | None,
@@ -179,6 +203,7 @@ def chat_page(
         "send_url": send_url,
         "model": model_context(conversation, offered, picked),
         "quota": quota_or_none(request.user),
+        "run_quota": run_quota_context(request.user),
         "error": error,
         "task": task,
         "waiting": queued.waiting_in(conversation) if conversation else [],
@@ -262,6 +287,7 @@ def start(request: SignedInRequest) -> HttpResponse:
     task, picked = request.POST.get("task", ""), request.POST.get("model", "")
     offered = offered_models()
     try:
+        runs.count_message(request.user)
         model = runs.chat_model(None, picked, offered)
         run = runs.submit_first_run(request.user, task, model=model)
     except runs.InvalidTask as error:
@@ -279,6 +305,7 @@ def send(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     task, picked = request.POST.get("task", ""), request.POST.get("model", "")
     offered = offered_models()  # once: the pick's check, the new turn and the header share it
     try:
+        runs.count_message(request.user)
         model = runs.chat_model(conversation, picked, offered)
         if queued.live_run_in(conversation) is not None:  # it waits its turn
             queued.queue_task(request.user, conversation, task, model=model.name)
@@ -305,6 +332,7 @@ def send(request: SignedInRequest, conversation_id: int) -> HttpResponse:
         request, "chat/cards.html#turn", {"turn": turn(run, offered, Asking(request.user))}
     )
     response.content += model_header(request, conversation, offered)
+    response.content += run_quota_gauge(request)
     return response
 
 
@@ -389,6 +417,7 @@ def continue_run(request: SignedInRequest, run_id: int) -> HttpResponse:
     """Its owner asks a run that stopped early to go on: the turn, queued again, takes its own
     place on the page, and its seq marker has the page watch it live, as after a send."""
     try:
+        runs.count_message(request.user)
         run = runs.continue_run(request.user, run_id)
     except AgentRun.DoesNotExist:
         return HttpResponse("No such run.", status=404)
@@ -501,6 +530,7 @@ def new_version(request: SignedInRequest, run_id: int, task: str | None) -> Http
         raise Http404("No such turn.")
     conversation = owned_conversation(request, run.conversation_id)
     try:
+        runs.count_message(request.user)
         model = runs.chat_model(conversation, "", offered_models())
         runs.new_version(request.user, run_id, task=task, model=model)
     except runs.InvalidTask as error:

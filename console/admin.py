@@ -1,16 +1,18 @@
 """Which model each page of the operators' console shows: every registration in one place. The
 pages themselves are in console/runs.py, console/tool_executions.py, console/approvals.py,
-console/memories.py and console/mcp_servers.py; people and sign-ups are accounts/admin.py."""
+console/memories.py, console/mcp_servers.py and console/quotas.py; people and sign-ups are
+accounts/admin.py."""
 
 from django.contrib import admin
 
-from accounting.models import Charge, Price
+from accounting.models import Charge, Price, Quota
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from approvals.models import ApprovalRequest, SiteToolPolicy, ToolGrant
 from console.approvals import ApprovalRequestAdmin, SiteToolPolicyAdmin, ToolGrantAdmin
 from console.mcp_servers import McpConnectionAdmin, McpServerAdmin, McpToolAdmin
 from console.memories import ForgottenMemoryAdmin, MemoryAdmin
 from console.prices import ChargeAdmin, PriceAdmin
+from console.quotas import QuotaAdmin
 from console.runs import AgentRunAdmin, BreakerTripAdmin, RunEventAdmin
 from console.tool_executions import ToolExecutionAdmin
 from mcp_servers.models import McpConnection, McpServer, McpTool
@@ -30,3 +32,4 @@ admin.site.register(McpTool, McpToolAdmin)
 admin.site.register(McpConnection, McpConnectionAdmin)
 admin.site.register(Price, PriceAdmin)
 admin.site.register(Charge, ChargeAdmin)
+admin.site.register(Quota, QuotaAdmin)

@@ -43,6 +43,9 @@ class HaltReason(StrEnum):
     TOOL_CALL_BUDGET = "tool_call_budget"
     # A call waited for its person's decision longer than LOOP_APPROVAL_SECONDS: never run.
     NO_DECISION = "no_decision"
+    # A quota of its person's over a period was reached (accounting/quotas.py): no summary turn,
+    # which would spend more; it can be continued once the quota resets.
+    QUOTA = "quota"
 
 
 BREAKER_REASONS = frozenset(

@@ -44,7 +44,16 @@ from core.instructions import NO_INSTRUCTIONS, Instructions, bounded, instructio
 from core.interrupt import Interrupt, Interrupted, StopReason, interruptibly
 from core.llm import LLM, LLMError, Message, ModelTimedOut, Reply, ToolCall, ToolSpec
 from core.results import ToolResult, ToolStatus
-from core.run import Inbox, Parts, Recall, Tools, no_messages, recall_nothing
+from core.run import (
+    Allowance,
+    Inbox,
+    Parts,
+    Recall,
+    Tools,
+    no_messages,
+    no_quota,
+    recall_nothing,
+)
 from core.state import RunState
 from core.tools_phase import ToolsPhase
 from core.turn import (
@@ -98,6 +107,7 @@ def run_agent(
     inbox: Inbox = no_messages,
     approval: Approval = ask_nothing,
     instructions: Instructions = NO_INSTRUCTIONS,
+    allowance: Allowance = no_quota,
 ) -> RunResult:
     """`history` is what came before the task in its conversation, placed ahead of it;
     `instructions`, the person's own and the conversation's, go in the system prompt.
@@ -111,13 +121,16 @@ def run_agent(
     stopped right after recording it) is only read back. `inbox` is read before each model
     turn: what the person sent meanwhile, the model reads. `approval` says which calls wait for
     the person's decision: the run then comes out Parked with those calls' requests, and goes
-    on from its log once decided.
+    on from its log once decided. `allowance` is asked before each model turn: a quota of the
+    person's reached halts the run (`quota`), with no summary turn, which would spend more.
     """
     if resume is not None and resume.finished is not None:
         return Ended(resume.finished, resume)
     if resume is not None and resume.limits:
         limits = Limits(**resume.limits)
-    parts = Parts(llm, tools, sink, recall, history, interrupt, inbox, approval, instructions)
+    parts = Parts(
+        llm, tools, sink, recall, history, interrupt, inbox, approval, instructions, allowance
+    )
     state = RunState() if resume is None else copy.deepcopy(resume)
     return AgentLoop(task, parts, limits, state, worked_seconds, resumed=resume is not None).run()
 
@@ -252,7 +265,7 @@ class AgentLoop(ToolsPhase):
 
     def ask(self, tools: list[ToolSpec] | None) -> Reply | Halt | Stopped:
         """The model's reply, or what stopped the turn before it came."""
-        if (stop := self.stop_asked() or self.past_deadline()) is not None:
+        if (stop := self.stop_asked() or self.past_deadline() or self.over_quota()) is not None:
             return stop
         if tools is not None:
             if counted_turns(self.state.step, self.state.interrupted_steps) >= (
@@ -280,6 +293,11 @@ class AgentLoop(ToolsPhase):
             reply = dataclasses.replace(reply, tool_calls=calls)
         self.emit(replied(self.state.step + 1, reply, time.monotonic() - asked_at))
         return reply
+
+    def over_quota(self) -> Halt | None:
+        if (reached := self.parts.allowance()) is None:
+            return None
+        return Halt(HaltReason.QUOTA, reached, summarise=False)
 
     def chat(self, messages: list[Message], tools: list[ToolSpec] | None) -> Reply:
         """One ask of the model, within the time the run has left, stopped by its interrupt."""

@@ -58,6 +58,15 @@ def no_messages() -> Sequence[PersonMessage]:
     return ()
 
 
+# Asked before each model turn: None, the run may go on; else why not (a quota of its person's
+# reached, and when it resets), which its halt says.
+Allowance = Callable[[], str | None]
+
+
+def no_quota() -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Parts:
     """What a run is given besides its task and limits."""
@@ -71,6 +80,7 @@ class Parts:
     inbox: Inbox = no_messages
     approval: Approval = ask_nothing
     instructions: Instructions = NO_INSTRUCTIONS
+    allowance: Allowance = no_quota
 
 
 class RunCourse:

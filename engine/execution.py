@@ -19,6 +19,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from accounting.quotas import turn_allowance
 from agent.abandoned import ended_from_log
 from agent.llm.factory import OPENAI, ModelChoice, llm_for
 from agent.llm.gate import TakingTurns
@@ -383,6 +384,7 @@ def work(
         tools = tools or tools_for(run, stopped=interrupt.is_set, sandbox=sandbox)
         known = tools.registry.tools if isinstance(tools, BoundTools) else None
         approval = approval_for(run, tool_context(run), known)
+        allowance = turn_allowance(run.user_id)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
         recorder.end(
@@ -413,6 +415,7 @@ def work(
             inbox=partial(messages_for, run.pk),
             approval=approval,
             instructions=instructions_for(run),
+            allowance=allowance,
         )
     except RunReleased:  # its recorder was fenced off before the loop ran
         release(run, recorder)

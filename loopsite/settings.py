@@ -307,6 +307,11 @@ LOOP_CACHE_URL = env_str("LOOP_CACHE_URL")
 LOOP_PRICES = env_str("LOOP_PRICES")
 
 # -- quotas and the send rate (accounting/quotas.py) --
+# The site's quotas, every person's: "runs=50/day,tokens=2000000/month,cost=5/month" (empty:
+# none); groups' and people's own are added in the console. The tightest applicable one wins.
+LOOP_QUOTA = env_str("LOOP_QUOTA")
+# Messages (sends, Continues, new versions, API run starts) a person may send a minute; 0: off.
+LOOP_SEND_RATE_PER_MINUTE = env_int("LOOP_SEND_RATE_PER_MINUTE", 20)
 
 # -- the chat's and runagent's cost (accounting) --
 # Show each run's cost beside its tokens in the chat, and a conversation's total in its header

@@ -57,6 +57,7 @@ SCOPES = {
     ("delete", "/api/v1/memories/{memory_id}"): "run",
     ("get", "/api/v1/tools"): "read",
     ("get", "/api/v1/models"): "read",
+    ("get", "/api/v1/quota"): "read",
     ("post", "/api/v1/agui"): "run",
 }
 # The operations whose body names one of alice's things (a conversation), as their path would.

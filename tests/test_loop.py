@@ -644,3 +644,27 @@ def test_a_failed_call_and_a_skipped_one_are_not_calls_that_worked():
     run = Run([*script, answer("summary")], limits=Limits(max_tool_calls=2))
     assert run.statuses() == [("echo", "ok"), ("fail", "error"), ("echo", "skipped")]
     assert_ends(run, AnswerSource.SUMMARY, ok_tool_calls=1)
+
+
+def test_a_reached_quota_halts_the_run_before_its_next_model_turn_with_no_summary():
+    """The allowance is asked before each model call; once it says no, the run halts `quota`
+    with its progress, the allowance's words as its detail, and no summary turn (which would
+    spend more)."""
+    asked = []
+
+    def allowance():
+        asked.append(True)
+        return "it reached the quota." if len(asked) > 2 else None
+
+    replies = [call("echo", {"text": "a"}), call("echo", {"text": "b"}), answer("never asked")]
+    run = Run(replies, allowance=allowance)
+
+    assert (run.result.status, run.result.end.halt_reason) == (
+        RunStatus.HALTED,
+        HaltReason.QUOTA,
+    )
+    assert run.result.end.detail == "it reached the quota."
+    assert len(run.llm.turns) == 2  # neither the third turn nor a summary
+    assert run.statuses() == [("echo", "ok"), ("echo", "ok")]
+    [halted] = run.of(RunHalted)
+    assert halted.summary_prompt == ""

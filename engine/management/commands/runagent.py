@@ -21,6 +21,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.urls import reverse
 
 from accounting.ledger import Spend, spend_of_run
+from accounting.models import Measure
+from accounting.quotas import Standing, amount_in_words, moment_in_words, standings
 from accounting.reports import amount_text, cost_text, single_cost
 from agent.abandoned import end_if_abandoned, process_gone
 from agent.llm.factory import ModelUnavailable
@@ -311,6 +313,8 @@ class Command(BaseCommand):
             line = {"run": run.pk, "kind": event.kind, **event.as_dict()}
             if isinstance(event, RunFinished):
                 line |= cost_fields(spend_of_run(run.pk))
+                if quotas := standings(run.user_id):
+                    line["quota"] = [quota_of(standing) for standing in quotas]
             self.stdout.write(json.dumps(line))
             self.stdout.flush()
 
@@ -320,11 +324,40 @@ class Command(BaseCommand):
         def write(event: Event) -> None:
             # What it cost, read from the ledger once the run ended.
             cost = cost_text(spend_of_run(run.pk)) if isinstance(event, RunFinished) else ""
-            for line in describe(event, run.pk, verbose=self.verbose, cost=cost):
+            lines = describe(event, run.pk, verbose=self.verbose, cost=cost)
+            if isinstance(event, RunFinished):
+                lines += [quota_line(standing) for standing in standings(run.user_id)]
+            for line in lines:
                 self.stdout.write(terminal_safe(line))
             self.stdout.flush()
 
         return write
+
+
+def quota_line(standing: Standing) -> str:
+    """A quota's standing as the closing lines say it."""
+    left = amount_in_words(standing.limit.measure, standing.remaining, standing.limit.currency)
+    return (
+        f"Quota ({standing.limit.source}): {left} left of {standing.limit.in_words()}; "
+        f"resets at {moment_in_words(standing.resets_at)}."
+    )
+
+
+def quota_of(standing: Standing) -> dict[str, Any]:
+    """A quota's standing as the --json end event carries it."""
+    limit = standing.limit
+    return {
+        "measure": limit.measure.value,
+        "limit": str(limit.amount),
+        "used": str(standing.used),
+        "remaining": str(standing.remaining),
+        "currency": limit.currency if limit.measure == Measure.COST else "",
+        "period": limit.period.value,
+        "rolling": limit.rolling,
+        "source": limit.source,
+        "reached": standing.reached,
+        "resets_at": standing.resets_at.isoformat(),
+    }
 
 
 def unstyled(text: str) -> str:
