@@ -21,14 +21,14 @@ def page_of(run: AgentRun) -> str:
     return site_link(reverse("chat:conversation", args=[run.conversation_id]))
 
 
-def run_data(run: AgentRun) -> dict[str, object]:
-    """The `data` of a webhook about the run."""
+def run_data(run: AgentRun, status: str) -> dict[str, object]:
+    """The `data` of a webhook about the run, its `status` as the event says (the run's row, as
+    its worker holds it, may be a step behind)."""
     return {
         "run": run.pk,
         "conversation": run.conversation_id,
         "person": run.user.get_username(),
-        "status": run.status,
-        "halt_reason": run.halt_reason or None,
+        "status": status,
         "title": title_from(run.task),
         "model": run.model,
         "links": {"page": page_of(run), "api": site_link(reverse("api:run", args=[run.pk]))},
