@@ -2,7 +2,7 @@
 committed): each event that matters becomes a webhook delivery per endpoint that wants it and,
 when its person asked, a mail job. Quick, in the recording thread: rows and jobs, no network."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from django.conf import settings
 

@@ -5,6 +5,7 @@ run's wait, its decision and its end are each told, a person's URL on a private 
 refused (at the form and at the connection), and a test can be sent from the console."""
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from django.db.models import Q
@@ -18,13 +19,19 @@ from approvals.waiting import CallDecision
 from core.events import Decision, RunStatus
 from notifications.models import Delivery, Endpoint
 from tests.conftest import wait_for
-from tests.webhook_server import Receiver, receiver, verified  # noqa: F401 (a fixture)
+from tests.webhook_server import Receiver, receiving, verified
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 PRODUCT = "What is 17 * 23?"  # the mock: one run_code call, then the answer
 # Retries a second apart, so the test waits for them in seconds, not minutes.
 QUICK_RETRIES = {"LOOP_WEBHOOK_RETRY_SECONDS": "1,1,1"}
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with receiving() as receiver:
+        yield receiver
 
 
 def bodies(receiver: Receiver) -> list[dict]:

@@ -2,14 +2,13 @@
 and body), answered with the statuses the test scripts, then 200."""
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
 
 
 @dataclass
@@ -46,8 +45,10 @@ def verified(secret: str, request: Received) -> bool:
     return any(hmac.compare_digest(expected, signature) for signature in offered)
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
+@contextlib.contextmanager
+def receiving() -> Iterator[Receiver]:
+    """A receiver listening on a free local port until the block ends (a test module's fixture
+    yields it)."""
     receiver = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
