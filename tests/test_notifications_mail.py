@@ -21,11 +21,13 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent import bus as events_bus
+from agent.llm.scripted import ScriptedLLM
 from agent.runs import new_conversation, start_run, submit_run
 from approvals.decisions import decide
 from approvals.models import ApprovalPreference
 from approvals.waiting import CallDecision
 from core.events import Decision, RunStatus
+from engine.execution import execute_run
 from loopsite.asgi import application
 from notifications import presence
 from notifications.mail import mail_run
@@ -156,6 +158,23 @@ def test_no_mail_while_the_person_has_the_run_s_page_open(
     approve(run)
     wait_for(lambda: inbox.to(ADDRESS), "the mail about the run's end")
     assert inbox.received[0]["Subject"] == f"Your run ended: {PRODUCT}"
+
+
+def test_a_failed_run_mails_its_person_and_tells_the_site(
+    alice, inbox, mailing_worker, receiver, workspaces
+):
+    """The run fails in this process (its model has nothing to say); its mail and webhook are
+    sent by the worker started after."""
+    alice.email = ADDRESS
+    alice.save()
+    MailChoice.objects.create(user=alice, failed=True)
+    run = start_run(alice, PRODUCT, model="mock", conversation=new_conversation(alice))
+    run = execute_run(run, llm=ScriptedLLM([]))
+    assert run.status == RunStatus.FAILED
+    mailing_worker()
+    wait_for(lambda: inbox.to(ADDRESS), "the mail about the failure")
+    assert inbox.received[0]["Subject"] == f"Your run failed: {PRODUCT}"
+    wait_for(lambda: told(receiver, "run.failed"), "the failure told")
 
 
 def test_no_mail_for_a_person_who_did_not_ask(alice_asks, inbox, mailing_worker, receiver):
