@@ -24,6 +24,7 @@ import httpcore2
 import httpx2
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from netguard import ssrf
@@ -104,15 +105,14 @@ def check_person_url(url: str) -> None:
         raise Refused(str(error)) from None
 
 
-def endpoints_for(owner_id: int | None, event_type: str) -> list[Endpoint]:
+def endpoints_for(owner_id: int, event_type: str) -> list[Endpoint]:
     """The endpoints told of an event of a run of `owner_id`'s: the site's, and the person's own
     where the operator allows people's webhooks."""
-    owners = Endpoint.objects.filter(owner__isnull=True)
-    if settings.LOOP_PERSON_WEBHOOKS and owner_id is not None:
-        owners = Endpoint.objects.filter(owner__isnull=True) | Endpoint.objects.filter(
-            owner_id=owner_id
-        )
-    return [endpoint for endpoint in owners.filter(active=True) if endpoint.wants(event_type)]
+    whose = Q(owner__isnull=True)
+    if settings.LOOP_PERSON_WEBHOOKS:
+        whose |= Q(owner_id=owner_id)
+    endpoints = Endpoint.objects.filter(whose, active=True)
+    return [endpoint for endpoint in endpoints if endpoint.wants(event_type)]
 
 
 # Deliveries -------------------------------------------------------------------------------------
