@@ -13,7 +13,7 @@ from django.utils import timezone
 from procrastinate.contrib.django.models import ProcrastinateJob
 
 from agent.runs import new_conversation, submit_run
-from approvals.decisions import decide
+from approvals.decisions import decide, expire
 from approvals.models import ApprovalPreference
 from approvals.waiting import CallDecision
 from core.events import Decision, RunStatus
@@ -111,6 +111,25 @@ def test_a_wait_its_decision_and_the_end_are_each_told(alice, receiver, start_wo
     decided = bodies(receiver)[1]["data"]
     assert (decided["tool"], decided["decision"]) == ("run_code", "approve")
     assert all(verified(endpoint.secret, request) for request in receiver.received)
+
+
+def test_a_call_that_expires_is_told_as_decided_expired_and_the_run_as_halted(
+    alice, receiver, start_worker
+):
+    """The expiry ends the run without a worker (approvals/waiting.py): still told."""
+    ApprovalPreference.objects.create(user=alice, ask_run_code=True)
+    Endpoint.objects.create(url=receiver.url, events=["approval.decided", "run.finished"])
+    start_worker()
+    run = submit_run(alice, PRODUCT, new_conversation(alice), model="mock")
+    wait_for(lambda: status_of(run) == RunStatus.AWAITING_APPROVAL, "the run to wait")
+    assert expire(run.pk)
+    wait_for(lambda: "run.finished" in types(receiver), "its end told")
+    decided, finished = bodies(receiver)
+    assert (decided["type"], decided["data"]["decision"]) == ("approval.decided", "expired")
+    assert (finished["data"]["status"], finished["data"]["halt_reason"]) == (
+        RunStatus.HALTED,
+        "no_decision",
+    )
 
 
 def test_a_person_s_webhook_on_a_private_address_is_refused_at_the_form(as_alice, alice, settings):
