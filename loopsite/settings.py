@@ -324,6 +324,8 @@ LOOP_NOTIFY_LONG_RUN_SECONDS = env_int("LOOP_NOTIFY_LONG_RUN_SECONDS", 120)
 LOOP_PERSON_WEBHOOKS = env_bool("LOOP_PERSON_WEBHOOKS", default=False)
 # The private networks (CIDRs) people's webhooks may reach; none by default (public only).
 LOOP_WEBHOOK_PRIVATE_NETWORKS = env_list("LOOP_WEBHOOK_PRIVATE_NETWORKS", [])
+# The delivery log keeps a delivery (and its attempts) this many days after it was made.
+LOOP_KEEP_DELIVERIES_DAYS = env_int("LOOP_KEEP_DELIVERIES_DAYS", 30)
 # Seconds between a failed delivery and its next attempt, one number per retry: about a day.
 LOOP_WEBHOOK_RETRY_SECONDS = [
     int(seconds)

@@ -9,7 +9,7 @@ from procrastinate import RetryStrategy
 from procrastinate.contrib.django import app
 
 from agent.queue import NOTIFY_QUEUE
-from notifications import mail, webhooks
+from notifications import mail, retention, webhooks
 from notifications.models import Delivery, MailReason
 from notifications.queue import DELIVER_WEBHOOK, MAIL_RUN, defer_delivery
 
@@ -56,3 +56,14 @@ def attempt(delivery_id: int) -> str:
             "Webhook %s: attempt %s failed (%s)", delivery.webhook_id, logged.number, logged.error
         )
     return delivery.state
+
+
+@app.periodic(cron="47 * * * *", periodic_id="prune_notifications")
+@app.task(name="notifications.prune", queue=NOTIFY_QUEUE, queueing_lock="prune_notifications")
+def prune_notifications(timestamp: int) -> int:
+    """Hourly: deliveries older than LOOP_KEEP_DELIVERIES_DAYS, and presences a day old
+    (notifications/retention.py). Returns how many deliveries went."""
+    try:
+        return retention.prune().deliveries
+    finally:
+        connection.close()

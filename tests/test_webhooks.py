@@ -6,6 +6,7 @@ refused (at the form and at the connection), and a test can be sent from the con
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from django.db.models import Q
@@ -17,7 +18,8 @@ from approvals.decisions import decide, expire
 from approvals.models import ApprovalPreference
 from approvals.waiting import CallDecision
 from core.events import Decision, RunStatus
-from notifications.models import Delivery, Endpoint
+from notifications.models import Attempt, Delivery, Endpoint, Presence
+from notifications.tasks import prune_notifications
 from tests.conftest import wait_for
 from tests.webhook_server import Receiver, receiving, verified
 
@@ -225,3 +227,31 @@ def test_without_person_webhooks_a_person_has_none(as_alice, alice, bob, setting
     theirs = Endpoint.objects.create(owner=bob, url="https://example.com/")
     settings.LOOP_PERSON_WEBHOOKS = True
     assert as_alice.post(f"/settings/notifications/webhooks/{theirs.pk}/test/").status_code == 404
+
+
+def test_old_deliveries_and_stale_presences_are_pruned_a_pending_one_stays(alice, settings):
+    settings.LOOP_KEEP_DELIVERIES_DAYS = 30
+    endpoint = Endpoint.objects.create(url="https://example.com/")
+    long_ago = timezone.now() - timedelta(days=31)
+
+    def made(state: str, when) -> Delivery:
+        return Delivery.objects.create(
+            endpoint=endpoint,
+            webhook_id=f"msg_{state}_{when.day}",
+            event_type="run.finished",
+            body="{}",
+            state=state,
+            created_at=when,
+        )
+
+    old = made(Delivery.State.DELIVERED, long_ago)
+    still_tried = made(Delivery.State.PENDING, long_ago)
+    recent = made(Delivery.State.FAILED, timezone.now())
+    Attempt.objects.create(delivery=old, number=1, status_code=200, duration=0.1)
+    Presence.objects.create(channel="gone", run_id=1, user_id=alice.pk, since=long_ago)
+    Presence.objects.create(channel="here", run_id=2, user_id=alice.pk)
+
+    assert prune_notifications.func(timestamp=0) == 1
+    assert set(Delivery.objects.values_list("pk", flat=True)) == {still_tried.pk, recent.pk}
+    assert not Attempt.objects.exists()
+    assert list(Presence.objects.values_list("channel", flat=True)) == ["here"]
