@@ -7,6 +7,10 @@ RUNS_QUEUE = "runs"
 # The recovery has a queue (and a one-slot worker in each `manage.py worker`) of its own, so it
 # runs even while every run slot is taken.
 RECOVERY_QUEUE = "recovery"
+# Mail and webhook deliveries (notifications/) wait on other servers: a few slots of their own,
+# so a slow endpoint holds neither a run nor the recovery.
+NOTIFY_QUEUE = "notify"
+NOTIFY_CONCURRENCY = 4
 WORK_RUN = "agent.work_run"
 
 

@@ -121,6 +121,7 @@ class RunRecorder:
         self.finished = False
         self.announced = bus.transport().event_insert  # the transport's, chosen once
         self.held: list[Event] = []  # events not recorded yet: they go with the next one
+        self.unannounced: list[Event] = []  # recorded, not yet told to the run's observers
 
     def __call__(self, event: Event) -> None:
         bus.finish_deltas(self.run.pk)  # a reply streamed so far is over: its text goes first
@@ -145,7 +146,6 @@ class RunRecorder:
         self.finished = isinstance(events[-1], RunFinished)
         release_connection()  # not held across the model call or tool call that comes next
         self.announce(rows)
-        observers.observed(self.run, events)
         for event in events:
             if self.then is not None:
                 self.publish(event)
@@ -174,6 +174,7 @@ class RunRecorder:
                     write()
         else:  # one statement needs no transaction of its own
             self.append(rows, audit)
+        self.unannounced += events
         return [(seq, kind, data) for seq, kind, _, data in rows]
 
     @property
@@ -208,6 +209,11 @@ class RunRecorder:
         NOTIFY went with the INSERT). Queued, never waited for: a page that misses it catches
         up from the log."""
         bus.publish(self.run.pk, self.seq, rows)
+        # And the run's observers, of every path that records (a step, a run parked for a
+        # decision, the decision, an end without a worker), once it is committed.
+        heard, self.unannounced = self.unannounced, []
+        if heard:
+            observers.observed(self.run, heard)
 
     def publish(self, event: Event) -> None:
         """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""

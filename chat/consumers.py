@@ -15,6 +15,7 @@ the socket reads the log every few seconds until the layer answers again.
 """
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -39,6 +40,7 @@ from agent.connections import database_unreachable
 from chat.rendering import draw, streamed_removal, streamed_text, streaming_card
 from chat.stream import ALL_STEPS, Unsent, pushed, read_unsent, unsent
 from chat.texts import SHORT_TEXT_CHARS
+from notifications import presence
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +173,9 @@ class RunConsumer(AsyncWebsocketConsumer):
         for group in list(self.joined):
             await self.layer(self.channel_layer.group_discard(group, self.channel_name), "leave")
         self.joined.clear()
+        if self.accepted:
+            with contextlib.suppress(Exception):  # a presence left behind only spares a mail
+                await presence.left(self.channel_name)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """As channels dispatches, but an unforeseen error closes this socket with a code the
@@ -290,6 +295,8 @@ class RunConsumer(AsyncWebsocketConsumer):
         if not found:
             await self.unwatch(run_id)
             await self.shut(Close.NOT_FOUND)
+            return
+        await presence.watching(self.user.pk, run_id, self.channel_name)
 
     async def unwatch(self, run_id: int) -> None:
         """Stop watching a run that is not the user's to watch."""

@@ -17,6 +17,7 @@ PLACES = {
     "waiting": "chat:waiting",
     "approvals": "approval_settings",
     "instructions": "instruction_settings",
+    "notifications": "notification_settings",
     "tools": "mcp_settings",
     "keys": "api_pages:keys",
     "my_data": "my_data",

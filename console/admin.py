@@ -11,6 +11,7 @@ from approvals.models import ApprovalRequest, SiteToolPolicy, ToolGrant
 from console.approvals import ApprovalRequestAdmin, SiteToolPolicyAdmin, ToolGrantAdmin
 from console.mcp_servers import McpConnectionAdmin, McpServerAdmin, McpToolAdmin
 from console.memories import ForgottenMemoryAdmin, MemoryAdmin
+from console.notifications import DeliveryAdmin, EndpointAdmin  # noqa: F401 (they register)
 from console.prices import ChargeAdmin, PriceAdmin
 from console.quotas import QuotaAdmin
 from console.runs import AgentRunAdmin, BreakerTripAdmin, RunEventAdmin

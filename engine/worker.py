@@ -119,12 +119,13 @@ async def serve_until_stopped(
 
 async def work(config: WorkerConfig, sandbox: "SandboxHost") -> None:
     """One life of the worker: connect, then work jobs until stopped (cancelled) or until
-    Procrastinate gives up on the database. Two Procrastinate workers share this process: the
-    runs' one at full concurrency, and a one-slot one for the recovery, so that the recovery runs
-    even while every run slot is taken. The runs' jobs get the worker's `sandbox`."""
+    Procrastinate gives up on the database. Three Procrastinate workers share this process: the
+    runs' one at full concurrency, a one-slot one for the recovery, so that the recovery runs
+    even while every run slot is taken, and a few slots for mail and webhooks. The runs' jobs get
+    the worker's `sandbox`."""
     from procrastinate.contrib.django import app
 
-    from agent.queue import RECOVERY_QUEUE, RUNS_QUEUE
+    from agent.queue import NOTIFY_CONCURRENCY, NOTIFY_QUEUE, RECOVERY_QUEUE, RUNS_QUEUE
     from engine.tasks import SANDBOX
 
     connector = await worker_connector()
@@ -146,6 +147,12 @@ async def work(config: WorkerConfig, sandbox: "SandboxHost") -> None:
                     queues=[RECOVERY_QUEUE],
                     name=recovery_name(config.name),
                     concurrency=1,
+                ),
+                app.run_worker_async(
+                    **worker_options(config),
+                    queues=[NOTIFY_QUEUE],
+                    name=f"{config.name} notify",
+                    concurrency=NOTIFY_CONCURRENCY,
                 ),
             )
 

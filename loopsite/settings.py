@@ -332,6 +332,24 @@ LOOP_METRICS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metric
 # -- traces (tracing/) --
 
 # -- notifications (notifications/) --
+# Mail and signed webhooks when a run waits, fails or ends (docs/operators-notifications.md).
+# LOOP_SITE_URL: the site's address as people reach it, for the links mails and webhooks carry.
+LOOP_SITE_URL = env_str("LOOP_SITE_URL", "http://127.0.0.1:8095").rstrip("/")
+# A run that ends after this long is "long": its person may be mailed when it ends.
+LOOP_NOTIFY_LONG_RUN_SECONDS = env_int("LOOP_NOTIFY_LONG_RUN_SECONDS", 120)
+# Whether people may add webhooks of their own (operators' site webhooks are always allowed).
+LOOP_PERSON_WEBHOOKS = env_bool("LOOP_PERSON_WEBHOOKS", default=False)
+# The private networks (CIDRs) people's webhooks may reach; none by default (public only).
+LOOP_WEBHOOK_PRIVATE_NETWORKS = env_list("LOOP_WEBHOOK_PRIVATE_NETWORKS", [])
+# The delivery log keeps a delivery (and its attempts) this many days after it was made.
+LOOP_KEEP_DELIVERIES_DAYS = env_int("LOOP_KEEP_DELIVERIES_DAYS", 30)
+# Seconds between a failed delivery and its next attempt, one number per retry: about a day.
+LOOP_WEBHOOK_RETRY_SECONDS = [
+    int(seconds)
+    for seconds in env_list(
+        "LOOP_WEBHOOK_RETRY_SECONDS", ["5", "30", "120", "600", "3600", "10800", "21600", "43200"]
+    )
+]
 if LOOP_CACHE_URL:
     CACHES = {
         "default": {
