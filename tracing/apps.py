@@ -1,6 +1,39 @@
 from django.apps import AppConfig
+from django.conf import settings
+from django.db.models.signals import post_save
 
 
 class TracingConfig(AppConfig):
     name = "tracing"
     verbose_name = "Traces"
+
+    def ready(self) -> None:
+        """Off unless an OTLP endpoint is set (LOOP_TRACES): then runs' events become spans
+        and a run's row remembers the span that started it."""
+        if not settings.LOOP_TRACES:
+            return
+        start_tracing()
+
+
+def start_tracing() -> None:
+    import atexit
+
+    from opentelemetry import trace
+
+    from agent.models import AgentRun
+    from agent.observers import observe
+    from tracing.conventions import convention
+    from tracing.exporting import exporting_tracer
+    from tracing.origins import record_origin
+    from tracing.spans import RunTraces
+
+    chosen = convention(settings.OTEL_SEMCONV_STABILITY_OPT_IN)
+    provider, tracer = exporting_tracer(chosen)
+    # The site's provider: a Django instrumentation, if the operator adds one, exports with it.
+    trace.set_tracer_provider(provider)
+    traces = RunTraces(tracer, chosen, content=settings.LOOP_TRACE_CONTENT)
+    observe(traces)
+    post_save.connect(record_origin, sender=AgentRun, dispatch_uid="tracing.origin")
+    # Registered after the provider's own: atexit runs it first, so the open attempts' spans
+    # end before the provider's shutdown flushes them.
+    atexit.register(traces.release_all)
