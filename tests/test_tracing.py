@@ -214,14 +214,21 @@ def test_a_run_started_by_a_web_request_links_to_the_callers_span(
     assert (caller_trace, caller_span, {"loop.link": "request"}) in agent.links
 
 
-def test_a_collector_that_never_answers_does_not_fail_or_stop_the_run(alice, start_worker):
+def test_a_collector_that_never_answers_neither_holds_up_the_run_nor_its_worker_s_stop(
+    alice, start_worker
+):
     with silent_server() as port:
         run = submit_run(alice, TASK, new_conversation(alice), model="mock")
-        start_worker(
+        # Each export waits up to 15 s for an answer that never comes: a run that waited for
+        # its spans' export (about 8 of them) would not end within wait_for's bound.
+        worker = start_worker(
             OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
             OTEL_BSP_SCHEDULE_DELAY="50",
-            OTEL_EXPORTER_OTLP_TIMEOUT="2",
+            OTEL_EXPORTER_OTLP_TIMEOUT="15",
         )
         finished(run)
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=60)
     assert run.status == RunStatus.SUCCEEDED
-    assert run.answer
+    assert run.answer == AgentRun.objects.get(pk=run.pk).answer != ""
+    assert worker.returncode == 0, output

@@ -16,14 +16,13 @@ class TracingConfig(AppConfig):
 
 
 def start_tracing() -> None:
-    import atexit
-
+    """The SDK is imported here, not above: a site without traces loads none of it."""
     from opentelemetry import trace
 
     from agent.models import AgentRun
     from agent.observers import observe
     from tracing.conventions import convention
-    from tracing.exporting import exporting_tracer
+    from tracing.exporting import exporting_tracer, flush_on_exit
     from tracing.origins import record_origin
     from tracing.spans import RunTraces
 
@@ -34,6 +33,4 @@ def start_tracing() -> None:
     traces = RunTraces(tracer, chosen, content=settings.LOOP_TRACE_CONTENT)
     observe(traces)
     post_save.connect(record_origin, sender=AgentRun, dispatch_uid="tracing.origin")
-    # Registered after the provider's own: atexit runs it first, so the open attempts' spans
-    # end before the provider's shutdown flushes them.
-    atexit.register(traces.release_all)
+    flush_on_exit(provider, before=traces.release_all)
