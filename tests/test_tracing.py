@@ -195,7 +195,7 @@ def test_a_run_started_by_a_web_request_links_to_the_callers_span(
 ):
     site = start_daphne(**traced(collector))
     caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
-    request = urllib.request.Request(
+    request = urllib.request.Request(  # noqa: S310 (our own server)
         f"{site.url}/api/v1/runs",
         data=json.dumps({"task": "What is 17 * 23?", "model": "mock"}).encode(),
         headers={
