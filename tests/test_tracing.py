@@ -99,6 +99,10 @@ def test_a_run_is_one_invoke_agent_span_with_its_turns_and_tool_calls_beneath(
     assert agent.attributes["loop.run.id"] == run.pk
     assert agent.attributes["loop.run.status"] == "succeeded"
     assert agent.attributes["gen_ai.usage.input_tokens"] == run.prompt_tokens
+    assert agent.attributes["gen_ai.usage.output_tokens"] == run.completion_tokens
+    total = sum(charge.cost for charge in Charge.objects.filter(run_id=run.pk))
+    assert agent.attributes["loop.cost"] == float(total)
+    assert agent.attributes["loop.cost.currency"] == "EUR"
     assert agent.schema_url == "https://opentelemetry.io/schemas/1.36.0"
     assert agent.resource["service.name"] == "loop"
 

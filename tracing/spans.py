@@ -19,6 +19,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
+from accounting.ledger import spend_of_run
 from accounting.models import Charge, ChargeKind
 from agent.connections import release_connection
 from agent.models import AgentRun
@@ -183,6 +184,7 @@ class RunTraces:
         }
         if end.halt_reason:
             attributes["loop.run.halt_reason"] = end.halt_reason
+        attributes |= run_cost(run.pk)
         if self.content and end.answer:
             attributes["gen_ai.output.messages"] = messages("assistant", [text_part(end.answer)])
         failed = end.status in FAILED
@@ -236,6 +238,18 @@ class RunTraces:
             return {step: (cost, currency) for step, cost, currency in charges}
         finally:
             release_connection()  # not held across the run's next model call
+
+
+def run_cost(run_id: int) -> dict[str, Any]:
+    """The run's cost so far, all its attempts' turns (the ledger's sum), as span attributes."""
+    try:
+        spent = spend_of_run(run_id)
+    finally:
+        release_connection()
+    if not spent.cost_known or len(spent.costs) != 1:  # a turn unpriced, or two currencies
+        return cost_attributes(None)
+    [(currency, cost)] = spent.costs.items()
+    return cost_attributes((cost, currency))
 
 
 def finish_reason(reply: ModelReplied) -> str:
