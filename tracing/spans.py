@@ -9,10 +9,10 @@ as the event says the turn or the call took.
 """
 
 import json
-import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
@@ -37,8 +37,6 @@ from core.results import ToolStatus
 from tracing.conventions import Convention
 from tracing.ids import attempt_context, starting_attempt
 from tracing.origins import origin_of
-
-logger = logging.getLogger(__name__)
 
 AGENT = "Loop"
 # The earlier attempts an attempt's span links to, latest first (a run resumed more often
@@ -74,7 +72,7 @@ class RunTraces:
                     self.tool_call(run, event, now)
                 case ApprovalRequested():
                     # The run waits for its person, holding no worker: this attempt is over.
-                    self.close(run.pk, now, {"loop.run.status": RunStatus.AWAITING_APPROVAL})
+                    self.close(run.pk, now, {"loop.run.status": RunStatus.AWAITING_APPROVAL.value})
                 case RunFinished():
                     self.finish(run, event, now)
 
@@ -115,7 +113,8 @@ class RunTraces:
             Link(attempt_context(run.pk, attempt), {"loop.link": "earlier_attempt"})
             for attempt in range(run.attempt - 1, earliest - 1, -1)
         ]
-        origin = origin_of(run.pk) if first else None
+        with reading():
+            origin = origin_of(run.pk) if first else None
         if origin is not None:
             links.append(Link(origin, {"loop.link": "request"}))
         return links
@@ -231,25 +230,31 @@ class RunTraces:
         steps = [event.step for event in events if isinstance(event, ModelReplied)]
         if not steps:
             return {}
-        try:
+        with reading():
             charges = Charge.objects.filter(
                 run_id=run.pk, kind=ChargeKind.TURN, step__in=steps
             ).values_list("step", "cost", "currency")
             return {step: (cost, currency) for step, cost, currency in charges}
-        finally:
-            release_connection()  # not held across the run's next model call
 
 
 def run_cost(run_id: int) -> dict[str, Any]:
     """The run's cost so far, all its attempts' turns (the ledger's sum), as span attributes."""
-    try:
+    with reading():
         spent = spend_of_run(run_id)
-    finally:
-        release_connection()
     if not spent.cost_known or len(spent.costs) != 1:  # a turn unpriced, or two currencies
         return cost_attributes(None)
     [(currency, cost)] = spent.costs.items()
     return cost_attributes((cost, currency))
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """A read in a run's thread, which then gives its connection back, as the recorder does:
+    not held across the run's next model call or tool call."""
+    try:
+        yield
+    finally:
+        release_connection()
 
 
 def finish_reason(reply: ModelReplied) -> str:
