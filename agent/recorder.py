@@ -121,6 +121,10 @@ class RunRecorder:
         self.finished = False
         self.announced = bus.transport().event_insert  # the transport's, chosen once
         self.held: list[Event] = []  # events not recorded yet: they go with the next one
+        # Events recorded, not yet told to the observers (agent.observers): `announce` tells
+        # them, once their transaction is committed, whoever recorded them (a step's flush, a
+        # park, a decision, an end written for the run).
+        self.unheard: list[Event] = []
 
     def __call__(self, event: Event) -> None:
         bus.finish_deltas(self.run.pk)  # a reply streamed so far is over: its text goes first
@@ -145,7 +149,6 @@ class RunRecorder:
         self.finished = isinstance(events[-1], RunFinished)
         release_connection()  # not held across the model call or tool call that comes next
         self.announce(rows)
-        observers.observed(self.run, events)
         for event in events:
             if self.then is not None:
                 self.publish(event)
@@ -174,6 +177,7 @@ class RunRecorder:
                     write()
         else:  # one statement needs no transaction of its own
             self.append(rows, audit)
+        self.unheard += events
         return [(seq, kind, data) for seq, kind, _, data in rows]
 
     @property
@@ -206,8 +210,10 @@ class RunRecorder:
     def announce(self, rows: list[bus.EventRow]) -> None:
         """Wake the pages watching this run (through Redis, with the events just stored; a
         NOTIFY went with the INSERT). Queued, never waited for: a page that misses it catches
-        up from the log."""
+        up from the log. Then the observers hear the events recorded since they last did."""
         bus.publish(self.run.pk, self.seq, rows)
+        heard, self.unheard = self.unheard, []
+        observers.observed(self.run, heard)
 
     def publish(self, event: Event) -> None:
         """A subscriber that fails (a closed pipe, a dead socket) stops hearing; the run goes on."""

@@ -6,14 +6,18 @@ resume in another worker, a web request's caller linked, and a collector that is
 import json
 import signal
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from accounting.models import Charge
 from agent.models import AgentRun
-from agent.runs import continue_run, new_conversation, submit_run
-from core.events import RunStatus
+from agent.observers import forget, observe
+from agent.runs import cancel_run, continue_run, new_conversation, submit_run
+from approvals.decisions import decide
+from approvals.models import ApprovalPreference
+from approvals.waiting import CallDecision
+from core.events import Decision, Event, RunStatus
 from tests.conftest import wait_for
 from tests.otlp_collector import Collector, ReceivedSpan, running_collector
 from tests.socket_harness import silent_server
@@ -236,3 +240,44 @@ def test_a_collector_that_never_answers_neither_holds_up_the_run_nor_its_worker_
     assert run.status == RunStatus.SUCCEEDED
     assert run.answer == AgentRun.objects.get(pk=run.pk).answer != ""
     assert worker.returncode == 0, output
+
+
+def test_a_run_that_waits_for_a_decision_ends_its_attempt_and_goes_on_in_the_same_trace(
+    alice, start_worker, collector
+):
+    ApprovalPreference.objects.create(user=alice, ask_run_code=True)
+    run = submit_run(alice, "What is 17 * 23?", new_conversation(alice), model="mock")
+    start_worker(**traced(collector))
+    wait_for(lambda: run_status(run) == RunStatus.AWAITING_APPROVAL, "the run to wait")
+    [waited] = attempts(collector, 1)
+    assert waited.attributes["loop.run.status"] == "awaiting_approval"
+
+    request = run.approvals.get(decision="")
+    decide(alice, run.pk, [CallDecision(request.call_id, Decision.APPROVE, request.digest)])
+    finished(run)
+    earlier, decided = attempts(collector, 2)
+
+    assert decided.trace_id == waited.trace_id == earlier.trace_id
+    assert decided.attributes["loop.run.resume_reason"] == "decided"
+    assert decided.attributes["loop.run.status"] == "succeeded"
+    assert (waited.trace_id, waited.span_id, {"loop.link": "earlier_attempt"}) in decided.links
+    [tool] = under(collector, decided, "execute_tool ", 1)
+    assert tool.attributes["gen_ai.tool.name"] == "run_code"
+    assert tool.status_code == 0
+
+
+def test_observers_hear_every_recorded_event_not_only_a_working_run_s_steps(alice):
+    """A queued run stopped is ended by the web process, not by a worker's step: its end is
+    heard too (the traces, the metrics and the notifications all listen here)."""
+    heard: list[tuple[int, str]] = []
+
+    def listen(run: AgentRun, events: Sequence[Event]) -> None:
+        heard.extend((run.pk, event.kind) for event in events)
+
+    run = submit_run(alice, TASK, new_conversation(alice), model="mock")
+    observe(listen)
+    try:
+        cancel_run(alice, run.pk)
+    finally:
+        forget(listen)
+    assert heard == [(run.pk, "run_finished")]
