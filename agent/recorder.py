@@ -207,7 +207,7 @@ class RunRecorder:
     def announce(self, rows: list[bus.EventRow]) -> None:
         """Wake the pages watching this run (through Redis, with the events just stored; a
         NOTIFY went with the INSERT). Queued, never waited for: a page that misses it catches
-        up from the log."""
+        up from the log. Then the observers hear the events recorded since they last did."""
         bus.publish(self.run.pk, self.seq, rows)
         # And the run's observers, of every path that records (a step, a run parked for a
         # decision, the decision, an end without a worker), once it is committed.

@@ -330,6 +330,22 @@ LOOP_METRICS_ALLOW = env_list("LOOP_METRICS_ALLOW", [])
 LOOP_METRICS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metrics")
 
 # -- traces (tracing/) --
+# OpenTelemetry traces of runs (tracing/; docs/operators-traces.md): off unless an OTLP endpoint
+# is set; the SDK reads the other OTEL_* variables itself. OTEL_SEMCONV_STABILITY_OPT_IN with
+# gen_ai_latest_experimental selects the GenAI conventions' newer names. Prompts, answers and
+# tool arguments and results are recorded only with LOOP_TRACE_CONTENT (default: what
+# OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT asks of span content, else false).
+LOOP_TRACES = not env_bool("OTEL_SDK_DISABLED", False) and bool(
+    env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+)
+OTEL_SEMCONV_STABILITY_OPT_IN = env_list("OTEL_SEMCONV_STABILITY_OPT_IN", [])
+LOOP_TRACE_CONTENT = env_bool(
+    "LOOP_TRACE_CONTENT",
+    env_str("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT").lower()
+    in {"true", "1", "yes", "on", "span_only", "span_and_event"},
+)
+if LOOP_TRACES:  # a caller's `traceparent` is the span a run it starts links to
+    MIDDLEWARE.append("tracing.middleware.caller_trace_context")
 
 # -- notifications (notifications/) --
 # Mail and signed webhooks when a run waits, fails or ends (docs/operators-notifications.md).
