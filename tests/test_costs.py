@@ -77,7 +77,9 @@ def test_a_run_of_several_turns_costs_exactly_what_the_price_table_says(alice, b
     run = spend_of_run(second.pk)
     assert (run.turns, run.unpriced_turns, run.cached_tokens) == (3, 0, 1400)
     assert run.costs == {"USD": THREE_TURNS}  # exact: Decimal, not a float near it
-    assert [c.cost for c in Charge.objects.filter(run_id=second.pk).order_by("step")] == [
+    assert [
+        c.cost for c in Charge.objects.filter(run_id=second.pk, kind="turn").order_by("step")
+    ] == [
         turn_cost(1000, 50, 400),
         turn_cost(1500, 40, 1000),
         turn_cost(1700, 30),
@@ -114,7 +116,7 @@ def test_across_a_continue_every_turn_is_charged_once(alice):
     )
     run = execute_run(AgentRun.objects.get(pk=run.pk), llm=back)
     assert run.status == RunStatus.SUCCEEDED
-    charges = Charge.objects.filter(run_id=run.pk)
+    charges = Charge.objects.filter(run_id=run.pk, kind="turn")
     replies = run.events.filter(kind="model_replied")
     steps = sorted(charges.values_list("step", flat=True))
     assert steps == sorted(replies.values_list("data__step", flat=True))  # each turn, once
@@ -126,23 +128,25 @@ def test_across_a_continue_every_turn_is_charged_once(alice):
 def test_a_new_price_takes_effect_only_for_later_turns(alice):
     old = priced()
     before = execute_run(start_run(alice, "List my files", model="mock"), llm=three_turns())
-    charged_before = list(Charge.objects.filter(run_id=before.pk).values_list("cost", flat=True))
+    charged_before = list(
+        Charge.objects.filter(run_id=before.pk, kind="turn").values_list("cost", flat=True)
+    )
     new = priced(Decimal("3"), Decimal("15"), None, since=timedelta(0))
     after = execute_run(start_run(alice, "List my files", model="mock"), llm=three_turns())
 
-    assert list(Charge.objects.filter(run_id=before.pk).values_list("cost", flat=True)) == (
-        charged_before
-    )
+    assert list(
+        Charge.objects.filter(run_id=before.pk, kind="turn").values_list("cost", flat=True)
+    ) == (charged_before)
     assert spend_of_run(before.pk).costs == {"USD": THREE_TURNS}
     later = turn_cost(1000, 50, 400, new) + turn_cost(1500, 40, 1000, new)
     later += turn_cost(1700, 30, 0, new)
     assert spend_of_run(after.pk).costs == {"USD": later}
-    assert set(Charge.objects.filter(run_id=before.pk).values_list("price_id", flat=True)) == {
-        old.pk
-    }
-    assert set(Charge.objects.filter(run_id=after.pk).values_list("price_id", flat=True)) == {
-        new.pk
-    }
+    assert set(
+        Charge.objects.filter(run_id=before.pk, kind="turn").values_list("price_id", flat=True)
+    ) == {old.pk}
+    assert set(
+        Charge.objects.filter(run_id=after.pk, kind="turn").values_list("price_id", flat=True)
+    ) == {new.pk}
 
 
 # The chat

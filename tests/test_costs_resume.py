@@ -64,7 +64,7 @@ def test_a_resumed_run_charges_each_recorded_turn_once(
     wait_for(lambda: status_of(run) == RunStatus.SUCCEEDED, "the resumed run to succeed")
     [resumed] = resumes(run)
     assert resumed["reason"] == ResumeReason.WORKER_LOST
-    charges = Charge.objects.filter(run_id=run.pk).order_by("step")
+    charges = Charge.objects.filter(run_id=run.pk, kind="turn").order_by("step")
     replies = run.events.filter(kind="model_replied").order_by("seq")
     assert list(charges.values_list("step", flat=True)) == [reply.data["step"] for reply in replies]
     assert list(charges.values_list("prompt_tokens", "completion_tokens")) == [

@@ -46,7 +46,7 @@ def test_each_turn_is_charged_once_exactly_and_summed(alice, settings, workspace
     conversation = Conversation.objects.create(owner=alice)
     run = worked(alice, TURNS, conversation)
 
-    charges = list(Charge.objects.filter(run_id=run.pk).order_by("step"))
+    charges = list(Charge.objects.filter(run_id=run.pk, kind="turn").order_by("step"))
     assert [(c.step, c.kind, c.model) for c in charges] == [
         (1, ChargeKind.TURN, "mock"),
         (2, ChargeKind.TURN, "mock"),
@@ -68,7 +68,9 @@ def test_a_model_with_no_price_is_price_unknown_not_free(alice, settings, worksp
     settings.LOOP_PRICES = '{"another-model": {"input": 1, "output": 2}}'
     run = worked(alice, TURNS)
 
-    assert set(Charge.objects.filter(run_id=run.pk).values_list("cost", "currency")) == {(None, "")}
+    assert set(
+        Charge.objects.filter(run_id=run.pk, kind="turn").values_list("cost", "currency")
+    ) == {(None, "")}
     spent = spend_of_run(run.pk)
     assert (spent.costs, spent.unpriced_turns, spent.cost_known) == ({}, 3, False)
     assert spent.total_tokens == 3700 + 100
@@ -103,19 +105,19 @@ def test_an_accounts_charges_outlive_it_under_an_anonymous_id(alice, bob, settin
     settings.LOOP_PRICES = PRICES
     run = worked(alice, TURNS)
     worked(bob, TURNS)
-    before = Charge.objects.filter(run_id=run.pk).values_list("cost", flat=True)
+    before = Charge.objects.filter(run_id=run.pk, kind="turn").values_list("cost", flat=True)
     expected = sorted(before)
 
     alice.delete()
 
-    left = Charge.objects.filter(run_id=run.pk)
+    left = Charge.objects.filter(run_id=run.pk, kind="turn")
     assert sorted(left.values_list("cost", flat=True)) == expected
     anonymous = set(left.values_list("user_id", "person"))
     assert len(anonymous) == 1
     ((user_id, person),) = anonymous
     assert user_id is None
     assert person.startswith("deleted-")
-    assert Charge.objects.filter(user=bob, person="").count() == 3
+    assert Charge.objects.filter(user=bob, person="", kind="turn").count() == 3
 
 
 def test_a_price_cannot_take_effect_in_the_past_or_before_every_process_has_it():

@@ -166,7 +166,7 @@ def test_counters_move_as_a_worker_process_works_a_run(
         value(after, "loop_model_tokens_total", kind="completion", **labels)
         == run.completion_tokens
     )
-    ledger = sum((c.cost for c in Charge.objects.filter(run_id=run.pk)), Decimal(0))
+    ledger = sum((c.cost for c in Charge.objects.filter(run_id=run.pk, kind="turn")), Decimal(0))
     assert ledger > 0
     cost = value(after, "loop_model_cost_total", model=run.model, currency="EUR")
     assert cost == pytest.approx(float(ledger))

@@ -104,7 +104,7 @@ def test_a_run_is_one_invoke_agent_span_with_its_turns_and_tool_calls_beneath(
     assert agent.attributes["loop.run.status"] == "succeeded"
     assert agent.attributes["gen_ai.usage.input_tokens"] == run.prompt_tokens
     assert agent.attributes["gen_ai.usage.output_tokens"] == run.completion_tokens
-    total = sum(charge.cost for charge in Charge.objects.filter(run_id=run.pk))
+    total = sum(charge.cost for charge in Charge.objects.filter(run_id=run.pk, kind="turn"))
     assert agent.attributes["loop.cost"] == float(total)
     assert agent.attributes["loop.cost.currency"] == "EUR"
     assert agent.schema_url == "https://opentelemetry.io/schemas/1.36.0"
@@ -112,7 +112,7 @@ def test_a_run_is_one_invoke_agent_span_with_its_turns_and_tool_calls_beneath(
 
     assert [t.name for t in turns] == ["chat mock"] * len(replies)
     assert {t.trace_id for t in turns + tools} == {agent.trace_id}
-    charges = {c.step: c for c in Charge.objects.filter(run_id=run.pk)}
+    charges = {c.step: c for c in Charge.objects.filter(run_id=run.pk, kind="turn")}
     for turn, reply in zip(turns, replies, strict=True):
         assert turn.attributes["gen_ai.operation.name"] == "chat"
         assert turn.attributes["gen_ai.request.model"] == "mock"
