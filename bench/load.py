@@ -3,6 +3,7 @@
     .venv/bin/python bench/load.py [--people 50] [--concurrency 1,4,16,32] [--workers 1] [--web 1]
     .venv/bin/python bench/load.py --project /work/old --engine db_worker   # the old engine
     .venv/bin/python bench/load.py --approvals [--pairs 1] [--decide-after 5] [--idle-runs 10]
+    .venv/bin/python bench/load.py --observers [--pairs 2]   # metrics and traces off and on
 
 Starts a fresh site (bench/_stack.py: daphne, or --web N of them accepting on one port as behind a
 reverse proxy, an embedded PostgreSQL of its own, Redis as the
@@ -40,6 +41,14 @@ Each concurrency gets a fresh daphne, so connections left from an earlier one do
 Floors (issue 16): at 50 people and C=16, throughput at least 70% of the ideal; pickup p99 under
 100 ms when a slot is free.
 
+--observers (issue 43; concurrency 16 unless given) works the same round `--pairs` times with
+metrics and traces off and `--pairs` times on, which goes first alternating, on the same site:
+on, every process counts in the site's metrics directory (LOOP_METRICS_TOKEN,
+PROMETHEUS_MULTIPROC_DIR) and exports spans (OTEL_EXPORTER_OTLP_ENDPOINT) to a local OTLP/HTTP
+sink in the bench's process, and a scraper reads /metrics every 5 s as Prometheus would; each
+round's figures, then the medians of runs per minute and CPU per run side by side (floor: under
+5% of the throughput).
+
 --approvals (issue 29; concurrency 16 unless given) instead works, on the same workers,
 `--pairs` times in turn: a round of `--people` runs with no approvals at all, then a round of
 `--people` in which 1 person in 2 has asked to decide before run_code runs (the demo's first
@@ -56,14 +65,18 @@ the run's claim, under the load and one at a time; and the load average.
 
 import argparse
 import asyncio
+import contextlib
 import math
 import os
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -76,6 +89,7 @@ from bench._approvals import (
     decisions,
     side,
 )
+from bench._observers import otlp_sink, site_environment
 from bench._stack import (
     ENGINES,
     MAIN_PROJECT,
@@ -556,6 +570,72 @@ def figures(
     )
 
 
+def measure_observers(
+    stack: Stack, concurrency: int, options: argparse.Namespace, sink: str
+) -> None:
+    """The same load with metrics and traces off and on (issue 43's floor: under 5% of the
+    throughput), `--pairs` times, which goes first alternating: on, every process counts in the
+    site's metrics directory and exports spans to a local OTLP sink, and a scraper reads
+    /metrics every 5 s as Prometheus would. Each round's figures, then the medians side by side."""
+    latency = options.latency_ms / 1000
+    off_env = dict(stack.env)
+    on_env = off_env | site_environment(stack.var_dir, sink)
+    rounds: dict[bool, list[Figures]] = {False: [], True: []}
+    for pair in range(options.pairs):
+        for on in (False, True) if pair % 2 == 0 else (True, False):
+            stack.env.clear()
+            stack.env.update(on_env if on else off_env)
+            print(f"metrics and traces {'on' if on else 'off'} (pair {pair + 1}):", flush=True)
+            with scraping(stack, on_env["LOOP_METRICS_TOKEN"], on) as scrapes:
+                result = measure(stack, concurrency, options.people, options.workers, latency)
+            result.max_connections = int(stack.query("SHOW max_connections")[0][0])
+            print("\n".join(result.lines(latency)), flush=True)
+            if on:
+                print(f"  /metrics scraped {scrapes[0]} times", flush=True)
+            rounds[on].append(result)
+    stack.env.clear()
+    stack.env.update(off_env)
+    print_observed(rounds)
+
+
+def print_observed(rounds: dict[bool, list[Figures]]) -> None:
+    def median(on: bool, figure: Callable[[Figures], float]) -> float:
+        return statistics.median(figure(result) for result in rounds[on])
+
+    def cpu(result: Figures) -> float:
+        used = result.cpu.used if result.cpu is not None else {}
+        return sum(used.values()) / max(1, result.runs)
+
+    for name, figure in (("runs/min", lambda r: r.per_minute), ("CPU s a run, all", cpu)):
+        off, on = median(False, figure), median(True, figure)
+        print(f"{name:<18} off {off:.3f}  on {on:.3f}  on/off {on / off:.3f}x")
+
+
+@contextlib.contextmanager
+def scraping(stack: Stack, token: str, on: bool) -> Iterator[list[int]]:
+    """While a round goes, /metrics read every 5 s with the token (when `on`); how many reads."""
+    scrapes = [0]
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.wait(0 if scrapes[0] == 0 else 5):
+            with contextlib.suppress(httpx2.HTTPError):
+                answer = httpx2.get(
+                    f"{stack.url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=10
+                )
+                scrapes[0] += answer.status_code == 200
+
+    scraper = threading.Thread(target=scrape, daemon=True)
+    if on:
+        scraper.start()
+    try:
+        yield scrapes
+    finally:
+        done.set()
+        if on:
+            scraper.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--people", type=int, default=50)
@@ -595,16 +675,20 @@ def main() -> None:
         "--idle-runs", type=int, default=10,
         help="--approvals: waiting runs then sent one at a time to the idle workers",
     )  # fmt: skip
+    parser.add_argument(
+        "--observers", action="store_true",
+        help="each round with metrics and traces off and on (--pairs times), side by side",
+    )  # fmt: skip
     options = parser.parse_args()
     if options.approvals and options.engine != "worker":
         parser.error("--approvals needs the worker engine (db_worker has no approvals)")
-    default = "16" if options.approvals else "1,4,16,32"
+    default = "16" if options.approvals or options.observers else "1,4,16,32"
     levels = [int(c) for c in (options.concurrency or default).split(",")]
     if options.engine == "db_worker":
         levels = [1]  # db_worker works one task at a time
     latency = options.latency_ms / 1000
     settings = {"LOOP_USER_ACTIVE_RUNS": "1000"}
-    with running_stack(
+    with otlp_sink() as sink, running_stack(
         options.project, options.engine, latency_ms=options.latency_ms, keep=options.keep,
         max_connections=options.max_connections, web_processes=options.web,
         production=options.production, **settings,
@@ -627,6 +711,9 @@ def main() -> None:
                     flush=True,
                 )
                 measure_approvals(stack, concurrency, options)
+                continue
+            if options.observers:
+                measure_observers(stack, concurrency, options, sink)
                 continue
             result = measure(stack, concurrency, options.people, options.workers, latency)
             result.max_connections = int(stack.query("SHOW max_connections")[0][0])

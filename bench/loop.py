@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/loop.py [--repeats 5] [--turns 150] [--only loop|clients]
     .venv/bin/python bench/loop.py --project OLD [--repeats 5]   # the loop beside OLD's
+    .venv/bin/python bench/loop.py --observers [--steps 50] [--repeats 5]   # metrics, traces
 
 The loop, with nothing else to wait for: each step is one model turn asking for one tool call
 and that call's result. Two sinks: (a) events kept in memory; (b) every event persisted to
@@ -22,6 +23,13 @@ With `--project OLD`, the loop's figures (not the clients') of this tree beside 
 another checkout of Loop (the code before a change) whose bench/loop.py takes `--figures` as this
 one does: each tree's own bench in a process of its own, both on this process's database, rounds
 alternating (and which goes first), medians side by side with this tree's over OLD's.
+
+With `--observers`, the persisted step with metrics and traces off (a site with neither: no
+observer hears a run) and on (both as a site's process runs them: counters in prometheus-client's
+multiprocess files, spans exported in batches to a local OTLP/HTTP sink by the SDK's thread),
+rounds alternating which goes first: wall time, this thread's CPU and the process's CPU (the
+export's thread too) a step, on over off, and the observers' own time timed around each call.
+Floor (issue 43, on throughput): under 5%; bench/load.py --observers gives the throughput.
 
 The model clients (`--turns` turns each, after a warm-up; `--only clients` needs no database):
 GroqLLM and OpenAICompatibleLLM (one client on plain httpx2, in two dialects) side by
@@ -49,8 +57,9 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -72,10 +81,12 @@ from agent.llm.chat_completions import ChatCompletionsLLM  # noqa: E402
 from agent.llm.groq import GroqLLM  # noqa: E402
 from agent.llm.openai_compat import OpenAICompatibleLLM  # noqa: E402
 from agent.models import AgentRun  # noqa: E402
+from agent.observers import Observer, forget, observe  # noqa: E402
 from agent.recorder import RunRecorder  # noqa: E402
 from agent.runs import start_run  # noqa: E402
 from agent.toolset import default_registry  # noqa: E402
 from bench import _chat_server as chat_server  # noqa: E402
+from bench._observers import in_this_process, otlp_sink  # noqa: E402
 from core.events import Event, RunStatus  # noqa: E402
 from core.interrupt import Interrupt  # noqa: E402
 from core.llm import Message, Reply, ToolCall, ToolSpec  # noqa: E402
@@ -279,6 +290,82 @@ def print_persisted(figures: dict[str, float]) -> None:
     )
     print(f"{'':<12}this thread's CPU a step: {figures['PostgreSQL CPU'] * 1e6:.1f} µs")
     print(f"{'':<12}a step's round trips: {round_trips(200)}")
+
+
+# --- metrics and traces off and on (`--observers`) -----------------------------------------------
+
+
+class Timed:
+    """An observer of runs' events, with the time spent in it added up."""
+
+    def __init__(self, observer: Observer) -> None:
+        self.observer = observer
+        self.seconds = 0.0
+
+    def __call__(self, run: AgentRun, events: Sequence[Event]) -> None:
+        started = time.perf_counter()
+        self.observer(run, events)
+        self.seconds += time.perf_counter() - started
+
+
+def observers_compared(steps: int, repeats: int) -> None:
+    """The persisted step with metrics and traces off (a site with no LOOP_METRICS_TOKEN and no
+    OTLP endpoint: nobody observes runs) and on (both observers, counting in prometheus-client's
+    files, spans exported in batches to a local OTLP sink by the SDK's thread), rounds
+    alternating which goes first. Wall and this thread's CPU a step; the process's CPU a step,
+    which has the export's thread too; and the observers' own time, timed around each call."""
+    with (
+        tempfile.TemporaryDirectory(prefix="loop-bench-metrics-") as directory,
+        otlp_sink() as sink,
+    ):
+        timed = [Timed(observer) for observer in in_this_process(Path(directory), sink)]
+        for each in timed:
+            forget(each.observer)
+        try:
+            figures = observed_rounds(timed, steps, repeats)
+        finally:
+            for each in timed:
+                forget(each)
+            forget_bench()
+    print(
+        f"A persisted step, metrics and traces off and on ({steps} steps a run, {repeats} rounds)"
+    )
+    print(f"{'':<24}{'off':>10}{'on':>10}{'on/off':>9}")
+    for name in ("wall", "thread CPU", "process CPU"):
+        off, on = figures[f"{name} off"], figures[f"{name} on"]
+        print(f"{name + ' a step':<24}{off * 1e6:>7.0f} µs{on * 1e6:>7.0f} µs{on / off:>8.3f}x")
+    own, off = figures["observers"], figures["wall off"]
+    print(
+        f"{'the observers a step':<24}{'':>10}{own * 1e6:>7.0f} µs  ({own / off:.1%} of a step off)"
+    )
+
+
+def observed_rounds(timed: list[Timed], steps: int, repeats: int) -> dict[str, float]:
+    for on in (True, False):  # warm up both: imports, files, the exporter's connection
+        observed_step(timed, steps, on)
+    rounds: dict[str, list[float]] = collections.defaultdict(list)
+    for number in range(repeats):
+        for on in (False, True) if number % 2 == 0 else (True, False):
+            wall, cpu, process, own = observed_step(timed, steps, on)
+            state = "on" if on else "off"
+            rounds[f"wall {state}"].append(wall)
+            rounds[f"thread CPU {state}"].append(cpu)
+            rounds[f"process CPU {state}"].append(process)
+            if on:
+                rounds["observers"].append(own)
+    return {name: statistics.median(values) for name, values in rounds.items()}
+
+
+def observed_step(timed: list[Timed], steps: int, on: bool) -> tuple[float, float, float, float]:
+    for each in timed:
+        each.seconds = 0.0
+        (observe if on else forget)(each)
+    process = time.process_time()
+    step = persisted_step(steps)
+    process = time.process_time() - process
+    for each in timed:
+        forget(each)
+    return step.wall, step.cpu, process / steps, sum(each.seconds for each in timed) / steps
 
 
 # --- this tree beside another (`--project OLD`) ---------------------------------------------------
@@ -637,10 +724,16 @@ def main() -> None:
     parser.add_argument(
         "--figures", action="store_true", help="the loop's figures alone, as one JSON line"
     )
+    parser.add_argument(
+        "--observers", action="store_true", help="the persisted step, metrics and traces off and on"
+    )
+    parser.add_argument("--steps", type=int, default=50, help="steps a run, with --observers")
     options = parser.parse_args()
     if options.turns < 2:
         parser.error("--turns takes 2 or more (a p95 needs two)")
-    if options.figures:
+    if options.observers:
+        observers_compared(options.steps, options.repeats)
+    elif options.figures:
         try:
             print(json.dumps(loop_figures(options.repeats)))
         finally:

@@ -319,7 +319,7 @@ LOOP_SEND_RATE_PER_MINUTE = env_int("LOOP_SEND_RATE_PER_MINUTE", 20)
 LOOP_SHOW_COST = env_bool("LOOP_SHOW_COST", False)
 
 # -- metrics (metrics/) --
-# /metrics for Prometheus (docs/operators-metrics.md): off (404) unless a token is set; then only
+# /metrics for Prometheus (docs/operators.md): off (404) unless a token is set; then only
 # for "Authorization: Bearer <token>" or a client address in LOOP_METRICS_ALLOW (addresses or
 # CIDRs, comma-separated; REMOTE_ADDR as the web server sees it, so a proxy's own address there
 # lets through everyone the proxy serves).
@@ -330,7 +330,7 @@ LOOP_METRICS_ALLOW = env_list("LOOP_METRICS_ALLOW", [])
 LOOP_METRICS_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metrics")
 
 # -- traces (tracing/) --
-# OpenTelemetry traces of runs (tracing/; docs/operators-traces.md): off unless an OTLP endpoint
+# OpenTelemetry traces of runs (tracing/; docs/operators.md): off unless an OTLP endpoint
 # is set; the SDK reads the other OTEL_* variables itself. OTEL_SEMCONV_STABILITY_OPT_IN with
 # gen_ai_latest_experimental selects the GenAI conventions' newer names. Prompts, answers and
 # tool arguments and results are recorded only with LOOP_TRACE_CONTENT (default: what
@@ -348,7 +348,7 @@ if LOOP_TRACES:  # a caller's `traceparent` is the span a run it starts links to
     MIDDLEWARE.append("tracing.middleware.caller_trace_context")
 
 # -- notifications (notifications/) --
-# Mail and signed webhooks when a run waits, fails or ends (docs/operators-notifications.md).
+# Mail and signed webhooks when a run waits, fails or ends (docs/operators.md).
 # LOOP_SITE_URL: the site's address as people reach it, for the links mails and webhooks carry.
 LOOP_SITE_URL = env_str("LOOP_SITE_URL", "http://127.0.0.1:8095").rstrip("/")
 # A run that ends after this long is "long": its person may be mailed when it ends.

@@ -25,6 +25,7 @@ PAGES = {
     "/accounts/data/": "My data",
     "/settings/approvals/": "Approvals",
     "/settings/instructions/": "Instructions",
+    "/settings/notifications/": "Notifications",
     "/settings/tools/": "Tools",
     "/settings/keys/": "API keys",
     "/accounts/password/": "Password",
@@ -66,8 +67,8 @@ def test_every_page_has_the_same_navigation_with_its_place_marked(live_site, bro
                 expect(page.locator("#sidebar .places")).to_be_in_viewport(ratio=1)
         first = seen["/"]
         assert [text for text, _ in first] == [
-            "Chat", "Files", "Memories", "Waiting", "My", "Approvals", "Instructions", "Tools",
-            "API", "Password",
+            "Chat", "Files", "Memories", "Waiting", "My", "Approvals", "Instructions",
+            "Notifications", "Tools", "API", "Password",
         ]  # fmt: skip
         assert {path: links for path, links in seen.items() if links != first} == {}, view
         page.screenshot(path=ARTIFACTS / f"nav-{view}.png")

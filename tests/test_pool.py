@@ -28,8 +28,8 @@ from tests.conftest import PROJECT_DIR, child_environment, wait_for
 from tests.test_settings import PRODUCTION, load_settings
 
 # Procrastinate's own sessions in a worker, beside Django's pool: its pool of 4 and one LISTEN for
-# each of the worker's two Procrastinate workers (docs/engine.md).
-PROCRASTINATE_SESSIONS = 6
+# each of the worker's three Procrastinate workers: runs, recovery, notifications (docs/engine.md).
+PROCRASTINATE_SESSIONS = 7
 PORTS = range(8200, 8300)  # this branch's ports
 
 

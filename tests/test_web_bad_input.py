@@ -21,6 +21,7 @@ from agent.runs import new_conversation, start_run
 from engine.execution import execute_run
 from mcp_servers.models import McpServer, McpTool
 from memory.store import remember
+from notifications.models import Endpoint
 from workspace.directory import workspace_of
 
 pytestmark = pytest.mark.django_db
@@ -152,6 +153,9 @@ def owned(module_records) -> Owned:
             "memory_id": remember(alice, "My cat is called Miso.").memory.pk,
             "server_id": server.pk,
             "tool_id": tool.pk,
+            "endpoint_id": Endpoint.objects.create(
+                owner=alice, url="https://hooks.invalid/loop"
+            ).pk,
         }
         (workspace_of(alice) / "notes.txt").write_text("1 + 1 = 2\n")
         # A conversation's export's kind; a password reset link's parts (Django's own view).

@@ -1,6 +1,11 @@
+from typing import TYPE_CHECKING
+
 from django.apps import AppConfig
 from django.conf import settings
 from django.db.models.signals import post_save
+
+if TYPE_CHECKING:
+    from tracing.spans import RunTraces
 
 
 class TracingConfig(AppConfig):
@@ -15,7 +20,7 @@ class TracingConfig(AppConfig):
         start_tracing()
 
 
-def start_tracing() -> None:
+def start_tracing() -> "RunTraces":
     """The SDK is imported here, not above: a site without traces loads none of it."""
     from opentelemetry import trace
 
@@ -34,3 +39,4 @@ def start_tracing() -> None:
     observe(traces)
     post_save.connect(record_origin, sender=AgentRun, dispatch_uid="tracing.origin")
     flush_on_exit(provider, before=traces.release_all)
+    return traces
