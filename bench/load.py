@@ -89,7 +89,7 @@ from bench._approvals import (
     decisions,
     side,
 )
-from bench._observers import otlp_sink, site_environment
+from bench._observers import Sink, otlp_sink, site_environment
 from bench._stack import (
     ENGINES,
     MAIN_PROJECT,
@@ -586,12 +586,17 @@ def measure_observers(
             stack.env.clear()
             stack.env.update(on_env if on else off_env)
             print(f"metrics and traces {'on' if on else 'off'} (pair {pair + 1}):", flush=True)
+            exported = Sink.exports
             with scraping(stack, on_env["LOOP_METRICS_TOKEN"], on) as scrapes:
                 result = measure(stack, concurrency, options.people, options.workers, latency)
             result.max_connections = int(stack.query("SHOW max_connections")[0][0])
             print("\n".join(result.lines(latency)), flush=True)
             if on:
-                print(f"  /metrics scraped {scrapes[0]} times", flush=True)
+                print(
+                    f"  /metrics scraped {scrapes[0]} times; the OTLP sink took "
+                    f"{Sink.exports - exported} exports",
+                    flush=True,
+                )
             rounds[on].append(result)
     stack.env.clear()
     stack.env.update(off_env)
