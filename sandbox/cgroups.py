@@ -421,15 +421,21 @@ def _make_person(version: Version, directory: Path) -> None:
     version.open_for_children(directory)
 
 
+# The person's cgroup was removed as idle by another worker meanwhile: gone (ENOENT), or going,
+# still listed but dead, where the kernel refuses a child in it (ENODEV).
+PERSON_REMOVED = frozenset({errno.ENOENT, errno.ENODEV})
+
+
 def _make_snippet(version: Version, directory: Path, uid: int | None, limit_bytes: int) -> None:
     for attempt in range(3):
         try:
             directory.mkdir()
             break
-        except FileNotFoundError:  # the person's was removed as idle by another worker meanwhile
-            if attempt == 2:
+        except OSError as error:
+            if error.errno not in PERSON_REMOVED or attempt == 2:
                 raise
-            _make_person(version, directory.parent)
+            with suppress(OSError):  # still going: the next try finds it gone, or fails saying so
+                _make_person(version, directory.parent)
     version.open_for_children(directory)
     (directory / "launch").mkdir()
     (directory / "program").mkdir()

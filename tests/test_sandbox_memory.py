@@ -3,6 +3,7 @@ person (their snippets running at once), by cgroups made below the worker's own;
 be made, a warning and a system check say so. Also: nothing in the sandbox shows the host's path
 of the workspace, and each site derives its own sandbox uid range."""
 
+import errno
 import logging
 import os
 import subprocess
@@ -292,3 +293,26 @@ def test_the_workers_own_memory_cgroup_is_found_on_each_kind_of_machine(tmp_path
     mounts = mounts.format(mounts=tmp_path)
     directory, found = own_memory_cgroup(cgroups, mounts)
     assert (directory, found.name) == (tmp_path / expected, version)
+
+
+@pytest.mark.parametrize("code", [errno.ENOENT, errno.ENODEV], ids=["gone", "going"])
+def test_a_persons_cgroup_removed_by_another_worker_meanwhile_is_made_again(
+    workspaces, monkeypatch, code
+):
+    """Another worker removes a person's idle cgroup as this one puts a snippet in it: gone
+    (ENOENT), or still listed but dead (ENODEV, which the kernel answers a mkdir in a cgroup
+    being removed). The snippet's cgroup is made in the person's made again, and it runs."""
+    refused: list[Path] = []
+    mkdir = Path.mkdir
+
+    def removed_once(self: Path, *args, **kwargs) -> None:
+        if self.name.startswith("snippet-") and not refused:
+            refused.append(self)
+            raise OSError(code, os.strerror(code), str(self))
+        mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", removed_once)
+    result = run(user_context(workspaces), "print('ran')")
+    assert refused
+    assert result.status is ToolStatus.OK, result.text
+    assert "ran" in result.text
