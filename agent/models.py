@@ -74,6 +74,14 @@ class Conversation(models.Model):
     # the list for the Archived view. Neither moves `updated_at` (the list's order is by use).
     pinned_at = models.DateTimeField(null=True, blank=True)
     archived_at = models.DateTimeField(null=True, blank=True)
+    # The assistant it was started with (assistants/): its runs each record the version they used.
+    assistant = models.ForeignKey(
+        "assistants.Assistant",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="conversations",
+    )
 
     class Meta:
         ordering = ("-updated_at",)
@@ -171,6 +179,19 @@ class AgentRun(models.Model):
     # [{"role": "user" | "assistant", "content": str}] (the OpenAI-compatible endpoint, api/): the
     # branch's later turns see them too, before its own turns (selectors.conversation_context).
     prelude = models.JSONField(default=list, blank=True)
+    # What it was allowed when it started (agent/allowed.py): {"rights": the person's rights under
+    # its assistant's choices (rights.effective.Rights.record()), "assistant": {"id", "version",
+    # "name"} or None}. The worker narrows it by the person's rights as they stand at each attempt.
+    allowed = models.JSONField(default=dict, blank=True)
+    # The version of the assistant it was started with (None: none, or the assistant is gone; the
+    # `allowed` record keeps its name and version number).
+    assistant_version = models.ForeignKey(
+        "assistants.AssistantVersion",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="runs",
+    )
 
     class Meta:
         ordering = ("-created_at",)

@@ -18,6 +18,7 @@ from django.utils import timezone
 from accounting.quotas import Standing, charge_run_start, reached_before_start
 from accounting.send_rate import TooFast, count_send
 from agent.abandoned import end_if_abandoned, without_a_process
+from agent.allowed import allowed_at_start
 from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
 from agent.models import FINISHED, LIVE, AgentRun, Conversation, QueuedTask, Rating, RunFeedback
 from agent.queue import abort_job, defer_run
@@ -30,6 +31,8 @@ from agent.selectors import (
     runs_for,
 )
 from agent.signals import stop_requested
+from assistants.models import Assistant, AssistantVersion
+from assistants.versions import latest_version
 from core.ending import run_end
 from core.events import PersonSaid, RunStatus
 from core.guards import Limits
@@ -37,6 +40,7 @@ from core.instructions import INSTRUCTIONS_CHARS
 from core.llm import Message
 from core.state import RunState
 from core.text import excerpt
+from rights.effective import Rights
 
 logger = logging.getLogger(__name__)
 
@@ -169,9 +173,16 @@ def new_run(
     api_key: dict[str, Any] | None = None,
     prelude: list[Message] | None = None,
 ) -> AgentRun:
-    """The run's row, queued, its task and model checked already."""
+    """The run's row, queued, its task and model checked already, with what it is allowed: the
+    person's rights under the choices of its conversation's assistant (a model outside them is
+    refused here, whatever asked for it)."""
+    version = assistant_version_for(conversation)
+    allowed = allowed_at_start(user, version)
+    check_model_allowed(Rights.from_record(allowed["rights"]), choice.name)
     return AgentRun.objects.create(
         user=user,
+        allowed=allowed,
+        assistant_version=version,
         conversation=conversation,
         parent_id=parent,
         chosen_at=timezone.now(),
@@ -181,6 +192,30 @@ def new_run(
         limits=dataclasses.asdict(limits or default_limits()),
         api_key=api_key,
         prelude=prelude or [],
+    )
+
+
+def assistant_version_for(conversation: Conversation | None) -> AssistantVersion | None:
+    """The version of its assistant a new turn of `conversation` runs with: the latest."""
+    if conversation is None or conversation.assistant_id is None:
+        return None
+    return latest_version(conversation.assistant)
+
+
+def check_model_allowed(rights: Rights, name: str) -> None:
+    """Refuse a model outside the person's rights (rights.effective), saying which they have:
+    whatever the page or program asked (a tampered form, a forged request)."""
+    if rights.allows_model(name):
+        return
+    if not rights.models:
+        raise ModelNotOffered(
+            "Your groups give you no model to run on, so nothing was sent. Ask an operator to add "
+            "you to a group that may use one."
+        )
+    names = ", ".join(sorted(rights.models))
+    raise ModelNotOffered(
+        f"You may not use the model {excerpt(name, 80)!r}; nothing was sent. The models you may "
+        f"use: {names}."
     )
 
 
@@ -261,6 +296,7 @@ def submit_first_run(
     api_key: dict[str, Any] | None = None,
     instructions: str = "",
     prelude: list[Message] | None = None,
+    assistant: Assistant | None = None,
 ) -> AgentRun:
     """Start a new conversation with `task`; if the run is refused, no conversation is kept.
     As start_run and submit_run do, in one transaction without their savepoints: the
@@ -268,15 +304,23 @@ def submit_first_run(
     locked and read again, and its first turn follows none (seven statements fewer a send).
 
     `instructions`: the conversation's (INSTRUCTIONS_CHARS at most); `prelude`: the messages a
-    program gave before the task (AgentRun.prelude), which the model reads before it."""
+    program gave before the task (AgentRun.prelude), which the model reads before it.
+    `assistant`: the one the conversation is started with (one `user` may use: the caller's
+    check); with no model asked for, its model if it names one."""
     task = clean_task(task)
+    if assistant is not None and not model:
+        model = assistant.model
     check_instructions(instructions)
     choice = recordable(model if isinstance(model, ModelChoice) else resolve(model))
     with transaction.atomic():
         check_room_for_a_run(user.pk)
         check_quota(user.pk)
         conversation = Conversation.objects.create(
-            owner=user, title=title_from(task), model=choice.name, instructions=instructions
+            owner=user,
+            title=title_from(task),
+            model=choice.name,
+            instructions=instructions,
+            assistant=assistant,
         )
         run = new_run(user, task, choice, conversation, None, api_key=api_key, prelude=prelude)
         charge_run_start(user.pk, run.pk, conversation.pk)

@@ -19,6 +19,7 @@ from agent.llm.factory import (
 )
 from agent.llm.tokens import count_tokens
 from agent.models import FINISHED, AgentRun, Conversation, PersonalInstructions, RunEvent
+from assistants.models import AssistantVersion
 from core.events import Event, MemoriesRecalled, Unreadable, event_from_dict, loaded
 from core.history import loop_note
 from core.instructions import Instructions
@@ -306,7 +307,22 @@ def instructions_for(run: AgentRun) -> Instructions:
     conversation = Conversation.objects.filter(pk=run.conversation_id).values_list(  # type: ignore[misc]
         "instructions", flat=True
     )
-    return Instructions(person=person.first() or "", conversation=conversation.first() or "")
+    return Instructions(
+        person=person.first() or "",
+        conversation=conversation.first() or "",
+        assistant=assistant_instructions(run),
+    )
+
+
+def assistant_instructions(run: AgentRun) -> str:
+    """The instructions of the assistant version the run was started with ("" for none): the
+    version's, so an edit of the assistant since changes nothing of this run."""
+    if run.assistant_version_id is None:
+        return ""
+    snapshot = AssistantVersion.objects.filter(pk=run.assistant_version_id).values_list(
+        "snapshot", flat=True
+    )
+    return str((snapshot.first() or {}).get("instructions", ""))
 
 
 class Branch(NamedTuple):

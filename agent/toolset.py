@@ -7,6 +7,7 @@ from django.contrib.auth.models import User
 
 from mcp_servers.tools import tools_for, withdrawn
 from memory.tools import REMEMBER
+from rights.effective import Rights, rights_of
 from tools.base import ToolRegistry
 from tools.registry import BUILTIN_TOOLS, registry_of
 
@@ -16,7 +17,13 @@ def default_registry() -> ToolRegistry:
     return registry_of([*BUILTIN_TOOLS, REMEMBER])
 
 
-def registry_for(user: User) -> ToolRegistry:
-    """The tools of a run of `user`: Loop's own and their MCP tools, nobody else's (and why one
-    of their MCP tools not among them may not be called, for a call asked for before)."""
-    return registry_of([*BUILTIN_TOOLS, REMEMBER, *tools_for(user)], partial(withdrawn, user))
+def registry_for(user: User, rights: Rights | None = None) -> ToolRegistry:
+    """The tools of a run of `user`: Loop's own and their MCP tools, nobody else's, those only
+    that `rights` allow (agent.allowed.allowed_now; None: the person's rights as they stand).
+    A tool outside them is not offered, and a call of it is refused like an unknown tool's (with
+    why one of their MCP tools not among them may not be called, for a call asked for before)."""
+    rights = rights_of(user) if rights is None else rights
+    remembering = [REMEMBER] if rights.memory else []  # an assistant without memory: no `remember`
+    tools = [*BUILTIN_TOOLS, *remembering, *tools_for(user)]
+    allowed = [tool for tool in tools if rights.allows_tool(tool.name, tool.server_id)]
+    return registry_of(allowed, partial(withdrawn, user))

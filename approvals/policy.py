@@ -12,11 +12,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from pydantic import ValidationError
 
+from agent.allowed import allowed_now
 from agent.models import AgentRun
 from agent.toolset import default_registry, registry_for
 from approvals.models import ApprovalMode, ApprovalPreference, SiteToolPolicy, ToolGrant
 from core.approval import Approval, Ask
 from core.llm import ToolCall
+from rights.effective import Rights
 from tools.base import Tool, ToolContext
 
 logger = logging.getLogger(__name__)
@@ -125,6 +127,9 @@ class Policy:
     modes: Modes
     preference: ApprovalPreference
     granted: set[Granted]
+    # The tools the run's rights ask about (its person's groups, its assistant: rights.effective),
+    # whatever the person chose or granted: stricter than the site, never looser.
+    rights_ask: frozenset[str] = frozenset()
 
     def __call__(self, call: ToolCall) -> Ask | None:
         tool = self.tools.get(call.name)
@@ -138,6 +143,8 @@ class Policy:
     def why(self, tool: str) -> str | None:
         if self.modes.get(tool) == ApprovalMode.ASK:
             return f"The site asks before every {tool} call."
+        if tool in self.rights_ask:
+            return f"Your group or assistant asks before every {tool} call."
         if person_asks(self.preference, tool) and not self.allowed(tool):
             return f"You asked to decide before {tool} runs."
         return None
@@ -174,31 +181,48 @@ class Policy:
 class LazyPolicy:
     """The run's policy, read at its first tool call: a run that calls none reads nothing."""
 
-    def __init__(self, run: AgentRun, context: ToolContext, tools: dict[str, Tool] | None) -> None:
-        self.run, self.context, self.tools = run, context, tools
+    def __init__(
+        self,
+        run: AgentRun,
+        context: ToolContext,
+        tools: dict[str, Tool] | None,
+        rights: Rights | None = None,
+    ) -> None:
+        self.run, self.context, self.tools, self.rights = run, context, tools, rights
         self.policy: Policy | None = None
 
     def __call__(self, call: ToolCall) -> Ask | None:
         if self.policy is None:
-            self.policy = policy_for(self.run, self.context, self.tools)
+            self.policy = policy_for(self.run, self.context, self.tools, self.rights)
         return self.policy(call)
 
 
-def policy_for(run: AgentRun, context: ToolContext, tools: dict[str, Tool] | None = None) -> Policy:
-    """`tools`: the run's own, when its worker has them already (else read: its person's)."""
+def policy_for(
+    run: AgentRun,
+    context: ToolContext,
+    tools: dict[str, Tool] | None = None,
+    rights: Rights | None = None,
+) -> Policy:
+    """`tools`: the run's own, when its worker has them already (else read: its person's);
+    `rights`: what the run may use at this attempt (else read: agent.allowed.allowed_now)."""
+    rights = allowed_now(run) if rights is None else rights
     return Policy(
-        tools=registry_for(run.user).tools if tools is None else tools,
+        tools=registry_for(run.user, rights).tools if tools is None else tools,
         context=context,
         modes=site_modes(),
         preference=preference_of(run.user),
         granted=granted_tools(run.conversation_id),
+        rights_ask=rights.ask,
     )
 
 
 def approval_for(
-    run: AgentRun, context: ToolContext, tools: dict[str, Tool] | None = None
+    run: AgentRun,
+    context: ToolContext,
+    tools: dict[str, Tool] | None = None,
+    rights: Rights | None = None,
 ) -> Approval:
-    return LazyPolicy(run, context, tools)
+    return LazyPolicy(run, context, tools, rights)
 
 
 def revoke_grant(user: User, conversation_id: int, tool: str) -> int:

@@ -19,10 +19,12 @@ _PREFERENCES = (
 
 @dataclass(frozen=True)
 class Instructions:
-    """What the person asked of every run (`person`) and of this conversation's runs."""
+    """What the person asked of every run (`person`) and of this conversation's runs, and what
+    the assistant they started it with asks (`assistant`)."""
 
     person: str = ""
     conversation: str = ""
+    assistant: str = ""  # the instructions of the assistant the conversation was started with
 
 
 NO_INSTRUCTIONS = Instructions()
@@ -38,6 +40,11 @@ def bounded(text: str) -> str:
 def instructions_section(instructions: Instructions) -> str:
     """What the system prompt adds for the instructions (nothing for none)."""
     parts = (
+        (
+            "The instructions of the assistant they chose",
+            "assistant instructions",
+            instructions.assistant,
+        ),
         ("How to answer them", "person's instructions", instructions.person),
         (
             "Instructions for this conversation",

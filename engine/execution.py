@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from accounting.quotas import turn_allowance
 from agent.abandoned import ended_from_log
+from agent.allowed import allowed_now
 from agent.llm.factory import OPENAI, ModelChoice, llm_for
 from agent.llm.gate import TakingTurns
 from agent.models import FINISHED, AgentRun, RunResume
@@ -50,12 +51,13 @@ from core.guards import RunReleased, failure_count, trip_detail
 from core.history import counted_turns, loop_note
 from core.interrupt import Interrupt, StopReason
 from core.llm import LLM
-from core.loop import Limits, Tools, run_agent
+from core.loop import Limits, Tools, recall_nothing, run_agent
 from core.recalled import RecalledMemory
 from core.results import ToolStatus
 from core.state import RunState, apply, replay
 from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
+from rights.effective import Rights
 from sandbox.fence import raise_fence
 from sandbox.host import SandboxHost
 from tools.base import BoundTools, ToolContext
@@ -381,9 +383,10 @@ def work(
         llm = llm or taking_turns(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
         )
-        tools = tools or tools_for(run, stopped=interrupt.is_set, sandbox=sandbox)
+        rights = allowed_now(run)  # what it was allowed, under its person's rights as they are now
+        tools = tools or tools_for(run, stopped=interrupt.is_set, sandbox=sandbox, rights=rights)
         known = tools.registry.tools if isinstance(tools, BoundTools) else None
-        approval = approval_for(run, tool_context(run), known)
+        approval = approval_for(run, tool_context(run), known, rights)
         allowance = turn_allowance(run.user_id)
     except Exception as error:
         logger.exception("Run %s could not start", run.pk)
@@ -407,7 +410,7 @@ def work(
             tools=tools,
             sink=recorder,
             limits=limits,
-            recall=partial(recall_for, run.user),
+            recall=partial(recall_for, run.user) if rights.memory else recall_nothing,
             history=conversation_context(run),
             interrupt=interrupt,
             resume=resume,
@@ -435,7 +438,9 @@ def work(
     if not recorder.finished:  # the loop could not log its end: the run's row gets it anyway
         recorder.write_end(result.end)
     read_again(run)
-    if not result.answer_cut:  # an answer cut short is shown, never recalled as a fact
+    # An answer cut short is shown, never recalled as a fact; an assistant without memory's
+    # outcomes are not remembered.
+    if not result.answer_cut and rights.memory:
         remember_outcome(run, result)
     return run
 
@@ -660,12 +665,13 @@ def tools_for(
     run: AgentRun,
     stopped: Callable[[], bool] | None = None,
     sandbox: SandboxHost | None = None,
+    rights: Rights | None = None,
 ) -> Tools:
     """The tools as the run sees them: acting for its owner, in the owner's workspace, running
     snippets in `sandbox`. A sandbox that starts once `stopped()` is true is killed at once (the
     run was stopped meanwhile)."""
     context = dataclasses.replace(tool_context(run), stopped=stopped, sandbox=sandbox)
-    return registry_for(run.user).bind(context)
+    return registry_for(run.user, allowed_now(run) if rights is None else rights).bind(context)
 
 
 def tool_context(run: AgentRun) -> ToolContext:

@@ -69,6 +69,8 @@ INSTALLED_APPS = [
     "procrastinate.contrib.django",
     "axes",
     "accounting",
+    "rights",
+    "assistants",
     "agent",
     "approvals",
     "engine",
@@ -81,6 +83,8 @@ INSTALLED_APPS = [
     "accounts",
     "chat",
     "mcp_servers",
+    "identity",
+    "sharing",
     "ninja",  # the API's docs page, its Swagger UI served from static files (no CDN)
     "api",
 ]
@@ -414,6 +418,15 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+# Loop for an organisation (docs/organisations.md). What a person in no group with rights may use
+# (rights/effective.py): `all` (everything the site offers) or `none` (no model, no tool).
+LOOP_UNGROUPED_RIGHTS = env_choice("LOOP_UNGROUPED_RIGHTS", "all", ("all", "none"))
+# >>> identity settings
+# <<< identity settings
+# >>> assistants settings
+# <<< assistants settings
+# >>> sharing settings
+# <<< sharing settings
 LOOP_USER_ACTIVE_RUNS = env_int("LOOP_USER_ACTIVE_RUNS", 2)  # queued or running, per user
 LOOP_CONVERSATION_TOKENS = env_int("LOOP_CONVERSATION_TOKENS", 4000)  # earlier turns in context
 
@@ -501,6 +514,10 @@ LOGGING = {
                 "metrics",
                 "tracing",
                 "notifications",
+                "rights",
+                "assistants",
+                "identity",
+                "sharing",
             ),
             *("loopsite", "django", "daphne"),
         )

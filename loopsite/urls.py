@@ -17,6 +17,8 @@ urlpatterns = [
     path("settings/keys/", include("api.page_urls")),
     path("settings/notifications/", include("notifications.urls")),
     path("settings/", include("accounts.settings_urls")),
+    # >>> organisation urls (identity: /oidc/…; assistants: /assistants/…; sharing: /shared/…)
+    # <<< organisation urls
     path("", include("chat.urls")),
 ]
 

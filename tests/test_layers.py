@@ -1,10 +1,11 @@
 """The layers read core -> netguard -> workspace -> sandbox -> tools -> memory -> mcp_servers ->
-accounting -> agent -> approvals -> engine -> metrics -> tracing -> notifications -> {console,
-chat, accounts, api}, one way: a lower layer never imports a higher one, nor names a higher app's
-model in its schema or its migrations. core, the loop and its vocabulary, is the bottom: no
-Django, nothing else of Loop; netguard, the HTTP policies the model clients and the MCP servers'
-connections share, no Django either; sandbox, what runs a snippet, is a plain package too. One
-HTTP client library: httpx2 (the MCP SDK's), never httpx."""
+accounting -> rights -> assistants -> agent -> approvals -> engine -> metrics -> tracing ->
+notifications -> {console, chat, accounts, api, identity, sharing}, one way: a lower layer never
+imports a higher one, nor names a higher app's model in its schema or its migrations. core, the
+loop and its vocabulary, is the bottom: no Django, nothing else of Loop; netguard, the HTTP
+policies the model clients and the MCP servers' connections share, no Django either; sandbox,
+what runs a snippet, is a plain package too. One HTTP client library: httpx2 (the MCP SDK's),
+never httpx."""
 
 import ast
 import sys
@@ -26,6 +27,8 @@ ORDER = [
     "memory",
     "mcp_servers",
     "accounting",
+    "rights",
+    "assistants",
     "agent",
     "approvals",
     "engine",
@@ -33,7 +36,7 @@ ORDER = [
     "tracing",
     "notifications",
 ]
-TOP = {"console", "chat", "accounts", "api"}
+TOP = {"console", "chat", "accounts", "api", "identity", "sharing"}
 LAYERS = [*ORDER, *sorted(TOP)]
 HIGHER = {layer: {*ORDER[at + 1 :], *TOP} for at, layer in enumerate(ORDER)}
 # The layers that are Django apps: core (the bottom), netguard (Loop's HTTP policies) and sandbox

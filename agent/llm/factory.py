@@ -22,6 +22,7 @@ from agent.llm.groq import GroqLLM
 from agent.llm.mock import MockLLM
 from agent.llm.openai_compat import OpenAICompatibleLLM
 from core.llm import LLM
+from rights.effective import Rights
 
 MOCK = "mock"
 GROQ = GroqLLM.provider
@@ -120,10 +121,13 @@ def _on_openai_compatible(choice: ModelChoice) -> ModelChoice:
     return choice
 
 
-def offered_models() -> list[ModelChoice]:
+def offered_models(rights: Rights | None = None) -> list[ModelChoice]:
     """The models a person may pick from: the default, then LOOP_MODELS' others, each only if it
-    can run here. Empty when none can."""
+    can run here, and, given a person's `rights` (rights.effective.rights_of), only those they
+    may use. Empty when none can."""
     names = [default_model(), *settings.LOOP_MODELS]
+    if rights is not None:
+        names = [name for name in names if rights.allows_model(parse(name).name)]
     offered: list[ModelChoice] = []
     for name in names:
         try:
