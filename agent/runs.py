@@ -197,7 +197,7 @@ def new_run(
 
 def assistant_version_for(conversation: Conversation | None) -> AssistantVersion | None:
     """The version of its assistant a new turn of `conversation` runs with: the latest."""
-    if conversation is None or conversation.assistant_id is None:
+    if conversation is None or conversation.assistant is None:
         return None
     return latest_version(conversation.assistant)
 
