@@ -51,9 +51,10 @@ from core.guards import RunReleased, failure_count, trip_detail
 from core.history import counted_turns, loop_note
 from core.interrupt import Interrupt, StopReason
 from core.llm import LLM
-from core.loop import Limits, Tools, recall_nothing, run_agent
+from core.loop import Limits, Tools, run_agent
 from core.recalled import RecalledMemory
 from core.results import ToolStatus
+from core.run import recall_nothing
 from core.state import RunState, apply, replay
 from memory.hygiene import carries_nothing, files_written, outcome_text, worth_an_outcome
 from memory.store import recall, remember
