@@ -61,9 +61,8 @@ def through_provider(page: Page, provider: Provider, login: str) -> None:
 
 
 def api_status(provider: Provider, secret: str) -> int:
-    request = urllib.request.Request(
-        f"{provider.loop_url}/api/v1/conversations", headers={"Authorization": f"Bearer {secret}"}
-    )
+    address = f"{provider.loop_url}/api/v1/conversations"
+    request = urllib.request.Request(address, headers={"Authorization": f"Bearer {secret}"})  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
             return response.status
@@ -72,7 +71,9 @@ def api_status(provider: Provider, secret: str) -> int:
 
 
 def test_a_person_signs_in_through_the_provider_and_gets_only_allowed_groups(
-    oidc_provider, sign_in_site, browser
+    oidc_provider,  # noqa: F811
+    sign_in_site,  # noqa: F811
+    browser,
 ):
     oidc_provider.people(ALICE)
     with sign_in_site(LOOP_SIGNUP="open", LOOP_OIDC_GROUPS=ALLOWED):
@@ -88,8 +89,10 @@ def test_a_person_signs_in_through_the_provider_and_gets_only_allowed_groups(
         expect(page.locator("form[action='/accounts/logout/']").first).to_be_attached()
 
     alice = db(lambda: User.objects.get(username="alice"))
-    assert alice.is_active and alice.email == "alice@example.org"
-    assert not alice.is_staff and not alice.is_superuser
+    assert alice.is_active
+    assert alice.email == "alice@example.org"
+    assert not alice.is_staff
+    assert not alice.is_superuser
     assert db(lambda: set(alice.groups.values_list("name", flat=True))) == {"analysts"}
     assert not db(lambda: Group.objects.filter(name__in=["outsiders", "staff"]).exists())
     identity = db(lambda: ProviderIdentity.objects.get(user=alice))
@@ -98,7 +101,9 @@ def test_a_person_signs_in_through_the_provider_and_gets_only_allowed_groups(
 
 
 def test_under_approval_the_first_sign_in_waits_for_an_operator(
-    oidc_provider, sign_in_site, browser
+    oidc_provider,  # noqa: F811
+    sign_in_site,  # noqa: F811
+    browser,
 ):
     oidc_provider.people(ALICE)
     with sign_in_site(LOOP_SIGNUP="approve", LOOP_OIDC_GROUPS=ALLOWED):
@@ -111,7 +116,11 @@ def test_under_approval_the_first_sign_in_waits_for_an_operator(
 
 
 def test_a_person_the_provider_removes_loses_sessions_and_keys_and_is_refused(
-    oidc_provider, sign_in_site, browser, manage, worker_env
+    oidc_provider,  # noqa: F811
+    sign_in_site,  # noqa: F811
+    browser,
+    manage,
+    worker_env,
 ):
     oidc_provider.people(ALICE)
     with sign_in_site(LOOP_SIGNUP="open", LOOP_OIDC_GROUPS=ALLOWED) as url:
@@ -151,7 +160,9 @@ def test_a_person_the_provider_removes_loses_sessions_and_keys_and_is_refused(
 
 
 def test_a_callback_works_once_and_a_provider_refusal_is_shown(
-    oidc_provider, sign_in_site, browser
+    oidc_provider,  # noqa: F811
+    sign_in_site,  # noqa: F811
+    browser,
 ):
     oidc_provider.people(ALICE)
     with sign_in_site(LOOP_SIGNUP="open", LOOP_OIDC_GROUPS=ALLOWED) as url:
@@ -164,7 +175,8 @@ def test_a_callback_works_once_and_a_provider_refusal_is_shown(
             ),
         )
         through_provider(page, oidc_provider, "alice-0001")
-        assert page.url == f"{url}/" and len(callbacks) == 1
+        assert page.url == f"{url}/"
+        assert len(callbacks) == 1
 
         # The same browser, its session still signed in: the used state is gone.
         replayed = page.request.get(callbacks[0], max_redirects=0)
@@ -188,7 +200,11 @@ def test_a_callback_works_once_and_a_provider_refusal_is_shown(
         other.screenshot(path=ARTIFACTS / "identity-refused.png", full_page=True)
 
 
-def test_a_local_account_of_the_same_name_is_never_taken_over(oidc_provider, sign_in_site, browser):
+def test_a_local_account_of_the_same_name_is_never_taken_over(
+    oidc_provider,  # noqa: F811
+    sign_in_site,  # noqa: F811
+    browser,
+):
     local = db(lambda: User.objects.create_user("alice", email="alice@example.org"))
     oidc_provider.people(ALICE)
     with sign_in_site(LOOP_SIGNUP="open"):

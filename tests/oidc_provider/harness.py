@@ -9,6 +9,7 @@ person from the organisation between two requests."""
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import urllib.request
@@ -63,8 +64,9 @@ def free_port() -> int:
 
 @contextmanager
 def serve_provider(loop_port: int) -> Iterator[Provider]:
-    if not (DIRECTORY / "node_modules" / "oidc-provider").is_dir():
-        pytest.fail("The test provider is not installed: run `make oidc-provider-deps`.")
+    node = shutil.which("node")
+    if node is None or not (DIRECTORY / "node_modules" / "oidc-provider").is_dir():
+        pytest.fail("The test provider needs node and `make oidc-provider-deps`.")
     port = free_port()
     with tempfile.TemporaryDirectory() as scratch:
         provider = Provider(f"http://127.0.0.1:{port}", loop_port, Path(scratch) / "people.json")
@@ -78,7 +80,7 @@ def serve_provider(loop_port: int) -> Iterator[Provider]:
             "OIDC_ACCOUNTS": str(provider.accounts),
         }
         server = subprocess.Popen(
-            ["node", "server.mjs"],
+            [node, "server.mjs"],
             cwd=DIRECTORY,
             env=env,
             stdout=subprocess.DEVNULL,
