@@ -8,7 +8,7 @@ answers anything else, changes nothing, and the log says so. Run by a periodic j
 
 import enum
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import requests
 from django.conf import settings
@@ -109,7 +109,7 @@ def remove(identity: ProviderIdentity) -> None:
     logger.warning("Re-check: the provider no longer admits %s; account deactivated", identity)
 
 
-def end_access(user: User, now: object = None) -> None:
+def end_access(user: User, now: datetime | None = None) -> None:
     """Deactivated, every session deleted, every API key revoked. A deactivated account's
     sessions would sign no one in anyway (Django's get_user asks is_active), and its keys would
     not work (api.keys.key_for); deleting and revoking keeps it so if it is reactivated."""

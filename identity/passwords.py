@@ -8,7 +8,6 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
-from django.contrib.auth.backends import BaseBackend
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest
@@ -33,8 +32,10 @@ def password_allowed(user: User | None) -> bool:
     return mode == ALL or (mode == OPERATORS and user is not None and user.is_staff)
 
 
-class PasswordRule(BaseBackend):
-    """Signs no one in itself: it refuses the password check the site's mode forbids."""
+class PasswordRule:
+    """Signs no one in itself: it refuses the password check the site's mode forbids. No
+    `get_user` (nor BaseBackend's, which answers None): a backend with one is what Django's
+    test client and `login()` may record in a session, and this one loads nobody."""
 
     def authenticate(
         self,
