@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8095
 
-.PHONY: model-note run worker test test-fast lint format migrate upgrade system-deps browser-deps
+.PHONY: model-note run worker test test-fast lint format migrate upgrade system-deps browser-deps oidc-provider-deps
 
 # run_code's sandbox needs bubblewrap and a system Python under /usr (a root worker runs each
 # user's snippets as a numeric uid of their own, so no account needs creating). As root on Debian
@@ -36,6 +36,19 @@ browser-deps:
 	    exit 1; \
 	  fi; \
 	fi
+
+# The sign-in tests run a real OpenID Connect provider (the certified oidc-provider on Node,
+# tests/oidc_provider/), installed from its lock with `npm ci`; the stamp is rebuilt whenever the
+# lock changes, so a second `make` installs nothing. Only `make test` needs it.
+OIDC_PROVIDER := tests/oidc_provider
+oidc-provider-deps: $(OIDC_PROVIDER)/node_modules/.installed
+$(OIDC_PROVIDER)/node_modules/.installed: $(OIDC_PROVIDER)/package-lock.json
+	@if ! command -v node >/dev/null || ! command -v npm >/dev/null; then \
+	  echo "Missing node and npm for the sign-in tests' provider. Install them: sudo apt-get install nodejs npm"; \
+	  exit 1; \
+	fi
+	npm ci --prefix $(OIDC_PROVIDER) --no-audit --no-fund --silent
+	touch $@
 
 # Installs come from the locks, every package pinned with its hashes, so a fresh clone gets
 # exactly the tree CI tested (pip itself included). The stamp is rebuilt whenever a lock
@@ -101,7 +114,7 @@ worker: migrate
 # CI log says where the suite's minutes go.
 TEST_WORKERS ?= 4
 DURATIONS ?= 30
-test: $(VENV)/.installed system-deps browser-deps
+test: $(VENV)/.installed system-deps browser-deps oidc-provider-deps
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not serial" --durations=$(DURATIONS)
 	$(BIN)/pytest -m serial --durations=$(DURATIONS)
 

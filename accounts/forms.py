@@ -39,6 +39,11 @@ class LoginForm(AuthenticationForm):
         except ValidationError as refused:
             if refused.code == "invalid_login" and self.waits_for_approval():
                 raise ValidationError(WAITING_MESSAGE, code="waiting_for_approval") from None
+            # LOOP_PASSWORD_LOGIN refused a right password (identity.passwords.PasswordRule).
+            if refused.code == "invalid_login" and (
+                reason := getattr(self.request, "password_refused", "")
+            ):
+                raise ValidationError(reason, code="password_refused") from None
             raise
 
     def waits_for_approval(self) -> bool:

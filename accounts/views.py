@@ -39,7 +39,8 @@ NAME_UNAVAILABLE = "That name is taken, or looks too much like one that is. Choo
 @require_http_methods(["GET", "POST"])
 def signup(request: HttpRequest) -> HttpResponse:
     mode = settings.LOOP_SIGNUP
-    if mode == "off":
+    # Password accounts are made only where passwords sign people in (LOOP_PASSWORD_LOGIN).
+    if mode == "off" or settings.LOOP_PASSWORD_LOGIN in ("operators", "off"):
         return render(request, "registration/signup_closed.html", status=403)
     form = SignUpForm(request.POST or None)
     if request.method == "POST" and form.is_valid():

@@ -422,6 +422,42 @@ AXES_VERBOSE = False
 # (rights/effective.py): `all` (everything the site offers) or `none` (no model, no tool).
 LOOP_UNGROUPED_RIGHTS = env_choice("LOOP_UNGROUPED_RIGHTS", "all", ("all", "none"))
 # >>> identity settings
+# Sign-in through the organisation's OpenID Connect provider (identity/, docs/organisations.md),
+# with mozilla-django-oidc doing state, nonce and PKCE; identity/ adds discovery and the ID
+# token's issuer and audience. Without LOOP_OIDC_ISSUER there is no provider: no backend, no URLs,
+# no button. identity/checks.py refuses a malformed configuration (`manage.py check`).
+LOOP_OIDC_ISSUER = env_str("LOOP_OIDC_ISSUER").rstrip("/")
+LOOP_OIDC_CLIENT_ID = env_str("LOOP_OIDC_CLIENT_ID")
+LOOP_OIDC_CLIENT_SECRET = env_str("LOOP_OIDC_CLIENT_SECRET")
+LOOP_OIDC_NAME = env_str("LOOP_OIDC_NAME", "your organisation")
+# offline_access: the provider gives a refresh token, which the re-check presents to learn whether
+# the person is still admitted (identity/deprovisioning.py).
+LOOP_OIDC_SCOPES = env_str("LOOP_OIDC_SCOPES", "openid email profile offline_access")
+LOOP_OIDC_AUTH_PARAMS = env_str("LOOP_OIDC_AUTH_PARAMS")  # extra query, e.g. access_type=offline
+LOOP_OIDC_USERNAME_CLAIM = env_str("LOOP_OIDC_USERNAME_CLAIM", "preferred_username")
+LOOP_OIDC_GROUPS_CLAIM = env_str("LOOP_OIDC_GROUPS_CLAIM", "groups")
+LOOP_OIDC_GROUPS = env_list("LOOP_OIDC_GROUPS", [])  # the groups the provider may set
+LOOP_OIDC_STAFF_GROUP = env_str("LOOP_OIDC_STAFF_GROUP")  # its members are staff; unset: nobody
+LOOP_OIDC_TIMEOUT_SECONDS = env_float("LOOP_OIDC_TIMEOUT_SECONDS", 10.0)
+LOOP_OIDC_RECHECK_MINUTES = env_int("LOOP_OIDC_RECHECK_MINUTES", 60)
+# Password sign-in: all, operators (staff only: the break-glass) or off. Read as written and
+# checked by identity/checks.py, so `manage.py check` names a wrong value.
+LOOP_PASSWORD_LOGIN = env_str("LOOP_PASSWORD_LOGIN", "all").lower()
+AUTHENTICATION_BACKENDS.insert(1, "identity.passwords.PasswordRule")  # before ModelBackend
+if LOOP_OIDC_ISSUER:
+    AUTHENTICATION_BACKENDS.append("identity.backend.ProviderBackend")
+    OIDC_RP_CLIENT_ID = LOOP_OIDC_CLIENT_ID
+    OIDC_RP_CLIENT_SECRET = LOOP_OIDC_CLIENT_SECRET
+    OIDC_RP_SCOPES = LOOP_OIDC_SCOPES
+    OIDC_USE_NONCE = True
+    OIDC_USE_PKCE = True
+    OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+    OIDC_TIMEOUT = LOOP_OIDC_TIMEOUT_SECONDS
+    OIDC_CREATE_USER = True  # identity.signin decides, following LOOP_SIGNUP
+    OIDC_STORE_ACCESS_TOKEN = False
+    OIDC_STORE_ID_TOKEN = False
+    OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+    LOGIN_REDIRECT_URL_FAILURE = "login"
 # <<< identity settings
 # >>> assistants settings
 # <<< assistants settings

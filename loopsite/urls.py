@@ -18,6 +18,7 @@ urlpatterns = [
     path("settings/notifications/", include("notifications.urls")),
     path("settings/", include("accounts.settings_urls")),
     # >>> organisation urls (identity: /oidc/…; assistants: /assistants/…; sharing: /shared/…)
+    path("oidc/", include("identity.urls")),  # empty unless LOOP_OIDC_ISSUER is set
     # <<< organisation urls
     path("", include("chat.urls")),
 ]
