@@ -18,6 +18,8 @@ urlpatterns = [
     path("settings/notifications/", include("notifications.urls")),
     path("settings/", include("accounts.settings_urls")),
     # >>> organisation urls (identity: /oidc/…; assistants: /assistants/…; sharing: /shared/…)
+    path("shared/", include("sharing.urls")),
+    path("settings/shared-links/", include("sharing.settings_urls")),
     # <<< organisation urls
     path("", include("chat.urls")),
 ]
