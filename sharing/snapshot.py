@@ -20,6 +20,8 @@ from agent import selectors
 from agent.models import AgentRun, Conversation
 from chat.rendering import Card, page_cards, pruned_cards, status_label
 from chat.texts import SHORT_TEXT_CHARS
+from core.events import RunResumed
+from core.wording import CONSOLE_WHO, resumed_text
 from workspace.markup import sanitised
 
 VERSION = 1
@@ -77,18 +79,27 @@ def snapshot_of(conversation: Conversation) -> dict[str, Any]:
 def turn_copy(run: AgentRun) -> dict[str, Any]:
     """One turn: its task, model, status and its cards as the chat draws them now, for no one
     in particular (no person's pending decisions or tool reviews)."""
-    cards = pruned_cards(run) if run.log_pruned else page_cards(run.pk, selectors.events_of(run))
+    events = [] if run.log_pruned else selectors.events_of(run)
+    cards = pruned_cards(run) if run.log_pruned else page_cards(run.pk, events)
+    # A marker says who continued the run as its owner reads it ("you"): here, as others do.
+    markers = {
+        f"ev-{run.pk}-{seq}": resumed_text(event.reason, event.by, who=CONSOLE_WHO)
+        for seq, event in events
+        if isinstance(event, RunResumed)
+    }
     return {
         "task": run.task[:SHORT_TEXT_CHARS],
         "task_cut": len(run.task) > SHORT_TEXT_CHARS,
         "model": run.model,
         "status": status_label(run.status),
-        "cards": [card_copy(card) for card in cards if card.partial in SHOWN_CARDS],
+        "cards": [card_copy(card, markers) for card in cards if card.partial in SHOWN_CARDS],
     }
 
 
-def card_copy(card: Card) -> dict[str, Any]:
+def card_copy(card: Card, markers: dict[str, str]) -> dict[str, Any]:
     data = {key: value for key, value in card.data.items() if key not in PRIVATE_DATA}
+    if card.partial == "marker" and card.id in markers:
+        data["text"] = markers[card.id]
     cuts = card.data.get("cuts") or []
     data["shortened"] = [{"what": cut["what"], "total": cut["total"]} for cut in cuts]
     # The data's values are str, numbers, booleans, lists and dicts of them (a StrEnum is a str).

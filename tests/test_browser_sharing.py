@@ -13,7 +13,9 @@ from sharing.models import LinkView, SharedLink
 from tests.test_browser import (
     ARTIFACTS,
     DEMO,
+    LAPTOP,
     PASSWORD,
+    PHONE,
     WAIT_MS,
     browser,
     db,
@@ -84,6 +86,10 @@ def test_a_conversation_shared_with_a_group_then_revoked(live_site, browser):
     expect(bob.locator("textarea, form.composer")).to_have_count(0)
     assert axe_violations(bob) == [], "the shared page"
     bob.screenshot(path=ARTIFACTS / "shared-page.png", full_page=True)
+    bob.set_viewport_size(PHONE)
+    assert bob.evaluate("document.documentElement.scrollWidth <= innerWidth"), "on a phone"
+    assert axe_violations(bob) == [], "the shared page on a phone"
+    bob.set_viewport_size(LAPTOP)
     with bob.expect_download() as fetched:
         bob.get_by_role("link", name="sum.txt").click()
     assert fetched.value.suggested_filename == "sum.txt"

@@ -7,14 +7,20 @@ CSRF holds on making and revoking; a person sees and revokes their own links onl
 lists and revokes every link."""
 
 import re
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
-from agent.models import AgentRun, Conversation
+from agent import runs
+from agent.models import AgentRun, Conversation, RunEvent
+from agent.retention import prune
 from agent.runs import delete_conversation, new_conversation, rename_conversation, start_run
+from core.events import RunStatus
+from core.loop import Limits
 from engine.execution import execute_run
 from memory.store import remember
 from sharing import links
@@ -232,3 +238,27 @@ def test_the_console_lists_and_revokes_every_link(alice, bob, shared, operator, 
     assert client_of(bob).get(path).status_code == 410
     revoked = client.get(reverse("admin:sharing_sharedlink_changelist") + "?state=revoked")
     assert "Sum and save" in revoked.content.decode()
+
+
+def test_the_copy_outlives_the_log_and_says_who_continued_as_others_read_it(alice, bob, settings):
+    """A run continued by its owner reads "you" in the owner's chat, "the owner" shared; and
+    the log pruned after sharing (its events gone) changes nothing the link shows."""
+    conversation = new_conversation(alice)
+    run = start_run(alice, DEMO, model="mock", conversation=conversation, limits=Limits(2))
+    assert execute_run(run).status == RunStatus.HALTED
+    run = execute_run(runs.continue_run(alice, run.pk))
+    assert run.status == RunStatus.SUCCEEDED
+    own = client_of(alice).get(reverse("chat:conversation", args=[conversation.pk])).text
+    assert "Continued: you asked it to go on" in own
+    path = share_link(client_of(alice), conversation)
+
+    settings.LOOP_KEEP_EVENTS_DAYS = 1
+    prune(now=timezone.now() + timedelta(days=2))  # the retention's pass, two days on
+    assert not RunEvent.objects.filter(run=run).exists()
+
+    html = client_of(bob).get(path).text
+    assert "Continued: the owner asked it to go on" in html
+    assert "you asked" not in html
+    assert "5050" in html
+    assert html.count('class="card tool') == 3
+    assert "Log pruned" not in html
