@@ -7,8 +7,12 @@ axe-core finds no violation on the dialog, the shared page, the list or the revo
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.urls import reverse
 from playwright.sync_api import Browser, Page, expect
 
+from agent.runs import new_conversation, start_run
+from engine.execution import execute_run
+from sharing import links
 from sharing.models import LinkView, SharedLink
 from tests.test_browser import (
     ARTIFACTS,
@@ -23,7 +27,7 @@ from tests.test_browser import (
     live_site,
     send,
 )
-from tests.test_browser_access import AXE, axe_violations
+from tests.test_browser_access import AXE, axe_violations, log_in
 from tests.test_web_browser_csp import watched_page
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -121,3 +125,38 @@ def test_a_conversation_shared_with_a_group_then_revoked(live_site, browser):
     assert "5050" not in bob.content()
     assert axe_violations(bob) == [], "the revoked page"
     assert violations == []  # the dialog's script and the pages under the site's CSP
+
+
+def test_an_operator_sees_and_revokes_a_link_in_the_console(live_site, browser):
+    """Staff see every link with its looks, open its audit, and revoke it: its viewer is refused
+    at once. axe-core finds nothing on the console's list, the link's page and the audit."""
+    db(people)
+    db(lambda: User.objects.create_superuser("root", "root@example.com", PASSWORD))
+    alice = db(lambda: User.objects.get(username="alice"))
+    conversation = db(lambda: new_conversation(alice))
+    db(lambda: execute_run(start_run(alice, DEMO, model="mock", conversation=conversation)))
+    token = db(lambda: links.share(alice, conversation.pk).token)
+    violations: list[str] = []
+    bob = logged_in(browser, live_site, "bob", violations)
+    assert bob.goto(f"{live_site}/shared/{token}/").status == 200
+
+    root = log_in(browser, live_site, "root", LAPTOP)
+    root.goto(f"{live_site}{reverse('admin:sharing_sharedlink_changelist')}")
+    row = root.locator("#result_list tbody tr")
+    expect(row).to_have_count(1)
+    expect(row).to_contain_text("alice")
+    expect(row).to_contain_text("everyone signed in")
+    expect(row).to_contain_text("● live")
+    assert axe_violations(root) == [], "the console's list of shared links"
+    row.get_by_role("link", name="1", exact=True).click()  # its looks
+    expect(root.locator("#result_list tbody tr")).to_contain_text("bob")
+    assert axe_violations(root) == [], "the console's audit of looks"
+    root.goto(f"{live_site}{reverse('admin:sharing_sharedlink_changelist')}")
+    root.locator("#result_list tbody tr th a").click()
+    assert axe_violations(root) == [], "the console's page of a link"
+    root.get_by_role("button", name="Revoke link").click()
+    expect(root.locator(".messagelist")).to_contain_text("Revoked the link")
+    assert bob.goto(f"{live_site}/shared/{token}/").status == 410
+    revoker = db(lambda: SharedLink.objects.values_list("revoked_by__username", flat=True).get())
+    assert revoker == "root"
+    assert violations == []
