@@ -20,6 +20,7 @@ PLACES = {
     "notifications": "notification_settings",
     "tools": "mcp_settings",
     "keys": "api_pages:keys",
+    "shared_links": "shared_links",
     "my_data": "my_data",
     "password": "password_change",
 }

@@ -462,6 +462,10 @@ if LOOP_OIDC_ISSUER:
 # >>> assistants settings
 # <<< assistants settings
 # >>> sharing settings
+# A shared conversation's copy (sharing/snapshot.py), and the files it carries when ticked, are
+# stored in the database: each is bounded, and a share over a bound is refused, saying which.
+LOOP_SHARE_SNAPSHOT_MAX_BYTES = env_int("LOOP_SHARE_SNAPSHOT_MAX_BYTES", 5 * 1024 * 1024)
+LOOP_SHARE_FILES_MAX_BYTES = env_int("LOOP_SHARE_FILES_MAX_BYTES", 20 * 1024 * 1024)
 # <<< sharing settings
 LOOP_USER_ACTIVE_RUNS = env_int("LOOP_USER_ACTIVE_RUNS", 2)  # queued or running, per user
 LOOP_CONVERSATION_TOKENS = env_int("LOOP_CONVERSATION_TOKENS", 4000)  # earlier turns in context

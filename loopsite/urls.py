@@ -19,6 +19,8 @@ urlpatterns = [
     path("settings/", include("accounts.settings_urls")),
     # >>> organisation urls (identity: /oidc/…; assistants: /assistants/…; sharing: /shared/…)
     path("oidc/", include("identity.urls")),  # empty unless LOOP_OIDC_ISSUER is set
+    path("shared/", include("sharing.urls")),
+    path("settings/shared-links/", include("sharing.settings_urls")),
     # <<< organisation urls
     path("", include("chat.urls")),
 ]
