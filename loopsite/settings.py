@@ -424,6 +424,9 @@ LOOP_UNGROUPED_RIGHTS = env_choice("LOOP_UNGROUPED_RIGHTS", "all", ("all", "none
 # >>> identity settings
 # <<< identity settings
 # >>> assistants settings
+# Whether a person may share an assistant of theirs with a group they belong to (assistants/):
+# `groups` or `off` (site assistants are shared by staff either way).
+LOOP_ASSISTANT_SHARING = env_choice("LOOP_ASSISTANT_SHARING", "groups", ("groups", "off"))
 # <<< assistants settings
 # >>> sharing settings
 # <<< sharing settings

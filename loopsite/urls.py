@@ -18,6 +18,7 @@ urlpatterns = [
     path("settings/notifications/", include("notifications.urls")),
     path("settings/", include("accounts.settings_urls")),
     # >>> organisation urls (identity: /oidc/…; assistants: /assistants/…; sharing: /shared/…)
+    path("assistants/", include("chat.assistants_urls")),
     # <<< organisation urls
     path("", include("chat.urls")),
 ]
