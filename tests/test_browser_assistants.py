@@ -13,6 +13,7 @@ from agent.models import AgentRun
 from assistants.models import Assistant
 from tests.test_assistants import made
 from tests.test_browser import (
+    ARTIFACTS,
     LAPTOP,
     PASSWORD,
     PHONE,
@@ -61,6 +62,7 @@ def test_a_conversation_is_started_with_an_assistant_by_keyboard(live_site, brow
     expect(options).to_have_count(2)
     page.keyboard.type("i")  # "ari": Arithmetician alone
     expect(options).to_have_count(1)
+    page.screenshot(path=ARTIFACTS / "assistants-slash.png")
     expect(options.first).to_have_attribute("aria-selected", "true")
     expect(combobox).to_have_attribute(
         "aria-activedescendant", f"assistant-option-{arithmetician.pk}"
@@ -108,6 +110,7 @@ def test_the_chip_removes_the_pick_before_the_first_send(live_site, browser):  #
     expect(last_turn(page).locator(".card.answer")).to_contain_text("391", timeout=WAIT_MS)
     assert db(lambda: AgentRun.objects.get().assistant_version) is None
     page.goto(f"{live_site}/assistants/")
+    page.screenshot(path=ARTIFACTS / "assistants-phone.png")
     assert axe_violations(page) == []
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= PHONE["width"]
