@@ -100,4 +100,5 @@ def test_the_runs_list_is_filtered_by_assistant(client, operator, alice, setting
     assert "a run with other" not in page
     assert "a run on its own" not in page
     everything = client.get(RUNS).content.decode()
-    assert all(task in everything for task in ("a run with helper", "a run with other", "a run on its own"))
+    tasks = ("a run with helper", "a run with other", "a run on its own")
+    assert all(task in everything for task in tasks)
