@@ -12,7 +12,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from agent.connections import statement_session
 from agent.models import LIVE, AgentRun, Conversation, QueuedTask
-from agent.runs import InvalidTask, clean_task, start_waiting
+from agent.runs import InvalidTask, check_assistant_usable, clean_task, start_waiting
 from agent.selectors import conversations_for
 from core.run import PersonMessage
 
@@ -38,6 +38,7 @@ def queue_task(user: User, conversation: Conversation, text: str, *, model: str 
     text = clean_task(text)
     with transaction.atomic():
         conversation = conversations_for(user).select_for_update().get(pk=conversation.pk)
+        check_assistant_usable(user, conversation)
         if conversation.queued_tasks.count() >= MAX_WAITING:
             raise InvalidTask(
                 f"{MAX_WAITING} tasks already wait in this conversation. Remove one, or wait "

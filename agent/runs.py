@@ -32,7 +32,7 @@ from agent.selectors import (
 )
 from agent.signals import stop_requested
 from assistants.models import Assistant, AssistantVersion
-from assistants.versions import latest_version
+from assistants.versions import assistants_for, latest_version
 from core.ending import run_end
 from core.events import PersonSaid, RunStatus
 from core.guards import Limits
@@ -59,6 +59,11 @@ class ModelNotOffered(InvalidTask):
 
 class OwnerGone(InvalidTask):
     pass
+
+
+class AssistantUnavailable(InvalidTask):
+    """A conversation's assistant the person may not use (any more): archived, no longer shared
+    with them, or never theirs (a forged id)."""
 
 
 class QuotaReached(InvalidTask):
@@ -175,7 +180,9 @@ def new_run(
 ) -> AgentRun:
     """The run's row, queued, its task and model checked already, with what it is allowed: the
     person's rights under the choices of its conversation's assistant (a model outside them is
-    refused here, whatever asked for it)."""
+    refused here, whatever asked for it). A conversation whose assistant the person may no
+    longer use takes no new turn."""
+    check_assistant_usable(user, conversation)
     version = assistant_version_for(conversation)
     allowed = allowed_at_start(user, version)
     check_model_allowed(Rights.from_record(allowed["rights"]), choice.name)
@@ -200,6 +207,21 @@ def assistant_version_for(conversation: Conversation | None) -> AssistantVersion
     if conversation is None or conversation.assistant is None:
         return None
     return latest_version(conversation.assistant)
+
+
+def check_assistant_usable(user: User, conversation: Conversation | None) -> None:
+    """Refuse a turn with an assistant `user` may not use (assistants.versions.assistants_for):
+    whoever asks (the chat, the API, `runagent`, a queued task), nothing is stored."""
+    if conversation is None or conversation.assistant_id is None:
+        return
+    if assistants_for(user).filter(pk=conversation.assistant_id).exists():
+        return
+    name = Assistant.objects.filter(pk=conversation.assistant_id).values_list("name", flat=True)
+    raise AssistantUnavailable(
+        f"The assistant {excerpt(name.first() or '', 80)!r} is archived or not shared with you "
+        "(any more), so nothing was sent. Start a new conversation, with another assistant or "
+        "none."
+    )
 
 
 def check_model_allowed(rights: Rights, name: str) -> None:

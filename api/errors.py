@@ -13,6 +13,7 @@ from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationEr
 
 from agent.connections import database_unreachable
 from agent.runs import (
+    AssistantUnavailable,
     InvalidTask,
     LogPruned,
     ModelNotOffered,
@@ -85,6 +86,7 @@ REFUSALS: list[tuple[type[Exception], int, str]] = [
     (ModelNotOffered, 400, "model_not_offered"),
     (LogPruned, 409, "log_pruned"),
     (OwnerGone, 409, "owner_gone"),
+    (AssistantUnavailable, 409, "assistant_unavailable"),
     (InvalidTask, 400, "invalid_task"),
 ]
 

@@ -2,7 +2,7 @@
 page at /api/v1/docs. Every operation takes a personal API key (api/auth.py) and is held to the
 per-key and per-person request rates; every error is JSON (api/errors.py)."""
 
-from api import events, files, memories, quota, runs, tools
+from api import assistants, events, files, memories, quota, runs, tools
 from api.auth import READ, PerKey, PerPerson
 from api.documented import DocumentedOnce
 from api.errors import install
@@ -24,5 +24,5 @@ api = DocumentedOnce(
     openapi_url="/openapi.json",
 )
 install(api)
-for module in (runs, events, files, memories, tools, quota):
+for module in (runs, events, files, memories, tools, quota, assistants):
     api.add_router("/", module.router)

@@ -27,6 +27,8 @@ from api.schemas import (
 from approvals import decisions
 from approvals.models import WAITING, ApprovalRequest, Via
 from approvals.waiting import CallDecision
+from assistants.models import Assistant
+from assistants.versions import usable_by
 from core.events import Decision, RunStatus
 
 router = Router(tags=["runs"])
@@ -74,16 +76,19 @@ def start_run(request: HttpRequest, body: RunIn) -> Status[RunOut]:
     """Start a run: a new conversation, or the next turn of one of yours. It is queued for a
     worker at once; follow it with GET /runs/{id}/events."""
     person, key = person_of(request), key_of(request)
-    conversation = None
+    conversation, assistant = None, assistant_named(request, body)
     if body.conversation is not None:
         conversation = selectors.conversations_for(person).filter(pk=body.conversation).first()
         if conversation is None:
             raise not_found("conversation")
     try:
         runs.count_message(person)
-        choice = runs.chat_model(conversation, body.model, offered_models())
+        model = body.model or (assistant.model if assistant else "")
+        choice = runs.chat_model(conversation, model, offered_models())
         if conversation is None:
-            run = runs.submit_first_run(person, body.task, model=choice, api_key=started_with(key))
+            run = runs.submit_first_run(
+                person, body.task, model=choice, api_key=started_with(key), assistant=assistant
+            )
         else:
             run = runs.submit_run(
                 person, body.task, conversation, model=choice, api_key=started_with(key)
@@ -91,6 +96,29 @@ def start_run(request: HttpRequest, body: RunIn) -> Status[RunOut]:
     except runs.InvalidTask as error:
         raise refusal(error) from error
     return Status(201, shown(request, run))
+
+
+def assistant_named(request: HttpRequest, body: RunIn) -> Assistant | None:
+    """The assistant a new conversation is started with: one the person may use
+    (assistants.versions.assistants_for), or refused before anything is stored."""
+    if body.assistant is None:
+        return None
+    if body.conversation is not None:
+        raise ApiError(
+            400,
+            "invalid_request",
+            "A conversation keeps the assistant it was started with: name `assistant` only "
+            "without `conversation`.",
+        )
+    assistant = usable_by(person_of(request), body.assistant)
+    if assistant is None:
+        raise ApiError(
+            404,
+            "not_found",
+            f"No assistant {body.assistant} you may use (archived, no longer shared with you, or "
+            "never yours): see GET /api/v1/assistants.",
+        )
+    return assistant
 
 
 @router.get("/runs", response={200: list[RunOut], **REFUSED}, auth=READ)

@@ -35,6 +35,13 @@ class RunIn(Schema):
     model: str = Field(
         "", description="One of the models this Loop offers (GET /models); none: the default."
     )
+    assistant: int | None = Field(
+        None,
+        ge=1,
+        description="Start the new conversation with this assistant of yours (GET /assistants): "
+        "its instructions, tools, model (when none is named) and approvals. Only for a new "
+        "conversation: one keeps the assistant it was started with.",
+    )
 
 
 class Usage(Schema):
@@ -70,6 +77,15 @@ class Links(Schema):
     page: str | None
 
 
+class RunAssistant(Schema):
+    id: int
+    version: int = Field(
+        description="The version the run was started with; a later edit of "
+        "the assistant changes nothing of this run."
+    )
+    name: str
+
+
 class RunOut(Schema):
     id: int
     conversation: int | None
@@ -97,6 +113,7 @@ class RunOut(Schema):
     timings: Timings
     waiting: list[WaitingCall] = Field(description="Calls that wait for a decision.")
     started_with_key: str | None = Field(description="The key's prefix, if a key started it.")
+    assistant: RunAssistant | None = Field(description="The assistant it ran as, if any.")
     links: Links
 
 
@@ -190,6 +207,7 @@ def run_out(
         ),
         waiting=[waiting_call(call) for call in waiting],
         started_with_key=key.get("prefix"),
+        assistant=(run.allowed or {}).get("assistant"),
         links=Links(
             self=request.build_absolute_uri(reverse("api:run", args=[run.pk])),
             events=request.build_absolute_uri(reverse("api:run_events", args=[run.pk])),

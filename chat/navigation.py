@@ -14,6 +14,7 @@ PLACES = {
     "chat": "chat:home",
     "files": "files",
     "memories": "memories",
+    "assistants": "assistants",
     "waiting": "chat:waiting",
     "approvals": "approval_settings",
     "instructions": "instruction_settings",

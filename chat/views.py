@@ -36,7 +36,7 @@ from agent.llm.factory import (
 from agent.models import AgentRun, Conversation, QueuedTask
 from approvals import decisions
 from approvals.selectors import latest_decisions, waiting_calls, waiting_of
-from chat import exports, sidebar, waiting
+from chat import assistants, exports, sidebar, waiting
 from chat.approvals import Asking, decisions_from
 from chat.rendering import (
     card_for,
@@ -214,6 +214,7 @@ def chat_page(
         if conversation
         else 0,
     }
+    context.update(assistants.picker_context(request, conversation))
     return render(request, "chat/page.html", context, status=status)
 
 
@@ -288,8 +289,9 @@ def start(request: SignedInRequest) -> HttpResponse:
     offered = offered_models()
     try:
         runs.count_message(request.user)
-        model = runs.chat_model(None, picked, offered)
-        run = runs.submit_first_run(request.user, task, model=model)
+        assistant = assistants.assistant_picked(request)
+        model = runs.chat_model(None, picked or (assistant.model if assistant else ""), offered)
+        run = runs.submit_first_run(request.user, task, model=model, assistant=assistant)
     except runs.InvalidTask as error:
         return chat_page(
             request, None, error=str(error), task=task, picked=picked, offered=offered, status=400

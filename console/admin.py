@@ -1,14 +1,16 @@
 """Which model each page of the operators' console shows: every registration in one place. The
 pages themselves are in console/runs.py, console/tool_executions.py, console/approvals.py,
-console/memories.py, console/mcp_servers.py and console/quotas.py; people and sign-ups are
-accounts/admin.py."""
+console/memories.py, console/mcp_servers.py, console/quotas.py and console/assistants.py; people
+and sign-ups are accounts/admin.py."""
 
 from django.contrib import admin
 
 from accounting.models import Charge, Price, Quota
 from agent.models import AgentRun, BreakerTrip, RunEvent, ToolExecution
 from approvals.models import ApprovalRequest, SiteToolPolicy, ToolGrant
+from assistants.models import Assistant
 from console.approvals import ApprovalRequestAdmin, SiteToolPolicyAdmin, ToolGrantAdmin
+from console.assistants import AssistantAdmin
 from console.mcp_servers import McpConnectionAdmin, McpServerAdmin, McpToolAdmin
 from console.memories import ForgottenMemoryAdmin, MemoryAdmin
 from console.notifications import DeliveryAdmin, EndpointAdmin  # noqa: F401 (they register)
@@ -34,3 +36,4 @@ admin.site.register(McpConnection, McpConnectionAdmin)
 admin.site.register(Price, PriceAdmin)
 admin.site.register(Charge, ChargeAdmin)
 admin.site.register(Quota, QuotaAdmin)
+admin.site.register(Assistant, AssistantAdmin)

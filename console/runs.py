@@ -43,6 +43,7 @@ from agent.runs import (
 from agent.transcripts import transcripts
 from approvals.models import ApprovalRequest
 from console import rollup, selectors, storage
+from console.assistants import AssistantFilter
 from console.widgets import (
     AuditAdmin,
     RunUserFilter,
@@ -160,7 +161,7 @@ class AgentRunAdmin(AuditAdmin):
     )
     list_display_links = ("id",)
     list_select_related = ("user",)
-    list_filter = ("status", "halt_reason", "model", FeedbackFilter, UserFilter)
+    list_filter = ("status", "halt_reason", "model", FeedbackFilter, UserFilter, AssistantFilter)
     date_hierarchy = "created_at"
     search_fields = ("task", "answer", "error")
     # Newest first by id: ids follow creation, and the primary key index serves the order.

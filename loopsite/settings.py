@@ -460,6 +460,9 @@ if LOOP_OIDC_ISSUER:
     LOGIN_REDIRECT_URL_FAILURE = "login"
 # <<< identity settings
 # >>> assistants settings
+# Whether a person may share an assistant of theirs with a group they belong to (assistants/):
+# `groups` or `off` (site assistants are shared by staff either way).
+LOOP_ASSISTANT_SHARING = env_choice("LOOP_ASSISTANT_SHARING", "groups", ("groups", "off"))
 # <<< assistants settings
 # >>> sharing settings
 # A shared conversation's copy (sharing/snapshot.py), and the files it carries when ticked, are

@@ -21,6 +21,7 @@ urlpatterns = [
     path("oidc/", include("identity.urls")),  # empty unless LOOP_OIDC_ISSUER is set
     path("shared/", include("sharing.urls")),
     path("settings/shared-links/", include("sharing.settings_urls")),
+    path("assistants/", include("chat.assistants_urls")),
     # <<< organisation urls
     path("", include("chat.urls")),
 ]

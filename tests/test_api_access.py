@@ -58,6 +58,7 @@ SCOPES = {
     ("get", "/api/v1/tools"): "read",
     ("get", "/api/v1/models"): "read",
     ("get", "/api/v1/quota"): "read",
+    ("get", "/api/v1/assistants"): "read",
     ("post", "/api/v1/agui"): "run",
 }
 # The operations whose body names one of alice's things (a conversation), as their path would.

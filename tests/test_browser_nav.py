@@ -21,6 +21,8 @@ PAGES = {
     "/": "Chat",
     "/files/": "Files",
     "/memories/": "Memories",
+    "/assistants/": "Assistants",
+    "/assistants/new/": "Assistants",
     "/waiting/": "Waiting for you",
     "/accounts/data/": "My data",
     "/settings/approvals/": "Approvals",
@@ -67,7 +69,7 @@ def test_every_page_has_the_same_navigation_with_its_place_marked(live_site, bro
                 expect(page.locator("#sidebar .places")).to_be_in_viewport(ratio=1)
         first = seen["/"]
         assert [text for text, _ in first] == [
-            "Chat", "Files", "Memories", "Waiting", "My", "Approvals", "Instructions",
+            "Chat", "Files", "Memories", "Assistants", "Waiting", "My", "Approvals", "Instructions",
             "Notifications", "Tools", "API", "Password",
         ]  # fmt: skip
         assert {path: links for path, links in seen.items() if links != first} == {}, view

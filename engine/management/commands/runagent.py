@@ -18,6 +18,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 from django.urls import reverse
 
 from accounting.ledger import Spend, spend_of_run
@@ -26,7 +27,7 @@ from accounting.quotas import Standing, amount_in_words, moment_in_words, standi
 from accounting.reports import amount_text, cost_text, single_cost
 from agent.abandoned import end_if_abandoned, process_gone
 from agent.llm.factory import ModelUnavailable
-from agent.models import AgentRun
+from agent.models import AgentRun, Conversation
 from agent.runs import InvalidTask, default_limits, start_run
 from approvals.terminal import (
     Chooser,
@@ -37,6 +38,7 @@ from approvals.terminal import (
     terminal_safe,
     waiting_count,
 )
+from assistants.versions import find_for
 from core.events import (
     ApprovalDecided,
     ApprovalRequested,
@@ -125,6 +127,15 @@ class Command(BaseCommand):
             ),
         )
         parser.add_argument(
+            "--assistant",
+            default="",
+            metavar="NAME_OR_ID",
+            help=(
+                "Run as this assistant of the user's (their own, a group's or the site's): its "
+                "instructions, tools, approvals, memory and, with no --model, its model."
+            ),
+        )
+        parser.add_argument(
             "--max-iterations", type=int, help="Model turns before the run is halted."
         )
         parser.add_argument(
@@ -155,11 +166,34 @@ class Command(BaseCommand):
         user = self.user(options["user"])
         discover_new_site_servers()  # a server declared just now: its tools, for this run too
         try:
-            run = start_run(user, options["task"], model=options["model"], limits=limits)
+            run = self.started(user, options, limits)
         except (InvalidTask, ModelUnavailable) as error:
             raise CommandError(str(error), returncode=USAGE_ERROR) from None
+        if run.assistant_version is not None and not options["json"]:
+            version = run.assistant_version
+            self.stdout.write(
+                f"Assistant: {version.snapshot.get('name')} (version {version.number})"
+            )
         show = self.json_line(run) if options["json"] else self.transcript(run)
         return self.carry_on(self.worked(run, show), show, options)
+
+    def started(self, user: User, options: dict[str, Any], limits: Limits) -> AgentRun:
+        """The run, queued: alone, or as the first turn of a conversation with the assistant
+        `--assistant` names (one the user may use; refused, nothing is stored)."""
+        task, model, named = options["task"], options["model"], options["assistant"]
+        if not named:
+            return start_run(user, task, model=model, limits=limits)
+        assistant = find_for(user, named)
+        if assistant is None:
+            raise InvalidTask(
+                f"No assistant {named!r} you may use (archived, not shared with you, or never "
+                "made). Name one by its name or id (the Assistants page lists them)."
+            )
+        with transaction.atomic():
+            conversation = Conversation.objects.create(owner=user, assistant=assistant)
+            return start_run(
+                user, task, model=model or assistant.model, limits=limits, conversation=conversation
+            )
 
     def worked(self, run: AgentRun, show: Callable[[Event], None]) -> AgentRun:
         """The queued run worked here until it ends or waits for a decision."""
