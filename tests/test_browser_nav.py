@@ -29,6 +29,7 @@ PAGES = {
     "/settings/instructions/": "Instructions",
     "/settings/notifications/": "Notifications",
     "/settings/tools/": "Tools",
+    "/settings/shared-links/": "Shared links",
     "/settings/keys/": "API keys",
     "/accounts/password/": "Password",
     "/accounts/password/done/": "Password",
@@ -70,7 +71,7 @@ def test_every_page_has_the_same_navigation_with_its_place_marked(live_site, bro
         first = seen["/"]
         assert [text for text, _ in first] == [
             "Chat", "Files", "Memories", "Assistants", "Waiting", "My", "Approvals", "Instructions",
-            "Notifications", "Tools", "API", "Password",
+            "Notifications", "Tools", "Shared", "API", "Password",
         ]  # fmt: skip
         assert {path: links for path, links in seen.items() if links != first} == {}, view
         page.screenshot(path=ARTIFACTS / f"nav-{view}.png")
