@@ -28,6 +28,7 @@ from approvals import decisions
 from approvals.models import WAITING, ApprovalRequest, Via
 from approvals.waiting import CallDecision
 from core.events import Decision, RunStatus
+from rights.effective import rights_of
 
 router = Router(tags=["runs"])
 REFUSED = refusals(400, 404, 409)
@@ -81,7 +82,8 @@ def start_run(request: HttpRequest, body: RunIn) -> Status[RunOut]:
             raise not_found("conversation")
     try:
         runs.count_message(person)
-        choice = runs.chat_model(conversation, body.model, offered_models())
+        rights = rights_of(person)
+        choice = runs.chat_model(conversation, body.model, offered_models(rights), rights)
         if conversation is None:
             run = runs.submit_first_run(person, body.task, model=choice, api_key=started_with(key))
         else:

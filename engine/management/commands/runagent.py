@@ -27,7 +27,7 @@ from accounting.reports import amount_text, cost_text, single_cost
 from agent.abandoned import end_if_abandoned, process_gone
 from agent.llm.factory import ModelUnavailable
 from agent.models import AgentRun
-from agent.runs import InvalidTask, default_limits, start_run
+from agent.runs import InvalidTask, chat_model, default_limits, start_run
 from approvals.terminal import (
     Chooser,
     LeftWaiting,
@@ -61,6 +61,7 @@ from core.text import excerpt
 from core.wording import OWNERS_WHO, resumed_text
 from engine.execution import RunNotQueued, StopSource, execute_run, resume_here
 from mcp_servers.discovery import discover_new_site_servers
+from rights.effective import rights_of
 from sandbox.host import SandboxHost
 
 CLI_USER = "cli"
@@ -155,7 +156,10 @@ class Command(BaseCommand):
         user = self.user(options["user"])
         discover_new_site_servers()  # a server declared just now: its tools, for this run too
         try:
-            run = start_run(user, options["task"], model=options["model"], limits=limits)
+            # The model asked for, which the person's groups must allow (start_run refuses it
+            # otherwise), else the first the site offers that they allow.
+            model = options["model"] or chat_model(None, "", None, rights_of(user))
+            run = start_run(user, options["task"], model=model, limits=limits)
         except (InvalidTask, ModelUnavailable) as error:
             raise CommandError(str(error), returncode=USAGE_ERROR) from None
         show = self.json_line(run) if options["json"] else self.transcript(run)
