@@ -251,10 +251,16 @@ def grant_tools(
             "This run belongs to no conversation (it came from the terminal): there is nothing "
             "to always allow its tools in. Approve the call alone."
         )
-    modes, tools = site_modes(), registry_for(run.user, allowed_now(run)).tools
+    rights = allowed_now(run)
+    modes, tools = site_modes(), registry_for(run.user, rights).tools
     granted = granted_tools(run.conversation_id)
     for name in sorted(wanted):
         tool = grantable(tools.get(name), name, modes)
+        if name in rights.ask:
+            raise DecisionRefused(
+                f"Your group or assistant asks before every {name} call: it cannot be always "
+                "allowed. Approve the call alone."
+            )
         if grant_of(tool) in granted:
             continue
         live = ToolGrant.objects.filter(
