@@ -111,8 +111,9 @@ class GroupRightsForm(forms.ModelForm[GroupRights]):
         ):
             field = cast(forms.MultipleChoiceField, self.fields[name])
             field.choices = with_stored(choices, stored)
-        if row.pk is not None:  # an existing row is taken away by the inline's Delete
-            del self.fields["decides"]
+        if row.pk is not None:  # it decides; the inline's Delete takes its rights away
+            self.fields["decides"].initial = True
+            self.fields["decides"].widget = forms.HiddenInput()
 
     def has_changed(self) -> bool:
         """A new row is made only when "decides" is ticked: its defaults (everything) are a
@@ -179,7 +180,7 @@ def quotas_of(group: Group) -> SafeString:
 
 
 def headed(heading: str, rights: Rights, names: dict[int, str]) -> SafeString:
-    return format_html("<h4>{}</h4>{}", heading, lines_html(described(rights, names)))
+    return format_html("<h3>{}</h3>{}", heading, lines_html(described(rights, names)))
 
 
 def person_rights(user: User) -> SafeString:
