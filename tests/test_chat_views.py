@@ -93,8 +93,10 @@ def test_the_first_task_is_stored_in_one_transaction_of_few_statements(as_alice,
     assert len([sql for sql in statements if "SAVEPOINT" in sql]) == 2
     assert sum('FROM "agent_conversation"' in sql for sql in statements) == 0
     # Two of them: the send counted against the person's rate, and the run's start charged to
-    # the ledger (quotas); with no quota, no lock and no sum.
-    assert len(statements) <= 13
+    # the ledger (quotas); with no quota, no lock and no sum. One more: the person's rights, read
+    # once for the page's models and the run's record (rights.middleware).
+    assert sum('FROM "rights_grouprights"' in sql for sql in statements) == 1
+    assert len(statements) <= 14
 
 
 def test_a_task_sent_with_htmx_answers_the_new_turn(as_alice, alice):

@@ -205,3 +205,18 @@ def test_a_run_records_what_it_was_allowed(alice, coders, settings):
     run.refresh_from_db()
     assert run.allowed["rights"] == expected
     assert json.dumps(run.allowed)  # plain JSON
+
+
+def test_a_run_waiting_when_its_model_is_taken_away_does_not_go_on(alice, coders, workspaces):
+    coders.rights.ask_before = ["run_code"]
+    coders.rights.save()
+    run = worked(submit_run(alice, PRODUCT, new_conversation(alice), model="mock"))
+    assert run.status == RunStatus.AWAITING_APPROVAL
+    coders.rights.all_models = False
+    coders.rights.model_names = ["groq:llama-3.3-70b-versatile"]
+    coders.rights.save()
+    approve(run)
+    run = worked(run)
+    assert run.status == RunStatus.FAILED
+    assert "your groups no longer allow the model 'mock'" in run.error
+    assert [result for result in results(run) if result[1] == "ok"] == []
