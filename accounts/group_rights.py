@@ -44,10 +44,8 @@ def site_tools() -> list[McpTool]:
     return list(tools.order_by("server__name", "exposed_name"))
 
 
-def ask_choices() -> list[tuple[str, str]]:
-    mcp = [
-        (tool.exposed_name, f"{tool.exposed_name} ({tool.server.name})") for tool in site_tools()
-    ]
+def ask_choices(mcp_tools: list[McpTool]) -> list[tuple[str, str]]:
+    mcp = [(tool.exposed_name, f"{tool.exposed_name} ({tool.server.name})") for tool in mcp_tools]
     return [*tool_choices(), *mcp]
 
 
@@ -101,13 +99,14 @@ class GroupRightsForm(forms.ModelForm[GroupRights]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         row = self.instance
+        self.mcp_tools = site_tools()
         self.fields["all_models"].label = "Every model"
         self.fields["all_tools"].label = "Every built-in tool"
         self.fields["all_mcp_servers"].label = "Every MCP server"
         for name, choices, stored in (
             ("model_names", model_choices(), row.model_names),
             ("tool_names", tool_choices(), row.tool_names),
-            ("ask_before", ask_choices(), row.ask_before),
+            ("ask_before", ask_choices(self.mcp_tools), row.ask_before),
         ):
             field = cast(forms.MultipleChoiceField, self.fields[name])
             field.choices = with_stored(choices, stored)
@@ -132,7 +131,7 @@ class GroupRightsForm(forms.ModelForm[GroupRights]):
             if data.get(every) and data.get(listed):
                 self.add_error(
                     listed,
-                    f"“{words.capitalize()}” is ticked, so the ones ticked here would say "
+                    f"“{words[0].upper()}{words[1:]}” is ticked, so the ones ticked here would say "
                     f"nothing: untick them, or untick “{words}” to allow only these.",
                 )
         for name in data.get("ask_before") or ():
@@ -146,7 +145,7 @@ class GroupRightsForm(forms.ModelForm[GroupRights]):
 
     def gives(self, data: dict[str, Any], name: str) -> bool:
         """Whether the rights in `data` give tool `name` (an MCP tool: its server)."""
-        tool = next((tool for tool in site_tools() if tool.exposed_name == name), None)
+        tool = next((tool for tool in self.mcp_tools if tool.exposed_name == name), None)
         if tool is None:
             return bool(data.get("all_tools")) or name in (data.get("tool_names") or ())
         servers = data.get("mcp_servers") or ()
