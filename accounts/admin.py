@@ -20,6 +20,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 
 from accounts.forms import PersonChangeForm, PersonCreationForm
+from accounts.group_rights import GroupRightsInline, person_rights, quotas_of
 from accounts.models import PRIVILEGED, WAITING_FOR_APPROVAL, SignUp
 from accounts.signups import tell_approved
 from agent.models import AgentRun, ToolExecution
@@ -120,8 +121,12 @@ class PeopleAdmin(Approves, MalformedFiltersSaid, auth_admin.UserAdmin[User]):
     list_display = ("username", "email", "is_active", "is_staff", "date_joined", "last_login")
     list_filter = (ApprovalFilter, *auth_admin.UserAdmin.list_filter)
     actions = ("approve",)
-    fieldsets = (*(auth_admin.UserAdmin.fieldsets or ()), ("Activity", {"fields": ("activity",)}))
-    readonly_fields = ("activity",)
+    fieldsets = (
+        *(auth_admin.UserAdmin.fieldsets or ()),
+        ("Activity", {"fields": ("activity",)}),
+        ("What they may use", {"fields": ("rights",)}),
+    )
+    readonly_fields = ("activity", "rights")
 
     class Media:
         js = ("accounts/admin_labels.js",)
@@ -169,13 +174,23 @@ class PeopleAdmin(Approves, MalformedFiltersSaid, auth_admin.UserAdmin[User]):
         )
         return format_html_join(" · ", "{}", ((item,) for item in links))
 
+    @admin.display(description="rights")
+    def rights(self, user: User) -> SafeString:
+        """Their rights as their groups give them (read-only: a group's page changes them)."""
+        return person_rights(user)
+
 
 admin.site.unregister(Group)
 
 
 @admin.register(Group)
 class GroupAdmin(MalformedFiltersSaid, auth_admin.GroupAdmin):
-    """A group's permissions are its members' privileges: only a superuser makes or edits one."""
+    """A group's permissions are its members' privileges: only a superuser makes or edits one.
+    Its page also says what its people may use (rights.models.GroupRights) and its quotas."""
+
+    inlines = (GroupRightsInline,)
+    fieldsets = ((None, {"fields": ("name", "permissions")}), ("Quotas", {"fields": ("quotas",)}))
+    readonly_fields = ("quotas",)
 
     class Media:
         js = ("accounts/admin_labels.js",)
@@ -188,3 +203,7 @@ class GroupAdmin(MalformedFiltersSaid, auth_admin.GroupAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return is_superuser(request)
+
+    @admin.display(description="quotas")
+    def quotas(self, group: Group) -> SafeString:
+        return quotas_of(group)

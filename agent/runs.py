@@ -18,7 +18,7 @@ from django.utils import timezone
 from accounting.quotas import Standing, charge_run_start, reached_before_start
 from accounting.send_rate import TooFast, count_send
 from agent.abandoned import end_if_abandoned, without_a_process
-from agent.allowed import allowed_at_start
+from agent.allowed import allowed_at_start, allowed_now
 from agent.llm.factory import ModelChoice, ModelUnavailable, offered_models, parse, resolve
 from agent.models import FINISHED, LIVE, AgentRun, Conversation, QueuedTask, Rating, RunFeedback
 from agent.queue import abort_job, defer_run
@@ -361,7 +361,10 @@ def check_instructions(instructions: str) -> None:
 
 
 def chat_model(
-    conversation: Conversation | None, picked: str = "", offered: list[ModelChoice] | None = None
+    conversation: Conversation | None,
+    picked: str = "",
+    offered: list[ModelChoice] | None = None,
+    rights: Rights | None = None,
 ) -> ModelChoice:
     """The model a person's next task in `conversation` (None: a new one) runs on: the one they
     picked, which must be one this Loop offers (the page lists only those, so any other name is
@@ -370,8 +373,12 @@ def chat_model(
     conversation's earlier turns reach the model as plain text, whichever model wrote them.
 
     The choice is resolved (one of `offered`, else the default checked): start_run takes it as it
-    is. `offered` is offered_models(), given when the request has it already."""
-    offered = offered_models() if offered is None else offered
+    is. `offered` is offered_models(), given when the request has it already; with the person's
+    `rights` (rights.effective.rights_of), offered_models(rights), and a model picked outside
+    them is refused saying which they may use."""
+    offered = offered_models(rights) if offered is None else offered
+    if picked and rights is not None:
+        check_model_allowed(rights, parse(picked).name)
     if not picked:
         try:
             return conversation_model(conversation, offered)
@@ -601,6 +608,8 @@ def reopen(runs: QuerySet[AgentRun], run_id: int, *, by: User, queue_it: bool) -
         lock_owner(owner)
         run = runs.select_for_update(of=("self",)).get(pk=run_id)
         check_owner_active(run)
+        # Its person's rights as they stand now bind it: a model taken away is not gone on with.
+        check_model_allowed(allowed_now(run), ModelChoice(run.provider, run.model).name)
         check_log_kept(run)
         if not run.can_continue:
             raise InvalidTask(

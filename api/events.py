@@ -43,6 +43,7 @@ from approvals import decisions
 from approvals.models import WAITING, ApprovalRequest, Via
 from approvals.waiting import CallDecision
 from core.events import ApprovalRequested, Decision, RunStatus
+from rights.effective import rights_of
 
 logger = logging.getLogger(__name__)
 
@@ -434,7 +435,8 @@ def started(request: HttpRequest, conversation: Conversation | None, task: str) 
     person, key = person_of(request), key_of(request)
     try:
         runs.count_message(person)
-        choice = runs.chat_model(conversation, "", offered_models())
+        rights = rights_of(person)
+        choice = runs.chat_model(conversation, "", offered_models(rights), rights)
         if conversation is None:
             return runs.submit_first_run(person, task, model=choice, api_key=started_with(key))
         return runs.submit_run(person, task, conversation, model=choice, api_key=started_with(key))

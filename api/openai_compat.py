@@ -48,6 +48,7 @@ from api.errors import ApiError, answer, first_problem, install, refusal
 from api.follow import Ended, Quiet, follow
 from api.runs import started_with, waiting_of
 from core.events import ApprovalRequested, RunStatus
+from rights.effective import rights_of
 
 MODEL = "loop"
 # OpenAI's error types, by the status they come with.
@@ -186,8 +187,9 @@ def model_names(offered: list[ModelChoice]) -> dict[str, str]:
 
 @openai_api.get("/models", response={200: ModelList, **REFUSED}, auth=READ, url_name="models")
 def list_models(request: HttpRequest) -> ModelList:
-    """`loop` (this Loop's default model) and `loop:<model>` for each model it offers."""
-    names = model_names(offered_models())
+    """`loop` (this Loop's default model) and `loop:<model>` for each model it offers you (those
+    your groups allow)."""
+    names = model_names(offered_models(rights_of(person_of(request))))
     return ModelList(data=[ModelOut(id=name, created=STARTED) for name in names])
 
 
@@ -254,11 +256,19 @@ def asked(messages: list[ChatMessage]) -> Asked:
     return Asked(text_of(messages[last], last), instructions_text, prelude)
 
 
-def model_for(name: str) -> ModelChoice:
-    """The model a request names, checked: a name this API does not list is 404, as OpenAI's."""
-    offered = offered_models()
+def model_for(name: str, person: User) -> ModelChoice:
+    """The model a request names, checked: a name this API does not list is 404, as OpenAI's; one
+    it offers that the person's groups do not allow is 403, saying which they may use."""
+    rights = rights_of(person)
+    offered = offered_models(rights)
     names = model_names(offered)
     if name not in names:
+        everyone = model_names(offered_models())
+        if name in everyone:
+            try:
+                runs.check_model_allowed(rights, everyone[name])
+            except runs.ModelNotOffered as error:
+                raise OpenAIError(403, "model_not_allowed", str(error), "model") from error
         raise OpenAIError(
             404,
             "model_not_found",
@@ -266,7 +276,7 @@ def model_for(name: str) -> ModelChoice:
             "(GET /v1/models).",
             "model",
         )
-    return runs.chat_model(None, names[name], offered)
+    return runs.chat_model(None, names[name], offered, rights)
 
 
 @dataclass(frozen=True)
@@ -297,9 +307,9 @@ def complete(request: HttpRequest, body: CompletionIn) -> StreamingHttpResponse:
             "Loop's agent runs its own tools; send the request without `tools`.",
             "tools",
         )
-    choice = model_for(body.model)
-    wanted = asked(body.messages)
     person, key = person_of(request), key_of(request)
+    choice = model_for(body.model, person)
+    wanted = asked(body.messages)
     try:
         runs.count_message(person)
         run = runs.submit_first_run(

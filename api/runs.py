@@ -30,6 +30,7 @@ from approvals.waiting import CallDecision
 from assistants.models import Assistant
 from assistants.versions import usable_by
 from core.events import Decision, RunStatus
+from rights.effective import rights_of
 
 router = Router(tags=["runs"])
 REFUSED = refusals(400, 404, 409)
@@ -83,8 +84,9 @@ def start_run(request: HttpRequest, body: RunIn) -> Status[RunOut]:
             raise not_found("conversation")
     try:
         runs.count_message(person)
+        rights = rights_of(person)
         model = body.model or (assistant.model if assistant else "")
-        choice = runs.chat_model(conversation, model, offered_models())
+        choice = runs.chat_model(conversation, model, offered_models(rights), rights)
         if conversation is None:
             run = runs.submit_first_run(
                 person, body.task, model=choice, api_key=started_with(key), assistant=assistant

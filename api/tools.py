@@ -15,6 +15,7 @@ from api.auth import READ, person_of
 from api.errors import refusals
 from approvals.policy import Policy, preference_of, site_modes
 from chat.mcp import tools_of
+from rights.effective import rights_of
 from tools.base import Tool
 from tools.context import context_for
 
@@ -77,8 +78,9 @@ def list_tools(request: HttpRequest) -> list[ToolOut]:
 
 @router.get("/models", response={200: list[ModelOut], **REFUSED}, auth=READ)
 def list_models(request: HttpRequest) -> list[ModelOut]:
-    """The models this Loop offers; `default` is the one a run gets when it names none."""
-    offered = offered_models()
+    """The models this Loop offers you (those your groups allow); `default` is the one a run gets
+    when it names none."""
+    offered = offered_models(rights_of(person_of(request)))
     try:
         default = runs.chat_model(None, "", offered)
     except runs.InvalidTask:

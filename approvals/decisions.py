@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from pydantic import ValidationError
 
+from agent.allowed import allowed_now
 from agent.bus import EventRow
 from agent.models import AgentRun
 from agent.queue import DECIDED_PRIORITY
@@ -189,7 +190,7 @@ def checked_decision(
     if len(decision.reason) > REASON_CHARS:
         raise DecisionRefused(f"Give the reason in at most {REASON_CHARS:,} characters.")
     if decision.decision is Decision.EDIT:
-        arguments = edited_arguments(run.user, request.tool, decision.arguments or "")
+        arguments = edited_arguments(run, request.tool, decision.arguments or "")
         decision = dataclasses.replace(decision, arguments=arguments)
     return request, decision
 
@@ -208,12 +209,16 @@ def not_waiting(run: AgentRun, call_id: str) -> str:
     return f"The run no longer waits for decisions (it is {run.status}): nothing was done."
 
 
-def edited_arguments(owner: User, tool_name: str, arguments: str) -> str:
+def edited_arguments(run: AgentRun, tool_name: str, arguments: str) -> str:
     """The person's arguments, checked against the tool's schema: the call runs with exactly
-    these (as JSON), or the edit is refused with the reason."""
-    tool = registry_for(owner).tools.get(tool_name)
+    these (as JSON), or the edit is refused with the reason. The tool is one the run may use now
+    (agent.allowed.allowed_now): one its person's groups took away since is not edited."""
+    tool = registry_for(run.user, allowed_now(run)).tools.get(tool_name)
     if tool is None:
-        raise DecisionRefused(f"{tool_name} is not a tool of this Loop; it cannot be edited.")
+        raise DecisionRefused(
+            f"{tool_name} is not a tool this run may use now; it cannot be edited. Reject the "
+            "call, or approve it to let the run carry on without it."
+        )
     try:
         parsed = json.loads(arguments)
     except json.JSONDecodeError as error:
@@ -246,10 +251,16 @@ def grant_tools(
             "This run belongs to no conversation (it came from the terminal): there is nothing "
             "to always allow its tools in. Approve the call alone."
         )
-    modes, tools = site_modes(), registry_for(run.user).tools
+    rights = allowed_now(run)
+    modes, tools = site_modes(), registry_for(run.user, rights).tools
     granted = granted_tools(run.conversation_id)
     for name in sorted(wanted):
         tool = grantable(tools.get(name), name, modes)
+        if name in rights.ask:
+            raise DecisionRefused(
+                f"Your group or assistant asks before every {name} call: it cannot be always "
+                "allowed. Approve the call alone."
+            )
         if grant_of(tool) in granted:
             continue
         live = ToolGrant.objects.filter(

@@ -47,6 +47,7 @@ from chat.rendering import (
     render_card,
 )
 from chat.texts import EVENT_TEXTS
+from rights.effective import rights_of
 from tools.base import ToolError
 from workspace.query_string import query_int, query_text
 from workspace.requests import SignedInRequest
@@ -183,7 +184,7 @@ def chat_page(
     """The chat's page. `offered` is the request's offered_models(), if it has it already: a
     page computes the offered models once, for its header and every turn's Continue.
     `archived`: the sidebar lists the archived conversations instead of the others."""
-    offered = offered_models() if offered is None else offered
+    offered = models_for(request) if offered is None else offered
     path = selectors.runs_of(conversation) if conversation else selectors.ConversationPath([], {})
     send_url = (
         reverse("chat:send", args=[conversation.pk]) if conversation else reverse("chat:start")
@@ -202,6 +203,7 @@ def chat_page(
         "suggestions": SUGGESTIONS,
         "send_url": send_url,
         "model": model_context(conversation, offered, picked),
+        "no_model": no_model_text(request),
         "quota": quota_or_none(request.user),
         "run_quota": run_quota_context(request.user),
         "error": error,
@@ -216,6 +218,24 @@ def chat_page(
     }
     context.update(assistants.picker_context(request, conversation))
     return render(request, "chat/page.html", context, status=status)
+
+
+def models_for(request: SignedInRequest) -> list[ModelChoice]:
+    """The models the person may pick: those this Loop offers that their groups allow (their
+    rights are read once a request: rights.middleware)."""
+    return offered_models(rights_of(request.user))
+
+
+def no_model_text(request: SignedInRequest) -> str:
+    """Why the person can send nothing, when their groups give them no model ("": they can)."""
+    rights = rights_of(request.user)
+    if rights.models != frozenset():
+        return ""
+    try:
+        runs.check_model_allowed(rights, default_model())
+    except runs.ModelNotOffered as error:
+        return str(error)
+    return ""
 
 
 def owned_conversation(request: SignedInRequest, conversation_id: int) -> Conversation:
@@ -286,11 +306,12 @@ def start(request: SignedInRequest) -> HttpResponse:
     """The first task of a new conversation: store both, on the model picked (the default if
     none), then show the conversation."""
     task, picked = request.POST.get("task", ""), request.POST.get("model", "")
-    offered = offered_models()
+    offered = models_for(request)
     try:
         runs.count_message(request.user)
         assistant = assistants.assistant_picked(request)
-        model = runs.chat_model(None, picked or (assistant.model if assistant else ""), offered)
+        picked = picked or (assistant.model if assistant else "")
+        model = runs.chat_model(None, picked, offered, rights_of(request.user))
         run = runs.submit_first_run(request.user, task, model=model, assistant=assistant)
     except runs.InvalidTask as error:
         return chat_page(
@@ -305,10 +326,10 @@ def send(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     htmx, answer the new turn to add to the timeline, and the header's model as it is now."""
     conversation = owned_conversation(request, conversation_id)
     task, picked = request.POST.get("task", ""), request.POST.get("model", "")
-    offered = offered_models()  # once: the pick's check, the new turn and the header share it
+    offered = models_for(request)  # once: the pick's check, the new turn and the header share it
     try:
         runs.count_message(request.user)
-        model = runs.chat_model(conversation, picked, offered)
+        model = runs.chat_model(conversation, picked, offered, rights_of(request.user))
         if queued.live_run_in(conversation) is not None:  # it waits its turn
             queued.queue_task(request.user, conversation, task, model=model.name)
             return queue_answer(request, conversation, oob=True)
@@ -385,7 +406,7 @@ def turns_after(request: SignedInRequest, conversation_id: int) -> HttpResponse:
     after = query_int(request, "run") or 0
     path = selectors.runs_of(conversation)
     later = [run for run in path.runs if run.pk > after]
-    offered = offered_models()
+    offered = models_for(request)
     asking = Asking(request.user)
     turns = [turn(run, offered, asking, path.branching[run.pk]) for run in later]
     response = render(request, "chat/turns.html", {"turns": turns})
@@ -398,7 +419,7 @@ def turns_after(request: SignedInRequest, conversation_id: int) -> HttpResponse:
 def run_fragment(request: SignedInRequest, run_id: int) -> HttpResponse:
     """One turn of a conversation as it stands, as the page draws it."""
     run = get_object_or_404(selectors.runs_for(request.user), pk=run_id)
-    shown = turn(run, offered_models(), Asking(request.user))
+    shown = turn(run, models_for(request), Asking(request.user))
     return render(request, "chat/cards.html#turn", {"turn": shown})
 
 
@@ -427,7 +448,7 @@ def continue_run(request: SignedInRequest, run_id: int) -> HttpResponse:
         return refused(request, run_id, str(error))
     if not request.htmx:
         return redirect_to_run(run)
-    shown = turn(run, offered_models(), Asking(request.user))
+    shown = turn(run, models_for(request), Asking(request.user))
     response = render(request, "chat/cards.html#turn", {"turn": shown})
     if run.conversation_id is not None:  # the sidebar's icon says it is waiting again
         conversation = labelled(selectors.conversation_with_status(run.conversation_id))
@@ -533,7 +554,7 @@ def new_version(request: SignedInRequest, run_id: int, task: str | None) -> Http
     conversation = owned_conversation(request, run.conversation_id)
     try:
         runs.count_message(request.user)
-        model = runs.chat_model(conversation, "", offered_models())
+        model = runs.chat_model(conversation, "", models_for(request), rights_of(request.user))
         runs.new_version(request.user, run_id, task=task, model=model)
     except runs.InvalidTask as error:
         if request.htmx:

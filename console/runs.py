@@ -24,6 +24,7 @@ from django.utils.text import smart_split, unescape_string_literal
 from django.views.decorators.http import require_POST
 from django_stubs_ext import WithAnnotations
 
+from agent.allowed import recorded_rights
 from agent.models import (
     FINISHED,
     AgentRun,
@@ -62,6 +63,7 @@ from console.widgets import (
 from core.text import excerpt
 from core.wording import resumed_text
 from memory.models import Memory
+from rights.described import described, lines_html, server_names
 from workspace.requests import person_of
 
 User = get_user_model()
@@ -204,9 +206,11 @@ class AgentRunAdmin(AuditAdmin):
             },
         ),
         ("Engine", {"fields": (("attempt", "worker", "job_id", "resumes"), "resume_rows")}),
+        ("What it was allowed", {"fields": ("allowed_words",)}),
         ("Records", {"fields": ("records",)}),
     )
     readonly_fields = (
+        "allowed_words",
         "user_page",
         "status_badge",
         "halt_reason_badge",
@@ -358,6 +362,25 @@ class AgentRunAdmin(AuditAdmin):
         return pretty_json(run.limits)
 
     @admin.display(description="records")
+    @admin.display(description="allowed")
+    def allowed_words(self, run: AgentRun) -> SafeString:
+        """What the run was allowed when it started (AgentRun.allowed); each attempt narrows it
+        by its person's rights as they stand then (agent.allowed.allowed_now)."""
+        if not run.allowed:
+            return format_html(
+                "{}", "Not recorded (a run from before groups decided): all the site offered."
+            )
+        rights = recorded_rights(run)
+        lines = [
+            *described(rights, server_names()),
+            ("Long-term memory", "used" if rights.memory else "not used"),
+        ]
+        assistant = run.allowed.get("assistant")
+        if assistant:
+            named = f"{assistant.get('name', '')} (version {assistant.get('version')})"
+            lines.append(("Assistant", named))
+        return lines_html(lines)
+
     def records(self, run: AgentRun) -> SafeString:
         counted = (
             ("tool executions", ToolExecution, run.tool_executions.count()),

@@ -381,10 +381,11 @@ def work(
         last_seq=0 if claimed.reason is None else None,  # a fresh start's log is empty
     )
     try:
+        rights = allowed_now(run)  # what it was allowed, under its person's rights as they are now
+        check_model_still_allowed(run, rights)
         llm = llm or taking_turns(
             llm_for(ModelChoice(run.provider, run.model), deltas=recorder.stream)
         )
-        rights = allowed_now(run)  # what it was allowed, under its person's rights as they are now
         tools = tools or tools_for(run, stopped=interrupt.is_set, sandbox=sandbox, rights=rights)
         known = tools.registry.tools if isinstance(tools, BoundTools) else None
         approval = approval_for(run, tool_context(run), known, rights)
@@ -660,6 +661,17 @@ class Watcher:
 
 
 WATCHER = Watcher()
+
+
+def check_model_still_allowed(run: AgentRun, rights: Rights) -> None:
+    """A run resumed after a decision, or taken up again, goes on only on a model its person may
+    still use (a Continue is refused earlier: agent.runs.reopen)."""
+    name = ModelChoice(run.provider, run.model).name
+    if not rights.allows_model(name):
+        raise PermissionError(
+            f"your groups no longer allow the model {name!r}. Send the task again: it runs on a "
+            "model you may use"
+        )
 
 
 def tools_for(

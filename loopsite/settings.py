@@ -421,6 +421,13 @@ AXES_VERBOSE = False
 # Loop for an organisation (docs/organisations.md). What a person in no group with rights may use
 # (rights/effective.py): `all` (everything the site offers) or `none` (no model, no tool).
 LOOP_UNGROUPED_RIGHTS = env_choice("LOOP_UNGROUPED_RIGHTS", "all", ("all", "none"))
+# >>> rights settings
+# Each request reads a person's rights once (rights/middleware.py), after authentication.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+    "rights.middleware.RightsPerRequest",
+)
+# <<< rights settings
 # >>> identity settings
 # Sign-in through the organisation's OpenID Connect provider (identity/, docs/organisations.md),
 # with mozilla-django-oidc doing state, nonce and PKCE; identity/ adds discovery and the ID

@@ -13,7 +13,9 @@ record by the rights as they stand at each attempt, so a right taken away also b
 resumes (`narrowed`).
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,15 +124,57 @@ def of_group(row: GroupRights, servers: list[int | None]) -> Rights:
     )
 
 
+# The rights read in this request, by person (rights.middleware.RightsPerRequest): a page, its
+# checks and the run it starts ask rights_of several times, and one read answers them all. Never
+# kept beyond the request, and forgotten at once when a group's rights or a person's groups
+# change within it (rights.signals).
+_read_in_request: ContextVar[dict[int, "Rights"] | None] = ContextVar(
+    "rights_read_in_request", default=None
+)
+
+
+@contextmanager
+def read_once() -> Iterator[None]:
+    """Within this, rights_of reads each person's rights once."""
+    token = _read_in_request.set({})
+    try:
+        yield
+    finally:
+        _read_in_request.reset(token)
+
+
+def forget_read() -> None:
+    """Rights changed: the next rights_of reads them again."""
+    read = _read_in_request.get()
+    if read is not None:
+        read.clear()
+
+
 def rights_of(user: User | AnonymousUser) -> Rights:
-    """The person's effective rights, in one read."""
+    """The person's effective rights, in one read (once a request: `read_once`)."""
     if not user.is_authenticated:
         return NOTHING
+    read = _read_in_request.get()
+    if read is not None and user.pk in read:
+        return read[user.pk]
+    rights = rights_read(user)
+    if read is not None:
+        read[user.pk] = rights
+    return rights
+
+
+def rights_read(user: User) -> Rights:
+    groups = [of_group(row, servers) for row, servers in group_rows(user)]
+    return united(groups) if groups else ungrouped()
+
+
+def group_rows(user: User) -> list[tuple[GroupRights, list[int | None]]]:
+    """The person's groups' rights rows, each with its servers' ids: one query."""
     rows = GroupRights.objects.filter(group__user=user).annotate(
         servers=ArrayAgg("mcp_servers", filter=Q(mcp_servers__isnull=False), default=[])
     )
-    groups = [of_group(row, row.servers) for row in rows]
-    return united(groups) if groups else ungrouped()
+    rows = rows.select_related("group").order_by("group__name")
+    return [(row, row.servers) for row in rows]
 
 
 def united(groups: list[Rights]) -> Rights:

@@ -92,11 +92,11 @@ def test_the_first_task_is_stored_in_one_transaction_of_few_statements(as_alice,
     # The test's own transaction makes the send's a savepoint: one, and no other within it.
     assert len([sql for sql in statements if "SAVEPOINT" in sql]) == 2
     assert sum('FROM "agent_conversation"' in sql for sql in statements) == 0
-    # Three of them: the send counted against the person's rate, the run's start charged to
-    # the ledger (quotas; with no quota, no lock and no sum), and the person's rights read once
-    # (rights.effective: what the run records it was allowed).
-    assert len(statements) <= 14
+    # Two of them: the send counted against the person's rate, and the run's start charged to
+    # the ledger (quotas); with no quota, no lock and no sum. One more: the person's rights, read
+    # once for the page's models and the run's record (rights.middleware).
     assert sum('FROM "rights_grouprights"' in sql for sql in statements) == 1
+    assert len(statements) <= 14
 
 
 def test_a_task_sent_with_htmx_answers_the_new_turn(as_alice, alice):

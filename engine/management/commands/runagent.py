@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -28,7 +29,7 @@ from accounting.reports import amount_text, cost_text, single_cost
 from agent.abandoned import end_if_abandoned, process_gone
 from agent.llm.factory import ModelUnavailable
 from agent.models import AgentRun, Conversation
-from agent.runs import InvalidTask, default_limits, start_run
+from agent.runs import InvalidTask, chat_model, default_limits, start_run
 from approvals.terminal import (
     Chooser,
     LeftWaiting,
@@ -63,6 +64,7 @@ from core.text import excerpt
 from core.wording import OWNERS_WHO, resumed_text
 from engine.execution import RunNotQueued, StopSource, execute_run, resume_here
 from mcp_servers.discovery import discover_new_site_servers
+from rights.effective import rights_of
 from sandbox.host import SandboxHost
 
 CLI_USER = "cli"
@@ -181,8 +183,11 @@ class Command(BaseCommand):
         """The run, queued: alone, or as the first turn of a conversation with the assistant
         `--assistant` names (one the user may use; refused, nothing is stored)."""
         task, model, named = options["task"], options["model"], options["assistant"]
+        # The model asked for, which the person's groups must allow (start_run refuses it
+        # otherwise), else the assistant's, else the first the site offers that they allow.
+        default = partial(chat_model, None, "", None, rights_of(user))
         if not named:
-            return start_run(user, task, model=model, limits=limits)
+            return start_run(user, task, model=model or default(), limits=limits)
         assistant = find_for(user, named)
         if assistant is None:
             raise InvalidTask(
@@ -192,7 +197,11 @@ class Command(BaseCommand):
         with transaction.atomic():
             conversation = Conversation.objects.create(owner=user, assistant=assistant)
             return start_run(
-                user, task, model=model or assistant.model, limits=limits, conversation=conversation
+                user,
+                task,
+                model=model or assistant.model or default(),
+                limits=limits,
+                conversation=conversation,
             )
 
     def worked(self, run: AgentRun, show: Callable[[Event], None]) -> AgentRun:
