@@ -84,12 +84,13 @@ def read_unsent(user: Any, run_id: int, after: int) -> Unsent:
     if not events:
         if run is None:
             return Unsent(frames=[], last=after, replied=0, more=False)
-        frames = [seq_marker(run_id, after, finished=run.is_finished) + settled_status(user, run)]
+        marker = seq_marker(run_id, after, after, finished=run.is_finished)
+        frames = [marker + settled_status(user, run)]
         return Unsent(frames=frames, last=after, replied=0, more=False)
     if run is None and lifecycle(events):  # the run went away between the two reads
         return Unsent(frames=[], last=after, replied=0, more=False)
     return Unsent(
-        frames=framed(run_id, events, more, run, Asking(user)),
+        frames=framed(run_id, after, events, more, run, Asking(user)),
         last=events[-1].seq,
         replied=settled(events),
         more=more,
@@ -117,7 +118,7 @@ def pushed(run_id: int, rows: list[list[Any]], after: int) -> Unsent | None:
     if not events or events[0].seq != after + 1 or lifecycle(events):
         return None
     return Unsent(
-        frames=framed(run_id, events, False, None),
+        frames=framed(run_id, after, events, False, None),
         last=events[-1].seq,
         replied=settled(events),
         more=False,
@@ -167,6 +168,7 @@ def resumes(events: list[Logged]) -> bool:
 
 def framed(
     run_id: int,
+    after: int,
     events: list[Logged],
     more: bool,
     run: AgentRun | None,
@@ -174,22 +176,28 @@ def framed(
 ) -> list[str]:
     """Out-of-band swaps in frames of at most FRAME_BYTES: new cards at the end of the run's
     steps; a card with the id of one already there replaces it. Each frame ends with the seq
-    marker of its last event, so a page cut off mid-way asks for the rest; when the run started,
-    ended or waited within them, the last frame also carries the run's status, the sidebar's
-    icon and the count of calls waiting for the person, from `run`, the run's row read after
-    these events, and `asking`, the person reading."""
+    marker of its last event, so a page cut off mid-way asks for the rest; the marker also says
+    the seq the frame follows (`after` for the first), so a page whose turn lacks the events
+    before it (a Continue's response drew the turn anew, and the page has yet to ask again from
+    the seq it shows) leaves the frame out rather than add its cards after a gap that the
+    catch-up would fill later, out of order (static/chat/chat.js). When the run started, ended
+    or waited within them, the last frame also carries the run's status, the sidebar's icon and
+    the count of calls waiting for the person, from `run`, the run's row read after these
+    events, and `asking`, the person reading."""
     frames: list[str] = []
     frame: list[str] = []
     size = 0
     asking_for = asking_of(events, asking)
+    follows = after
     for index, (seq, event) in enumerate(events):
         card = card_for(run_id, seq, event, asking_for(event))
         if card is not None:
             part = render_card(card) if card.replaces else in_steps(run_id, render_card(card))
             part_size = len(part.encode())
             if frame and size + part_size > FRAME_BYTES - FRAME_TAIL_BYTES:
-                frames.append("".join(frame) + seq_marker(run_id, events[index - 1].seq))
-                frame, size = [], 0
+                last = events[index - 1].seq
+                frames.append("".join(frame) + seq_marker(run_id, last, follows))
+                frame, size, follows = [], 0, last
             frame.append(part)
             size += part_size
     finished = ends(events) and not more
@@ -199,7 +207,7 @@ def framed(
         # watching).
         finished = finished and run.is_finished
         tail = status_of(run, asking if decisions(events) else None)
-    frame.append(seq_marker(run_id, events[-1].seq, finished=finished))
+    frame.append(seq_marker(run_id, events[-1].seq, follows, finished=finished))
     frames.append("".join(frame + tail))
     return frames
 
@@ -223,5 +231,7 @@ def status_of(run: AgentRun, asking: Asking | None = None) -> list[str]:
     return tail
 
 
-def seq_marker(run_id: int, seq: int, *, finished: bool = False) -> str:
-    return draw("seq_marker", run_id=run_id, seq=seq, finished=finished, oob=True)
+def seq_marker(run_id: int, seq: int, after: int, *, finished: bool = False) -> str:
+    """The run's marker as a frame moves it on: to `seq`, from `after`, the seq the frame
+    follows."""
+    return draw("seq_marker", run_id=run_id, seq=seq, after=after, finished=finished, oob=True)

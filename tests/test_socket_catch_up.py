@@ -38,6 +38,7 @@ from tests.socket_harness import (
 pytestmark = pytest.mark.django_db(transaction=True)
 
 SEQ_MARKER = re.compile(r'id="run-\d+-seq" data-run="\d+" data-seq="(\d+)"( data-watch)?')
+FOLLOWS = re.compile(r'id="run-\d+-seq" [^>]*data-after="(\d+)"')
 CARD_ID = re.compile(r'<(?:article|div) class="card [^"]*" id="([^"]+)"')
 WHOLE_TEXT = re.compile(r'<a href="(/runs/\d+/events/\d+/\w+/)"')
 # Texts that grow when escaped and rendered: HTML's special characters, a Markdown list.
@@ -102,6 +103,10 @@ def test_a_catch_up_over_a_mebibyte_arrives_whole_in_bounded_frames(start_daphne
     assert max(len(frame.encode()) for frame in frames) <= FRAME_BYTES
     events = events_of(run)
     assert last_seq(frames) == events[-1].seq
+    # Each frame says the seq it follows, the one the frame before ended with: a page whose
+    # turn lacks events before it leaves it out (static/chat/chat.js).
+    follows = [int(FOLLOWS.findall(frame)[-1]) for frame in frames]
+    assert follows == [0] + [last_seq([frame]) for frame in frames[:-1]]
     pushed = [card_id for frame in frames for card_id in CARD_ID.findall(frame)]
     expected = [card.id for card in page_cards(run.pk, events)]
     running = [f"call-{run.pk}-{step}-c{step}" for step in range(1, STEPS + 1)]

@@ -68,8 +68,27 @@
     socketStatus("live", "● live");
     watchWithin(document.body); // on every (re)connect: replay what was missed, then live
   });
+
+  // A frame of a run's events says, in its seq marker, the seq it follows. A turn a response
+  // drew anew (a Continue's) shows the run as it was then, which may be less than the socket
+  // sent into the turn it replaced: until the page's ask from the seq the new turn shows is
+  // answered, a frame that follows more than the turn has is left out, or its cards would land
+  // after a gap that the answer fills later, out of order. The answer brings it again. A
+  // streamed reply's card still goes (its stored reply comes with the answer too).
+  const FRAME_MARKER =
+    /id="run-(\d+)-seq" data-run="\d+" data-seq="\d+"(?: data-watch)? data-after="(\d+)"/;
+  let leftOut = false; // the frame being swapped in is left out
+  document.addEventListener("htmx:wsBeforeMessage", function (event) {
+    const frame = FRAME_MARKER.exec(event.detail.message);
+    const marker = frame && document.getElementById("run-" + frame[1] + "-seq");
+    leftOut = Boolean(marker) && Number(frame[2]) > Number(marker.dataset.seq);
+  });
+  function streamed(element) {
+    return Boolean(element.id) && element.id.startsWith("stream-");
+  }
   document.addEventListener("htmx:wsAfterMessage", function () {
     unavailable = 0;
+    leftOut = false;
   });
   document.addEventListener("htmx:wsClose", function (event) {
     if (event.detail.event.target !== newest) return;
@@ -174,6 +193,7 @@
   // A call's result replaces its "running" card; a call that never started (skipped, or denied
   // by its person) has none to replace: its card goes at the end of its run's steps instead.
   document.addEventListener("htmx:oobErrorNoTarget", function (event) {
+    if (leftOut) return;
     const card = event.detail.content;
     const steps = card && card.dataset && card.dataset.run &&
       document.getElementById("run-" + card.dataset.run + "-steps");
@@ -187,8 +207,21 @@
   // The socket sends a run's events after the seq the page says it has; a card it sent as a
   // response redrew the turn (a Continue's, which may already show it) is not added twice.
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    const target = event.detail.target;
+    if (leftOut && !streamed(target)) {
+      event.preventDefault();
+      return;
+    }
+    // A seq marker never goes back: the page has every event up to the seq it shows (a
+    // response may have drawn more than the socket had sent when it sent this).
+    const marker = event.detail.fragment && event.detail.fragment.firstElementChild;
+    if (target.classList.contains("seq") && marker &&
+        Number(marker.dataset.seq) < Number(target.dataset.seq)) {
+      event.preventDefault();
+      return;
+    }
     const steps = event.detail.fragment;
-    if (!steps || !event.detail.target.classList.contains("steps")) return;
+    if (!steps || !target.classList.contains("steps")) return;
     Array.from(steps.children).forEach(function (card) {
       if (card.id && document.getElementById(card.id)) card.remove();
     });
