@@ -65,7 +65,9 @@ def test_edit_and_regenerate_make_versions_and_each_branch_has_its_own_context(l
     # Sent: a second version of that turn, shown alone with its new answer.
     page.keyboard.press("Enter")
     expect(edited).to_have_value("What is 17 * 23?")
-    expect(edited).to_be_focused()  # the editor takes focus as it opens: a busy page, a moment later
+    expect(
+        edited
+    ).to_be_focused()  # the editor takes focus as it opens: a busy page, a moment later
     page.keyboard.press("ControlOrMeta+a")
     page.keyboard.type("What is 2 * 3?")
     page.keyboard.press("Tab")  # Cancel

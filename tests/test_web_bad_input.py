@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from agent.models import AgentRun, QueuedTask, RunEvent
 from agent.runs import new_conversation, start_run
+from assistants.models import Assistant
 from engine.execution import execute_run
 from mcp_servers.models import McpServer, McpTool
 from memory.store import remember
@@ -153,6 +154,7 @@ def owned(module_records) -> Owned:
             "memory_id": remember(alice, "My cat is called Miso.").memory.pk,
             "server_id": server.pk,
             "tool_id": tool.pk,
+            "assistant_id": Assistant.objects.create(owner=alice, name="Helper").pk,
             "endpoint_id": Endpoint.objects.create(
                 owner=alice, url="https://hooks.invalid/loop"
             ).pk,
@@ -238,6 +240,7 @@ MALFORMED_PARTS = {
     "path": MALFORMED,
     "slug": ("x" * 10_000,),
     "": ("\x00", "x" * 10_000),  # a plain <part>: any text but a slash
+    "str": ("\x00", "x" * 10_000),  # the same, named
 }
 WITH_PARTS = sorted(route for route in ROUTES if CONVERTER.search(route))
 
