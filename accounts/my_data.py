@@ -34,6 +34,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from django.contrib.contenttypes.models import ContentType
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -48,10 +49,12 @@ from agent.models import (
 from agent.runs import request_cancel
 from agent.transcripts import transcripts
 from approvals.models import ApprovalPreference, ToolGrant
+from assistants.models import Assistant
 from mcp_servers.models import McpServer
 from memory.forgetting import NOT_KEPT, forget
 from memory.models import ForgottenMemory, Memory
 from sandbox.fence import fence_directory
+from sharing.models import SharedLink
 from workspace.browse import BrowseError, components, escaped_name
 from workspace.confined import DIRECTORY_FLAGS
 from workspace.directory import workspace_path
@@ -79,7 +82,11 @@ account.json        Your account: name, e-mail, when you joined and last logged 
                     approval settings: which tool calls wait for your decision, and the tools
                     you always allowed in a conversation (revoked ones with when), your
                     instructions (how Loop should answer you), and
-                    your own MCP servers with their tools (never their credentials).
+                    your own MCP servers with their tools (never their credentials), your
+                    own assistants (as they stand, with how many versions they have had),
+                    and the links you shared conversations by (who may open them, when
+                    made and revoked, how often opened; never the link itself, which Loop
+                    does not keep).
 conversations/      One file per conversation, <id>-<title>.json: its title, its
                     instructions, when it was
                     started, updated and (if you deleted it) deleted, and every run's
@@ -203,7 +210,60 @@ def account_of(user: User) -> dict[str, Any]:
         "approvals": approvals_of(user),
         "instructions": personal_instructions_of(user),
         "mcp_servers": mcp_servers_of(user),
+        "assistants": assistants_of(user),
+        "shared_links": shared_links_of(user),
     }
+
+
+def assistants_of(user: User) -> list[dict[str, Any]]:
+    """The person's own assistants as they stand (archived ones too), with the groups they are
+    shared with: two queries."""
+    mine = Assistant.objects.filter(owner=user).order_by("pk").prefetch_related("groups")
+    return [
+        {
+            **snapshot_of_fields(assistant),
+            "shared_with_groups": sorted(group.name for group in assistant.groups.all()),
+            "versions": assistant.version,
+            "created_at": when(assistant.created_at),
+            "updated_at": when(assistant.updated_at),
+            "archived_at": when(assistant.archived_at),
+        }
+        for assistant in mine
+    ]
+
+
+def snapshot_of_fields(assistant: Assistant) -> dict[str, Any]:
+    return {
+        "name": assistant.name,
+        "description": assistant.description,
+        "instructions": assistant.instructions,
+        "model": assistant.model,
+        "tools": None if assistant.all_tools else sorted(assistant.tool_names),
+        "ask_before": sorted(assistant.ask_before),
+        "use_memory": assistant.use_memory,
+    }
+
+
+def shared_links_of(user: User) -> list[dict[str, Any]]:
+    """The links the person shared conversations by: whom for, when, how often opened."""
+    links = (
+        SharedLink.objects.filter(sharer=user)
+        .order_by("pk")
+        .select_related("group")
+        .annotate(looks=Count("views"))
+    )
+    return [
+        {
+            "conversation_id": link.conversation_id,
+            "audience": link.audience,
+            "group": link.group.name if link.group else None,
+            "include_files": link.include_files,
+            "created_at": when(link.created_at),
+            "revoked_at": when(link.revoked_at),
+            "views": link.looks,
+        }
+        for link in links
+    ]
 
 
 def mcp_servers_of(user: User) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ import re
 import zipfile
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.http import StreamingHttpResponse
 from django.test import Client
 from django.urls import reverse
@@ -17,9 +17,12 @@ from django.urls import reverse
 from accounts import my_data
 from agent.models import AgentRun, Conversation
 from agent.runs import delete_conversation, new_conversation, start_run
+from assistants.models import Assistant
+from assistants.versions import new_version
 from engine.execution import execute_run
 from memory.models import Memory
 from memory.store import remember
+from sharing.links import share
 from tests.conftest import PASSWORD
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("workspaces")]
@@ -212,3 +215,25 @@ def test_the_page_offers_the_export_and_a_confirmed_delete_without_inline_code(
     assert not re.search(r"<[^>]+\son[a-z]+=", page)
     assert not re.search(r"<script(?![^>]*\ssrc=\"/static/)", page)
     assert "script-src 'self'" in response["Content-Security-Policy"]
+
+
+def test_the_account_holds_their_assistants_and_shared_links_never_a_link_itself(
+    as_alice, alice, bob, alices_data
+):
+    team = Group.objects.create(name="Team")
+    alice.groups.add(team)
+    mine = Assistant.objects.create(owner=alice, name="Editor", instructions="Be brief.")
+    mine.groups.add(team)
+    new_version(mine)
+    Assistant.objects.create(owner=bob, name="Bob's own")
+    conversation = alices_data["demo"].conversation
+    made = share(alice, conversation.pk, group_id=team.pk)
+    account = read_json(exported(as_alice), "account.json")
+    assert [a["name"] for a in account["assistants"]] == ["Editor"]
+    [editor] = account["assistants"]
+    assert (editor["instructions"], editor["versions"]) == ("Be brief.", 1)
+    assert editor["shared_with_groups"] == ["Team"]
+    [shared] = account["shared_links"]
+    assert (shared["conversation_id"], shared["group"]) == (conversation.pk, "Team")
+    assert made.token not in json.dumps(account)
+    assert made.link.token_digest not in json.dumps(account)
